@@ -1,0 +1,299 @@
+//! The boot flow run by the PID-1 init: stage after stage, each timed and reported, until
+//! the decision. A failed stage stops the flow; the report is printed and written either
+//! way; a pass hands over with `switch_root`, a stop ends in the command line's
+//! `validator.on_stop` action. Nothing here returns to the caller.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::bom::{self, LoadedBom};
+use crate::cmdline::BootArgs;
+use crate::modules::{Index, Loader, ModStatus};
+use crate::report::{Decision, Fault, Report, RootReport, StageReport, StageStatus};
+use crate::{kmsg, pid1, storage, sys};
+
+/// Where the boot finds things. On a node these are the real roots; every check takes
+/// them as parameters so it also runs against fixture trees.
+#[derive(Debug, Clone)]
+pub struct Roots {
+    pub proc: PathBuf,
+    pub sys: PathBuf,
+    pub dev: PathBuf,
+    pub run: PathBuf,
+    /// Where the real root is mounted before `switch_root`.
+    pub new_root: PathBuf,
+    /// The initramfs's module trees (`<modules>/<release>`).
+    pub modules: PathBuf,
+}
+
+impl Default for Roots {
+    fn default() -> Roots {
+        Roots {
+            proc: "/proc".into(),
+            sys: "/sys".into(),
+            dev: "/dev".into(),
+            run: "/run".into(),
+            new_root: "/sysroot".into(),
+            modules: "/lib/modules".into(),
+        }
+    }
+}
+
+/// A stage failure: what it points at and why.
+type StageResult = Result<Option<String>, (Fault, String)>;
+
+fn boottime_us() -> u64 {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .map(|t| t.tv_sec() as u64 * 1_000_000 + t.tv_nsec() as u64 / 1000)
+        .unwrap_or(0)
+}
+
+struct Boot {
+    roots: Roots,
+    args: BootArgs,
+    report: Report,
+    bom: Option<LoadedBom>,
+    release: String,
+}
+
+impl Boot {
+    fn stage(&mut self, name: &'static str, f: impl FnOnce(&mut Boot) -> StageResult) -> bool {
+        if self.args.test_panic.as_deref() == Some(name) {
+            panic!("test panic requested at stage {name} (validator.test_panic)");
+        }
+        log::info!("stage {name}: start");
+        let t = Instant::now();
+        let r = f(self);
+        let duration_us = t.elapsed().as_micros() as u64;
+        sys::reap_zombies();
+        match r {
+            Ok(detail) => {
+                self.report.stages.push(StageReport {
+                    name,
+                    status: StageStatus::Ok,
+                    duration_us,
+                    detail,
+                });
+                true
+            }
+            Err((fault, why)) => {
+                log::error!("stage {name} failed: {why}");
+                self.report.stages.push(StageReport {
+                    name,
+                    status: StageStatus::Failed,
+                    duration_us,
+                    detail: Some(why.clone()),
+                });
+                self.report.fail(fault, format!("{name}: {why}"));
+                false
+            }
+        }
+    }
+
+    fn emit_report(&mut self) {
+        self.report.boottime_report_us = boottime_us();
+        let json = self.report.to_json();
+        let path = self.roots.run.join("validator/report.json");
+        if let Err(e) = crate::report::write_atomic(&path, format!("{json}\n").as_bytes()) {
+            log::error!("cannot write {}: {e}", path.display());
+        }
+        // One write of the whole line to the console (stdout of PID 1).
+        use std::io::Write;
+        let line = self.report.console_line();
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(line.as_bytes());
+        let _ = out.flush();
+        log::info!(
+            "decision: {:?}{}",
+            self.report.decision,
+            self.report
+                .reason
+                .as_ref()
+                .map(|r| format!(" ({r})"))
+                .unwrap_or_default()
+        );
+    }
+
+    fn start(&mut self) -> StageResult {
+        let cmdline = std::fs::read_to_string(self.roots.proc.join("cmdline"))
+            .map_err(|e| (Fault::Platform, format!("cannot read /proc/cmdline: {e}")))?;
+        self.args = BootArgs::parse(cmdline.trim_end());
+        pid1::set_panic_action(self.args.on_panic);
+        if self.args.debug {
+            log::set_max_level(log::LevelFilter::Debug);
+        }
+        self.report.warnings.append(&mut self.args.warnings);
+        self.release = sys::kernel_release().map_err(|e| (Fault::Platform, e.to_string()))?;
+        self.report.kernel_release = Some(self.release.clone());
+        let b = bom::load(Path::new(&self.args.bom_path)).map_err(|e| (Fault::Image, e.to_string()))?;
+        self.report.image_id = Some(b.bom.image_id.to_string());
+        self.report.bom_sha256 = Some(b.sha256.clone());
+        log::info!("BOM {} sha256 {}", b.bom.image_id, b.sha256);
+        if b.bom.kernel.release.as_str() != self.release {
+            return Err((
+                Fault::Image,
+                format!(
+                    "running kernel {} but the BOM's kernel.release is {}",
+                    self.release, b.bom.kernel.release
+                ),
+            ));
+        }
+        let detail = format!("bom {} ({})", b.bom.image_id, b.path.display());
+        self.bom = Some(b);
+        Ok(Some(detail))
+    }
+
+    fn modules(&mut self) -> StageResult {
+        let names: Vec<String> = self
+            .bom
+            .as_ref()
+            .map(|b| b.bom.modules.load.iter().map(|m| m.0.clone()).collect())
+            .unwrap_or_default();
+        let dir = self.roots.modules.join(&self.release);
+        let index = Index::load(&dir).map_err(|e| (Fault::Image, e.to_string()))?;
+        let mut loader = Loader::new(&dir, index, &self.roots.sys);
+        let results = loader.load_all(&names);
+        for r in &results {
+            match r.status {
+                ModStatus::Failed | ModStatus::Skipped => log::error!(
+                    "module {}: {:?} {} {}",
+                    r.name,
+                    r.status,
+                    r.errno.as_deref().unwrap_or(""),
+                    r.message.as_deref().unwrap_or("")
+                ),
+                s => log::info!("module {}: {s:?} in {} us", r.name, r.duration_us),
+            }
+        }
+        let bad: Vec<String> = results
+            .iter()
+            .filter(|r| !r.ok() && !r.softdep)
+            .map(|r| {
+                format!(
+                    "{} ({})",
+                    r.name,
+                    r.errno
+                        .clone()
+                        .or_else(|| r.message.clone())
+                        .unwrap_or_default()
+                )
+            })
+            .collect();
+        let loaded = results.iter().filter(|r| r.status == ModStatus::Loaded).count();
+        self.report.modules = results;
+        if bad.is_empty() {
+            Ok(Some(format!("{loaded} loaded")))
+        } else {
+            Err((Fault::Image, format!("module(s) failed to load: {}", bad.join(", "))))
+        }
+    }
+
+    fn storage(&mut self) -> StageResult {
+        let spec = self
+            .args
+            .root
+            .clone()
+            .ok_or_else(|| (Fault::Platform, "no root= on the kernel command line".to_string()))?;
+        let found = storage::wait_for(
+            &spec,
+            &self.roots.sys,
+            &self.roots.dev,
+            self.args.root_timeout,
+            Duration::from_millis(100),
+            || {
+                sys::reap_zombies();
+            },
+        )
+        .map_err(|e| (Fault::Hardware, e.to_string()))?;
+        let detail = format!("{spec} is {}", found.device);
+        self.report.root = Some(RootReport {
+            partition: found,
+            fstype: String::new(),
+            read_only: self.args.read_only,
+            mountpoint: self.roots.new_root.display().to_string(),
+        });
+        Ok(Some(detail))
+    }
+
+    fn mount(&mut self) -> StageResult {
+        let Some(root) = self.report.root.as_mut() else {
+            return Err((Fault::Platform, "no root device".into()));
+        };
+        let types: Vec<String> = match &self.args.rootfstype {
+            Some(t) => t.split(',').map(str::to_string).collect(),
+            None => vec!["ext4".into(), "erofs".into(), "squashfs".into()],
+        };
+        let mut flags = nix::mount::MsFlags::empty();
+        if self.args.read_only {
+            flags |= nix::mount::MsFlags::MS_RDONLY;
+        }
+        let _ = std::fs::create_dir_all(&self.roots.new_root);
+        let mut errs = Vec::new();
+        for t in &types {
+            match sys::mount(
+                &root.partition.device,
+                &self.roots.new_root,
+                Some(t),
+                flags,
+                self.args.rootflags.as_deref(),
+            ) {
+                Ok(()) => {
+                    root.fstype = t.clone();
+                    return Ok(Some(format!(
+                        "{} ({t}, {}) on {}",
+                        root.partition.device,
+                        if self.args.read_only { "ro" } else { "rw" },
+                        self.roots.new_root.display()
+                    )));
+                }
+                Err(e) => errs.push(format!("{t}: {}", e.errno_name())),
+            }
+        }
+        Err((
+            Fault::Image,
+            format!("cannot mount {}: {}", root.partition.device, errs.join(", ")),
+        ))
+    }
+}
+
+/// Runs the whole boot as PID 1. Never returns.
+pub fn run_pid1() -> ! {
+    let start = boottime_us();
+    let api_errs = pid1::mount_api_filesystems(Path::new("/"));
+    kmsg::init(log::LevelFilter::Info);
+    // Keep our records: the default kmsg rate limit would drop most of them.
+    let _ = std::fs::write("/proc/sys/kernel/printk_devkmsg", "on\n");
+    log::info!("validator {} starting as PID 1", env!("CARGO_PKG_VERSION"));
+    let mut boot = Boot {
+        roots: Roots::default(),
+        args: BootArgs::default(),
+        report: Report::new(start),
+        bom: None,
+        release: String::new(),
+    };
+    for e in &api_errs {
+        boot.report.warnings.push(e.to_string());
+    }
+    let ok = boot.stage("start", Boot::start)
+        && boot.stage("modules", Boot::modules)
+        && boot.stage("storage", Boot::storage)
+        && boot.stage("mount", Boot::mount)
+        && boot.stage("handover", |b| {
+            pid1::check_new_root(&b.roots.new_root, &b.args.init)
+                .map(|()| Some(format!("switch_root to {} and exec {}", b.roots.new_root.display(), b.args.init)))
+                .map_err(|e| (Fault::Image, e.to_string()))
+        });
+    if ok && boot.report.decision == Decision::Pass {
+        boot.emit_report();
+        let err = pid1::switch_root(&boot.roots.new_root, &boot.args.init, &boot.args.init_args);
+        // Past this point the old root may be gone; say what happened and stop.
+        boot.report
+            .fail(Fault::Image, format!("handover: {err}"));
+        boot.emit_report();
+    } else {
+        boot.emit_report();
+    }
+    let action = boot.args.on_stop;
+    log::error!("boot stopped; {action:?}");
+    pid1::finish(action)
+}

@@ -1,0 +1,335 @@
+//! The one place where the validator makes system calls that std does not wrap.
+//!
+//! Every wrapper names its system call (see its man page) and returns a [`SysError`] that
+//! carries the call, the object it acted on and the errno name, so reports can say
+//! `finit_module(virtio_blk): ENOENT` rather than "error".
+
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{Seek, SeekFrom};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use nix::errno::Errno;
+use nix::fcntl::{AtFlags, OFlag};
+use nix::mount::MsFlags;
+use nix::sys::stat::{Mode, SFlag};
+
+/// A failed system call: which, on what, and the errno.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{call}({what}): {errno}")]
+pub struct SysError {
+    pub call: &'static str,
+    pub what: String,
+    pub errno: Errno,
+}
+
+impl SysError {
+    pub fn new(call: &'static str, what: impl Into<String>, errno: Errno) -> SysError {
+        SysError {
+            call,
+            what: what.into(),
+            errno,
+        }
+    }
+
+    /// The symbolic errno name, e.g. `ENOENT`.
+    pub fn errno_name(&self) -> String {
+        errno_name(self.errno)
+    }
+}
+
+impl From<SysError> for std::io::Error {
+    fn from(e: SysError) -> std::io::Error {
+        std::io::Error::from_raw_os_error(e.errno as i32)
+    }
+}
+
+/// The symbolic name of an errno (`ENOENT`), or `E<number>` when unknown.
+pub fn errno_name(e: Errno) -> String {
+    let s = format!("{e:?}");
+    if s.starts_with('E') {
+        s
+    } else {
+        format!("E{}", e as i32)
+    }
+}
+
+/// The symbolic name of a raw errno value from `std::io::Error`.
+pub fn io_errno_name(e: &std::io::Error) -> Option<String> {
+    e.raw_os_error().map(|n| errno_name(Errno::from_raw(n)))
+}
+
+fn disp(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// `mount(2)`.
+pub fn mount(
+    source: &str,
+    target: &Path,
+    fstype: Option<&str>,
+    flags: MsFlags,
+    data: Option<&str>,
+) -> Result<(), SysError> {
+    nix::mount::mount(Some(source), target, fstype, flags, data)
+        .map_err(|e| SysError::new("mount", format!("{source} on {}", disp(target)), e))
+}
+
+/// `mount(2)` with `MS_MOVE`.
+pub fn move_mount(from: &Path, to: &Path) -> Result<(), SysError> {
+    nix::mount::mount(Some(from), to, None::<&str>, MsFlags::MS_MOVE, None::<&str>).map_err(
+        |e| {
+            SysError::new(
+                "mount",
+                format!("MS_MOVE {} to {}", disp(from), disp(to)),
+                e,
+            )
+        },
+    )
+}
+
+/// `finit_module(2)`: loads a module from an open file.
+pub fn finit_module(
+    file: &File,
+    params: &str,
+    compressed: bool,
+    name: &str,
+) -> Result<(), SysError> {
+    let params =
+        CString::new(params).map_err(|_| SysError::new("finit_module", name, Errno::EINVAL))?;
+    // MODULE_INIT_COMPRESSED_FILE from <linux/module.h>; nix does not name it yet.
+    const MODULE_INIT_COMPRESSED_FILE: LibcInt = 4;
+    let flags = if compressed {
+        MODULE_INIT_COMPRESSED_FILE
+    } else {
+        0
+    };
+    // SAFETY: finit_module takes a valid fd, a NUL-terminated string that outlives the call
+    // and an int; none of the pointers are retained by the kernel.
+    let rc = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_finit_module,
+            file.as_raw_fd(),
+            params.as_ptr(),
+            flags,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(SysError::new("finit_module", name, Errno::last()))
+    }
+}
+
+type LibcInt = nix::libc::c_int;
+
+/// `init_module(2)`: loads a module from memory (used after in-process decompression).
+pub fn init_module(image: &[u8], params: &str, name: &str) -> Result<(), SysError> {
+    let params =
+        CString::new(params).map_err(|_| SysError::new("init_module", name, Errno::EINVAL))?;
+    nix::kmod::init_module(image, &params).map_err(|e| SysError::new("init_module", name, e))
+}
+
+/// `sync(2)`.
+pub fn sync() {
+    nix::unistd::sync();
+}
+
+/// What `reboot(2)` should do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RebootMode {
+    Halt,
+    PowerOff,
+    Restart,
+}
+
+/// `reboot(2)`: only returns on failure.
+pub fn reboot(mode: RebootMode) -> SysError {
+    let how = match mode {
+        RebootMode::Halt => nix::sys::reboot::RebootMode::RB_HALT_SYSTEM,
+        RebootMode::PowerOff => nix::sys::reboot::RebootMode::RB_POWER_OFF,
+        RebootMode::Restart => nix::sys::reboot::RebootMode::RB_AUTOBOOT,
+    };
+    match nix::sys::reboot::reboot(how) {
+        Err(e) => SysError::new("reboot", format!("{mode:?}"), e),
+        Ok(never) => match never {},
+    }
+}
+
+/// `chroot(2)`.
+pub fn chroot(p: &Path) -> Result<(), SysError> {
+    nix::unistd::chroot(p).map_err(|e| SysError::new("chroot", disp(p), e))
+}
+
+/// `chdir(2)`.
+pub fn chdir(p: &Path) -> Result<(), SysError> {
+    nix::unistd::chdir(p).map_err(|e| SysError::new("chdir", disp(p), e))
+}
+
+/// `getpid(2)`.
+pub fn getpid() -> i32 {
+    nix::unistd::getpid().as_raw()
+}
+
+/// `waitpid(-1, WNOHANG)` until no zombie is left; returns how many were reaped.
+pub fn reap_zombies() -> usize {
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    let mut n = 0;
+    while let Ok(st) = waitpid(None, Some(WaitPidFlag::WNOHANG)) {
+        if st == WaitStatus::StillAlive {
+            break;
+        }
+        n += 1;
+    }
+    n
+}
+
+/// `uname(2)`: the running kernel's release.
+pub fn kernel_release() -> Result<String, SysError> {
+    let u = nix::sys::utsname::uname().map_err(|e| SysError::new("uname", "", e))?;
+    Ok(u.release().to_string_lossy().into_owned())
+}
+
+/// `mknod(2)` of a block device node.
+pub fn mknod_block(p: &Path, major: u64, minor: u64) -> Result<(), SysError> {
+    nix::sys::stat::mknod(
+        p,
+        SFlag::S_IFBLK,
+        Mode::from_bits_truncate(0o600),
+        nix::sys::stat::makedev(major, minor),
+    )
+    .map_err(|e| SysError::new("mknod", disp(p), e))
+}
+
+/// Size in bytes of a file or block device (`lseek(2)` to the end).
+pub fn file_size(f: &File) -> Result<u64, SysError> {
+    let mut f = f;
+    f.seek(SeekFrom::End(0))
+        .map_err(|e| SysError::new("lseek", "SEEK_END", Errno::from_raw(e.raw_os_error().unwrap_or(0))))
+}
+
+/// `statfs(2)` magic of the filesystem holding `p`.
+pub fn fs_magic(p: &Path) -> Result<i64, SysError> {
+    let s = nix::sys::statfs::statfs(p).map_err(|e| SysError::new("statfs", disp(p), e))?;
+    Ok(s.filesystem_type().0 as i64)
+}
+
+pub const RAMFS_MAGIC: i64 = 0x8584_58f6;
+pub const TMPFS_MAGIC: i64 = 0x0102_1994;
+
+/// `open(2)` of a directory, for removing a tree relative to it later.
+pub fn open_dir(p: &Path) -> Result<OwnedFd, SysError> {
+    nix::fcntl::open(p, OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())
+        .map(|fd| {
+            // SAFETY: `open` just returned this descriptor and nothing else owns it.
+            unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) }
+        })
+        .map_err(|e| SysError::new("open", disp(p), e))
+}
+
+/// Removes everything below the directory `dir` that lives on the same filesystem
+/// (device) as `dir` itself, never crossing into mounts, like `switch_root` does with the
+/// old initramfs. Returns how many entries were removed; failures are counted, not fatal.
+pub fn remove_tree_same_dev(dir: BorrowedFd<'_>) -> (usize, usize) {
+    let dev = match nix::sys::stat::fstat(dir.as_raw_fd()) {
+        Ok(st) => st.st_dev,
+        Err(_) => return (0, 1),
+    };
+    let mut removed = 0;
+    let mut failed = 0;
+    remove_children(dir, dev, &mut removed, &mut failed, 0);
+    (removed, failed)
+}
+
+fn remove_children(dir: BorrowedFd<'_>, dev: u64, removed: &mut usize, failed: &mut usize, depth: u32) {
+    if depth > 64 {
+        *failed += 1;
+        return;
+    }
+    let Ok(dupfd) = nix::unistd::dup(dir.as_raw_fd()) else {
+        *failed += 1;
+        return;
+    };
+    let Ok(mut d) = nix::dir::Dir::from_fd(dupfd) else {
+        *failed += 1;
+        return;
+    };
+    let names: Vec<CString> = d
+        .iter()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_owned())
+        .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
+        .collect();
+    for name in names {
+        let st = match nix::sys::stat::fstatat(
+            Some(dir.as_raw_fd()),
+            name.as_c_str(),
+            AtFlags::AT_SYMLINK_NOFOLLOW,
+        ) {
+            Ok(st) => st,
+            Err(_) => {
+                *failed += 1;
+                continue;
+            }
+        };
+        if st.st_dev != dev {
+            continue; // a mount point: never cross it
+        }
+        let is_dir = (st.st_mode & nix::libc::S_IFMT) == nix::libc::S_IFDIR;
+        if is_dir {
+            match nix::fcntl::openat(
+                Some(dir.as_raw_fd()),
+                name.as_c_str(),
+                OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+                Mode::empty(),
+            ) {
+                Ok(fd) => {
+                    // SAFETY: `openat` just returned this descriptor and nothing else owns it.
+                    let sub = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+                    remove_children(sub.as_fd(), dev, removed, failed, depth + 1);
+                }
+                Err(_) => {
+                    *failed += 1;
+                    continue;
+                }
+            }
+        }
+        let flag = if is_dir {
+            nix::unistd::UnlinkatFlags::RemoveDir
+        } else {
+            nix::unistd::UnlinkatFlags::NoRemoveDir
+        };
+        match nix::unistd::unlinkat(Some(dir.as_raw_fd()), name.as_c_str(), flag) {
+            Ok(()) => *removed += 1,
+            Err(_) => *failed += 1,
+        }
+    }
+}
+
+/// `execv(2)` of the real init: only returns on failure.
+pub fn execv(path: &str, args: &[String]) -> SysError {
+    let to_c = |s: &str| CString::new(s).unwrap_or_default();
+    let cpath = to_c(path);
+    let mut argv = vec![cpath.clone()];
+    argv.extend(args.iter().map(|a| to_c(a)));
+    match nix::unistd::execv(&cpath, &argv) {
+        Err(e) => SysError::new("execv", path, e),
+        Ok(never) => match never {},
+    }
+}
+
+/// Whether `p` exists and is a regular file with an execute bit (`faccessat(2)` would
+/// follow the caller's credentials; PID 1 is root, so the mode bits decide).
+pub fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// Path as a C string, for calls that need one.
+pub fn cpath(p: &Path) -> Option<CString> {
+    CString::new(p.as_os_str().as_bytes()).ok()
+}
