@@ -10,7 +10,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use validator::modules::index::{name_of_path, parse_builtin, parse_softdep_value, Entry, Index, SoftDeps};
+use validator::modules::index::{
+    name_of_path, parse_builtin, parse_softdep_value, Entry, Index, SoftDeps,
+};
 use validator::modules::modinfo::{self, Compression, ModuleElf};
 
 /// A closure problem.
@@ -59,7 +61,10 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> ClosureError + '_ {
 }
 
 fn walk(dir: &Path, base: &Path, out: &mut Vec<String>) -> Result<(), ClosureError> {
-    let mut ents: Vec<_> = std::fs::read_dir(dir).map_err(io(dir))?.filter_map(Result::ok).collect();
+    let mut ents: Vec<_> = std::fs::read_dir(dir)
+        .map_err(io(dir))?
+        .filter_map(Result::ok)
+        .collect();
     ents.sort_by_key(|e| e.file_name());
     for e in ents {
         let p = e.path();
@@ -68,7 +73,11 @@ fn walk(dir: &Path, base: &Path, out: &mut Vec<String>) -> Result<(), ClosureErr
             walk(&p, base, out)?;
         } else if ft.is_file() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if name.ends_with(".ko") || name.ends_with(".ko.xz") || name.ends_with(".ko.zst") || name.ends_with(".ko.gz") {
+            if name.ends_with(".ko")
+                || name.ends_with(".ko.xz")
+                || name.ends_with(".ko.zst")
+                || name.ends_with(".ko.gz")
+            {
                 if let Ok(rel) = p.strip_prefix(base) {
                     out.push(rel.to_string_lossy().into_owned());
                 }
@@ -146,12 +155,21 @@ impl KernelTree {
 
     /// Reads, decompresses and parses one module by name.
     pub fn module(&self, name: &str) -> Result<(String, Vec<u8>, ModuleElf), ClosureError> {
-        let rel = self.files.get(name).ok_or_else(|| ClosureError::Unknown(name.into()))?.clone();
+        let rel = self
+            .files
+            .get(name)
+            .ok_or_else(|| ClosureError::Unknown(name.into()))?
+            .clone();
         let path = self.moddir.join(&rel);
         let raw = std::fs::read(&path).map_err(io(&path))?;
-        let image = modinfo::decompress(&raw, Compression::from_name(&rel))
-            .map_err(|source| ClosureError::Module { path: path.clone(), source })?;
-        let elf = modinfo::parse_elf(&image).map_err(|source| ClosureError::Module { path, source })?;
+        let image = modinfo::decompress(&raw, Compression::from_name(&rel)).map_err(|source| {
+            ClosureError::Module {
+                path: path.clone(),
+                source,
+            }
+        })?;
+        let elf =
+            modinfo::parse_elf(&image).map_err(|source| ClosureError::Module { path, source })?;
         Ok((rel, raw, elf))
     }
 }
@@ -179,12 +197,16 @@ struct Walker<'a> {
 
 impl Walker<'_> {
     fn aliases_of(&mut self, name: &str) -> Result<BTreeSet<String>, ClosureError> {
-        let scan = |tree: &KernelTree, names: &mut dyn Iterator<Item = &String>| -> Result<BTreeMap<String, BTreeSet<String>>, ClosureError> {
+        let scan = |tree: &KernelTree,
+                    names: &mut dyn Iterator<Item = &String>|
+         -> Result<BTreeMap<String, BTreeSet<String>>, ClosureError> {
             let mut m: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
             for n in names {
                 let (_, _, elf) = tree.module(n)?;
                 for a in elf.modinfo.all("alias") {
-                    m.entry(validator::bom::normalize_module_name(a)).or_default().insert(n.clone());
+                    m.entry(validator::bom::normalize_module_name(a))
+                        .or_default()
+                        .insert(n.clone());
                 }
             }
             Ok(m)
@@ -200,7 +222,12 @@ impl Walker<'_> {
             let mut all = self.tree.files.keys();
             self.aliases = Some(scan(self.tree, &mut all)?);
         }
-        Ok(self.aliases.as_ref().and_then(|m| m.get(&key)).cloned().unwrap_or_default())
+        Ok(self
+            .aliases
+            .as_ref()
+            .and_then(|m| m.get(&key))
+            .cloned()
+            .unwrap_or_default())
     }
 
     /// Resolves a softdep word to module names.
@@ -209,7 +236,11 @@ impl Walker<'_> {
             return Ok(vec![word.to_string()]);
         }
         if self.tree.builtin.contains(word)
-            || self.tree.builtin_aliases.iter().any(|a| validator::bom::normalize_module_name(a) == word)
+            || self
+                .tree
+                .builtin_aliases
+                .iter()
+                .any(|a| validator::bom::normalize_module_name(a) == word)
         {
             return Ok(vec![]);
         }
@@ -232,12 +263,20 @@ impl Walker<'_> {
                 continue;
             }
             if !self.tree.files.contains_key(d) {
-                return Err(ClosureError::MissingDependency { module: name.into(), dep: d.clone() });
+                return Err(ClosureError::MissingDependency {
+                    module: name.into(),
+                    dep: d.clone(),
+                });
             }
             self.visit(d)?;
         }
         let mut sd = SoftDeps::default();
-        for v in elf.modinfo.all("softdep").map(str::to_string).collect::<Vec<_>>() {
+        for v in elf
+            .modinfo
+            .all("softdep")
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+        {
             let parsed = parse_softdep_value(&v);
             for w in parsed.pre {
                 sd.pre.extend(self.resolve_soft(&w)?);
@@ -246,7 +285,13 @@ impl Walker<'_> {
                 sd.post.extend(self.resolve_soft(&w)?);
             }
         }
-        for m in sd.pre.iter().chain(sd.post.iter()).cloned().collect::<Vec<_>>() {
+        for m in sd
+            .pre
+            .iter()
+            .chain(sd.post.iter())
+            .cloned()
+            .collect::<Vec<_>>()
+        {
             self.visit(&m)?;
         }
         if !sd.pre.is_empty() || !sd.post.is_empty() {
@@ -299,7 +344,9 @@ pub fn closure(tree: &KernelTree, names: &[String]) -> Result<Closure, ClosureEr
         order.reverse(); // kmod order: the one to load first comes last
         let path = tree.files[name].clone();
         out.files.insert(name.clone(), path.clone());
-        out.index.entries.insert(name.clone(), Entry { path, deps: order });
+        out.index
+            .entries
+            .insert(name.clone(), Entry { path, deps: order });
     }
     out.index.softdeps = w.soft;
     out.index.builtin = tree.builtin.clone();
@@ -313,7 +360,11 @@ mod tests {
     /// The real Debian kernel unpacked by `scripts/provision`.
     fn tree() -> Option<KernelTree> {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/kernels/default");
-        assert!(root.exists(), "no kernel at {}: run scripts/provision first", root.display());
+        assert!(
+            root.exists(),
+            "no kernel at {}: run scripts/provision first",
+            root.display()
+        );
         Some(KernelTree::open(&root).unwrap())
     }
 
@@ -322,9 +373,25 @@ mod tests {
         let Some(t) = tree() else { return };
         assert!(t.files.len() > 3000, "{}", t.files.len());
         assert!(t.vmlinuz.is_some());
-        let c = closure(&t, &["virtio_blk".into(), "ext4".into(), "virtio-pci".into()]).unwrap();
-        for m in ["ext4", "jbd2", "mbcache", "crc16", "virtio_blk", "virtio_pci", "virtio_pci_modern_dev"] {
-            assert!(c.files.contains_key(m), "{m} missing from {:?}", c.files.keys());
+        let c = closure(
+            &t,
+            &["virtio_blk".into(), "ext4".into(), "virtio-pci".into()],
+        )
+        .unwrap();
+        for m in [
+            "ext4",
+            "jbd2",
+            "mbcache",
+            "crc16",
+            "virtio_blk",
+            "virtio_pci",
+            "virtio_pci_modern_dev",
+        ] {
+            assert!(
+                c.files.contains_key(m),
+                "{m} missing from {:?}",
+                c.files.keys()
+            );
         }
         // ext4's transitive deps, kmod order: jbd2/mbcache/crc16 all listed.
         let e = &c.index.entries["ext4"];
@@ -335,16 +402,20 @@ mod tests {
         let sd = &c.index.softdeps["ext4"];
         assert!(sd.pre.iter().any(|m| m.starts_with("crc32c")), "{sd:?}");
         // The index round-trips through its own text form.
-        let dep = validator::modules::index::parse_dep(&c.index.dep_text(), Path::new("d")).unwrap();
+        let dep =
+            validator::modules::index::parse_dep(&c.index.dep_text(), Path::new("d")).unwrap();
         assert_eq!(dep, c.index.entries);
     }
 
     #[test]
     fn unknown_and_builtin_names() {
         let Some(t) = tree() else { return };
-        assert!(matches!(closure(&t, &["no_such_module".into()]), Err(ClosureError::Unknown(_))));
+        assert!(matches!(
+            closure(&t, &["no_such_module".into()]),
+            Err(ClosureError::Unknown(_))
+        ));
         let b = t.builtin.iter().next().unwrap().clone();
-        let c = closure(&t, &[b.clone()]).unwrap();
+        let c = closure(&t, std::slice::from_ref(&b)).unwrap();
         assert_eq!(c.builtin, vec![b]);
         assert!(c.files.is_empty());
     }
@@ -356,7 +427,10 @@ mod tests {
         // virtio_blk -> virtio_ring/virtio: both before it in the transitive list.
         let c = closure(&t, &["virtio_blk".into()]).unwrap();
         let deps = &c.index.entries["virtio_blk"].deps;
-        assert!(deps.contains(&"virtio".to_string()) && deps.contains(&"virtio_ring".to_string()), "{deps:?}");
+        assert!(
+            deps.contains(&"virtio".to_string()) && deps.contains(&"virtio_ring".to_string()),
+            "{deps:?}"
+        );
         let mut t2 = t.clone();
         t2.files.remove("virtio_ring");
         let e = closure(&t2, &["virtio_blk".into()]).unwrap_err();

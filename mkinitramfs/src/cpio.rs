@@ -84,7 +84,9 @@ impl Archive {
             }
             parent.push_str(c);
             match self.entries.get(&parent) {
-                Some(Entry { kind: Kind::Dir, .. }) => {}
+                Some(Entry {
+                    kind: Kind::Dir, ..
+                }) => {}
                 Some(_) => return Err(CpioError::Conflict { path: parent }),
                 None => {
                     self.entries.insert(
@@ -112,29 +114,50 @@ impl Archive {
     }
 
     pub fn dir(&mut self, path: &str) -> Result<(), CpioError> {
-        self.add(path, Entry { kind: Kind::Dir, perm: 0o755 })
+        self.add(
+            path,
+            Entry {
+                kind: Kind::Dir,
+                perm: 0o755,
+            },
+        )
     }
 
     pub fn file(&mut self, path: &str, data: Vec<u8>, perm: u32) -> Result<(), CpioError> {
-        self.add(path, Entry { kind: Kind::File(data), perm })
+        self.add(
+            path,
+            Entry {
+                kind: Kind::File(data),
+                perm,
+            },
+        )
     }
 
     /// Serialises the archive as newc with the given mtime for every entry.
     pub fn write(&self, mtime: u32) -> Vec<u8> {
         let mut out = Vec::new();
-        let mut ino = 1u32;
-        for (path, e) in &self.entries {
+        for (ino, (path, e)) in (1u32..).zip(self.entries.iter()) {
             let (data, rdev): (&[u8], (u32, u32)) = match &e.kind {
                 Kind::File(d) => (d, (0, 0)),
                 Kind::Symlink(t) => (t.as_bytes(), (0, 0)),
-                Kind::CharDev { major, minor } | Kind::BlockDev { major, minor } => (&[], (*major, *minor)),
+                Kind::CharDev { major, minor } | Kind::BlockDev { major, minor } => {
+                    (&[], (*major, *minor))
+                }
                 Kind::Dir => (&[], (0, 0)),
             };
             let nlink = if e.kind == Kind::Dir { 2 } else { 1 };
-            header(&mut out, ino, e.mode(), nlink, mtime, data.len() as u32, rdev, path);
+            header(
+                &mut out,
+                ino,
+                e.mode(),
+                nlink,
+                mtime,
+                data.len() as u32,
+                rdev,
+                path,
+            );
             out.extend_from_slice(data);
             pad4(&mut out);
-            ino += 1;
         }
         header(&mut out, 0, 0, 1, 0, 0, (0, 0), "TRAILER!!!");
         out
@@ -148,11 +171,34 @@ fn pad4(out: &mut Vec<u8>) {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn header(out: &mut Vec<u8>, ino: u32, mode: u32, nlink: u32, mtime: u32, size: u32, rdev: (u32, u32), name: &str) {
+fn header(
+    out: &mut Vec<u8>,
+    ino: u32,
+    mode: u32,
+    nlink: u32,
+    mtime: u32,
+    size: u32,
+    rdev: (u32, u32),
+    name: &str,
+) {
     use std::fmt::Write;
     let mut h = String::with_capacity(110);
     h.push_str("070701");
-    for v in [ino, mode, 0, 0, nlink, mtime, size, 0, 0, rdev.0, rdev.1, name.len() as u32 + 1, 0] {
+    for v in [
+        ino,
+        mode,
+        0,
+        0,
+        nlink,
+        mtime,
+        size,
+        0,
+        0,
+        rdev.0,
+        rdev.1,
+        name.len() as u32 + 1,
+        0,
+    ] {
         let _ = write!(h, "{v:08X}");
     }
     out.extend_from_slice(h.as_bytes());
@@ -186,14 +232,22 @@ impl fmt::Display for ListedEntry {
         };
         let mut perm = String::new();
         for (i, ch) in "rwxrwxrwx".chars().enumerate() {
-            perm.push(if self.mode & (0o400 >> i) != 0 { ch } else { '-' });
+            perm.push(if self.mode & (0o400 >> i) != 0 {
+                ch
+            } else {
+                '-'
+            });
         }
         let size = if t == 'c' || t == 'b' {
             format!("{}, {}", self.rdev.0, self.rdev.1)
         } else {
             self.size.to_string()
         };
-        write!(f, "{t}{perm} {}/{} {size:>9} {}", self.uid, self.gid, self.path)?;
+        write!(
+            f,
+            "{t}{perm} {}/{} {size:>9} {}",
+            self.uid, self.gid, self.path
+        )?;
         if t == 'l' {
             write!(f, " -> {}", String::from_utf8_lossy(&self.data))?;
         }
@@ -217,12 +271,15 @@ pub fn read(bytes: &[u8]) -> Result<Vec<ListedEntry>, CpioError> {
         if off >= bytes.len() {
             break;
         }
-        let h = bytes.get(off..off + 110).ok_or_else(|| bad(off, "truncated header"))?;
+        let h = bytes
+            .get(off..off + 110)
+            .ok_or_else(|| bad(off, "truncated header"))?;
         if &h[..6] != b"070701" && &h[..6] != b"070702" {
             return Err(bad(off, "not a newc header (magic 070701)"));
         }
         let field = |i: usize| -> Result<u32, CpioError> {
-            let s = std::str::from_utf8(&h[6 + 8 * i..14 + 8 * i]).map_err(|_| bad(off, "header field is not hex"))?;
+            let s = std::str::from_utf8(&h[6 + 8 * i..14 + 8 * i])
+                .map_err(|_| bad(off, "header field is not hex"))?;
             u32::from_str_radix(s, 16).map_err(|_| bad(off, "header field is not hex"))
         };
         let mut f = [0u32; 13];
@@ -269,9 +326,24 @@ mod tests {
     fn sample() -> Archive {
         let mut a = Archive::new();
         a.file("/init", b"#!init".to_vec(), 0o755).unwrap();
-        a.add("/dev/console", Entry { kind: Kind::CharDev { major: 5, minor: 1 }, perm: 0o600 }).unwrap();
-        a.add("bin/sh", Entry { kind: Kind::Symlink("busybox".into()), perm: 0o777 }).unwrap();
-        a.file("lib/modules/x/kernel/a.ko", vec![1, 2, 3, 4, 5], 0o644).unwrap();
+        a.add(
+            "/dev/console",
+            Entry {
+                kind: Kind::CharDev { major: 5, minor: 1 },
+                perm: 0o600,
+            },
+        )
+        .unwrap();
+        a.add(
+            "bin/sh",
+            Entry {
+                kind: Kind::Symlink("busybox".into()),
+                perm: 0o777,
+            },
+        )
+        .unwrap();
+        a.file("lib/modules/x/kernel/a.ko", vec![1, 2, 3, 4, 5], 0o644)
+            .unwrap();
         a.dir("proc").unwrap();
         a
     }
@@ -285,7 +357,19 @@ mod tests {
         let names: Vec<_> = l.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(
             names,
-            vec!["bin", "bin/sh", "dev", "dev/console", "init", "lib", "lib/modules", "lib/modules/x", "lib/modules/x/kernel", "lib/modules/x/kernel/a.ko", "proc"]
+            vec![
+                "bin",
+                "bin/sh",
+                "dev",
+                "dev/console",
+                "init",
+                "lib",
+                "lib/modules",
+                "lib/modules/x",
+                "lib/modules/x/kernel",
+                "lib/modules/x/kernel/a.ko",
+                "proc"
+            ]
         );
         let console = l.iter().find(|e| e.path == "dev/console").unwrap();
         assert_eq!(console.mode, 0o020600);
@@ -293,8 +377,13 @@ mod tests {
         assert_eq!(console.to_string(), "crw------- 0/0      5, 1 dev/console");
         let ko = l.iter().find(|e| e.path.ends_with("a.ko")).unwrap();
         assert_eq!(ko.data, vec![1, 2, 3, 4, 5]);
-        assert!(l.iter().all(|e| e.mtime == 1234 && e.uid == 0 && e.gid == 0));
-        assert_eq!(l[1].to_string(), "lrwxrwxrwx 0/0         7 bin/sh -> busybox");
+        assert!(l
+            .iter()
+            .all(|e| e.mtime == 1234 && e.uid == 0 && e.gid == 0));
+        assert_eq!(
+            l[1].to_string(),
+            "lrwxrwxrwx 0/0         7 bin/sh -> busybox"
+        );
         // Deterministic.
         assert_eq!(sample().write(1234), bytes);
     }
@@ -302,18 +391,30 @@ mod tests {
     #[test]
     fn conflicts_and_bad_paths() {
         let mut a = sample();
-        assert!(matches!(a.file("init", b"other".to_vec(), 0o755), Err(CpioError::Conflict { .. })));
+        assert!(matches!(
+            a.file("init", b"other".to_vec(), 0o755),
+            Err(CpioError::Conflict { .. })
+        ));
         a.file("init", b"#!init".to_vec(), 0o755).unwrap();
-        assert!(matches!(a.file("init/x", vec![], 0o644), Err(CpioError::Conflict { .. })));
+        assert!(matches!(
+            a.file("init/x", vec![], 0o644),
+            Err(CpioError::Conflict { .. })
+        ));
         for p in ["", "/", "a/../b", "a//b", "./a"] {
-            assert!(matches!(a.file(p, vec![], 0o644), Err(CpioError::BadPath(_))), "{p}");
+            assert!(
+                matches!(a.file(p, vec![], 0o644), Err(CpioError::BadPath(_))),
+                "{p}"
+            );
         }
     }
 
     #[test]
     fn malformed_archives() {
         let bytes = sample().write(0);
-        assert!(read(&bytes[..50]).unwrap_err().to_string().contains("truncated header"));
+        assert!(read(&bytes[..50])
+            .unwrap_err()
+            .to_string()
+            .contains("truncated header"));
         assert!(read(&bytes[..200]).is_err());
         let mut x = bytes.clone();
         x[0] = b'9';

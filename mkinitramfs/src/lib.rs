@@ -114,7 +114,15 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     let clo = closure::closure(&tree, &names)?;
 
     let mut a = Archive::new();
-    for d in ["dev", "proc", "sys", "run", "sysroot", "tmp", "etc/validator"] {
+    for d in [
+        "dev",
+        "proc",
+        "sys",
+        "run",
+        "sysroot",
+        "tmp",
+        "etc/validator",
+    ] {
         a.dir(d)?;
     }
     a.add(
@@ -129,10 +137,22 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     let mdir = format!("lib/modules/{}", tree.release);
     a.dir(&mdir)?;
     for rel in clo.files.values() {
-        a.file(&format!("{mdir}/{rel}"), read(&tree.moddir.join(rel))?, 0o644)?;
+        a.file(
+            &format!("{mdir}/{rel}"),
+            read(&tree.moddir.join(rel))?,
+            0o644,
+        )?;
     }
-    a.file(&format!("{mdir}/modules.dep"), clo.index.dep_text().into_bytes(), 0o644)?;
-    a.file(&format!("{mdir}/modules.softdep"), clo.index.softdep_text().into_bytes(), 0o644)?;
+    a.file(
+        &format!("{mdir}/modules.dep"),
+        clo.index.dep_text().into_bytes(),
+        0o644,
+    )?;
+    a.file(
+        &format!("{mdir}/modules.softdep"),
+        clo.index.softdep_text().into_bytes(),
+        0o644,
+    )?;
     let builtin = tree.moddir.join("modules.builtin");
     if builtin.exists() {
         a.file(&format!("{mdir}/modules.builtin"), read(&builtin)?, 0o644)?;
@@ -141,7 +161,10 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
         let perm = {
             use std::os::unix::fs::PermissionsExt;
             std::fs::metadata(src)
-                .map_err(|source| BuildError::Io { path: src.clone(), source })?
+                .map_err(|source| BuildError::Io {
+                    path: src.clone(),
+                    source,
+                })?
                 .permissions()
                 .mode()
                 & 0o7777

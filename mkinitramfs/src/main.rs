@@ -25,7 +25,8 @@ fn main() -> ExitCode {
 }
 
 fn value<'a>(it: &mut impl Iterator<Item = &'a String>, flag: &str) -> Result<&'a String, String> {
-    it.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))
+    it.next()
+        .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))
 }
 
 fn run(args: &[String]) -> Result<(), String> {
@@ -49,13 +50,16 @@ fn run(args: &[String]) -> Result<(), String> {
                     "--module" => extra_modules.push(value(&mut it, a)?.clone()),
                     "--file" => {
                         let v = value(&mut it, a)?;
-                        let (s, d) = v.split_once('=').ok_or_else(|| format!("--file {v}: expected SRC=DEST"))?;
+                        let (s, d) = v
+                            .split_once('=')
+                            .ok_or_else(|| format!("--file {v}: expected SRC=DEST"))?;
                         extra_files.push((PathBuf::from(s), d.to_string()));
                     }
                     other => return Err(format!("unknown argument {other}\n{USAGE}")),
                 }
             }
-            let need = |o: Option<PathBuf>, f: &str| o.ok_or_else(|| format!("{f} is required\n{USAGE}"));
+            let need =
+                |o: Option<PathBuf>, f: &str| o.ok_or_else(|| format!("{f} is required\n{USAGE}"));
             let spec = mkinitramfs::Spec {
                 kernel: need(kernel, "--kernel")?,
                 bom: need(bom, "--bom")?,
@@ -70,7 +74,8 @@ fn run(args: &[String]) -> Result<(), String> {
             for s in &built.unresolved_softdeps {
                 eprintln!("mkinitramfs: warning: soft dependency {s} is provided by no module (ignored, as modprobe does)");
             }
-            validator::report::write_atomic(&out, &built.bytes).map_err(|e| format!("{}: {e}", out.display()))?;
+            validator::report::write_atomic(&out, &built.bytes)
+                .map_err(|e| format!("{}: {e}", out.display()))?;
             println!(
                 "{}: {} bytes, kernel {}, {} modules: {}",
                 out.display(),
@@ -100,8 +105,9 @@ fn run(args: &[String]) -> Result<(), String> {
                     n => names.push(n.to_string()),
                 }
             }
-            let tree = mkinitramfs::closure::KernelTree::open(&kernel.ok_or("--kernel is required")?)
-                .map_err(|e| e.to_string())?;
+            let tree =
+                mkinitramfs::closure::KernelTree::open(&kernel.ok_or("--kernel is required")?)
+                    .map_err(|e| e.to_string())?;
             let c = mkinitramfs::closure::closure(&tree, &names).map_err(|e| e.to_string())?;
             print!("{}", c.index.dep_text());
             print!("{}", c.index.softdep_text());

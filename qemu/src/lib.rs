@@ -1,1 +1,42 @@
-//! placeholder
+//! The boot gate's test bed: real Debian kernels in QEMU under TCG, with real disks,
+//! real module files and (later) swtpm.
+//!
+//! Contract: [`scenario::Scenario`] assembles a boot (BOM, initramfs built with the
+//! `mkinitramfs` library, a GPT root disk made from a directory with `mkfs.ext4 -d` and
+//! `sfdisk`, no loop devices, the kernel command line) in a fresh directory under
+//! `target/qemu-runs/`, and [`vm::run`] boots it in its own process group with the serial
+//! console captured to a file, a wall-clock timeout, `panic=-1` and `-no-reboot`, and
+//! returns a typed [`vm::Outcome`] (root init reached / validator decision / kernel panic /
+//! timeout) with the log path. The process group is killed at the end, whatever happened.
+//!
+//! Current limits: x86-64 guests only; TCG by default (`VALIDATOR_ACCEL=kvm` switches);
+//! one vCPU; kernels come from `scripts/provision` (`target/kernels/`).
+
+pub mod disk;
+pub mod paths;
+pub mod rootfs;
+pub mod scenario;
+pub mod vm;
+
+use std::path::{Path, PathBuf};
+
+/// A test-bed problem (not a boot outcome: those are [`vm::Verdict`]s).
+#[derive(Debug, thiserror::Error)]
+pub enum HarnessError {
+    #[error("{0}")]
+    Setup(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+impl HarnessError {
+    pub fn io(path: &Path, source: std::io::Error) -> HarnessError {
+        HarnessError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}

@@ -71,8 +71,7 @@ fn version_like(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 128
         && s.as_bytes()[0].is_ascii_alphanumeric()
-        && s
-            .bytes()
+        && s.bytes()
             .all(|c| c.is_ascii_alphanumeric() || b".+~_-:".contains(&c))
 }
 
@@ -192,7 +191,11 @@ pub struct LoadedBom {
 
 fn line_of(text: &str, offset: usize) -> usize {
     let offset = offset.min(text.len());
-    text.as_bytes()[..offset].iter().filter(|&&c| c == b'\n').count() + 1
+    text.as_bytes()[..offset]
+        .iter()
+        .filter(|&&c| c == b'\n')
+        .count()
+        + 1
 }
 
 /// Parses BOM bytes; `path` only names the source in errors.
@@ -217,13 +220,18 @@ pub fn parse(bytes: &[u8], path: &Path) -> Result<LoadedBom, BomError> {
             .map_or(1, |i| i + 1);
         return Err(invalid(
             line,
-            format!("schema {} is not supported (this build reads {SCHEMA})", bom.schema),
+            format!(
+                "schema {} is not supported (this build reads {SCHEMA})",
+                bom.schema
+            ),
         ));
     }
     let mut seen = std::collections::BTreeSet::new();
     for m in &bom.modules.load {
         if !seen.insert(m.normalized()) {
-            let line = text.find(&format!("\"{}\"", m.0)).map_or(1, |o| line_of(text, o));
+            let line = text
+                .find(&format!("\"{}\"", m.0))
+                .map_or(1, |o| line_of(text, o));
             return Err(invalid(line, format!("module {} is listed twice", m.0)));
         }
     }

@@ -125,7 +125,8 @@ impl Boot {
         self.report.warnings.append(&mut self.args.warnings);
         self.release = sys::kernel_release().map_err(|e| (Fault::Platform, e.to_string()))?;
         self.report.kernel_release = Some(self.release.clone());
-        let b = bom::load(Path::new(&self.args.bom_path)).map_err(|e| (Fault::Image, e.to_string()))?;
+        let b =
+            bom::load(Path::new(&self.args.bom_path)).map_err(|e| (Fault::Image, e.to_string()))?;
         self.report.image_id = Some(b.bom.image_id.to_string());
         self.report.bom_sha256 = Some(b.sha256.clone());
         log::info!("BOM {} sha256 {}", b.bom.image_id, b.sha256);
@@ -179,21 +180,28 @@ impl Boot {
                 )
             })
             .collect();
-        let loaded = results.iter().filter(|r| r.status == ModStatus::Loaded).count();
+        let loaded = results
+            .iter()
+            .filter(|r| r.status == ModStatus::Loaded)
+            .count();
         self.report.modules = results;
         if bad.is_empty() {
             Ok(Some(format!("{loaded} loaded")))
         } else {
-            Err((Fault::Image, format!("module(s) failed to load: {}", bad.join(", "))))
+            Err((
+                Fault::Image,
+                format!("module(s) failed to load: {}", bad.join(", ")),
+            ))
         }
     }
 
     fn storage(&mut self) -> StageResult {
-        let spec = self
-            .args
-            .root
-            .clone()
-            .ok_or_else(|| (Fault::Platform, "no root= on the kernel command line".to_string()))?;
+        let spec = self.args.root.clone().ok_or_else(|| {
+            (
+                Fault::Platform,
+                "no root= on the kernel command line".to_string(),
+            )
+        })?;
         let found = storage::wait_for(
             &spec,
             &self.roots.sys,
@@ -251,7 +259,11 @@ impl Boot {
         }
         Err((
             Fault::Image,
-            format!("cannot mount {}: {}", root.partition.device, errs.join(", ")),
+            format!(
+                "cannot mount {}: {}",
+                root.partition.device,
+                errs.join(", ")
+            ),
         ))
     }
 }
@@ -280,15 +292,20 @@ pub fn run_pid1() -> ! {
         && boot.stage("mount", Boot::mount)
         && boot.stage("handover", |b| {
             pid1::check_new_root(&b.roots.new_root, &b.args.init)
-                .map(|()| Some(format!("switch_root to {} and exec {}", b.roots.new_root.display(), b.args.init)))
+                .map(|()| {
+                    Some(format!(
+                        "switch_root to {} and exec {}",
+                        b.roots.new_root.display(),
+                        b.args.init
+                    ))
+                })
                 .map_err(|e| (Fault::Image, e.to_string()))
         });
     if ok && boot.report.decision == Decision::Pass {
         boot.emit_report();
         let err = pid1::switch_root(&boot.roots.new_root, &boot.args.init, &boot.args.init_args);
         // Past this point the old root may be gone; say what happened and stop.
-        boot.report
-            .fail(Fault::Image, format!("handover: {err}"));
+        boot.report.fail(Fault::Image, format!("handover: {err}"));
         boot.emit_report();
     } else {
         boot.emit_report();

@@ -104,7 +104,7 @@ fn next_arg(bytes: &[u8], start: usize) -> (Param, usize) {
             let mut vstart = eq + 1;
             if vstart < end && bytes[vstart] == b'"' {
                 vstart += 1;
-                if ends_with_quote && end - 1 >= vstart {
+                if ends_with_quote && end > vstart {
                     stop = end - 1;
                 }
             }
@@ -444,7 +444,17 @@ mod tests {
 
     #[test]
     fn never_panics_on_odd_bytes() {
-        for line in ["\"", "=", "\"=\"", "a=\"", "\u{0}\u{ff}", " -- ", "==", "\"\"\"", "a\"b=c"] {
+        for line in [
+            "\"",
+            "=",
+            "\"=\"",
+            "a=\"",
+            "\u{0}\u{ff}",
+            " -- ",
+            "==",
+            "\"\"\"",
+            "a\"b=c",
+        ] {
             let _ = BootArgs::parse(line);
         }
     }

@@ -430,7 +430,11 @@ pub(crate) mod tests {
         raw[n - 512 + 5] ^= 1; // backup header
         let img = Mem(raw);
         let e = read_table(&img, img.0.len() as u64, 512, Path::new("disk0")).unwrap_err();
-        assert!(e.to_string().contains("disk0: LBA 1: GPT entry array CRC mismatch"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("disk0: LBA 1: GPT entry array CRC mismatch"),
+            "{e}"
+        );
         let e = read_table(&Mem(vec![0; 4096]), 4096, 512, Path::new("d")).unwrap_err();
         assert!(e.to_string().contains("no GPT signature"), "{e}");
         let e = read_table(&Mem(vec![0; 100]), 100, 512, Path::new("d")).unwrap_err();

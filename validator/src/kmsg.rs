@@ -127,6 +127,8 @@ mod tests {
         let long = "é".repeat(1000);
         let r = records(log::Level::Warn, &long);
         assert_eq!(r.len(), 3);
-        assert!(r.iter().all(|x| x.starts_with("<12>validator: ") && x.len() < 1024));
+        assert!(r
+            .iter()
+            .all(|x| x.starts_with("<12>validator: ") && x.len() < 1024));
     }
 }

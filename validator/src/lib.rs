@@ -14,6 +14,8 @@
 //! (no dm-verity yet); no TPM measurements, no A/B slot handling, no GPU preflight yet. A
 //! failed stage stops the boot with the report on the console.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 pub mod bom;
 pub mod boot;
 pub mod cmdline;

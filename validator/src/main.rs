@@ -1,5 +1,7 @@
 //! `validator`: the boot gate's checks as a command for hosts and live nodes.
 
+#![deny(clippy::unwrap_used, clippy::expect_used)]
+
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -25,12 +27,16 @@ fn run(a: &[&str]) -> Result<ExitCode, String> {
     match a {
         ["bom", "check", file] => {
             let b = validator::bom::load(Path::new(file)).map_err(|e| e.to_string())?;
-            println!("{} sha256:{} kernel {}", b.bom.image_id, b.sha256, b.bom.kernel.release);
+            println!(
+                "{} sha256:{} kernel {}",
+                b.bom.image_id, b.sha256, b.bom.kernel.release
+            );
             Ok(ExitCode::SUCCESS)
         }
         ["cmdline", rest @ ..] => {
             let line = if rest.is_empty() {
-                std::fs::read_to_string("/proc/cmdline").map_err(|e| format!("/proc/cmdline: {e}"))?
+                std::fs::read_to_string("/proc/cmdline")
+                    .map_err(|e| format!("/proc/cmdline: {e}"))?
             } else {
                 rest.join(" ")
             };
@@ -51,7 +57,15 @@ fn run(a: &[&str]) -> Result<ExitCode, String> {
         }
         ["gpt", disk] => {
             let t = validator::gpt::read_path(Path::new(disk), 512).map_err(|e| e.to_string())?;
-            println!("disk {}{}", t.disk_guid, if t.used_backup { " (backup header)" } else { "" });
+            println!(
+                "disk {}{}",
+                t.disk_guid,
+                if t.used_backup {
+                    " (backup header)"
+                } else {
+                    ""
+                }
+            );
             for p in &t.partitions {
                 println!(
                     "{:>3} {:>10} {:>10} {} {} {:?}",

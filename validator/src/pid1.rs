@@ -93,8 +93,20 @@ pub fn mount_api_filesystems(root: &Path) -> Vec<SysError> {
     let table: [(&str, &str, &str, MsFlags, Option<&str>); 4] = [
         ("proc", "proc", "proc", nosuid, None),
         ("sysfs", "sys", "sysfs", nosuid, None),
-        ("devtmpfs", "dev", "devtmpfs", MsFlags::MS_NOSUID, Some("mode=0755")),
-        ("tmpfs", "run", "tmpfs", MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some("mode=0755")),
+        (
+            "devtmpfs",
+            "dev",
+            "devtmpfs",
+            MsFlags::MS_NOSUID,
+            Some("mode=0755"),
+        ),
+        (
+            "tmpfs",
+            "run",
+            "tmpfs",
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some("mode=0755"),
+        ),
     ];
     let mut errs = Vec::new();
     for (src, dir, fstype, flags, data) in table {
@@ -271,7 +283,9 @@ mod tests {
         assert!(e.to_string().contains("/run"), "{e}");
         // A symlink loop ends.
         std::os::unix::fs::symlink("/loop", root.join("loop")).unwrap();
-        assert!(resolve_in_root(&root, "/loop").unwrap_err().contains("too many"));
+        assert!(resolve_in_root(&root, "/loop")
+            .unwrap_err()
+            .contains("too many"));
         std::fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -121,7 +121,8 @@ impl Report {
     /// The report as one line of JSON (no newline).
     pub fn to_json(&self) -> String {
         // Serialising plain structs with string keys cannot fail.
-        serde_json::to_string(self).unwrap_or_else(|e| format!("{{\"schema\":\"{SCHEMA}\",\"error\":\"{e}\"}}"))
+        serde_json::to_string(self)
+            .unwrap_or_else(|e| format!("{{\"schema\":\"{SCHEMA}\",\"error\":\"{e}\"}}"))
     }
 
     /// The console line: prefix, JSON, newline.
@@ -133,9 +134,9 @@ impl Report {
 /// Finds and parses the report line in console output (for harnesses and fleet tooling).
 pub fn find_in_console(text: &str) -> Option<serde_json::Value> {
     text.lines()
+        .rev()
         .filter_map(|l| l.find(PREFIX).map(|i| &l[i + PREFIX.len()..]))
-        .filter_map(|j| serde_json::from_str(j.trim_end_matches('\r')).ok())
-        .last()
+        .find_map(|j| serde_json::from_str(j.trim_end_matches('\r')).ok())
 }
 
 /// Writes `bytes` to `path` atomically: a temporary file in the same directory, fsync,

@@ -51,7 +51,9 @@ pub struct DiskSeen {
 }
 
 fn read_trim(p: &Path) -> Option<String> {
-    std::fs::read_to_string(p).ok().map(|s| s.trim().to_string())
+    std::fs::read_to_string(p)
+        .ok()
+        .map(|s| s.trim().to_string())
 }
 
 /// Makes sure `<dev>/<name>` exists, creating it from `<sysdir>/dev` (`MAJ:MIN`) if not.
@@ -105,7 +107,10 @@ pub fn scan(sys_root: &Path, dev_root: &Path) -> (Vec<FoundPartition>, Vec<DiskS
         let node = match ensure_node(dev_root, &disk, &sysdir) {
             Ok(n) => n,
             Err(e) => {
-                seen.push(DiskSeen { disk, note: e.to_string() });
+                seen.push(DiskSeen {
+                    disk,
+                    note: e.to_string(),
+                });
                 continue;
             }
         };
@@ -257,7 +262,11 @@ mod tests {
         let t = Guid::parse("0fc63daf-8483-4772-8e79-3d69d8477de4").unwrap();
         let u1 = Guid::parse("11111111-2222-3333-4444-555555555555").unwrap();
         let u2 = Guid::parse("aaaaaaaa-2222-3333-4444-555555555555").unwrap();
-        std::fs::write(dev.join("vda"), build(&[(t, u1, 34, 99, "root"), (t, u2, 100, 199, "data")], 300)).unwrap();
+        std::fs::write(
+            dev.join("vda"),
+            build(&[(t, u1, 34, 99, "root"), (t, u2, 100, 199, "data")], 300),
+        )
+        .unwrap();
         std::fs::write(dev.join("vda1"), b"").unwrap();
         std::fs::write(dev.join("vda2"), b"").unwrap();
 
@@ -265,8 +274,12 @@ mod tests {
         let hit = hit.unwrap();
         assert_eq!(hit.number, 2);
         assert_eq!(hit.device, dev.join("vda2").display().to_string());
-        let (hit, _) =
-            find(&RootSpec::PartUuid("11111111-2222-3333-4444-555555555555".into()), &sys, &dev).unwrap();
+        let (hit, _) = find(
+            &RootSpec::PartUuid("11111111-2222-3333-4444-555555555555".into()),
+            &sys,
+            &dev,
+        )
+        .unwrap();
         assert_eq!(hit.unwrap().label, "root");
 
         let e = wait_for(
@@ -279,7 +292,10 @@ mod tests {
         )
         .unwrap_err();
         let msg = e.to_string();
-        assert!(msg.starts_with("root device PARTLABEL=nope not found after"), "{msg}");
+        assert!(
+            msg.starts_with("root device PARTLABEL=nope not found after"),
+            "{msg}"
+        );
         assert!(msg.contains("vda (GPT partitions [root, data])"), "{msg}");
         std::fs::remove_dir_all(&tmp).unwrap();
     }

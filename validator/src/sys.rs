@@ -79,15 +79,13 @@ pub fn mount(
 
 /// `mount(2)` with `MS_MOVE`.
 pub fn move_mount(from: &Path, to: &Path) -> Result<(), SysError> {
-    nix::mount::mount(Some(from), to, None::<&str>, MsFlags::MS_MOVE, None::<&str>).map_err(
-        |e| {
-            SysError::new(
-                "mount",
-                format!("MS_MOVE {} to {}", disp(from), disp(to)),
-                e,
-            )
-        },
-    )
+    nix::mount::mount(Some(from), to, None::<&str>, MsFlags::MS_MOVE, None::<&str>).map_err(|e| {
+        SysError::new(
+            "mount",
+            format!("MS_MOVE {} to {}", disp(from), disp(to)),
+            e,
+        )
+    })
 }
 
 /// `finit_module(2)`: loads a module from an open file.
@@ -206,8 +204,13 @@ pub fn mknod_block(p: &Path, major: u64, minor: u64) -> Result<(), SysError> {
 /// Size in bytes of a file or block device (`lseek(2)` to the end).
 pub fn file_size(f: &File) -> Result<u64, SysError> {
     let mut f = f;
-    f.seek(SeekFrom::End(0))
-        .map_err(|e| SysError::new("lseek", "SEEK_END", Errno::from_raw(e.raw_os_error().unwrap_or(0))))
+    f.seek(SeekFrom::End(0)).map_err(|e| {
+        SysError::new(
+            "lseek",
+            "SEEK_END",
+            Errno::from_raw(e.raw_os_error().unwrap_or(0)),
+        )
+    })
 }
 
 /// `statfs(2)` magic of the filesystem holding `p`.
@@ -221,12 +224,16 @@ pub const TMPFS_MAGIC: i64 = 0x0102_1994;
 
 /// `open(2)` of a directory, for removing a tree relative to it later.
 pub fn open_dir(p: &Path) -> Result<OwnedFd, SysError> {
-    nix::fcntl::open(p, OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC, Mode::empty())
-        .map(|fd| {
-            // SAFETY: `open` just returned this descriptor and nothing else owns it.
-            unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) }
-        })
-        .map_err(|e| SysError::new("open", disp(p), e))
+    nix::fcntl::open(
+        p,
+        OFlag::O_DIRECTORY | OFlag::O_RDONLY | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map(|fd| {
+        // SAFETY: `open` just returned this descriptor and nothing else owns it.
+        unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) }
+    })
+    .map_err(|e| SysError::new("open", disp(p), e))
 }
 
 /// Removes everything below the directory `dir` that lives on the same filesystem
@@ -243,7 +250,13 @@ pub fn remove_tree_same_dev(dir: BorrowedFd<'_>) -> (usize, usize) {
     (removed, failed)
 }
 
-fn remove_children(dir: BorrowedFd<'_>, dev: u64, removed: &mut usize, failed: &mut usize, depth: u32) {
+fn remove_children(
+    dir: BorrowedFd<'_>,
+    dev: u64,
+    removed: &mut usize,
+    failed: &mut usize,
+    depth: u32,
+) {
     if depth > 64 {
         *failed += 1;
         return;

@@ -166,13 +166,18 @@ impl Index {
             let path = dir.join(name);
             match std::fs::read_to_string(&path) {
                 Ok(s) => Ok(s),
-                Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => Ok(String::new()),
+                Err(e) if !required && e.kind() == std::io::ErrorKind::NotFound => {
+                    Ok(String::new())
+                }
                 Err(source) => Err(IndexError::Read { path, source }),
             }
         };
         Ok(Index {
             entries: parse_dep(&read("modules.dep", true)?, &dir.join("modules.dep"))?,
-            softdeps: parse_softdep(&read("modules.softdep", false)?, &dir.join("modules.softdep"))?,
+            softdeps: parse_softdep(
+                &read("modules.softdep", false)?,
+                &dir.join("modules.softdep"),
+            )?,
             builtin: parse_builtin(&read("modules.builtin", false)?),
         })
     }
@@ -224,7 +229,10 @@ mod tests {
     #[test]
     fn names_from_paths() {
         assert_eq!(name_of_path("kernel/fs/ext4/ext4.ko"), "ext4");
-        assert_eq!(name_of_path("kernel/drivers/char/hw_random/virtio-rng.ko.xz"), "virtio_rng");
+        assert_eq!(
+            name_of_path("kernel/drivers/char/hw_random/virtio-rng.ko.xz"),
+            "virtio_rng"
+        );
         assert_eq!(name_of_path("a.ko.zst"), "a");
         assert_eq!(name_of_path("crc32c-intel.ko.gz"), "crc32c_intel");
     }
@@ -235,7 +243,10 @@ mod tests {
         let deps = parse_dep(text, Path::new("modules.dep")).unwrap();
         assert_eq!(deps["ext4"].deps, vec!["jbd2", "crc16"]);
         assert!(deps["jbd2"].deps.is_empty());
-        let idx = Index { entries: deps, ..Default::default() };
+        let idx = Index {
+            entries: deps,
+            ..Default::default()
+        };
         let again = parse_dep(&idx.dep_text(), Path::new("x")).unwrap();
         assert_eq!(again, idx.entries);
     }
@@ -243,7 +254,10 @@ mod tests {
     #[test]
     fn malformed_lines_are_named() {
         let e = parse_dep("a.ko: b.ko\nnonsense\n", Path::new("m.dep")).unwrap_err();
-        assert_eq!(e.to_string(), "m.dep:2: expected `path: deps`, got \"nonsense\"");
+        assert_eq!(
+            e.to_string(),
+            "m.dep:2: expected `path: deps`, got \"nonsense\""
+        );
         let e = parse_dep(": b.ko\n", Path::new("m.dep")).unwrap_err();
         assert!(e.to_string().contains("m.dep:1: not a module path"));
         let e = parse_softdep("softdep a x\n", Path::new("s")).unwrap_err();
@@ -254,13 +268,26 @@ mod tests {
 
     #[test]
     fn softdeps() {
-        let sd = parse_softdep("softdep ext4 pre: crc32c post: foo-bar\nsoftdep ext4 pre: x\n", Path::new("s")).unwrap();
+        let sd = parse_softdep(
+            "softdep ext4 pre: crc32c post: foo-bar\nsoftdep ext4 pre: x\n",
+            Path::new("s"),
+        )
+        .unwrap();
         assert_eq!(sd["ext4"].pre, vec!["crc32c", "x"]);
         assert_eq!(sd["ext4"].post, vec!["foo_bar"]);
-        let idx = Index { softdeps: sd, ..Default::default() };
-        assert_eq!(idx.softdep_text(), "softdep ext4 pre: crc32c x post: foo_bar\n");
+        let idx = Index {
+            softdeps: sd,
+            ..Default::default()
+        };
+        assert_eq!(
+            idx.softdep_text(),
+            "softdep ext4 pre: crc32c x post: foo_bar\n"
+        );
         assert_eq!(parse_softdep_value("pre: crc32c").pre, vec!["crc32c"]);
-        assert_eq!(parse_softdep_value("junk pre: a post: b c").post, vec!["b", "c"]);
+        assert_eq!(
+            parse_softdep_value("junk pre: a post: b c").post,
+            vec!["b", "c"]
+        );
     }
 
     #[test]

@@ -160,7 +160,11 @@ impl Loader {
     }
 
     fn is_live(&self, name: &str) -> bool {
-        self.sys_root.join("module").join(name).join("initstate").exists()
+        self.sys_root
+            .join("module")
+            .join(name)
+            .join("initstate")
+            .exists()
     }
 
     fn kernel_compression(&self) -> Option<String> {
@@ -187,7 +191,11 @@ impl Loader {
         let file = match File::open(&path) {
             Ok(f) => f,
             Err(e) => {
-                return fail(r, sys::io_errno_name(&e), format!("open {}: {e}", path.display()))
+                return fail(
+                    r,
+                    sys::io_errno_name(&e),
+                    format!("open {}: {e}", path.display()),
+                )
             }
         };
         let comp = Compression::from_name(rel);
@@ -199,7 +207,11 @@ impl Loader {
             let bytes = match std::fs::read(&path) {
                 Ok(b) => b,
                 Err(e) => {
-                    return fail(r, sys::io_errno_name(&e), format!("read {}: {e}", path.display()))
+                    return fail(
+                        r,
+                        sys::io_errno_name(&e),
+                        format!("read {}: {e}", path.display()),
+                    )
                 }
             };
             match modinfo::decompress(&bytes, comp) {
@@ -275,7 +287,10 @@ mod tests {
         );
         assert_eq!(r[0].errno.as_deref(), Some("ENOENT"));
         assert!(r[0].softdep && r[1].softdep && !r[2].softdep);
-        assert_eq!(r[3].message.as_deref(), Some("dependency jbd2 did not load"));
+        assert_eq!(
+            r[3].message.as_deref(),
+            Some("dependency jbd2 did not load")
+        );
         // The live and built-in modules are reported once asked for directly.
         let r = l.load_all(&["mbcache".into(), "crc16".into()]);
         let st: Vec<_> = r.iter().map(|m| m.status).collect();

@@ -90,7 +90,11 @@ pub fn decompress(bytes: &[u8], c: Compression) -> Result<Vec<u8>, ModFileError>
     Ok(out)
 }
 
-fn read_limited<R: Read>(r: R, out: &mut Vec<u8>, format: &'static str) -> Result<(), ModFileError> {
+fn read_limited<R: Read>(
+    r: R,
+    out: &mut Vec<u8>,
+    format: &'static str,
+) -> Result<(), ModFileError> {
     r.take(MAX_MODULE as u64 + 1)
         .read_to_end(out)
         .map_err(|e| ModFileError::Decompress {
@@ -117,7 +121,8 @@ impl ModInfo {
             .filter(|s| !s.is_empty())
             .filter_map(|s| {
                 let s = String::from_utf8_lossy(s);
-                s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string()))
+                s.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
             })
             .collect();
         ModInfo { pairs }
@@ -125,12 +130,18 @@ impl ModInfo {
 
     /// The first value of `key`.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.pairs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 
     /// Every value of `key`.
     pub fn all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-        self.pairs.iter().filter(move |(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.pairs
+            .iter()
+            .filter(move |(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 
     /// `depends=`, split on commas, normalised.
@@ -203,7 +214,9 @@ pub fn parse_elf(bytes: &[u8]) -> Result<ModuleElf, ModFileError> {
         } else {
             out.has_versions = true;
             if len % MODVERSION_INFO_SIZE != 0 {
-                return Err(bad(&format!("__versions size {len} is not a multiple of 64")));
+                return Err(bad(&format!(
+                    "__versions size {len} is not a multiple of 64"
+                )));
             }
             for rec in data.chunks_exact(MODVERSION_INFO_SIZE) {
                 let mut c = [0u8; 8];
@@ -224,7 +237,11 @@ pub fn parse_elf(bytes: &[u8]) -> Result<ModuleElf, ModFileError> {
         if sym.st_shndx != goblin::elf::section_header::SHN_ABS as usize {
             continue;
         }
-        if let Some(s) = elf.strtab.get_at(sym.st_name).and_then(|n| n.strip_prefix("__crc_")) {
+        if let Some(s) = elf
+            .strtab
+            .get_at(sym.st_name)
+            .and_then(|n| n.strip_prefix("__crc_"))
+        {
             out.exports.push(VersionEntry {
                 symbol: s.to_string(),
                 crc: sym.st_value as u32,
@@ -248,16 +265,22 @@ mod tests {
         assert_eq!(mi.get("license"), Some("GPL"));
         assert_eq!(mi.depends(), vec!["jbd2", "crc16", "mbcache"]);
         assert_eq!(mi.all("alias").collect::<Vec<_>>(), vec!["fs-ext4", "ext3"]);
-        assert_eq!(ModInfo::parse(b"depends=\0").depends(), Vec::<String>::new());
+        assert_eq!(
+            ModInfo::parse(b"depends=\0").depends(),
+            Vec::<String>::new()
+        );
     }
 
     #[test]
     fn garbage_is_refused_cleanly() {
         assert_eq!(parse_elf(b""), Err(ModFileError::NotElf));
         assert_eq!(parse_elf(b"MZ\x90\0"), Err(ModFileError::NotElf));
-        assert!(matches!(parse_elf(b"\x7fELF\x02\x01\x01"), Err(ModFileError::BadElf(_))));
+        assert!(matches!(
+            parse_elf(b"\x7fELF\x02\x01\x01"),
+            Err(ModFileError::BadElf(_))
+        ));
         let mut junk = b"\x7fELF\x02\x01\x01\0".to_vec();
-        junk.extend(std::iter::repeat(0xff).take(200));
+        junk.extend(std::iter::repeat_n(0xff, 200));
         assert!(parse_elf(&junk).is_err());
         assert!(matches!(
             decompress(b"not xz", Compression::Xz),

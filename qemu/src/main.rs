@@ -1,0 +1,47 @@
+//! `qemu-harness`: boot a scenario of the boot gate in QEMU and print its health report.
+
+use std::process::ExitCode;
+
+use qemu::scenario::{Scenario, NAMES};
+use qemu::vm::Verdict;
+
+fn usage() -> String {
+    format!(
+        "usage:\n  qemu-harness run [SCENARIO]     boot a scenario (default: good) and print the report\n\
+         scenarios: {}\nenvironment: VALIDATOR_ACCEL=tcg|kvm, VALIDATOR_VM_TIMEOUT=seconds, VALIDATOR_INIT=path\n",
+        NAMES.join(", ")
+    )
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let name = match a.as_slice() {
+        ["run"] => "good",
+        ["run", n] => n,
+        _ => {
+            eprint!("{}", usage());
+            return ExitCode::from(2);
+        }
+    };
+    let outcome = match Scenario::named(name).and_then(|s| s.run()) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("qemu-harness: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match &outcome.report {
+        Some(r) => println!("{}", serde_json::to_string_pretty(r).unwrap_or_default()),
+        None => println!("(no report printed)"),
+    }
+    eprintln!("scenario {name}: {}", outcome.describe());
+    if let Some(m) = &outcome.marker {
+        eprintln!("root: {m}");
+    }
+    match outcome.verdict {
+        Verdict::RootInitReached => ExitCode::SUCCESS,
+        Verdict::Decision(_) => ExitCode::from(1),
+        _ => ExitCode::from(3),
+    }
+}

@@ -1,0 +1,103 @@
+//! Where the test bed finds the workspace, the provisioned kernels and the built init.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use crate::HarnessError;
+
+/// The workspace root (the directory holding the top-level `Cargo.toml`).
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// An unpacked kernel package fetched by `scripts/provision`.
+#[derive(Debug, Clone)]
+pub struct Kernel {
+    /// The package root (`boot/`, `lib/modules/<release>/`).
+    pub root: PathBuf,
+    pub release: String,
+    pub vmlinuz: PathBuf,
+}
+
+/// The kernel provisioned under `target/kernels/<name>` (`default`, `k612`, `cloud`).
+pub fn kernel(name: &str) -> Result<Kernel, HarnessError> {
+    let root = workspace().join("target/kernels").join(name);
+    let tree = mkinitramfs::closure::KernelTree::open(&root).map_err(|e| {
+        HarnessError::Setup(format!(
+            "kernel {name}: {e} (run scripts/provision{})",
+            if name == "default" {
+                ""
+            } else {
+                " with PROVISION_KERNELS=all"
+            }
+        ))
+    })?;
+    let vmlinuz = tree.vmlinuz.clone().ok_or_else(|| {
+        HarnessError::Setup(format!("kernel {name}: no boot/vmlinuz-{}", tree.release))
+    })?;
+    Ok(Kernel {
+        root,
+        release: tree.release,
+        vmlinuz,
+    })
+}
+
+static BUILD: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// The static init, built for `x86_64-unknown-linux-musl` in release mode. `VALIDATOR_INIT`
+/// names a prebuilt one; otherwise it is (re)built once per process with cargo, into its
+/// own target directory so it never waits on the build lock of a running `cargo test`.
+pub fn init_binary() -> Result<PathBuf, HarnessError> {
+    if let Ok(p) = std::env::var("VALIDATOR_INIT") {
+        return Ok(PathBuf::from(p));
+    }
+    let mut guard = BUILD.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(p) = guard.as_ref() {
+        return Ok(p.clone());
+    }
+    let ws = workspace();
+    let target_dir = ws.join("target/harness");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .current_dir(&ws)
+        .args([
+            "build",
+            "--release",
+            "--locked",
+            "-q",
+            "-p",
+            "init",
+            "--target",
+            "x86_64-unknown-linux-musl",
+            "--target-dir",
+        ])
+        .arg(&target_dir)
+        .output()
+        .map_err(|e| HarnessError::Setup(format!("cannot run cargo to build the init: {e}")))?;
+    if !out.status.success() {
+        return Err(HarnessError::Setup(format!(
+            "building the init failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    let p = target_dir.join("x86_64-unknown-linux-musl/release/init");
+    *guard = Some(p.clone());
+    Ok(p)
+}
+
+/// A fresh working directory under `target/qemu-runs/` for one run; kept for its logs.
+pub fn run_dir(name: &str) -> Result<PathBuf, HarnessError> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    let d = workspace().join("target/qemu-runs").join(format!(
+        "{name}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).map_err(|e| HarnessError::io(&d, e))?;
+    Ok(d)
+}

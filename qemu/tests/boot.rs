@@ -1,0 +1,160 @@
+//! End-to-end boots of the real Debian kernel in QEMU with our init as PID 1.
+
+use qemu::scenario::Scenario;
+use qemu::vm::Verdict;
+
+fn run(name: &str) -> qemu::vm::Outcome {
+    let o = Scenario::named(name)
+        .and_then(|s| s.run())
+        .unwrap_or_else(|e| panic!("scenario {name}: {e}"));
+    eprintln!("scenario {name}: {}", o.describe());
+    assert!(!o.timed_out, "scenario {name} timed out: {}", o.describe());
+    assert!(
+        !o.console.contains("Attempted to kill init"),
+        "{}",
+        o.describe()
+    );
+    o
+}
+
+#[test]
+fn good_boot_loads_modules_itself_and_switches_root() {
+    let o = run("good");
+    assert_eq!(o.verdict, Verdict::RootInitReached, "{}", o.describe());
+    let marker = o.marker.as_deref().unwrap_or_default();
+    assert!(
+        marker.ends_with("pid=1"),
+        "the root's init is not PID 1: {marker}"
+    );
+    let r = o.report.as_ref().expect("report line");
+    assert_eq!(r["schema"], "validator.report/v1");
+    assert_eq!(r["decision"], "pass", "{r}");
+    // The init loaded the storage and filesystem modules and their dependencies itself.
+    let loaded: Vec<&str> = r["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["status"] == "loaded")
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    for m in [
+        "virtio_ring",
+        "virtio",
+        "virtio_pci",
+        "virtio_blk",
+        "crc16",
+        "mbcache",
+        "jbd2",
+        "ext4",
+    ] {
+        assert!(loaded.contains(&m), "{m} not loaded: {loaded:?}");
+    }
+    let pos = |n: &str| loaded.iter().position(|x| *x == n).unwrap();
+    assert!(pos("jbd2") < pos("ext4") && pos("virtio") < pos("virtio_blk"));
+    assert_eq!(r["root"]["label"], "root");
+    assert_eq!(r["root"]["fstype"], "ext4");
+    assert_eq!(r["root"]["read_only"], true);
+    let stages: Vec<&str> = r["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(stages, ["start", "modules", "storage", "mount", "handover"]);
+    assert!(r["stages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|s| s["status"] == "ok"));
+    // The BOM digest is the digest of the BOM file that went into the initramfs.
+    assert_eq!(r["bom_sha256"].as_str().unwrap().len(), 64);
+    // The report survived switch_root in /run, and the initramfs was emptied.
+    assert_eq!(
+        o.root_report.as_ref(),
+        Some(r),
+        "report in /run differs from the console's"
+    );
+    assert!(
+        o.console.contains("switch_root: freed the initramfs"),
+        "{}",
+        o.describe()
+    );
+    assert!(o.console.contains("reboot: Power down"));
+}
+
+#[test]
+fn absent_root_device_stops_cleanly_with_a_report() {
+    let o = run("no-root");
+    assert_eq!(
+        o.verdict,
+        Verdict::Decision("stop".into()),
+        "{}",
+        o.describe()
+    );
+    let r = o.report.as_ref().unwrap();
+    let reason = r["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("storage: root device PARTLABEL=root not found after 3."),
+        "{reason}"
+    );
+    assert_eq!(r["fault"], "hardware");
+    let last = r["stages"].as_array().unwrap().last().unwrap();
+    assert_eq!(
+        (last["name"].as_str(), last["status"].as_str()),
+        (Some("storage"), Some("failed"))
+    );
+    assert!(o.console.contains("reboot: Power down"), "{}", o.describe());
+    assert!(!o.console.contains("Kernel panic"), "{}", o.describe());
+}
+
+#[test]
+fn module_the_kernel_refuses_is_named_with_its_errno() {
+    let o = run("bad-module");
+    assert_eq!(
+        o.verdict,
+        Verdict::Decision("stop".into()),
+        "{}",
+        o.describe()
+    );
+    let r = o.report.as_ref().unwrap();
+    let m = r["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "kvm_intel")
+        .expect("kvm_intel in report");
+    assert_eq!(m["status"], "failed");
+    assert_eq!(m["errno"], "EOPNOTSUPP");
+    assert_eq!(
+        r["reason"],
+        "modules: module(s) failed to load: kvm_intel (EOPNOTSUPP)"
+    );
+    assert_eq!(r["fault"], "image");
+    // Its dependencies did load.
+    let kvm = r["modules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "kvm")
+        .unwrap();
+    assert_eq!(kvm["status"], "loaded");
+    assert!(!o.console.contains("Kernel panic"), "{}", o.describe());
+}
+
+#[test]
+fn forced_panic_is_logged_and_ends_the_vm_without_killing_init() {
+    let o = run("panic");
+    let line = o
+        .console
+        .lines()
+        .find(|l| {
+            l.contains(
+                "PANIC in PID 1: test panic requested at stage modules (validator.test_panic)",
+            )
+        })
+        .unwrap_or_else(|| panic!("panic message not in the kernel log: {}", o.describe()));
+    assert!(line.contains("then power off"), "{line}");
+    assert!(o.console.contains("reboot: Power down"), "{}", o.describe());
+    assert!(o.report.is_none(), "no report after a panic");
+    assert!(matches!(o.verdict, Verdict::Exited(_)), "{}", o.describe());
+}
