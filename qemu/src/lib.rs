@@ -12,6 +12,7 @@
 //! Current limits: x86-64 guests only; TCG by default (`VALIDATOR_ACCEL=kvm` switches);
 //! one vCPU; kernels come from `scripts/provision` (`target/kernels/`).
 
+pub mod bench;
 pub mod disk;
 pub mod paths;
 pub mod rootfs;

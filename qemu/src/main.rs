@@ -8,6 +8,8 @@ use qemu::vm::Verdict;
 fn usage() -> String {
     format!(
         "usage:\n  qemu-harness run [SCENARIO]     boot a scenario (default: good) and print the report\n\
+         \x20 qemu-harness bench [RUNS] [DEBIAN_INITRD] [CPUS,...]\n\
+         \x20                                boot ours and Debian's initramfs alternately; print medians\n\
          scenarios: {}\nenvironment: VALIDATOR_ACCEL=tcg|kvm, VALIDATOR_VM_TIMEOUT=seconds, VALIDATOR_INIT=path\n",
         NAMES.join(", ")
     )
@@ -19,6 +21,21 @@ fn main() -> ExitCode {
     let name = match a.as_slice() {
         ["run"] => "good",
         ["run", n] => n,
+        ["bench", rest @ ..] => {
+            let runs = rest.first().and_then(|r| r.parse().ok()).unwrap_or(5);
+            let deb = rest.get(1).map(std::path::Path::new);
+            let cpus: Vec<u32> = rest
+                .get(2)
+                .map(|c| c.split(',').filter_map(|x| x.parse().ok()).collect())
+                .unwrap_or_else(|| vec![1, 2]);
+            for c in cpus {
+                if let Err(e) = qemu::bench::run(runs, deb, c) {
+                    eprintln!("qemu-harness: {e}");
+                    return ExitCode::from(2);
+                }
+            }
+            return ExitCode::SUCCESS;
+        }
         _ => {
             eprint!("{}", usage());
             return ExitCode::from(2);

@@ -9,6 +9,9 @@ use crate::HarnessError;
 
 /// Printed by the root's init, with `uptime=` (seconds since boot) and `pid=`.
 pub const MARKER: &str = "ROOT-INIT-MARKER";
+/// Written by the root's init to `/dev/kmsg` first thing, so the kernel log timestamps it
+/// on the same clock as "Run /init".
+pub const KMSG_MARKER: &str = "root-init: reached";
 /// Printed by the root's init before the report it found in `/run/validator/report.json`.
 pub const ROOT_REPORT: &str = "ROOT-REPORT ";
 
@@ -44,6 +47,7 @@ pub fn build(dir: &Path, extra: &str) -> Result<(), HarnessError> {
     let script = format!(
         "#!/bin/sh\n\
          export PATH=/usr/bin:/bin\n\
+         echo \"{KMSG_MARKER}\" > /dev/kmsg\n\
          echo \"{MARKER} uptime=$(cut -d' ' -f1 /proc/uptime) pid=$$\"\n\
          echo \"{ROOT_REPORT}$(cat /run/validator/report.json 2>/dev/null)\"\n\
          {extra}\n\

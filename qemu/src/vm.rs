@@ -38,6 +38,8 @@ pub struct VmConfig {
     /// Raw disk images, attached as virtio-blk in order (`vda`, `vdb`, ...).
     pub disks: Vec<PathBuf>,
     pub memory_mib: u32,
+    /// Virtual CPUs (default 1).
+    pub cpus: u32,
     pub accel: Accel,
     pub timeout: Duration,
     /// Extra QEMU arguments (devices, TPM).
@@ -52,6 +54,7 @@ impl VmConfig {
             append: String::new(),
             disks: Vec::new(),
             memory_mib: 1024,
+            cpus: 1,
             accel: Accel::from_env(),
             timeout: Duration::from_secs(
                 std::env::var("VALIDATOR_VM_TIMEOUT")
@@ -75,7 +78,12 @@ impl VmConfig {
             Accel::Kvm => "host",
         };
         c.args(["-machine", &format!("q35,accel={accel}"), "-cpu", cpu])
-            .args(["-m", &self.memory_mib.to_string(), "-smp", "1"])
+            .args([
+                "-m",
+                &self.memory_mib.to_string(),
+                "-smp",
+                &self.cpus.to_string(),
+            ])
             .args([
                 "-nodefaults",
                 "-display",

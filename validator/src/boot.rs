@@ -163,7 +163,7 @@ impl Boot {
                     r.errno.as_deref().unwrap_or(""),
                     r.message.as_deref().unwrap_or("")
                 ),
-                s => log::info!("module {}: {s:?} in {} us", r.name, r.duration_us),
+                s => log::debug!("module {}: {s:?} in {} us", r.name, r.duration_us),
             }
         }
         let bad: Vec<String> = results
@@ -272,10 +272,16 @@ impl Boot {
 pub fn run_pid1() -> ! {
     let start = boottime_us();
     let api_errs = pid1::mount_api_filesystems(Path::new("/"));
+    let mounted = boottime_us();
     kmsg::init(log::LevelFilter::Info);
     // Keep our records: the default kmsg rate limit would drop most of them.
     let _ = std::fs::write("/proc/sys/kernel/printk_devkmsg", "on\n");
-    log::info!("validator {} starting as PID 1", env!("CARGO_PKG_VERSION"));
+    log::info!(
+        "validator {} starting as PID 1 (at {start} us; API mounts {} us, log {} us)",
+        env!("CARGO_PKG_VERSION"),
+        mounted - start,
+        boottime_us() - mounted
+    );
     let mut boot = Boot {
         roots: Roots::default(),
         args: BootArgs::default(),

@@ -76,6 +76,31 @@ impl ModuleReport {
     }
 }
 
+/// One module in a load plan.
+#[derive(Debug, Clone)]
+struct Node {
+    name: String,
+    path: String,
+    softdep: bool,
+    /// Hard dependencies: must have loaded first, else this one is skipped.
+    hard: Vec<usize>,
+    /// `pre:` soft dependencies: attempted first, their failure does not matter.
+    pre: Vec<usize>,
+    /// For a `post:` soft dependency: the module it follows (loaded only if that loaded).
+    post_of: Option<usize>,
+    /// Decided without loading (built in, not in the index, cycle).
+    preset: Option<ModuleReport>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Waiting,
+    Running,
+    Done(bool),
+    /// Never attempted: the module it was a post-softdep of did not load.
+    Dropped,
+}
+
 /// Loads modules from one module directory (`/lib/modules/<release>`).
 #[derive(Debug)]
 pub struct Loader {
@@ -83,8 +108,10 @@ pub struct Loader {
     pub index: Index,
     /// The sysfs root (`/sys` on a live system).
     pub sys_root: PathBuf,
-    results: BTreeMap<String, ModuleReport>,
-    order: Vec<String>,
+    /// Worker threads; independent modules load in parallel (the kernel allows it).
+    pub jobs: usize,
+    nodes: Vec<Node>,
+    by_name: BTreeMap<String, usize>,
 }
 
 impl Loader {
@@ -93,70 +120,206 @@ impl Loader {
             dir: dir.to_path_buf(),
             index,
             sys_root: sys_root.to_path_buf(),
-            results: BTreeMap::new(),
-            order: Vec::new(),
+            jobs: std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
+            nodes: Vec::new(),
+            by_name: BTreeMap::new(),
         }
     }
 
     /// Loads each named module (and what it needs); returns one report per module touched,
-    /// in the order they were handled.
+    /// in plan order (each module after what it waits for), whatever the timing was.
     pub fn load_all(&mut self, names: &[String]) -> Vec<ModuleReport> {
+        self.nodes.clear();
+        self.by_name.clear();
+        let mut visiting = Vec::new();
         for n in names {
-            self.load(&crate::bom::normalize_module_name(n), false, 0);
+            self.plan(
+                &crate::bom::normalize_module_name(n),
+                false,
+                None,
+                &mut visiting,
+            );
         }
-        self.order
-            .iter()
-            .filter_map(|n| self.results.get(n).cloned())
-            .collect()
+        self.execute()
     }
 
-    fn record(&mut self, r: ModuleReport) -> bool {
-        let ok = r.ok();
-        self.order.push(r.name.clone());
-        self.results.insert(r.name.clone(), r);
-        ok
+    fn push(&mut self, mut node: Node) -> usize {
+        let i = self.nodes.len();
+        if let Some(r) = node.preset.as_mut() {
+            r.softdep = node.softdep;
+        }
+        self.by_name.insert(node.name.clone(), i);
+        self.nodes.push(node);
+        i
     }
 
-    fn load(&mut self, name: &str, softdep: bool, depth: u32) -> bool {
-        if let Some(r) = self.results.get(name) {
-            return r.ok();
+    fn preset(
+        &mut self,
+        name: &str,
+        softdep: bool,
+        post_of: Option<usize>,
+        r: ModuleReport,
+    ) -> usize {
+        self.push(Node {
+            name: name.to_string(),
+            path: String::new(),
+            softdep,
+            hard: vec![],
+            pre: vec![],
+            post_of,
+            preset: Some(r),
+        })
+    }
+
+    /// Adds `name` and everything it waits for to the plan (post-order: dependencies
+    /// first); returns its node.
+    fn plan(
+        &mut self,
+        name: &str,
+        softdep: bool,
+        post_of: Option<usize>,
+        visiting: &mut Vec<String>,
+    ) -> usize {
+        if let Some(&i) = self.by_name.get(name) {
+            return i;
         }
-        if depth > 64 {
+        if visiting.iter().any(|v| v == name) || visiting.len() > 64 {
             let mut r = ModuleReport::new(name, ModStatus::Skipped);
-            r.message = Some("dependency chain deeper than 64 (a cycle?)".into());
-            return self.record(r);
+            r.message = Some(format!(
+                "dependency cycle through {}",
+                visiting.join(" -> ")
+            ));
+            return self.preset(name, softdep, post_of, r);
         }
         if self.index.builtin.contains(name) {
-            return self.record(ModuleReport::new(name, ModStatus::Builtin));
+            return self.preset(
+                name,
+                softdep,
+                post_of,
+                ModuleReport::new(name, ModStatus::Builtin),
+            );
         }
         let Some(entry) = self.index.entries.get(name).cloned() else {
             let mut r = ModuleReport::new(name, ModStatus::Skipped);
-            r.softdep = softdep;
             r.message = Some("not in the initramfs module index (modules.dep)".into());
-            return self.record(r);
+            return self.preset(name, softdep, post_of, r);
         };
         let soft = self.index.softdeps.get(name).cloned().unwrap_or_default();
-        for p in &soft.pre {
-            self.load(p, true, depth + 1);
+        visiting.push(name.to_string());
+        let pre: Vec<usize> = soft
+            .pre
+            .iter()
+            .map(|p| self.plan(p, true, None, visiting))
+            .collect();
+        // modules.dep lists the one to load first last.
+        let hard: Vec<usize> = entry
+            .deps
+            .iter()
+            .rev()
+            .map(|d| self.plan(d, softdep, None, visiting))
+            .collect();
+        visiting.pop();
+        let me = self.push(Node {
+            name: name.to_string(),
+            path: entry.path.clone(),
+            softdep,
+            hard,
+            pre,
+            post_of,
+            preset: None,
+        });
+        for q in &soft.post {
+            visiting.push(name.to_string());
+            self.plan(q, true, Some(me), visiting);
+            visiting.pop();
         }
-        for d in &entry.deps {
-            if !self.load(d, softdep, depth + 1) {
-                let mut r = ModuleReport::new(name, ModStatus::Skipped);
-                r.path = Some(entry.path.clone());
-                r.softdep = softdep;
-                r.message = Some(format!("dependency {d} did not load"));
-                return self.record(r);
+        me
+    }
+
+    /// Runs the plan with `jobs` workers.
+    fn execute(&self) -> Vec<ModuleReport> {
+        use std::sync::{Condvar, Mutex};
+        let n = self.nodes.len();
+        let mut states = vec![State::Waiting; n];
+        let mut results: Vec<Option<ModuleReport>> = vec![None; n];
+        for (i, node) in self.nodes.iter().enumerate() {
+            if let (Some(r), None) = (&node.preset, node.post_of) {
+                states[i] = State::Done(r.ok());
+                results[i] = Some(r.clone());
             }
         }
-        let mut r = self.load_one(name, &entry.path);
-        r.softdep = softdep;
-        let ok = self.record(r);
-        if ok {
-            for p in &soft.post {
-                self.load(p, true, depth + 1);
+        let shared = Mutex::new((states, results));
+        let cv = Condvar::new();
+        let worker = || loop {
+            let mut g = shared.lock().unwrap_or_else(|p| p.into_inner());
+            let pick = loop {
+                let (states, results) = &mut *g;
+                let mut pick = None;
+                for (i, node) in self.nodes.iter().enumerate() {
+                    if states[i] != State::Waiting {
+                        continue;
+                    }
+                    if let Some(p) = node.post_of {
+                        match states[p] {
+                            State::Done(true) => {}
+                            State::Done(false) | State::Dropped => {
+                                states[i] = State::Dropped;
+                                continue;
+                            }
+                            _ => continue,
+                        }
+                    }
+                    let finished =
+                        |j: &usize| matches!(states[*j], State::Done(_) | State::Dropped);
+                    if !node.pre.iter().all(finished) || !node.hard.iter().all(finished) {
+                        continue;
+                    }
+                    if let Some(&d) = node.hard.iter().find(|&&j| states[j] != State::Done(true)) {
+                        let mut r = ModuleReport::new(&node.name, ModStatus::Skipped);
+                        r.path = Some(node.path.clone());
+                        r.softdep = node.softdep;
+                        r.message = Some(format!("dependency {} did not load", self.nodes[d].name));
+                        states[i] = State::Done(false);
+                        results[i] = Some(r);
+                        continue;
+                    }
+                    if let Some(r) = &node.preset {
+                        states[i] = State::Done(r.ok());
+                        results[i] = Some(r.clone());
+                        continue;
+                    }
+                    states[i] = State::Running;
+                    pick = Some(i);
+                    break;
+                }
+                let pending = states
+                    .iter()
+                    .any(|s| matches!(s, State::Waiting | State::Running));
+                if pick.is_some() || !pending {
+                    cv.notify_all();
+                    break pick;
+                }
+                g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
+            };
+            drop(g);
+            let Some(i) = pick else { return };
+            let node = &self.nodes[i];
+            let mut r = self.load_one(&node.name, &node.path);
+            r.softdep = node.softdep;
+            let mut g = shared.lock().unwrap_or_else(|p| p.into_inner());
+            g.0[i] = State::Done(r.ok());
+            g.1[i] = Some(r);
+            drop(g);
+            cv.notify_all();
+        };
+        std::thread::scope(|s| {
+            for _ in 1..self.jobs.max(1) {
+                s.spawn(worker);
             }
-        }
-        ok
+            worker();
+        });
+        let (_, results) = shared.into_inner().unwrap_or_else(|p| p.into_inner());
+        results.into_iter().flatten().collect()
     }
 
     fn is_live(&self, name: &str) -> bool {
@@ -256,6 +419,13 @@ mod tests {
         add("crc16", &[]);
         add("crc32c_generic", &[]);
         i.softdeps.insert(
+            "jbd2".into(),
+            SoftDeps {
+                pre: vec![],
+                post: vec!["crc32c_generic".into(), "never_reached".into()],
+            },
+        );
+        i.softdeps.insert(
             "ext4".into(),
             SoftDeps {
                 pre: vec!["crc32c_generic".into(), "crc32c".into()],
@@ -273,28 +443,32 @@ mod tests {
         let tmp = std::env::temp_dir().join(format!("vld-mod-{}", std::process::id()));
         std::fs::create_dir_all(tmp.join("sys/module/mbcache")).unwrap();
         std::fs::write(tmp.join("sys/module/mbcache/initstate"), "live\n").unwrap();
-        let mut l = Loader::new(&tmp.join("lib"), idx(), &tmp.join("sys"));
-        let r = l.load_all(&["ext4".into()]);
-        let names: Vec<_> = r.iter().map(|m| (m.name.as_str(), m.status)).collect();
-        assert_eq!(
-            names,
-            vec![
-                ("crc32c_generic", ModStatus::Failed),
-                ("crc32c", ModStatus::Skipped),
-                ("jbd2", ModStatus::Failed),
-                ("ext4", ModStatus::Skipped),
-            ]
-        );
-        assert_eq!(r[0].errno.as_deref(), Some("ENOENT"));
-        assert!(r[0].softdep && r[1].softdep && !r[2].softdep);
-        assert_eq!(
-            r[3].message.as_deref(),
-            Some("dependency jbd2 did not load")
-        );
-        // The live and built-in modules are reported once asked for directly.
-        let r = l.load_all(&["mbcache".into(), "crc16".into()]);
-        let st: Vec<_> = r.iter().map(|m| m.status).collect();
-        assert!(st.contains(&ModStatus::AlreadyLoaded) && st.contains(&ModStatus::Builtin));
+        for jobs in [1, 4] {
+            let mut l = Loader::new(&tmp.join("lib"), idx(), &tmp.join("sys"));
+            l.jobs = jobs;
+            let r = l.load_all(&["ext4".into(), "jbd2".into()]);
+            let names: Vec<_> = r.iter().map(|m| (m.name.as_str(), m.status)).collect();
+            // Plan order: pre-softdeps, then hard deps (modules.dep lists the one to load
+            // first last), then the module; a post-softdep of a failed module is dropped.
+            assert_eq!(
+                names,
+                vec![
+                    ("crc32c_generic", ModStatus::Failed),
+                    ("crc32c", ModStatus::Skipped),
+                    ("crc16", ModStatus::Builtin),
+                    ("mbcache", ModStatus::AlreadyLoaded),
+                    ("jbd2", ModStatus::Failed),
+                    ("ext4", ModStatus::Skipped),
+                ],
+                "jobs={jobs}"
+            );
+            assert_eq!(r[0].errno.as_deref(), Some("ENOENT"));
+            assert!(r[0].softdep && r[1].softdep && !r[2].softdep);
+            assert_eq!(
+                r[5].message.as_deref(),
+                Some("dependency jbd2 did not load")
+            );
+        }
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 }
