@@ -19,6 +19,7 @@
 pub mod bom;
 pub mod boot;
 pub mod cmdline;
+pub mod compress;
 pub mod gpt;
 pub mod kmsg;
 pub mod modules;

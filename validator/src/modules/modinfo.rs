@@ -3,8 +3,6 @@
 //! `license`, `intree`, `alias`), `__versions` and the module's own `__crc_*` exports.
 //! Pure functions over bytes; every failure says what was wrong.
 
-use std::io::Read;
-
 use goblin::elf::Elf;
 
 /// Why a module file could not be read.
@@ -61,50 +59,19 @@ pub const MAX_MODULE: usize = 512 << 20;
 
 /// Decompresses a module file's bytes as its name says.
 pub fn decompress(bytes: &[u8], c: Compression) -> Result<Vec<u8>, ModFileError> {
-    let mut out = Vec::new();
-    match c {
+    use crate::compress;
+    let r = match c {
         Compression::None => return Ok(bytes.to_vec()),
-        Compression::Xz => {
-            let mut input = std::io::BufReader::new(bytes);
-            lzma_rs::xz_decompress(&mut input, &mut out).map_err(|e| ModFileError::Decompress {
-                format: "xz",
-                why: e.to_string(),
-            })?;
+        Compression::Xz => compress::xz(bytes, MAX_MODULE),
+        Compression::Zstd => compress::zstd(bytes, MAX_MODULE),
+        Compression::Gzip => compress::gzip(bytes, MAX_MODULE),
+    };
+    r.map_err(|e| match e {
+        compress::DecompressError::TooLarge { limit, .. } => ModFileError::TooLarge { limit },
+        compress::DecompressError::Corrupt { format, why } => {
+            ModFileError::Decompress { format, why }
         }
-        Compression::Zstd => {
-            let dec = ruzstd::decoding::StreamingDecoder::new(bytes).map_err(|e| {
-                ModFileError::Decompress {
-                    format: "zstd",
-                    why: e.to_string(),
-                }
-            })?;
-            read_limited(dec, &mut out, "zstd")?;
-        }
-        Compression::Gzip => {
-            read_limited(flate2::read::GzDecoder::new(bytes), &mut out, "gzip")?;
-        }
-    }
-    if out.len() > MAX_MODULE {
-        return Err(ModFileError::TooLarge { limit: MAX_MODULE });
-    }
-    Ok(out)
-}
-
-fn read_limited<R: Read>(
-    r: R,
-    out: &mut Vec<u8>,
-    format: &'static str,
-) -> Result<(), ModFileError> {
-    r.take(MAX_MODULE as u64 + 1)
-        .read_to_end(out)
-        .map_err(|e| ModFileError::Decompress {
-            format,
-            why: e.to_string(),
-        })?;
-    if out.len() > MAX_MODULE {
-        return Err(ModFileError::TooLarge { limit: MAX_MODULE });
-    }
-    Ok(())
+    })
 }
 
 /// `.modinfo` as `key=value` pairs, in file order (keys repeat: `alias`, `depends` ...).
