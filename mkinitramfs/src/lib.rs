@@ -8,8 +8,15 @@
 //! for identical inputs (sorted entries, uid/gid 0, mtimes from `SOURCE_DATE_EPOCH` or 0,
 //! gzip without name or time), uncompressed, gzip or zstd.
 //!
-//! Current limits: no firmware files, no trust store or CRC table yet (the module gate
-//! adds them); softdep aliases are resolved by scanning module `alias=` entries.
+//! The module gate's inputs go in too: the kernel's built-in trusted certificates and the
+//! BOM's `policy.trust` certificates (`/etc/validator/trust/`), the CRCs of every symbol
+//! the packed modules import (`/etc/validator/Module.symvers`, from the kernel image and
+//! the packed modules) and the kernel's vermagic (`/etc/validator/kernel.vermagic`). Every
+//! packed module must pass the gate at build time, so a bad module is caught before any
+//! node boots it.
+//!
+//! Current limits: no firmware files; softdep aliases are resolved by scanning module
+//! `alias=` entries; the CRC table covers the packed modules' imports only.
 
 pub mod closure;
 pub mod cpio;
@@ -38,6 +45,19 @@ pub enum BuildError {
     Cpio(#[from] CpioError),
     #[error("compression: {0}")]
     Compress(std::io::Error),
+    #[error("{path}: {source}")]
+    Kernel {
+        path: PathBuf,
+        source: validator::vmlinuz::VmlinuzError,
+    },
+    #[error(
+        "{0}: no boot/vmlinuz-<release> next to the modules (the gate needs the kernel image)"
+    )]
+    NoVmlinuz(PathBuf),
+    #[error("trust store: {0}")]
+    Trust(#[from] validator::trust::TrustError),
+    #[error("the module gate refuses {}", .0.join("; "))]
+    Gate(Vec<String>),
 }
 
 /// Output compression.
@@ -73,6 +93,27 @@ pub struct Spec {
     pub compress: Compress,
     /// mtime of every entry.
     pub mtime: u32,
+    /// Module files to pack instead of the kernel tree's (name, file).
+    pub module_overrides: Vec<(String, PathBuf)>,
+    /// Run the module gate over the packed modules and refuse to build if one fails.
+    pub gate: bool,
+}
+
+impl Spec {
+    /// A spec with the defaults: gzip, mtime from `SOURCE_DATE_EPOCH`, gate on.
+    pub fn new(kernel: &Path, bom: &Path, init: &Path) -> Spec {
+        Spec {
+            kernel: kernel.to_path_buf(),
+            bom: bom.to_path_buf(),
+            init: init.to_path_buf(),
+            extra_modules: Vec::new(),
+            extra_files: Vec::new(),
+            compress: Compress::Gzip,
+            mtime: source_date_epoch(),
+            module_overrides: Vec::new(),
+            gate: true,
+        }
+    }
 }
 
 /// What was built.
@@ -113,6 +154,97 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     names.extend(spec.extra_modules.iter().cloned());
     let clo = closure::closure(&tree, &names)?;
 
+    // The gate's inputs: what the kernel image says about itself, and the trust store.
+    let vmlinuz = tree
+        .vmlinuz
+        .clone()
+        .ok_or_else(|| BuildError::NoVmlinuz(spec.kernel.clone()))?;
+    let kerr = |source| BuildError::Kernel {
+        path: vmlinuz.clone(),
+        source,
+    };
+    let vmlinux = validator::vmlinuz::vmlinux(&read(&vmlinuz)?).map_err(kerr)?;
+    let builtin = validator::vmlinuz::builtin_certs(&vmlinux).map_err(kerr)?;
+    let vermagic = validator::vmlinuz::vermagic(&vmlinux, &tree.release).ok_or_else(|| {
+        kerr(validator::vmlinuz::VmlinuzError::Missing(format!(
+            "no vermagic string for {}",
+            tree.release
+        )))
+    })?;
+    let mut symvers = validator::modules::symvers::Symvers::default();
+    for e in validator::vmlinuz::exported_crcs(&vmlinux).map_err(kerr)? {
+        symvers.insert(&e.symbol, e.crc, "vmlinux", e.gpl);
+    }
+    drop(vmlinux);
+    let mut trust_files: Vec<(String, Vec<u8>)> = builtin
+        .iter()
+        .enumerate()
+        .map(|(i, der)| (format!("kernel-builtin-{i}.der"), der.clone()))
+        .collect();
+    let bom_dir = spec.bom.parent().unwrap_or(Path::new("."));
+    for t in &bom.bom.policy.trust {
+        let p = bom_dir.join(t);
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        trust_files.push((format!("bom-{name}"), read(&p)?));
+    }
+    let mut trust = validator::trust::TrustStore::new();
+    for (name, bytes) in &trust_files {
+        trust.add_bytes(bytes, name)?;
+    }
+    // The module files to pack (overrides replace the tree's file).
+    let mut module_bytes = std::collections::BTreeMap::new();
+    let mut referenced = std::collections::BTreeSet::new();
+    for (name, rel) in &clo.files {
+        let src = spec
+            .module_overrides
+            .iter()
+            .find(|(n, _)| validator::bom::normalize_module_name(n) == *name)
+            .map(|(_, p)| p.clone())
+            .unwrap_or_else(|| tree.moddir.join(rel));
+        let bytes = read(&src)?;
+        let image = validator::modules::modinfo::decompress(
+            &bytes,
+            validator::modules::modinfo::Compression::from_name(rel),
+        )
+        .ok()
+        .unwrap_or_default();
+        let body = validator::modules::sig::split(&image)
+            .map(|s| s.body)
+            .unwrap_or(&image);
+        for e in validator::modules::modinfo::exports(body).unwrap_or_default() {
+            symvers.insert(&e.symbol, e.crc, name, false);
+        }
+        if let Ok(elf) = validator::modules::modinfo::parse_elf(body) {
+            referenced.extend(elf.versions.into_iter().map(|v| v.symbol));
+        }
+        module_bytes.insert(name.clone(), bytes);
+    }
+    // The init only needs the CRCs of symbols the packed modules import.
+    symvers.map.retain(|sym, _| referenced.contains(sym));
+    if spec.gate {
+        let mut policy = validator::modules::gate::Policy::from_bom(&bom.bom);
+        policy.kernel_vermagic = Some(vermagic.clone());
+        let gate = validator::modules::gate::Gate {
+            trust: trust.clone(),
+            symvers: Some(symvers.clone()),
+            policy,
+        };
+        let refused: Vec<String> = clo
+            .files
+            .iter()
+            .filter_map(|(name, rel)| {
+                let (v, _) = gate.check(name, rel, &module_bytes[name]);
+                (!v.pass).then(|| format!("{name}: {}", v.summary()))
+            })
+            .collect();
+        if !refused.is_empty() {
+            return Err(BuildError::Gate(refused));
+        }
+    }
+
     let mut a = Archive::new();
     for d in [
         "dev",
@@ -136,13 +268,23 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     a.file("etc/validator/bom.toml", read(&spec.bom)?, 0o644)?;
     let mdir = format!("lib/modules/{}", tree.release);
     a.dir(&mdir)?;
-    for rel in clo.files.values() {
+    for (name, rel) in &clo.files {
+        a.file(&format!("{mdir}/{rel}"), module_bytes[name].clone(), 0o644)?;
+    }
+    use validator::modules::gate::layout;
+    for (name, bytes) in &trust_files {
         a.file(
-            &format!("{mdir}/{rel}"),
-            read(&tree.moddir.join(rel))?,
+            &format!("{}/{name}", layout::TRUST_DIR),
+            bytes.clone(),
             0o644,
         )?;
     }
+    a.file(layout::SYMVERS, symvers.to_text().into_bytes(), 0o644)?;
+    a.file(
+        layout::VERMAGIC,
+        format!("{vermagic}\n").into_bytes(),
+        0o644,
+    )?;
     a.file(
         &format!("{mdir}/modules.dep"),
         clo.index.dep_text().into_bytes(),

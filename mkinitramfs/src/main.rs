@@ -6,8 +6,12 @@ use std::process::ExitCode;
 const USAGE: &str = "usage:
   mkinitramfs build --kernel DIR --bom FILE --init FILE -o OUT
                     [--compress none|gzip|zstd] [--module NAME]... [--file SRC=DEST]...
+                    [--module-file NAME=FILE]... [--no-gate]
       DIR is an unpacked kernel package (lib/modules/<release>, boot/vmlinuz-<release>)
       or a module directory. Entry mtimes come from SOURCE_DATE_EPOCH (default 0).
+      Every packed module must pass the module gate against the kernel's built-in keys
+      and the BOM's policy.trust certificates (--no-gate skips that, for tests).
+      --module-file packs FILE in place of module NAME's file from the tree.
   mkinitramfs list FILE          list the entries of an initramfs (gzip/zstd/none)
   mkinitramfs closure --kernel DIR NAME...
                                  print the dependency closure of modules
@@ -40,6 +44,8 @@ fn run(args: &[String]) -> Result<(), String> {
             let mut compress = mkinitramfs::Compress::Gzip;
             let mut extra_modules = Vec::new();
             let mut extra_files = Vec::new();
+            let mut module_overrides = Vec::new();
+            let mut gate = true;
             while let Some(a) = it.next() {
                 match a.as_str() {
                     "--kernel" => kernel = Some(PathBuf::from(value(&mut it, a)?)),
@@ -55,6 +61,14 @@ fn run(args: &[String]) -> Result<(), String> {
                             .ok_or_else(|| format!("--file {v}: expected SRC=DEST"))?;
                         extra_files.push((PathBuf::from(s), d.to_string()));
                     }
+                    "--module-file" => {
+                        let v = value(&mut it, a)?;
+                        let (n, f) = v
+                            .split_once('=')
+                            .ok_or_else(|| format!("--module-file {v}: expected NAME=FILE"))?;
+                        module_overrides.push((n.to_string(), PathBuf::from(f)));
+                    }
+                    "--no-gate" => gate = false,
                     other => return Err(format!("unknown argument {other}\n{USAGE}")),
                 }
             }
@@ -68,6 +82,8 @@ fn run(args: &[String]) -> Result<(), String> {
                 extra_files,
                 compress,
                 mtime: mkinitramfs::source_date_epoch(),
+                module_overrides,
+                gate,
             };
             let out = need(out, "-o")?;
             let built = mkinitramfs::build(&spec).map_err(|e| e.to_string())?;

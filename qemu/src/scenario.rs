@@ -27,6 +27,9 @@ pub struct Scenario {
     /// Whether a root disk is attached at all.
     pub with_root_disk: bool,
     pub extra_initramfs_files: Vec<(PathBuf, String)>,
+    /// Module files packed in place of the kernel's (the build-time gate is then off, so
+    /// the boot-time gate is what stops them).
+    pub module_overrides: Vec<(String, PathBuf)>,
 }
 
 /// The example BOM of the QEMU node, with `kernel.release` set to the provisioned kernel.
@@ -53,6 +56,7 @@ impl Scenario {
             root_extra: String::new(),
             with_root_disk: true,
             extra_initramfs_files: Vec::new(),
+            module_overrides: Vec::new(),
         })
     }
 
@@ -92,15 +96,11 @@ impl Scenario {
         let bom_path = dir.join("bom.toml");
         std::fs::write(&bom_path, self.bom.to_toml())
             .map_err(|e| HarnessError::io(&bom_path, e))?;
-        let spec = mkinitramfs::Spec {
-            kernel: self.kernel.root.clone(),
-            bom: bom_path,
-            init: paths::init_binary()?,
-            extra_modules: Vec::new(),
-            extra_files: self.extra_initramfs_files.clone(),
-            compress: mkinitramfs::Compress::Gzip,
-            mtime: 0,
-        };
+        let mut spec = mkinitramfs::Spec::new(&self.kernel.root, &bom_path, &paths::init_binary()?);
+        spec.extra_files = self.extra_initramfs_files.clone();
+        spec.mtime = 0;
+        spec.module_overrides = self.module_overrides.clone();
+        spec.gate = self.module_overrides.is_empty();
         let built = mkinitramfs::build(&spec).map_err(|e| HarnessError::Setup(e.to_string()))?;
         let initrd = dir.join("initrd.img");
         std::fs::write(&initrd, &built.bytes).map_err(|e| HarnessError::io(&initrd, e))?;

@@ -37,15 +37,9 @@ fn build(dir: &std::path::Path, name: &str, compress: mkinitramfs::Compress) -> 
     let bom = qemu::scenario::example_bom(&kernel).unwrap();
     let bom_path = dir.join("bom.toml");
     std::fs::write(&bom_path, bom.to_toml()).unwrap();
-    let spec = mkinitramfs::Spec {
-        kernel: kernel.root.clone(),
-        bom: bom_path,
-        init: paths::init_binary().unwrap(),
-        extra_modules: vec![],
-        extra_files: vec![],
-        compress,
-        mtime: 1_700_000_000,
-    };
+    let mut spec = mkinitramfs::Spec::new(&kernel.root, &bom_path, &paths::init_binary().unwrap());
+    spec.compress = compress;
+    spec.mtime = 1_700_000_000;
     let b = mkinitramfs::build(&spec).unwrap();
     std::fs::write(dir.join(name), &b.bytes).unwrap();
     b.bytes

@@ -144,10 +144,47 @@ pub struct Modules {
     pub load: Vec<ModuleName>,
 }
 
-/// Boot policies. Later stages add their own keys here.
+checked_string!(
+    /// A lower-case or upper-case hex SHA-256 (64 digits).
+    Sha256Hex,
+    "SHA-256 (64 hex digits)",
+    |s| s.len() == 64 && s.bytes().all(|c| c.is_ascii_hexdigit())
+);
+checked_string!(
+    /// Kernel taint letters (`/proc/sys/kernel/tainted` as `dmesg` prints them).
+    TaintLetters,
+    "taint letters (from PFSRMBUDAWCIOELKXTNJ)",
+    |s| s.bytes().all(|c| b"PFSRMBUDAWCIOELKXTNJ".contains(&c))
+);
+
+/// Boot policies.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Policy {}
+pub struct Policy {
+    /// `strict` (default): a module's vermagic release must equal `kernel.release`;
+    /// `kernel`: only the kernel's own rule.
+    #[serde(default)]
+    pub vermagic: crate::modules::gate::VermagicMode,
+    /// Modules that may load without `intree=Y` (NVIDIA, OFED...).
+    #[serde(default)]
+    pub out_of_tree: Vec<ModuleName>,
+    /// Required SHA-256 of module files, by module name.
+    #[serde(default)]
+    pub module_sha256: BTreeMap<String, Sha256Hex>,
+    /// Taint flags allowed after the modules are loaded (e.g. "OE"); others are reported.
+    #[serde(default)]
+    pub taint_allowed: TaintLetters,
+    /// Extra certificates trusted to sign modules and root hashes (files, relative to the
+    /// BOM), embedded in the initramfs next to the kernel's built-in keys.
+    #[serde(default)]
+    pub trust: Vec<String>,
+}
+
+impl Default for TaintLetters {
+    fn default() -> Self {
+        TaintLetters(String::new())
+    }
+}
 
 /// The hardware the image expects on the node.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::bom::{self, LoadedBom};
 use crate::cmdline::BootArgs;
+use crate::modules::gate::Gate;
 use crate::modules::{Index, Loader, ModStatus};
 use crate::report::{Decision, Fault, Report, RootReport, StageReport, StageStatus};
 use crate::{kmsg, pid1, storage, sys};
@@ -24,6 +25,8 @@ pub struct Roots {
     pub new_root: PathBuf,
     /// The initramfs's module trees (`<modules>/<release>`).
     pub modules: PathBuf,
+    /// The initramfs itself (gate inputs under `etc/validator/`).
+    pub initramfs: PathBuf,
 }
 
 impl Default for Roots {
@@ -35,6 +38,7 @@ impl Default for Roots {
             run: "/run".into(),
             new_root: "/sysroot".into(),
             modules: "/lib/modules".into(),
+            initramfs: "/".into(),
         }
     }
 }
@@ -153,10 +157,21 @@ impl Boot {
         let dir = self.roots.modules.join(&self.release);
         let index = Index::load(&dir).map_err(|e| (Fault::Image, e.to_string()))?;
         let mut loader = Loader::new(&dir, index, &self.roots.sys);
+        if let Some(b) = &self.bom {
+            let gate = Gate::from_initramfs(&self.roots.initramfs, &b.bom)
+                .map_err(|e| (Fault::Image, format!("module gate: {e}")))?;
+            log::info!(
+                "module gate: {} trusted certificate(s), {} symbol CRCs, vermagic {:?}",
+                gate.trust.certs.len(),
+                gate.symvers.as_ref().map_or(0, |s| s.map.len()),
+                gate.policy.kernel_vermagic.as_deref().unwrap_or("")
+            );
+            loader.gate = Some(gate);
+        }
         let results = loader.load_all(&names);
         for r in &results {
             match r.status {
-                ModStatus::Failed | ModStatus::Skipped => log::error!(
+                ModStatus::Failed | ModStatus::Skipped | ModStatus::Rejected => log::error!(
                     "module {}: {:?} {} {}",
                     r.name,
                     r.status,
@@ -166,9 +181,14 @@ impl Boot {
                 s => log::debug!("module {}: {s:?} in {} us", r.name, r.duration_us),
             }
         }
+        let refused: Vec<String> = results
+            .iter()
+            .filter(|r| r.status == ModStatus::Rejected)
+            .map(|r| format!("{} ({})", r.name, r.message.as_deref().unwrap_or("")))
+            .collect();
         let bad: Vec<String> = results
             .iter()
-            .filter(|r| !r.ok() && !r.softdep)
+            .filter(|r| !r.ok() && !r.softdep && r.status != ModStatus::Rejected)
             .map(|r| {
                 format!(
                     "{} ({})",
@@ -185,14 +205,47 @@ impl Boot {
             .filter(|r| r.status == ModStatus::Loaded)
             .count();
         self.report.modules = results;
-        if bad.is_empty() {
-            Ok(Some(format!("{loaded} loaded")))
-        } else {
-            Err((
+        if !refused.is_empty() {
+            return Err((
+                Fault::Image,
+                format!("module gate refused: {}", refused.join(", ")),
+            ));
+        }
+        if !bad.is_empty() {
+            return Err((
                 Fault::Image,
                 format!("module(s) failed to load: {}", bad.join(", ")),
-            ))
+            ));
         }
+        // What loading did to the kernel's taint.
+        let allowed = self
+            .bom
+            .as_ref()
+            .map(|b| b.bom.policy.taint_allowed.0.clone())
+            .unwrap_or_default();
+        let taint = read_taint(&self.roots.proc, &allowed);
+        let detail = format!("{loaded} loaded, taint {:?}", taint.flags);
+        let unexpected_image: String = taint
+            .unexpected
+            .chars()
+            .filter(|c| IMAGE_TAINTS.contains(*c))
+            .collect();
+        if !taint.unexpected.is_empty() {
+            self.report.warnings.push(format!(
+                "unexpected kernel taint {:?} (allowed {allowed:?})",
+                taint.unexpected
+            ));
+        }
+        self.report.taint = Some(taint);
+        if !unexpected_image.is_empty() {
+            return Err((
+                Fault::Image,
+                format!(
+                    "kernel tainted {unexpected_image:?} by module loading, not allowed by the BOM"
+                ),
+            ));
+        }
+        Ok(Some(detail))
     }
 
     fn storage(&mut self) -> StageResult {
@@ -265,6 +318,25 @@ impl Boot {
                 errs.join(", ")
             ),
         ))
+    }
+}
+
+/// Taint flags that point at the modules we loaded (proprietary, forced, staging,
+/// out-of-tree, unsigned).
+const IMAGE_TAINTS: &str = "PFCOE";
+
+/// Reads `/proc/sys/kernel/tainted` as letters and compares them with `allowed`.
+pub fn read_taint(proc_root: &Path, allowed: &str) -> crate::report::TaintReport {
+    let value: u64 = std::fs::read_to_string(proc_root.join("sys/kernel/tainted"))
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    let flags = crate::report::taint_letters(value);
+    let unexpected = flags.chars().filter(|c| !allowed.contains(*c)).collect();
+    crate::report::TaintReport {
+        value,
+        flags,
+        unexpected,
     }
 }
 

@@ -6,6 +6,15 @@ use std::path::Path;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage:
+  validator modules check [--vmlinuz PATH | --kernel-release R] [--trust CERT]...
+                    [--bom FILE] [--symvers FILE] [--mode strict|kernel] [--jobs N] [--json]
+                    MODULE|DIR...
+                                    gate module files: vermagic, symbol CRCs, signature,
+                                    BOM policy; one line per module; exit 0 only if all pass
+  validator keys extract --vmlinuz PATH [-o DIR]
+                                    the kernel's built-in trusted certificates (DER)
+  validator kernel info --vmlinuz PATH
+                                    release, vermagic and exported-symbol count of a kernel
   validator bom check FILE          parse a BOM strictly; print its image id and digest
   validator cmdline [LINE]          show how a kernel command line (default /proc/cmdline) is read
   validator gpt DISK                list the GPT partitions of a disk or image
@@ -25,6 +34,16 @@ fn main() -> ExitCode {
 
 fn run(a: &[&str]) -> Result<ExitCode, String> {
     match a {
+        ["modules", "check", rest @ ..] => modules_check(rest),
+        ["keys", "extract", rest @ ..] => keys_extract(rest),
+        ["kernel", "info", "--vmlinuz", path] => {
+            let k = load_kernel(Path::new(path))?;
+            println!("release {}", k.release);
+            println!("vermagic {:?}", k.vermagic.as_deref().unwrap_or(""));
+            println!("exported symbols {}", k.symvers.map.len());
+            println!("built-in certificates {}", k.certs.len());
+            Ok(ExitCode::SUCCESS)
+        }
         ["bom", "check", file] => {
             let b = validator::bom::load(Path::new(file)).map_err(|e| e.to_string())?;
             println!(
@@ -79,4 +98,229 @@ fn run(a: &[&str]) -> Result<ExitCode, String> {
             Ok(ExitCode::from(2))
         }
     }
+}
+
+/// What a kernel image tells the gate.
+struct KernelFacts {
+    release: String,
+    vermagic: Option<String>,
+    symvers: validator::modules::symvers::Symvers,
+    certs: Vec<Vec<u8>>,
+}
+
+fn load_kernel(path: &Path) -> Result<KernelFacts, String> {
+    let img = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let f = validator::vmlinuz::KernelFacts::from_image(&img)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(KernelFacts {
+        symvers: f.symvers(),
+        release: f.release,
+        vermagic: f.vermagic,
+        certs: f.certs,
+    })
+}
+
+fn keys_extract(a: &[&str]) -> Result<ExitCode, String> {
+    let mut vmlinuz = None;
+    let mut out = None;
+    let mut it = a.iter();
+    while let Some(x) = it.next() {
+        match *x {
+            "--vmlinuz" => vmlinuz = it.next().copied(),
+            "-o" | "--output" => out = it.next().copied(),
+            other => return Err(format!("keys extract: unknown argument {other}")),
+        }
+    }
+    let path = vmlinuz.ok_or("keys extract: --vmlinuz PATH is required")?;
+    let img = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
+    let elf = validator::vmlinuz::vmlinux(&img).map_err(|e| format!("{path}: {e}"))?;
+    let certs = validator::vmlinuz::builtin_certs(&elf).map_err(|e| format!("{path}: {e}"))?;
+    if let Some(dir) = out {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{dir}: {e}"))?;
+    }
+    for (i, der) in certs.iter().enumerate() {
+        let c = validator::trust::Cert::from_der(der, path).map_err(|e| e.to_string())?;
+        let fp = validator::bom::hex(&c.sha256);
+        println!(
+            "{} serial {} key {} sha256 {fp}",
+            c.subject_cn,
+            validator::trust::colon_hex(&c.serial),
+            c.key.describe()
+        );
+        if let Some(dir) = out {
+            let f = Path::new(dir).join(format!("builtin-{i}-{}.der", &fp[..16]));
+            validator::report::write_atomic(&f, der)
+                .map_err(|e| format!("{}: {e}", f.display()))?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn modules_check(a: &[&str]) -> Result<ExitCode, String> {
+    use validator::modules::gate::{Gate, Policy, VermagicMode};
+    let mut vmlinuz = None;
+    let mut release = None;
+    let mut trust = Vec::new();
+    let mut bom = None;
+    let mut symvers_file = None;
+    let mut json = false;
+    let mut mode = None;
+    let mut jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut files = Vec::new();
+    let mut it = a.iter();
+    while let Some(x) = it.next() {
+        let mut val = || {
+            it.next()
+                .copied()
+                .ok_or_else(|| format!("{x} needs a value"))
+        };
+        match *x {
+            "--vmlinuz" => vmlinuz = Some(val()?),
+            "--kernel-release" => release = Some(val()?.to_string()),
+            "--trust" => trust.push(val()?),
+            "--bom" => bom = Some(val()?),
+            "--symvers" => symvers_file = Some(val()?),
+            "--jobs" => {
+                jobs = val()?
+                    .parse()
+                    .map_err(|_| "--jobs needs a number".to_string())?
+            }
+            "--mode" => {
+                mode = Some(match val()? {
+                    "strict" => VermagicMode::Strict,
+                    "kernel" => VermagicMode::Kernel,
+                    m => return Err(format!("--mode {m}: strict or kernel")),
+                })
+            }
+            "--json" => json = true,
+            f if f.starts_with("--") => return Err(format!("modules check: unknown option {f}")),
+            f => files.push(std::path::PathBuf::from(f)),
+        }
+    }
+    if files.is_empty() {
+        return Err("modules check: no MODULE or DIR given".into());
+    }
+    let mut policy = Policy {
+        require_signature: true,
+        ..Policy::default()
+    };
+    let mut gate_symvers = None;
+    if let Some(v) = vmlinuz {
+        let k = load_kernel(Path::new(v))?;
+        policy.kernel_vermagic = k.vermagic;
+        if release.as_deref().is_some_and(|r| r != k.release) {
+            return Err(format!(
+                "--kernel-release differs from the release of {v} ({})",
+                k.release
+            ));
+        }
+        release = Some(k.release);
+        gate_symvers = Some(k.symvers);
+    }
+    if let Some(f) = symvers_file {
+        let text = std::fs::read_to_string(f).map_err(|e| format!("{f}: {e}"))?;
+        let t =
+            validator::modules::symvers::Symvers::parse(&text).map_err(|e| format!("{f}: {e}"))?;
+        let table = gate_symvers.get_or_insert_with(Default::default);
+        for (k, e) in t.map {
+            table.map.insert(k, e);
+        }
+    }
+    if let Some(b) = bom {
+        let b = validator::bom::load(Path::new(b))
+            .map_err(|e| e.to_string())?
+            .bom;
+        if release
+            .as_deref()
+            .is_some_and(|r| r != b.kernel.release.as_str())
+        {
+            eprintln!(
+                "validator: note: the BOM's kernel.release {} is not the kernel given ({}); strict checks use the BOM's",
+                b.kernel.release,
+                release.as_deref().unwrap_or("")
+            );
+        }
+        release = Some(b.kernel.release.to_string());
+        policy.mode = b.policy.vermagic;
+        policy.out_of_tree = Some(
+            b.policy
+                .out_of_tree
+                .iter()
+                .map(|m| m.normalized())
+                .collect(),
+        );
+        policy.flavour = b.nvidia.as_ref().map(|n| n.flavour);
+        policy.sha256 = b
+            .policy
+            .module_sha256
+            .iter()
+            .map(|(k, v)| {
+                (
+                    validator::bom::normalize_module_name(k),
+                    v.0.to_ascii_lowercase(),
+                )
+            })
+            .collect();
+    }
+    if let Some(m) = mode {
+        policy.mode = m;
+    }
+    policy.release = release;
+    let mut store = validator::trust::TrustStore::new();
+    for t in trust {
+        store.add_path(Path::new(t)).map_err(|e| e.to_string())?;
+    }
+    let gate = Gate {
+        trust: store,
+        symvers: gate_symvers,
+        policy,
+    };
+    let files = validator::modules::batch::collect(&files)?;
+    let batch = validator::modules::batch::check_files(&gate, &files, jobs);
+    let failed = batch.verdicts.iter().filter(|v| !v.pass).count();
+    let mb = batch.bytes as f64 / 1e6;
+    let secs = batch.elapsed.as_secs_f64();
+    if json {
+        let doc = serde_json::json!({
+            "modules": batch.verdicts,
+            "checked": batch.verdicts.len(),
+            "failed": failed,
+            "bytes": batch.bytes,
+            "seconds": secs,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+    } else {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
+        for v in &batch.verdicts {
+            let sig = match (&v.signer, &v.sig_key, &v.sig_hashalgo) {
+                (Some(s), Some(k), Some(h)) => {
+                    format!(" signer=\"{s}\" sig_key={k} sig_hashalgo={h}")
+                }
+                _ => String::new(),
+            };
+            let vm = v
+                .vermagic
+                .as_deref()
+                .map(|m| format!(" vermagic=\"{}\"", m.trim_end()))
+                .unwrap_or_default();
+            let line = if v.pass {
+                format!("PASS {}{sig}{vm}\n", v.module)
+            } else {
+                format!("FAIL {}: {}{sig}{vm}\n", v.module, v.summary())
+            };
+            let _ = out.write_all(line.as_bytes());
+        }
+    }
+    eprintln!(
+        "validator: {} modules, {} passed, {failed} failed; {mb:.1} MB in {secs:.2} s ({:.0} MB/s, {jobs} threads)",
+        batch.verdicts.len(),
+        batch.verdicts.len() - failed,
+        mb / secs.max(1e-9)
+    );
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }

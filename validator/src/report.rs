@@ -69,6 +69,27 @@ pub struct RootReport {
     pub mountpoint: String,
 }
 
+/// The kernel's taint after module loading.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TaintReport {
+    pub value: u64,
+    /// As `dmesg` prints them (`POE`...).
+    pub flags: String,
+    /// Flags the BOM's `policy.taint_allowed` does not allow.
+    pub unexpected: String,
+}
+
+/// Taint bits to letters, in the kernel's `taint_flags` order.
+pub fn taint_letters(value: u64) -> String {
+    const LETTERS: &[u8] = b"PFSRMBUDAWCIOELKXTNJ";
+    LETTERS
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| value & (1 << i) != 0)
+        .map(|(_, c)| *c as char)
+        .collect()
+}
+
 /// The health report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
@@ -83,6 +104,8 @@ pub struct Report {
     pub stages: Vec<StageReport>,
     pub modules: Vec<ModuleReport>,
     pub root: Option<RootReport>,
+    /// `/proc/sys/kernel/tainted` after the modules were loaded.
+    pub taint: Option<TaintReport>,
     pub decision: Decision,
     pub fault: Option<Fault>,
     pub reason: Option<String>,
@@ -102,6 +125,7 @@ impl Report {
             stages: Vec::new(),
             modules: Vec::new(),
             root: None,
+            taint: None,
             decision: Decision::Pass,
             fault: None,
             reason: None,
@@ -180,6 +204,14 @@ mod tests {
         assert_eq!(v["reason"], "first");
         assert_eq!(v["stages"][0]["status"], "ok");
         assert!(find_in_console("nothing here").is_none());
+    }
+
+    #[test]
+    fn taint_letters_follow_the_kernel() {
+        assert_eq!(taint_letters(0), "");
+        assert_eq!(taint_letters(1), "P");
+        assert_eq!(taint_letters((1 << 12) | (1 << 13)), "OE");
+        assert_eq!(taint_letters(1 << 9), "W");
     }
 
     #[test]

@@ -8,9 +8,16 @@
 //! the kernel means the same. A module whose hard dependency failed is not attempted.
 //! Compressed modules go to the kernel as files only when `/sys/module/compression` names
 //! their compression; otherwise they are decompressed here and passed by `init_module(2)`.
+//! With a [`gate::Gate`] every module is read once, judged, and only then handed to the
+//! kernel (the same open file, or the image decompressed from the judged bytes); a refused
+//! module is reported as `rejected` and the kernel never sees it.
 
+pub mod batch;
+pub mod gate;
 pub mod index;
 pub mod modinfo;
+pub mod sig;
+pub mod symvers;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -32,6 +39,8 @@ pub enum ModStatus {
     Builtin,
     /// The kernel refused it (errno in the report).
     Failed,
+    /// The module gate refused it; the kernel was never asked to load it.
+    Rejected,
     /// Not attempted: a dependency failed or the file is missing from the index.
     Skipped,
 }
@@ -51,6 +60,16 @@ pub struct ModuleReport {
     /// Loaded as a soft dependency of another module (its failure is not fatal).
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub softdep: bool,
+    /// Why the module gate refused it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<gate::Reason>,
+    /// The signature as `modinfo` shows it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sig_key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sig_hashalgo: Option<String>,
     pub duration_us: u64,
 }
 
@@ -63,6 +82,10 @@ impl ModuleReport {
             errno: None,
             message: None,
             softdep: false,
+            reasons: Vec::new(),
+            signer: None,
+            sig_key: None,
+            sig_hashalgo: None,
             duration_us: 0,
         }
     }
@@ -110,6 +133,8 @@ pub struct Loader {
     pub sys_root: PathBuf,
     /// Worker threads; independent modules load in parallel (the kernel allows it).
     pub jobs: usize,
+    /// The module gate every load goes through (`None`: no gate, e.g. in unit tests).
+    pub gate: Option<gate::Gate>,
     nodes: Vec<Node>,
     by_name: BTreeMap<String, usize>,
 }
@@ -121,6 +146,7 @@ impl Loader {
             index,
             sys_root: sys_root.to_path_buf(),
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
+            gate: None,
             nodes: Vec::new(),
             by_name: BTreeMap::new(),
         }
@@ -351,7 +377,7 @@ impl Loader {
             r.message = Some(msg);
             r
         };
-        let file = match File::open(&path) {
+        let mut file = match File::open(&path) {
             Ok(f) => f,
             Err(e) => {
                 return fail(
@@ -362,24 +388,47 @@ impl Loader {
             }
         };
         let comp = Compression::from_name(rel);
-        let result = if comp == Compression::None
-            || self.kernel_compression().as_deref() == Some(comp.sysfs_name())
-        {
+        let kernel_decompresses = comp == Compression::None
+            || self.kernel_compression().as_deref() == Some(comp.sysfs_name());
+        // Read the bytes once: the gate judges exactly what the kernel is then given (the
+        // same open file, or the image decompressed from these bytes).
+        let mut image = None;
+        if self.gate.is_some() || !kernel_decompresses {
+            let mut raw = Vec::new();
+            if let Err(e) = std::io::Read::read_to_end(&mut file, &mut raw) {
+                return fail(
+                    r,
+                    sys::io_errno_name(&e),
+                    format!("read {}: {e}", path.display()),
+                );
+            }
+            match &self.gate {
+                Some(gate) => {
+                    let (v, img) = gate.check(name, rel, &raw);
+                    r.signer = v.signer.clone();
+                    r.sig_key = v.sig_key.clone();
+                    r.sig_hashalgo = v.sig_hashalgo.clone();
+                    if !v.pass {
+                        r.status = ModStatus::Rejected;
+                        r.message = Some(v.summary());
+                        r.reasons = v.reasons;
+                        r.duration_us = start.elapsed().as_micros() as u64;
+                        return r;
+                    }
+                    image = img.map(std::borrow::Cow::into_owned);
+                }
+                None => match modinfo::decompress(&raw, comp) {
+                    Ok(i) => image = Some(i),
+                    Err(e) => return fail(r, None, format!("{}: {e}", path.display())),
+                },
+            }
+        }
+        let result = if kernel_decompresses {
             sys::finit_module(&file, "", comp != Compression::None, name)
         } else {
-            let bytes = match std::fs::read(&path) {
-                Ok(b) => b,
-                Err(e) => {
-                    return fail(
-                        r,
-                        sys::io_errno_name(&e),
-                        format!("read {}: {e}", path.display()),
-                    )
-                }
-            };
-            match modinfo::decompress(&bytes, comp) {
-                Ok(image) => sys::init_module(&image, "", name),
-                Err(e) => return fail(r, None, format!("{}: {e}", path.display())),
+            match &image {
+                Some(i) => sys::init_module(i, "", name),
+                None => return fail(r, None, format!("{}: not decompressed", path.display())),
             }
         };
         r.duration_us = start.elapsed().as_micros() as u64;

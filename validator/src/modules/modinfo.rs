@@ -135,8 +135,6 @@ pub struct ModuleElf {
     pub modinfo: ModInfo,
     /// `__versions`: imported symbols with CRCs (empty without CONFIG_MODVERSIONS).
     pub versions: Vec<VersionEntry>,
-    /// The module's own exported symbol CRCs (`__crc_<symbol>`).
-    pub exports: Vec<VersionEntry>,
     /// True when the module has a `__versions` section at all.
     pub has_versions: bool,
 }
@@ -144,45 +142,97 @@ pub struct ModuleElf {
 /// Size of one `struct modversion_info` on 64-bit kernels: `unsigned long crc; char name[56]`.
 pub const MODVERSION_INFO_SIZE: usize = 64;
 
-/// Parses a (decompressed, signature-stripped or not) module ELF.
-pub fn parse_elf(bytes: &[u8]) -> Result<ModuleElf, ModFileError> {
+/// The section headers of a 64-bit little-endian relocatable ELF, with their names.
+fn sections(bytes: &[u8]) -> Result<Vec<(String, goblin::elf::SectionHeader)>, ModFileError> {
+    use goblin::elf::header::{self, Header};
     if bytes.len() < 4 || &bytes[..4] != b"\x7fELF" {
         return Err(ModFileError::NotElf);
     }
-    let elf = Elf::parse(bytes).map_err(|e| ModFileError::BadElf(e.to_string()))?;
-    if !elf.is_64 {
+    let h = Elf::parse_header(bytes).map_err(|e| ModFileError::BadElf(e.to_string()))?;
+    if h.e_ident[header::EI_CLASS] != header::ELFCLASS64 {
         return Err(ModFileError::NotModule("32-bit ELF".into()));
     }
-    if elf.header.e_type != goblin::elf::header::ET_REL {
+    if h.e_ident[header::EI_DATA] != header::ELFDATA2LSB {
+        return Err(ModFileError::NotModule("big-endian ELF".into()));
+    }
+    if h.e_type != header::ET_REL {
         return Err(ModFileError::NotModule(format!(
             "ELF type {} is not a relocatable object",
-            elf.header.e_type
+            h.e_type
         )));
     }
+    let _: &Header = &h;
+    let count = h.e_shnum as usize;
+    let end = (h.e_shoff as usize)
+        .checked_add(
+            count
+                .checked_mul(h.e_shentsize as usize)
+                .ok_or_else(|| bad("section table size"))?,
+        )
+        .ok_or_else(|| bad("section table offset"))?;
+    if count == 0 || h.e_shentsize as usize != 64 || end > bytes.len() {
+        return Err(bad("section header table out of range"));
+    }
+    let ctx = goblin::container::Ctx::new(
+        goblin::container::Container::Big,
+        goblin::container::Endian::Little,
+    );
+    let shdrs = goblin::elf::SectionHeader::parse(bytes, h.e_shoff as usize, count, ctx)
+        .map_err(|e| ModFileError::BadElf(e.to_string()))?;
+    let strtab = shdrs
+        .get(h.e_shstrndx as usize)
+        .ok_or_else(|| bad("no section name table"))?;
+    let names = section_data(bytes, strtab, ".shstrtab")?;
+    Ok(shdrs
+        .into_iter()
+        .map(|sh| {
+            let n = names
+                .get(sh.sh_name..)
+                .map(|r| {
+                    let e = r.iter().position(|&c| c == 0).unwrap_or(r.len());
+                    String::from_utf8_lossy(&r[..e]).into_owned()
+                })
+                .unwrap_or_default();
+            (n, sh)
+        })
+        .collect())
+}
+
+fn section_data<'a>(
+    bytes: &'a [u8],
+    sh: &goblin::elf::SectionHeader,
+    name: &str,
+) -> Result<&'a [u8], ModFileError> {
+    if sh.sh_type == goblin::elf::section_header::SHT_NOBITS {
+        return Ok(&[]);
+    }
+    let start = usize::try_from(sh.sh_offset).map_err(|_| bad("section offset"))?;
+    let len = usize::try_from(sh.sh_size).map_err(|_| bad("section size"))?;
+    start
+        .checked_add(len)
+        .and_then(|end| bytes.get(start..end))
+        .ok_or_else(|| bad(&format!("section {name} lies beyond the end of the file")))
+}
+
+/// Parses what the gate needs from a (decompressed) module ELF: `.modinfo` and
+/// `__versions`. Only the section headers are read, so this is cheap for big modules.
+pub fn parse_elf(bytes: &[u8]) -> Result<ModuleElf, ModFileError> {
     let mut out = ModuleElf::default();
     let mut found_modinfo = false;
-    for sh in &elf.section_headers {
-        let name = elf.shdr_strtab.get_at(sh.sh_name).unwrap_or("");
+    for (name, sh) in sections(bytes)? {
         if name != ".modinfo" && name != "__versions" {
             continue;
         }
-        if sh.sh_type == goblin::elf::section_header::SHT_NOBITS {
-            continue;
-        }
-        let start = usize::try_from(sh.sh_offset).map_err(|_| bad("section offset"))?;
-        let len = usize::try_from(sh.sh_size).map_err(|_| bad("section size"))?;
-        let data = start
-            .checked_add(len)
-            .and_then(|end| bytes.get(start..end))
-            .ok_or_else(|| bad(&format!("section {name} lies beyond the end of the file")))?;
+        let data = section_data(bytes, &sh, &name)?;
         if name == ".modinfo" {
             found_modinfo = true;
             out.modinfo = ModInfo::parse(data);
         } else {
             out.has_versions = true;
-            if len % MODVERSION_INFO_SIZE != 0 {
+            if data.len() % MODVERSION_INFO_SIZE != 0 {
                 return Err(bad(&format!(
-                    "__versions size {len} is not a multiple of 64"
+                    "__versions size {} is not a multiple of 64",
+                    data.len()
                 )));
             }
             for rec in data.chunks_exact(MODVERSION_INFO_SIZE) {
@@ -200,20 +250,51 @@ pub fn parse_elf(bytes: &[u8]) -> Result<ModuleElf, ModFileError> {
     if !found_modinfo {
         return Err(ModFileError::NotModule("no .modinfo section".into()));
     }
-    for sym in elf.syms.iter() {
-        if sym.st_shndx != goblin::elf::section_header::SHN_ABS as usize {
+    Ok(out)
+}
+
+/// The module's own exported symbol CRCs: its `__crc_<symbol>` symbols, either absolute
+/// (value = CRC) or pointing into `__kcrctab` / `__kcrctab_gpl` (the CRC is stored there).
+/// Reads `.symtab` directly (24-byte `Elf64_Sym` records), so it is cheap.
+pub fn exports(bytes: &[u8]) -> Result<Vec<VersionEntry>, ModFileError> {
+    let secs = sections(bytes)?;
+    let Some((_, symtab)) = secs.iter().find(|(n, _)| n == ".symtab") else {
+        return Ok(Vec::new());
+    };
+    let strtab = secs
+        .get(symtab.sh_link as usize)
+        .ok_or_else(|| bad(".symtab has no string table"))?;
+    let syms = section_data(bytes, symtab, ".symtab")?;
+    let names = section_data(bytes, &strtab.1, ".strtab")?;
+    let mut out = Vec::new();
+    for rec in syms.chunks_exact(24) {
+        let name_off = u32::from_le_bytes([rec[0], rec[1], rec[2], rec[3]]) as usize;
+        let Some(name) = names.get(name_off..) else {
             continue;
-        }
-        if let Some(s) = elf
-            .strtab
-            .get_at(sym.st_name)
-            .and_then(|n| n.strip_prefix("__crc_"))
-        {
-            out.exports.push(VersionEntry {
-                symbol: s.to_string(),
-                crc: sym.st_value as u32,
-            });
-        }
+        };
+        let Some(sym) = name.strip_prefix(b"__crc_") else {
+            continue;
+        };
+        let end = sym.iter().position(|&c| c == 0).unwrap_or(sym.len());
+        let symbol = String::from_utf8_lossy(&sym[..end]).into_owned();
+        let shndx = u16::from_le_bytes([rec[6], rec[7]]) as u32;
+        let value = u64::from_le_bytes([
+            rec[8], rec[9], rec[10], rec[11], rec[12], rec[13], rec[14], rec[15],
+        ]);
+        let crc = if shndx == goblin::elf::section_header::SHN_ABS {
+            value as u32
+        } else {
+            let (_, sh) = secs
+                .get(shndx as usize)
+                .ok_or_else(|| bad(&format!("__crc_{symbol}: bad section index")))?;
+            let data = section_data(bytes, sh, "__kcrctab")?;
+            let o = value as usize;
+            let b = data
+                .get(o..o.saturating_add(4))
+                .ok_or_else(|| bad(&format!("__crc_{symbol}: outside its section")))?;
+            u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+        };
+        out.push(VersionEntry { symbol, crc });
     }
     Ok(out)
 }

@@ -1,0 +1,100 @@
+//! The symbol-CRC table in kbuild's `Module.symvers` format
+//! (`0x<crc>\t<symbol>\t<module>\t<export type>\t<namespace>`), built by mkinitramfs from
+//! the kernel image and the packed modules, and read by the gate.
+
+use std::collections::HashMap;
+
+/// One exported symbol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Export {
+    pub crc: u32,
+    /// `vmlinux` or the exporting module's name.
+    pub module: String,
+    pub gpl: bool,
+}
+
+/// Symbol name to export.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Symvers {
+    pub map: HashMap<String, Export>,
+}
+
+impl Symvers {
+    /// Parses `Module.symvers` text; a malformed line is an error naming it.
+    pub fn parse(text: &str) -> Result<Symvers, String> {
+        let mut map = HashMap::new();
+        for (n, line) in text.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let f: Vec<&str> = line.split('\t').collect();
+            let bad = || format!("Module.symvers line {}: malformed: {line:?}", n + 1);
+            if f.len() < 3 {
+                return Err(bad());
+            }
+            let crc = f[0]
+                .strip_prefix("0x")
+                .and_then(|h| u32::from_str_radix(h, 16).ok())
+                .ok_or_else(bad)?;
+            map.insert(
+                f[1].to_string(),
+                Export {
+                    crc,
+                    module: f[2].to_string(),
+                    gpl: f.get(3).is_some_and(|t| t.ends_with("_GPL")),
+                },
+            );
+        }
+        Ok(Symvers { map })
+    }
+
+    /// Adds an export (a later one for the same symbol replaces it).
+    pub fn insert(&mut self, symbol: &str, crc: u32, module: &str, gpl: bool) {
+        self.map.insert(
+            symbol.to_string(),
+            Export {
+                crc,
+                module: module.to_string(),
+                gpl,
+            },
+        );
+    }
+
+    /// The table as `Module.symvers` text, sorted by symbol.
+    pub fn to_text(&self) -> String {
+        let mut v: Vec<_> = self.map.iter().collect();
+        v.sort_by(|a, b| a.0.cmp(b.0));
+        let mut s = String::new();
+        for (sym, e) in v {
+            let t = if e.gpl {
+                "EXPORT_SYMBOL_GPL"
+            } else {
+                "EXPORT_SYMBOL"
+            };
+            s.push_str(&format!("0x{:08x}\t{sym}\t{}\t{t}\t\n", e.crc, e.module));
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_errors() {
+        let mut s = Symvers::default();
+        s.insert("printk", 0xdeadbeef, "vmlinux", false);
+        s.insert("jbd2_journal_start", 0x12, "jbd2", true);
+        let t = s.to_text();
+        assert_eq!(
+            t.lines().next(),
+            Some("0x00000012\tjbd2_journal_start\tjbd2\tEXPORT_SYMBOL_GPL\t")
+        );
+        assert_eq!(Symvers::parse(&t).unwrap(), s);
+        assert!(Symvers::parse("0xzz\tx\ty\n")
+            .unwrap_err()
+            .contains("line 1"));
+        assert!(Symvers::parse("0x12 x\n").is_err());
+    }
+}
