@@ -36,6 +36,8 @@ pub struct SignerView {
     pub serial: Vec<u8>,
     pub skid: Option<Vec<u8>>,
     pub digest: HashAlg,
+    /// OID of the signature algorithm; must fit the signer's key and digest.
+    pub sig_alg: String,
     pub signature: Vec<u8>,
     /// DER of the signed attributes as a SET, and their messageDigest, when present.
     pub signed_attrs: Option<(Vec<u8>, Vec<u8>)>,
@@ -63,9 +65,59 @@ pub fn parse(der_bytes: &[u8]) -> Result<Vec<SignerView>, Pkcs7Error> {
         return Err(Pkcs7Error::NotSignedData(ct));
     }
     let sd: cms::signed_data::SignedData = ci.content.decode_as().map_err(malformed)?;
+    // As the kernel's pkcs7_parser: SignedData v1 (PKCS#7) or v3 (CMS) only.
+    let v = sd.version as u8;
+    if v != 1 && v != 3 {
+        return Err(malformed(format!("unsupported SignedData version {v}")));
+    }
+    // Detached: the encapsulated content is id-data with no content.
+    let ect = sd.encap_content_info.econtent_type.to_string();
+    if ect != "1.2.840.113549.1.7.1" || sd.encap_content_info.econtent.is_some() {
+        return Err(malformed(format!(
+            "encapsulated content must be detached id-data, not {ect}"
+        )));
+    }
+    // Algorithm parameters must be absent or NULL for every algorithm we accept.
+    let params_ok = |a: &spki::AlgorithmIdentifierOwned| {
+        a.parameters
+            .as_ref()
+            .is_none_or(|p| der::Tagged::tag(p) == der::Tag::Null && p.value().is_empty())
+    };
+    if !sd.digest_algorithms.iter().all(params_ok) {
+        return Err(malformed("digest algorithm with parameters"));
+    }
+    let listed: Vec<String> = sd
+        .digest_algorithms
+        .iter()
+        .map(|a| a.oid.to_string())
+        .collect();
+    for d in &listed {
+        if HashAlg::from_oid(d).is_none() {
+            return Err(Pkcs7Error::UnsupportedDigest(d.clone()));
+        }
+    }
     let mut out = Vec::new();
     for si in sd.signer_infos.0.iter() {
+        // SignerInfo v1 names the signer by issuer and serial, v3 by key identifier.
+        let sv = si.version as u8;
+        let by_serial = matches!(
+            si.sid,
+            cms::signed_data::SignerIdentifier::IssuerAndSerialNumber(_)
+        );
+        if !((sv == 1 && by_serial) || (sv == 3 && !by_serial)) {
+            return Err(malformed(format!(
+                "SignerInfo version {sv} does not match its signer identifier"
+            )));
+        }
+        if !params_ok(&si.digest_alg) || !params_ok(&si.signature_algorithm) {
+            return Err(malformed("signer algorithm with parameters"));
+        }
         let oid = si.digest_alg.oid.to_string();
+        if !listed.contains(&oid) {
+            return Err(malformed(format!(
+                "signer digest {oid} is not among the SignedData's digest algorithms"
+            )));
+        }
         let digest = HashAlg::from_oid(&oid).ok_or(Pkcs7Error::UnsupportedDigest(oid))?;
         let (issuer_der, issuer_cn, serial, skid) = match &si.sid {
             cms::signed_data::SignerIdentifier::IssuerAndSerialNumber(is) => (
@@ -94,6 +146,7 @@ pub fn parse(der_bytes: &[u8]) -> Result<Vec<SignerView>, Pkcs7Error> {
             }
         };
         out.push(SignerView {
+            sig_alg: si.signature_algorithm.oid.to_string(),
             issuer_cn,
             issuer_der,
             serial,
@@ -140,6 +193,7 @@ pub fn verify_signer<'a>(
     store: &'a TrustStore,
 ) -> Result<&'a Cert, Pkcs7Error> {
     let cert = find_signer(s, store)?;
+    check_sig_alg(&s.sig_alg, s.digest, &cert.key)?;
     match &s.signed_attrs {
         None => cert.verify_digest(s.digest, content_digest, &s.signature)?,
         Some((attrs, md)) => {
@@ -151,6 +205,49 @@ pub fn verify_signer<'a>(
         }
     }
     Ok(cert)
+}
+
+/// The signature algorithm OID must name the signer's key type (and, when it names a
+/// digest, the signer's digest).
+fn check_sig_alg(
+    oid: &str,
+    digest: HashAlg,
+    key: &crate::trust::PublicKey,
+) -> Result<(), Pkcs7Error> {
+    use crate::trust::PublicKey;
+    let (rsa, named): (bool, Option<HashAlg>) = match oid {
+        "1.2.840.113549.1.1.1" => (true, None),
+        "1.2.840.113549.1.1.5" => (true, Some(HashAlg::Sha1)),
+        "1.2.840.113549.1.1.14" => (true, Some(HashAlg::Sha224)),
+        "1.2.840.113549.1.1.11" => (true, Some(HashAlg::Sha256)),
+        "1.2.840.113549.1.1.12" => (true, Some(HashAlg::Sha384)),
+        "1.2.840.113549.1.1.13" => (true, Some(HashAlg::Sha512)),
+        "1.2.840.10045.2.1" => (false, None),
+        "1.2.840.10045.4.1" => (false, Some(HashAlg::Sha1)),
+        "1.2.840.10045.4.3.1" => (false, Some(HashAlg::Sha224)),
+        "1.2.840.10045.4.3.2" => (false, Some(HashAlg::Sha256)),
+        "1.2.840.10045.4.3.3" => (false, Some(HashAlg::Sha384)),
+        "1.2.840.10045.4.3.4" => (false, Some(HashAlg::Sha512)),
+        other => {
+            return Err(malformed(format!(
+                "unsupported signature algorithm {other}"
+            )))
+        }
+    };
+    let key_is_rsa = matches!(key, PublicKey::Rsa(_));
+    if rsa != key_is_rsa {
+        return Err(malformed(format!(
+            "signature algorithm {oid} does not fit a {} key",
+            key.describe()
+        )));
+    }
+    if named.is_some_and(|d| d != digest) {
+        return Err(malformed(format!(
+            "signature algorithm {oid} names another digest than {}",
+            digest.name()
+        )));
+    }
+    Ok(())
 }
 
 /// Verifies a detached signature over `content`: the first signer must verify.

@@ -41,7 +41,7 @@ pub enum SigError {
     BadLength { sig_len: u32, available: usize },
     #[error("signature type {0} is not PKCS#7")]
     NotPkcs7(u8),
-    #[error("PKCS#7 signature trailer has non-zero algo/hash/signer/key-id fields")]
+    #[error("PKCS#7 signature trailer has non-zero algo/hash/signer/key-id/padding fields")]
     BadFields,
 }
 
@@ -72,7 +72,12 @@ pub fn split(module: &[u8]) -> Result<Split<'_>, SigError> {
     if info.id_type != PKEY_ID_PKCS7 {
         return Err(SigError::NotPkcs7(info.id_type));
     }
-    if info.algo != 0 || info.hash != 0 || info.signer_len != 0 || info.key_id_len != 0 {
+    if info.algo != 0
+        || info.hash != 0
+        || info.signer_len != 0
+        || info.key_id_len != 0
+        || ms[5..8] != [0, 0, 0]
+    {
         return Err(SigError::BadFields);
     }
     let (body, pkcs7) = head.split_at(head.len() - sig_len);
