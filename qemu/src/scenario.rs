@@ -12,7 +12,7 @@ use crate::vm::{self, Outcome, VmConfig};
 use crate::HarnessError;
 
 /// The scenarios the CLI knows by name.
-pub const NAMES: &[&str] = &["good", "no-root", "bad-module", "panic"];
+pub const NAMES: &[&str] = &["good", "no-root", "bad-module", "panic", "tampered-module"];
 
 /// A boot to run.
 #[derive(Debug, Clone)]
@@ -30,6 +30,8 @@ pub struct Scenario {
     /// Module files packed in place of the kernel's (the build-time gate is then off, so
     /// the boot-time gate is what stops them).
     pub module_overrides: Vec<(String, PathBuf)>,
+    /// Modules whose file is packed with one byte of its ELF body flipped.
+    pub tampered_modules: Vec<String>,
 }
 
 /// The example BOM of the QEMU node, with `kernel.release` set to the provisioned kernel.
@@ -57,6 +59,7 @@ impl Scenario {
             with_root_disk: true,
             extra_initramfs_files: Vec::new(),
             module_overrides: Vec::new(),
+            tampered_modules: Vec::new(),
         })
     }
 
@@ -77,6 +80,9 @@ impl Scenario {
                 // a real module that the kernel refuses.
                 s.bom.modules.load.push(ModuleName("kvm_intel".into()));
             }
+            "tampered-module" => {
+                s.tampered_modules.push("virtio_blk".into());
+            }
             "panic" => {
                 s.cmdline
                     .push_str(" validator.test_panic=modules validator.on_panic=poweroff");
@@ -96,11 +102,32 @@ impl Scenario {
         let bom_path = dir.join("bom.toml");
         std::fs::write(&bom_path, self.bom.to_toml())
             .map_err(|e| HarnessError::io(&bom_path, e))?;
+        let mut overrides = self.module_overrides.clone();
+        if !self.tampered_modules.is_empty() {
+            let tree = mkinitramfs::closure::KernelTree::open(&self.kernel.root)
+                .map_err(|e| HarnessError::Setup(e.to_string()))?;
+            for m in &self.tampered_modules {
+                let rel = tree
+                    .files
+                    .get(m)
+                    .ok_or_else(|| HarnessError::Setup(format!("no module {m} in the kernel")))?;
+                let src = tree.moddir.join(rel);
+                let mut bytes = std::fs::read(&src).map_err(|e| HarnessError::io(&src, e))?;
+                let body = validator::modules::sig::split(&bytes)
+                    .map(|s| s.body.len())
+                    .unwrap_or(bytes.len());
+                bytes[body / 2] ^= 0x01;
+                let out = dir.join(format!("tampered-{m}.ko"));
+                std::fs::write(&out, &bytes).map_err(|e| HarnessError::io(&out, e))?;
+                overrides.push((m.clone(), out));
+            }
+        }
         let mut spec = mkinitramfs::Spec::new(&self.kernel.root, &bom_path, &paths::init_binary()?);
         spec.extra_files = self.extra_initramfs_files.clone();
         spec.mtime = 0;
-        spec.module_overrides = self.module_overrides.clone();
-        spec.gate = self.module_overrides.is_empty();
+        // The build-time gate would refuse a tampered module; the boot-time gate is tested.
+        spec.gate = overrides.is_empty();
+        spec.module_overrides = overrides;
         let built = mkinitramfs::build(&spec).map_err(|e| HarnessError::Setup(e.to_string()))?;
         let initrd = dir.join("initrd.img");
         std::fs::write(&initrd, &built.bytes).map_err(|e| HarnessError::io(&initrd, e))?;

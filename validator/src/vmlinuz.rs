@@ -36,6 +36,12 @@ fn le32(b: &[u8], o: usize) -> Option<u32> {
 /// Returns the uncompressed vmlinux ELF of a bzImage, or the input if it already is one.
 pub fn vmlinux(image: &[u8]) -> Result<Vec<u8>, VmlinuzError> {
     if image.starts_with(b"\x7fELF") {
+        let et = image.get(16..18).map(|b| u16::from_le_bytes([b[0], b[1]]));
+        if et != Some(goblin::elf::header::ET_EXEC) {
+            return Err(VmlinuzError::NotKernel(
+                "an ELF file, but not an executable kernel (a module?)".into(),
+            ));
+        }
         return Ok(image.to_vec());
     }
     if image.get(0x202..0x206) != Some(b"HdrS") {
