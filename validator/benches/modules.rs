@@ -1,0 +1,125 @@
+//! Module-gate throughput over every module of a kernel tree, against the machine's
+//! single-core SHA-256 speed and `openssl cms -verify` measured in the same run.
+//!
+//! `cargo bench -p validator --bench modules -- [KERNEL_DIR] [SAMPLE]`
+//! (default `target/kernels/default`, 200 modules for openssl). Not a test: it prints.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use sha2::Digest;
+use validator::modules::{batch, gate};
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let root = args
+        .first()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/kernels/default"));
+    let sample: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
+    let boot = root.join("boot");
+    let vmlinuz = std::fs::read_dir(&boot)
+        .expect("kernel tree (run scripts/provision)")
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("vmlinuz-"))
+        .expect("vmlinuz");
+    let facts = validator::vmlinuz::KernelFacts::from_image(&std::fs::read(&vmlinuz).unwrap()).unwrap();
+    let mut trust = validator::trust::TrustStore::new();
+    for c in &facts.certs {
+        trust.add_bytes(c, "vmlinuz").unwrap();
+    }
+    let g = gate::Gate {
+        trust,
+        symvers: Some(facts.symvers()),
+        policy: gate::Policy {
+            release: Some(facts.release.clone()),
+            kernel_vermagic: facts.vermagic.clone(),
+            require_signature: true,
+            ..gate::Policy::default()
+        },
+    };
+    let files = batch::collect(&[root.join("lib/modules")]).unwrap();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+
+    // Warm the page cache, then the machine's single-core SHA-256 over the same bytes.
+    let data: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
+    let total: usize = data.iter().map(Vec::len).sum();
+    let mb = total as f64 / 1e6;
+    let t = Instant::now();
+    let mut x = 0u8;
+    for d in &data {
+        x ^= sha2::Sha256::digest(d)[0];
+    }
+    let sha_s = t.elapsed().as_secs_f64();
+    drop(data);
+    let sha = mb / sha_s;
+    println!("kernel {} ({} modules, {mb:.1} MB), {cores} cores", facts.release, files.len());
+    println!("sha256, 1 core (sha2 crate):          {sha:>8.0} MB/s   (1.00)  [{x}]");
+    if let Ok(out) = Command::new("openssl").args(["speed", "-bytes", "1048576", "-seconds", "2", "-evp", "sha256"]).output() {
+        let text = String::from_utf8_lossy(&out.stdout);
+        if let Some(v) = text.lines().last().and_then(|l| l.split_whitespace().last()).and_then(|k| k.trim_end_matches('k').parse::<f64>().ok()) {
+            println!("sha256, 1 core (openssl speed):       {:>8.0} MB/s   ({:.2})", v / 1000.0, v / 1000.0 / sha);
+        }
+    }
+    let mut results = Vec::new();
+    for jobs in [1, cores] {
+        let b = batch::check_files(&g, &files, jobs);
+        let failed = b.verdicts.iter().filter(|v| !v.pass).count();
+        assert_eq!(failed, 0, "modules failed the gate");
+        let s = b.elapsed.as_secs_f64();
+        results.push((jobs, s));
+        println!("validator modules check, {jobs} thread(s): {:>8.0} MB/s   ({:.2})  {:.2} s", mb / s, mb / s / sha, s);
+    }
+    // openssl cms -verify over a sample spread across the tree.
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-modules");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let cert = dir.join("cert.pem");
+    let der = dir.join("cert.der");
+    std::fs::write(&der, &facts.certs[0]).unwrap();
+    let ok = Command::new("openssl").args(["x509", "-inform", "DER", "-in"]).arg(&der).arg("-out").arg(&cert).status().unwrap();
+    assert!(ok.success());
+    let step = (files.len() / sample.max(1)).max(1);
+    let picked: Vec<&PathBuf> = files.iter().step_by(step).take(sample).collect();
+    let mut sample_bytes = 0usize;
+    let mut prepared = Vec::new();
+    for (i, f) in picked.iter().enumerate() {
+        let raw = std::fs::read(f).unwrap();
+        let s = validator::modules::sig::split(&raw).unwrap();
+        let body = dir.join(format!("{i}.body"));
+        let p7 = dir.join(format!("{i}.p7"));
+        std::fs::write(&body, s.body).unwrap();
+        std::fs::write(&p7, s.pkcs7).unwrap();
+        sample_bytes += raw.len();
+        prepared.push((body, p7));
+    }
+    let t = Instant::now();
+    for (body, p7) in &prepared {
+        let st = Command::new("openssl")
+            .args(["cms", "-verify", "-binary", "-inform", "DER", "-purpose", "any", "-out", "/dev/null", "-in"])
+            .arg(p7)
+            .arg("-content")
+            .arg(body)
+            .arg("-certfile")
+            .arg(&cert)
+            .arg("-CAfile")
+            .arg(&cert)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(st.success(), "openssl cms -verify failed on {}", p7.display());
+    }
+    let os = t.elapsed().as_secs_f64();
+    let omb = sample_bytes as f64 / 1e6 / os;
+    println!(
+        "openssl cms -verify loop, {} modules:  {omb:>8.0} MB/s   ({:.2})  {:.1} ms/module",
+        prepared.len(),
+        omb / sha,
+        os * 1000.0 / prepared.len() as f64
+    );
+    let (_, one) = results[0];
+    println!("ours (1 thread) / openssl cms loop: {:.1}x", (mb / one) / omb);
+    let _ = std::fs::remove_dir_all(&dir);
+}
