@@ -12,7 +12,10 @@ use sha2::Digest;
 use validator::modules::{batch, gate};
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| a != "--bench").collect();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .collect();
     let root = args
         .first()
         .map(PathBuf::from)
@@ -22,9 +25,15 @@ fn main() {
     let vmlinuz = std::fs::read_dir(&boot)
         .expect("kernel tree (run scripts/provision)")
         .map(|e| e.unwrap().path())
-        .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("vmlinuz-"))
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("vmlinuz-")
+        })
         .expect("vmlinuz");
-    let facts = validator::vmlinuz::KernelFacts::from_image(&std::fs::read(&vmlinuz).unwrap()).unwrap();
+    let facts =
+        validator::vmlinuz::KernelFacts::from_image(&std::fs::read(&vmlinuz).unwrap()).unwrap();
     let mut trust = validator::trust::TrustStore::new();
     for c in &facts.certs {
         trust.add_bytes(c, "vmlinuz").unwrap();
@@ -54,12 +63,30 @@ fn main() {
     let sha_s = t.elapsed().as_secs_f64();
     drop(data);
     let sha = mb / sha_s;
-    println!("kernel {} ({} modules, {mb:.1} MB), {cores} cores", facts.release, files.len());
+    println!(
+        "kernel {} ({} modules, {mb:.1} MB), {cores} cores",
+        facts.release,
+        files.len()
+    );
     println!("sha256, 1 core (sha2 crate):          {sha:>8.0} MB/s   (1.00)  [{x}]");
-    if let Ok(out) = Command::new("openssl").args(["speed", "-bytes", "1048576", "-seconds", "2", "-evp", "sha256"]).output() {
+    if let Ok(out) = Command::new("openssl")
+        .args([
+            "speed", "-bytes", "1048576", "-seconds", "2", "-evp", "sha256",
+        ])
+        .output()
+    {
         let text = String::from_utf8_lossy(&out.stdout);
-        if let Some(v) = text.lines().last().and_then(|l| l.split_whitespace().last()).and_then(|k| k.trim_end_matches('k').parse::<f64>().ok()) {
-            println!("sha256, 1 core (openssl speed):       {:>8.0} MB/s   ({:.2})", v / 1000.0, v / 1000.0 / sha);
+        if let Some(v) = text
+            .lines()
+            .last()
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|k| k.trim_end_matches('k').parse::<f64>().ok())
+        {
+            println!(
+                "sha256, 1 core (openssl speed):       {:>8.0} MB/s   ({:.2})",
+                v / 1000.0,
+                v / 1000.0 / sha
+            );
         }
     }
     let mut results = Vec::new();
@@ -69,7 +96,12 @@ fn main() {
         assert_eq!(failed, 0, "modules failed the gate");
         let s = b.elapsed.as_secs_f64();
         results.push((jobs, s));
-        println!("validator modules check, {jobs} thread(s): {:>8.0} MB/s   ({:.2})  {:.2} s", mb / s, mb / s / sha, s);
+        println!(
+            "validator modules check, {jobs} thread(s): {:>8.0} MB/s   ({:.2})  {:.2} s",
+            mb / s,
+            mb / s / sha,
+            s
+        );
     }
     // openssl cms -verify over a sample spread across the tree.
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-modules");
@@ -78,7 +110,13 @@ fn main() {
     let cert = dir.join("cert.pem");
     let der = dir.join("cert.der");
     std::fs::write(&der, &facts.certs[0]).unwrap();
-    let ok = Command::new("openssl").args(["x509", "-inform", "DER", "-in"]).arg(&der).arg("-out").arg(&cert).status().unwrap();
+    let ok = Command::new("openssl")
+        .args(["x509", "-inform", "DER", "-in"])
+        .arg(&der)
+        .arg("-out")
+        .arg(&cert)
+        .status()
+        .unwrap();
     assert!(ok.success());
     let step = (files.len() / sample.max(1)).max(1);
     let picked: Vec<&PathBuf> = files.iter().step_by(step).take(sample).collect();
@@ -97,7 +135,18 @@ fn main() {
     let t = Instant::now();
     for (body, p7) in &prepared {
         let st = Command::new("openssl")
-            .args(["cms", "-verify", "-binary", "-inform", "DER", "-purpose", "any", "-out", "/dev/null", "-in"])
+            .args([
+                "cms",
+                "-verify",
+                "-binary",
+                "-inform",
+                "DER",
+                "-purpose",
+                "any",
+                "-out",
+                "/dev/null",
+                "-in",
+            ])
             .arg(p7)
             .arg("-content")
             .arg(body)
@@ -109,7 +158,11 @@ fn main() {
             .stderr(std::process::Stdio::null())
             .status()
             .unwrap();
-        assert!(st.success(), "openssl cms -verify failed on {}", p7.display());
+        assert!(
+            st.success(),
+            "openssl cms -verify failed on {}",
+            p7.display()
+        );
     }
     let os = t.elapsed().as_secs_f64();
     let omb = sample_bytes as f64 / 1e6 / os;
@@ -120,6 +173,9 @@ fn main() {
         os * 1000.0 / prepared.len() as f64
     );
     let (_, one) = results[0];
-    println!("ours (1 thread) / openssl cms loop: {:.1}x", (mb / one) / omb);
+    println!(
+        "ours (1 thread) / openssl cms loop: {:.1}x",
+        (mb / one) / omb
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

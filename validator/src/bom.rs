@@ -34,7 +34,7 @@ pub enum BomError {
 macro_rules! checked_string {
     ($(#[$doc:meta])* $name:ident, $what:literal, $ok:expr) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+        #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
         #[serde(transparent)]
         pub struct $name(pub String);
 
@@ -178,12 +178,6 @@ pub struct Policy {
     /// BOM), embedded in the initramfs next to the kernel's built-in keys.
     #[serde(default)]
     pub trust: Vec<String>,
-}
-
-impl Default for TaintLetters {
-    fn default() -> Self {
-        TaintLetters(String::new())
-    }
 }
 
 /// The hardware the image expects on the node.

@@ -167,7 +167,7 @@ pub fn parse_header(sector: &[u8]) -> Result<Header, String> {
         entry_size: le32(sector, 84),
         entries_crc: le32(sector, 88),
     };
-    if hdr.entry_size < 128 || hdr.entry_size % 8 != 0 || hdr.entry_size > 4096 {
+    if hdr.entry_size < 128 || !hdr.entry_size.is_multiple_of(8) || hdr.entry_size > 4096 {
         return Err(format!("GPT entry size {} invalid", hdr.entry_size));
     }
     if hdr.entry_count == 0 || hdr.entry_count > MAX_ENTRIES {

@@ -359,7 +359,7 @@ mod tests {
 
     #[test]
     fn banner_and_vermagic_strings() {
-        let img = b"xx\0Linux version 6.1.0-57-amd64 (debian-kernel@lists) #1 SMP\0junk\06.1.0-57-amd64 SMP preempt mod_unload modversions \0";
+        let img = b"xx\0Linux version 6.1.0-57-amd64 (debian-kernel@lists) #1 SMP\0junk\x006.1.0-57-amd64 SMP preempt mod_unload modversions \0";
         assert_eq!(release(img).as_deref(), Some("6.1.0-57-amd64"));
         assert_eq!(
             vermagic(img, "6.1.0-57-amd64").as_deref(),

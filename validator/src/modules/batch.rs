@@ -57,21 +57,22 @@ pub struct Batch {
     pub elapsed: Duration,
 }
 
+/// One file's result, filled in by whichever worker took it.
+type Slot = Mutex<
+    Option<(
+        Verdict,
+        Option<modinfo::ModuleElf>,
+        Vec<modinfo::VersionEntry>,
+    )>,
+>;
+
 /// Checks every file with `jobs` threads. The exports of the checked modules are added to
 /// the gate's symbol table (when it has one) before the CRC check.
 pub fn check_files(gate: &Gate, files: &[PathBuf], jobs: usize) -> Batch {
     let start = Instant::now();
     let next = AtomicUsize::new(0);
     let total = AtomicUsize::new(0);
-    let slots: Vec<
-        Mutex<
-            Option<(
-                Verdict,
-                Option<modinfo::ModuleElf>,
-                Vec<modinfo::VersionEntry>,
-            )>,
-        >,
-    > = files.iter().map(|_| Mutex::new(None)).collect();
+    let slots: Vec<Slot> = files.iter().map(|_| Mutex::new(None)).collect();
     let work = || loop {
         let i = next.fetch_add(1, Ordering::Relaxed);
         let Some(path) = files.get(i) else { return };
