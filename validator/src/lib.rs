@@ -29,5 +29,6 @@ pub mod pkcs7;
 pub mod report;
 pub mod storage;
 pub mod sys;
+pub mod tpm;
 pub mod trust;
 pub mod vmlinuz;

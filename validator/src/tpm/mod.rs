@@ -1,0 +1,1 @@
+//! TPM 2.0 client (work in progress).
