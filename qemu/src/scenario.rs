@@ -12,7 +12,18 @@ use crate::vm::{self, Outcome, VmConfig};
 use crate::HarnessError;
 
 /// The scenarios the CLI knows by name.
-pub const NAMES: &[&str] = &["good", "no-root", "bad-module", "panic", "tampered-module"];
+pub const NAMES: &[&str] = &[
+    "good",
+    "no-root",
+    "bad-module",
+    "panic",
+    "tampered-module",
+    "verity",
+    "verity-corrupt",
+    "verity-bad-sig",
+    "verity-untrusted",
+    "verity-bad-superblock",
+];
 
 /// A boot to run.
 #[derive(Debug, Clone)]
@@ -32,6 +43,8 @@ pub struct Scenario {
     pub module_overrides: Vec<(String, PathBuf)>,
     /// Modules whose file is packed with one byte of its ELF body flipped.
     pub tampered_modules: Vec<String>,
+    /// A dm-verity root (DPS layout, signed root hash) instead of a plain one.
+    pub verity: Option<crate::verity::Variant>,
 }
 
 /// The example BOM of the QEMU node, with `kernel.release` set to the provisioned kernel.
@@ -60,6 +73,7 @@ impl Scenario {
             extra_initramfs_files: Vec::new(),
             module_overrides: Vec::new(),
             tampered_modules: Vec::new(),
+            verity: None,
         })
     }
 
@@ -80,6 +94,42 @@ impl Scenario {
                 // a real module that the kernel refuses.
                 s.bom.modules.load.push(ModuleName("kvm_intel".into()));
             }
+            "verity"
+            | "verity-corrupt"
+            | "verity-bad-sig"
+            | "verity-untrusted"
+            | "verity-bad-superblock" => {
+                use crate::verity::Variant;
+                s.verity = Some(match name {
+                    "verity" => Variant::Good,
+                    "verity-corrupt" => Variant::CorruptCritical,
+                    "verity-bad-sig" => Variant::BadSignature,
+                    "verity-untrusted" => Variant::UntrustedCert,
+                    _ => Variant::BadSuperblock,
+                });
+                s.bom.modules.load.push(ModuleName("dm_verity".into()));
+                s.bom.verity = Some(validator::bom::Verity {
+                    // The good boot also carries every table option; a corruption must
+                    // give EIO (the default) so the report can name the file.
+                    on_corruption: if name == "verity" {
+                        validator::bom::OnCorruption::Restart
+                    } else {
+                        validator::bom::OnCorruption::Eio
+                    },
+                    ignore_zero_blocks: name == "verity",
+                    check_at_most_once: name == "verity",
+                    algorithm: Some(validator::bom::VerityAlgorithm("sha256".into())),
+                    data_block_size: Some(4096),
+                    hash_block_size: Some(4096),
+                    critical: vec![
+                        validator::bom::RootPath("/sbin/init".into()),
+                        validator::bom::RootPath("/bin/busybox".into()),
+                    ],
+                    ..Default::default()
+                });
+                s.bom.policy.trust.push("trusted.pem".into());
+                s.cmdline = "validator.on_stop=poweroff validator.root_timeout=30".into();
+            }
             "tampered-module" => {
                 s.tampered_modules.push("virtio_blk".into());
             }
@@ -99,6 +149,18 @@ impl Scenario {
 
     /// Builds the BOM file, initramfs and disk in `dir`; returns the VM to boot.
     pub fn prepare(&self, dir: &Path) -> Result<VmConfig, HarnessError> {
+        let mut verity_parts = None;
+        if let Some(variant) = self.verity {
+            let rootdir = dir.join("rootfs");
+            crate::rootfs::build(&rootdir, &self.root_extra)?;
+            let img = crate::verity::build(&rootdir, dir, variant)?;
+            // The BOM trusts `trusted.pem` (its path is relative to the BOM).
+            if img.cert != dir.join("trusted.pem") {
+                std::fs::copy(&img.cert, dir.join("trusted.pem"))
+                    .map_err(|e| HarnessError::io(&img.cert, e))?;
+            }
+            verity_parts = Some(img.disk_parts);
+        }
         let bom_path = dir.join("bom.toml");
         std::fs::write(&bom_path, self.bom.to_toml())
             .map_err(|e| HarnessError::io(&bom_path, e))?;
@@ -133,7 +195,11 @@ impl Scenario {
         std::fs::write(&initrd, &built.bytes).map_err(|e| HarnessError::io(&initrd, e))?;
         let mut cfg = VmConfig::new(&self.kernel.vmlinuz, &initrd);
         cfg.append = self.cmdline.clone();
-        if self.with_root_disk {
+        if let Some(parts) = verity_parts {
+            let img = dir.join("disk.img");
+            disk::build_disk(&img, &parts, dir)?;
+            cfg.disks.push(img);
+        } else if self.with_root_disk {
             let rootdir = dir.join("rootfs");
             crate::rootfs::build(&rootdir, &self.root_extra)?;
             let img = dir.join("disk.img");

@@ -11,7 +11,7 @@ use crate::cmdline::BootArgs;
 use crate::modules::gate::Gate;
 use crate::modules::{Index, Loader, ModStatus};
 use crate::report::{Decision, Fault, Report, RootReport, StageReport, StageStatus};
-use crate::{kmsg, pid1, storage, sys};
+use crate::{kmsg, pid1, storage, sys, verity};
 
 /// Where the boot finds things. On a node these are the real roots; every check takes
 /// them as parameters so it also runs against fixture trees.
@@ -58,6 +58,7 @@ struct Boot {
     report: Report,
     bom: Option<LoadedBom>,
     release: String,
+    verity_parts: Option<verity::Parts>,
 }
 
 impl Boot {
@@ -248,7 +249,176 @@ impl Boot {
         Ok(Some(detail))
     }
 
+    fn verity_cfg(&self) -> Option<crate::bom::Verity> {
+        self.bom.as_ref().and_then(|b| b.bom.verity.clone())
+    }
+
+    fn verity_names(&self) -> verity::Names {
+        verity::Names {
+            data: self.args.verity_data.clone(),
+            hash: self.args.verity_hash.clone(),
+            sig: self.args.verity_sig.clone(),
+        }
+    }
+
+    /// Waits for the verity partitions (the root hash is only parsed here, to find them
+    /// by convention; it is verified in the verity stage).
+    fn storage_verity(&mut self, cfg: &crate::bom::Verity) -> StageResult {
+        let names = self.verity_names();
+        let what =
+            "the verity root's partitions (data, hash and, for a signed root hash, signature)";
+        let parts = storage::wait_scan(
+            what,
+            &self.roots.sys,
+            &self.roots.dev,
+            self.args.root_timeout,
+            Duration::from_millis(100),
+            || {
+                sys::reap_zombies();
+            },
+            |found| -> Result<Option<verity::Parts>, (Fault, String)> {
+                let img = |e: verity::VerityError| (Fault::Image, e.to_string());
+                let (sig, root) = match cfg.source {
+                    crate::bom::RootHashSource::Bom => (
+                        None,
+                        cfg.root_hash
+                            .as_ref()
+                            .and_then(|h| verity::sig::unhex(h.as_str()))
+                            .ok_or_else(|| img(verity::VerityError::NoRootHash))?,
+                    ),
+                    crate::bom::RootHashSource::Signature => {
+                        let Some(sigp) = verity::find_sig(found, &names).map_err(img)? else {
+                            return Ok(None);
+                        };
+                        let bytes = std::fs::read(&sigp.device).unwrap_or_default();
+                        let limit = bytes.len().min(64 * 1024);
+                        let parsed = verity::sig::parse(&bytes[..limit])
+                            .map_err(|e| img(verity::VerityError::Signature(e)))?;
+                        (Some(sigp), parsed.root_hash)
+                    }
+                };
+                Ok(verity::find_data_hash(found, &names, &root)
+                    .map_err(img)?
+                    .map(|(data, hash)| verity::Parts { data, hash, sig }))
+            },
+            |e| (Fault::Hardware, e.to_string()),
+        )?;
+        let detail = format!(
+            "verity data {} hash {}{}",
+            parts.data.device,
+            parts.hash.device,
+            parts
+                .sig
+                .as_ref()
+                .map(|s| format!(" signature {}", s.device))
+                .unwrap_or_default()
+        );
+        self.report.root = Some(RootReport {
+            partition: parts.data.clone(),
+            fstype: String::new(),
+            read_only: true,
+            mountpoint: self.roots.new_root.display().to_string(),
+        });
+        self.verity_parts = Some(parts);
+        Ok(Some(detail))
+    }
+
+    fn verity(&mut self) -> StageResult {
+        let (Some(cfg), Some(parts)) = (self.verity_cfg(), self.verity_parts.clone()) else {
+            return Err((Fault::Platform, "verity partitions not found".into()));
+        };
+        let mut trust = crate::trust::TrustStore::new();
+        trust
+            .add_path(
+                &self
+                    .roots
+                    .initramfs
+                    .join(crate::modules::gate::layout::TRUST_DIR),
+            )
+            .map_err(|e| (Fault::Image, format!("trust store: {e}")))?;
+        let mut rep = verity::VerityReport::default();
+        let result = (|| {
+            let (g, root) = verity::prepare(&cfg, &parts, &trust, &mut rep)?;
+            let key = if cfg.kernel_signature {
+                let sigp = parts.sig.as_ref().ok_or_else(|| {
+                    verity::VerityError::Partitions(
+                        "kernel_signature needs the root-verity-sig partition".into(),
+                    )
+                })?;
+                let bytes = std::fs::read(&sigp.device).map_err(|e| verity::VerityError::Read {
+                    device: sigp.device.clone(),
+                    why: e.to_string(),
+                })?;
+                let s = verity::sig::parse(&bytes[..bytes.len().min(64 * 1024)])?;
+                sys::add_user_key(verity::SIG_KEY_DESC, &s.pkcs7)?;
+                Some(verity::SIG_KEY_DESC)
+            } else {
+                None
+            };
+            verity::activate(
+                &cfg,
+                &parts,
+                &g,
+                &root,
+                &self.roots.sys,
+                &self.roots.dev,
+                key,
+                &mut rep,
+            )
+        })();
+        let out = match result {
+            Ok(node) => {
+                if let Some(r) = self.report.root.as_mut() {
+                    r.partition.device = node.clone();
+                }
+                Ok(Some(format!(
+                    "root hash {} ({}) on {node}, status {}",
+                    rep.root_hash,
+                    rep.signer.as_deref().unwrap_or("from the BOM"),
+                    rep.status.as_deref().unwrap_or("")
+                )))
+            }
+            Err(e) => Err((Fault::Image, e.to_string())),
+        };
+        self.report.verity = Some(rep);
+        out
+    }
+
+    fn critical(&mut self) -> StageResult {
+        let files: Vec<String> = self
+            .verity_cfg()
+            .map(|c| c.critical.iter().map(|p| p.to_string()).collect())
+            .unwrap_or_default();
+        let results = verity::read_critical(&self.roots.new_root, &files);
+        let bad: Vec<String> = results
+            .iter()
+            .filter(|c| !c.ok)
+            .map(|c| format!("{} ({})", c.path, c.error.as_deref().unwrap_or("")))
+            .collect();
+        let bytes: u64 = results.iter().map(|c| c.bytes).sum();
+        if let Some(v) = self.report.verity.as_mut() {
+            v.critical_files = results;
+        }
+        if bad.is_empty() {
+            Ok(Some(format!(
+                "{} file(s), {bytes} bytes read through verity",
+                files.len()
+            )))
+        } else {
+            Err((
+                Fault::Image,
+                format!(
+                    "critical file(s) unreadable through verity: {}",
+                    bad.join(", ")
+                ),
+            ))
+        }
+    }
+
     fn storage(&mut self) -> StageResult {
+        if let Some(cfg) = self.verity_cfg() {
+            return self.storage_verity(&cfg);
+        }
         let spec = self.args.root.clone().ok_or_else(|| {
             (
                 Fault::Platform,
@@ -285,7 +455,8 @@ impl Boot {
             None => vec!["ext4".into(), "erofs".into(), "squashfs".into()],
         };
         let mut flags = nix::mount::MsFlags::empty();
-        if self.args.read_only {
+        let read_only = self.args.read_only || root.read_only;
+        if read_only {
             flags |= nix::mount::MsFlags::MS_RDONLY;
         }
         let _ = std::fs::create_dir_all(&self.roots.new_root);
@@ -303,7 +474,7 @@ impl Boot {
                     return Ok(Some(format!(
                         "{} ({t}, {}) on {}",
                         root.partition.device,
-                        if self.args.read_only { "ro" } else { "rw" },
+                        if read_only { "ro" } else { "rw" },
                         self.roots.new_root.display()
                     )));
                 }
@@ -360,6 +531,7 @@ pub fn run_pid1() -> ! {
         report: Report::new(start),
         bom: None,
         release: String::new(),
+        verity_parts: None,
     };
     for e in &api_errs {
         boot.report.warnings.push(e.to_string());
@@ -367,7 +539,9 @@ pub fn run_pid1() -> ! {
     let ok = boot.stage("start", Boot::start)
         && boot.stage("modules", Boot::modules)
         && boot.stage("storage", Boot::storage)
+        && (boot.verity_cfg().is_none() || boot.stage("verity", Boot::verity))
         && boot.stage("mount", Boot::mount)
+        && (boot.verity_cfg().is_none() || boot.stage("critical", Boot::critical))
         && boot.stage("handover", |b| {
             pid1::check_new_root(&b.roots.new_root, &b.args.init)
                 .map(|()| {

@@ -205,6 +205,11 @@ pub struct BootArgs {
     pub test_panic: Option<String>,
     /// `validator.debug`: log debug records to the kernel log.
     pub debug: bool,
+    /// `validator.verity_data=`, `validator.verity_hash=`, `validator.verity_sig=`: the
+    /// verity partitions, when not found by convention or partition type.
+    pub verity_data: Option<RootSpec>,
+    pub verity_hash: Option<RootSpec>,
+    pub verity_sig: Option<RootSpec>,
     /// Problems that do not stop the boot (unknown `validator.*` keys, bad values that
     /// fell back to a default).
     pub warnings: Vec<String>,
@@ -225,6 +230,9 @@ impl Default for BootArgs {
             on_panic: Action::Reboot,
             test_panic: None,
             debug: false,
+            verity_data: None,
+            verity_hash: None,
+            verity_sig: None,
             warnings: Vec::new(),
         }
     }
@@ -322,6 +330,12 @@ impl BootArgs {
             self.test_panic = Some(required(name, v)?.to_string());
         } else if is("validator.debug") {
             self.debug = parse_bool(name, v)?;
+        } else if is("validator.verity_data") {
+            self.verity_data = Some(parse_root(required(name, v)?));
+        } else if is("validator.verity_hash") {
+            self.verity_hash = Some(parse_root(required(name, v)?));
+        } else if is("validator.verity_sig") {
+            self.verity_sig = Some(parse_root(required(name, v)?));
         } else if name.starts_with(PREFIX) {
             self.warnings
                 .push(format!("unknown command-line key {name} (ignored)"));

@@ -31,4 +31,5 @@ pub mod storage;
 pub mod sys;
 pub mod tpm;
 pub mod trust;
+pub mod verity;
 pub mod vmlinuz;

@@ -106,6 +106,8 @@ pub struct Report {
     pub root: Option<RootReport>,
     /// `/proc/sys/kernel/tainted` after the modules were loaded.
     pub taint: Option<TaintReport>,
+    /// The verified root (when the BOM asks for one).
+    pub verity: Option<crate::verity::VerityReport>,
     pub decision: Decision,
     pub fault: Option<Fault>,
     pub reason: Option<String>,
@@ -126,6 +128,7 @@ impl Report {
             modules: Vec::new(),
             root: None,
             taint: None,
+            verity: None,
             decision: Decision::Pass,
             fault: None,
             reason: None,

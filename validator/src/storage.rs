@@ -16,7 +16,7 @@ use crate::gpt;
 /// A storage problem.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
-    #[error("root device {spec} not found after {waited:.1} s; disks seen: {seen}")]
+    #[error("{spec} not found after {waited:.1} s; disks seen: {seen}")]
     NotFound {
         spec: String,
         waited: f64,
@@ -189,6 +189,45 @@ pub fn find(
     Ok((hits.into_iter().next(), seen))
 }
 
+/// Scans every `interval` until `found` returns a value or `timeout` passes; the error
+/// then lists what was seen on each disk. `found` may also fail the wait at once.
+#[allow(clippy::too_many_arguments)]
+pub fn wait_scan<T, E>(
+    what: &str,
+    sys_root: &Path,
+    dev_root: &Path,
+    timeout: Duration,
+    interval: Duration,
+    mut tick: impl FnMut(),
+    mut found: impl FnMut(&[FoundPartition]) -> Result<Option<T>, E>,
+    on_timeout: impl FnOnce(StorageError) -> E,
+) -> Result<T, E> {
+    let start = Instant::now();
+    loop {
+        let (parts, seen) = scan(sys_root, dev_root);
+        if let Some(t) = found(&parts)? {
+            return Ok(t);
+        }
+        if start.elapsed() >= timeout {
+            let seen = if seen.is_empty() {
+                "none".to_string()
+            } else {
+                seen.iter()
+                    .map(|d| format!("{} ({})", d.disk, d.note))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            };
+            return Err(on_timeout(StorageError::NotFound {
+                spec: what.to_string(),
+                waited: start.elapsed().as_secs_f64(),
+                seen,
+            }));
+        }
+        tick();
+        std::thread::sleep(interval);
+    }
+}
+
 /// Polls for the device every `interval` until `timeout`; `tick` runs between polls (PID 1
 /// reaps zombies there).
 pub fn wait_for(
@@ -227,7 +266,7 @@ pub fn wait_for(
                     .join("; ")
             };
             return Err(StorageError::NotFound {
-                spec: spec.to_string(),
+                spec: format!("root device {spec}"),
                 waited: start.elapsed().as_secs_f64(),
                 seen,
             });

@@ -1,8 +1,11 @@
-//! The one place where the validator makes system calls that std does not wrap.
+//! The one place where the validator makes system calls and ioctls that std does not wrap
+//! ([`dm`]: device-mapper).
 //!
 //! Every wrapper names its system call (see its man page) and returns a [`SysError`] that
 //! carries the call, the object it acted on and the errno name, so reports can say
 //! `finit_module(virtio_blk): ENOENT` rather than "error".
+
+pub mod dm;
 
 use std::ffi::CString;
 use std::fs::File;
@@ -345,4 +348,29 @@ pub fn is_executable(p: &Path) -> bool {
 /// Path as a C string, for calls that need one.
 pub fn cpath(p: &Path) -> Option<CString> {
     CString::new(p.as_os_str().as_bytes()).ok()
+}
+
+/// `add_key(2)`: a `user` key in the process keyring (for dm-verity's
+/// `root_hash_sig_key_desc`). Returns the key serial.
+pub fn add_user_key(desc: &str, payload: &[u8]) -> Result<i64, SysError> {
+    const KEY_SPEC_PROCESS_KEYRING: i32 = -2;
+    let ty = CString::new("user").map_err(|_| SysError::new("add_key", desc, Errno::EINVAL))?;
+    let d = CString::new(desc).map_err(|_| SysError::new("add_key", desc, Errno::EINVAL))?;
+    // SAFETY: add_key reads two NUL-terminated strings and `payload.len()` bytes at
+    // `payload`, all valid for the duration of the call; nothing is retained.
+    let rc = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_add_key,
+            ty.as_ptr(),
+            d.as_ptr(),
+            payload.as_ptr(),
+            payload.len(),
+            KEY_SPEC_PROCESS_KEYRING,
+        )
+    };
+    if rc < 0 {
+        Err(SysError::new("add_key", desc, Errno::last()))
+    } else {
+        Ok(rc)
+    }
 }

@@ -1,0 +1,224 @@
+//! Verity root images for the test node, made with the real tools: `mkfs.ext4 -d` for the
+//! filesystem, `veritysetup format` for the hash tree and superblock, `openssl` for a
+//! signing key and the PKCS#7 signature over the hex root hash, and a Discoverable
+//! Partitions layout (root, root-verity, root-verity-sig; PARTUUIDs from the root hash).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use base64::Engine as _;
+
+use crate::disk::{self, Content, PartitionSpec};
+use crate::HarnessError;
+
+/// What to do to the image after it is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Variant {
+    Good,
+    /// One byte flipped in the first data block of `/sbin/init` (the tree is unchanged).
+    CorruptCritical,
+    /// The PKCS#7 signature's last byte flipped.
+    BadSignature,
+    /// Signed by a key that is not in the trust store.
+    UntrustedCert,
+    /// The superblock's hash block size changed (disagrees with the BOM).
+    BadSuperblock,
+}
+
+/// A made image and what the BOM needs to trust it.
+#[derive(Debug, Clone)]
+pub struct Image {
+    pub disk_parts: Vec<PartitionSpec>,
+    pub root_hash: String,
+    /// The certificate to trust (PEM).
+    pub cert: PathBuf,
+    pub salt: String,
+}
+
+fn run(cmd: &mut Command) -> Result<String, HarnessError> {
+    disk::run(cmd)
+}
+
+/// A self-signed RSA-2048 signing key and certificate named `name` in `dir`.
+pub fn make_key(dir: &Path, name: &str) -> Result<(PathBuf, PathBuf), HarnessError> {
+    let key = dir.join(format!("{name}.key"));
+    let cert = dir.join(format!("{name}.pem"));
+    run(Command::new("openssl")
+        .args([
+            "req", "-new", "-x509", "-nodes", "-newkey", "rsa:2048", "-days", "2", "-subj",
+        ])
+        .arg(format!("/CN=fleet image signing {name}"))
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert))?;
+    Ok((key, cert))
+}
+
+fn cert_fingerprint(cert: &Path, dir: &Path) -> Result<String, HarnessError> {
+    let der = dir.join("fp.der");
+    run(Command::new("openssl")
+        .args(["x509", "-outform", "DER", "-in"])
+        .arg(cert)
+        .arg("-out")
+        .arg(&der))?;
+    let bytes = std::fs::read(&der).map_err(|e| HarnessError::io(&der, e))?;
+    use sha2::Digest;
+    Ok(validator::bom::hex(&sha2::Sha256::digest(&bytes)))
+}
+
+/// The physical block of logical block 0 of `file` in an ext4 image (debugfs `bmap`).
+fn first_block(image: &Path, file: &str) -> Result<u64, HarnessError> {
+    let out = run(Command::new("debugfs")
+        .arg("-R")
+        .arg(format!("bmap {file} 0"))
+        .arg(image))?;
+    out.trim()
+        .lines()
+        .last()
+        .and_then(|l| l.trim().parse().ok())
+        .ok_or_else(|| HarnessError::Setup(format!("debugfs bmap {file}: {out:?}")))
+}
+
+/// Builds the verity root from `rootdir` in `dir`.
+pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, HarnessError> {
+    let data = dir.join("root.ext4");
+    let _ = std::fs::remove_file(&data);
+    run(Command::new("mkfs.ext4")
+        .args([
+            "-q",
+            "-F",
+            "-b",
+            "4096",
+            "-L",
+            "root",
+            "-E",
+            "root_owner=0:0",
+            "-d",
+        ])
+        .arg(rootdir)
+        .arg(&data)
+        .arg("16M"))?;
+    let hash = dir.join("root.verity");
+    let _ = std::fs::remove_file(&hash);
+    let salt = "5a17".repeat(16);
+    let out = run(Command::new("veritysetup")
+        .args([
+            "format",
+            "--hash",
+            "sha256",
+            "--data-block-size",
+            "4096",
+            "--hash-block-size",
+            "4096",
+        ])
+        .arg(format!("--salt={salt}"))
+        .arg("--uuid=6a5e1a3c-2b0e-4f3a-9a63-0f3c5d2e1b4a")
+        .arg(&data)
+        .arg(&hash))?;
+    let root_hash = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Root hash:"))
+        .map(|h| h.trim().to_string())
+        .ok_or_else(|| HarnessError::Setup(format!("no root hash from veritysetup: {out}")))?;
+    // Sign the hex root hash (detached PKCS#7, no attributes, no embedded certs).
+    let (key, cert) = make_key(dir, "trusted")?;
+    let (skey, scert) = if variant == Variant::UntrustedCert {
+        make_key(dir, "untrusted")?
+    } else {
+        (key.clone(), cert.clone())
+    };
+    let rh = dir.join("roothash.txt");
+    std::fs::write(&rh, &root_hash).map_err(|e| HarnessError::io(&rh, e))?;
+    let p7 = dir.join("roothash.p7s");
+    run(Command::new("openssl")
+        .args([
+            "smime", "-sign", "-binary", "-noattr", "-nocerts", "-outform", "DER", "-in",
+        ])
+        .arg(&rh)
+        .arg("-signer")
+        .arg(&scert)
+        .arg("-inkey")
+        .arg(&skey)
+        .arg("-out")
+        .arg(&p7))?;
+    let mut sig = std::fs::read(&p7).map_err(|e| HarnessError::io(&p7, e))?;
+    if variant == Variant::BadSignature {
+        let n = sig.len() - 1;
+        sig[n] ^= 0x01;
+    }
+    let json = serde_json::json!({
+        "rootHash": root_hash,
+        "certificateFingerprint": cert_fingerprint(&scert, dir)?,
+        "signature": base64::engine::general_purpose::STANDARD.encode(&sig),
+    });
+    let sigimg = dir.join("root.sig");
+    let mut bytes = json.to_string().into_bytes();
+    bytes.resize(64 * 1024, 0);
+    std::fs::write(&sigimg, &bytes).map_err(|e| HarnessError::io(&sigimg, e))?;
+    match variant {
+        Variant::CorruptCritical => {
+            let blk = first_block(&data, "/sbin/init")?;
+            patch(&data, blk * 4096 + 3, 0x01)?;
+        }
+        Variant::BadSuperblock => {
+            // hash_block_size (offset 68) from 4096 to 1024.
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .open(&hash)
+                .map_err(|e| HarnessError::io(&hash, e))?;
+            use std::os::unix::fs::FileExt;
+            f.write_all_at(&1024u32.to_le_bytes(), 68)
+                .map_err(|e| HarnessError::io(&hash, e))?;
+        }
+        _ => {}
+    }
+    let raw = hex_bytes(&root_hash);
+    let uuid = |b: &[u8]| validator::verity::uuid_from_hash(b).unwrap_or_default();
+    let disk_parts = vec![
+        PartitionSpec {
+            label: "root-x86-64".into(),
+            type_uuid: validator::verity::DPS_ROOT_X86_64.into(),
+            uuid: Some(uuid(&raw[..16])),
+            content: Content::Raw(data),
+        },
+        PartitionSpec {
+            label: "root-x86-64-verity".into(),
+            type_uuid: validator::verity::DPS_ROOT_VERITY_X86_64.into(),
+            uuid: Some(uuid(&raw[raw.len() - 16..])),
+            content: Content::Raw(hash),
+        },
+        PartitionSpec {
+            label: "root-x86-64-verity-sig".into(),
+            type_uuid: validator::verity::DPS_ROOT_VERITY_SIG_X86_64.into(),
+            uuid: None,
+            content: Content::Raw(sigimg),
+        },
+    ];
+    Ok(Image {
+        disk_parts,
+        root_hash,
+        cert,
+        salt,
+    })
+}
+
+fn hex_bytes(s: &str) -> Vec<u8> {
+    validator::verity::sig::unhex(s).unwrap_or_default()
+}
+
+/// XORs one byte of a file.
+pub fn patch(path: &Path, offset: u64, xor: u8) -> Result<(), HarnessError> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| HarnessError::io(path, e))?;
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, offset)
+        .map_err(|e| HarnessError::io(path, e))?;
+    b[0] ^= xor;
+    f.write_all_at(&b, offset)
+        .map_err(|e| HarnessError::io(path, e))
+}

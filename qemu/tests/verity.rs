@@ -1,0 +1,151 @@
+//! End-to-end: a dm-verity root from `veritysetup format`, its root hash signed in a
+//! Discoverable Partitions `root-verity-sig` partition, set up by our init through the
+//! device-mapper ioctls and checked by the kernel's dm-verity.
+
+use qemu::scenario::Scenario;
+use qemu::vm::Verdict;
+
+fn run(name: &str) -> qemu::vm::Outcome {
+    let o = Scenario::named(name)
+        .and_then(|s| s.run())
+        .unwrap_or_else(|e| panic!("scenario {name}: {e}"));
+    eprintln!("scenario {name}: {}", o.describe());
+    assert!(!o.timed_out, "{}", o.describe());
+    assert!(!o.console.contains("Kernel panic"), "{}", o.describe());
+    o
+}
+
+#[test]
+fn signed_verity_root_boots_with_status_v() {
+    let o = run("verity");
+    assert_eq!(o.verdict, Verdict::RootInitReached, "{}", o.describe());
+    let r = o.report.as_ref().unwrap();
+    assert_eq!(r["decision"], "pass", "{r}");
+    let v = &r["verity"];
+    assert_eq!(v["status"], "V");
+    assert_eq!(v["source"], "signature");
+    assert!(
+        v["signer"]
+            .as_str()
+            .unwrap()
+            .starts_with("fleet image signing trusted"),
+        "{v}"
+    );
+    assert_eq!(v["root_hash"].as_str().unwrap().len(), 64);
+    assert_eq!(v["dm_device"], "/dev/dm-0");
+    assert_eq!(r["root"]["device"], "/dev/dm-0");
+    assert_eq!(r["root"]["read_only"], true);
+    // The partitions were found by the systemd PARTUUID convention.
+    let root_hash = v["root_hash"].as_str().unwrap();
+    let first = validator::verity::uuid_from_hash(
+        &validator::verity::sig::unhex(&root_hash[..32]).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(r["root"]["partuuid"], first);
+    // Every option reached the kernel and came back in its table.
+    let kt = v["kernel_table"].as_str().unwrap();
+    assert!(kt.contains(root_hash), "{kt}");
+    for opt in [
+        "restart_on_corruption",
+        "ignore_zero_blocks",
+        "check_at_most_once",
+    ] {
+        assert!(
+            kt.contains(opt),
+            "{opt} missing from the kernel's table: {kt}"
+        );
+    }
+    let crit = v["critical_files"].as_array().unwrap();
+    assert_eq!(crit.len(), 2);
+    assert!(
+        crit.iter()
+            .all(|c| c["ok"] == true && c["bytes"].as_u64().unwrap() > 0),
+        "{crit:?}"
+    );
+    assert_eq!(o.root_report.as_ref(), Some(r));
+}
+
+#[test]
+fn corrupted_block_in_a_critical_file_stops_before_switch_root() {
+    let o = run("verity-corrupt");
+    assert_eq!(
+        o.verdict,
+        Verdict::Decision("stop".into()),
+        "{}",
+        o.describe()
+    );
+    let r = o.report.as_ref().unwrap();
+    let reason = r["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("critical: critical file(s) unreadable through verity: /sbin/init (EIO"),
+        "{reason}"
+    );
+    assert_eq!(r["fault"], "image");
+    assert_eq!(
+        r["verity"]["status"], "V",
+        "the device came up valid; the read found the bad block"
+    );
+    let init = &r["verity"]["critical_files"][0];
+    assert_eq!(
+        (init["path"].as_str(), init["ok"].as_bool()),
+        (Some("/sbin/init"), Some(false))
+    );
+    assert!(
+        o.console.contains("device-mapper: verity") && o.console.contains("is corrupted"),
+        "{}",
+        o.describe()
+    );
+    assert!(
+        o.marker.is_none() && !o.console.contains("switch_root:"),
+        "{}",
+        o.describe()
+    );
+}
+
+fn refused_before_dm(name: &str, want: &str) {
+    let o = run(name);
+    assert_eq!(
+        o.verdict,
+        Verdict::Decision("stop".into()),
+        "{}",
+        o.describe()
+    );
+    let r = o.report.as_ref().unwrap();
+    let reason = r["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with("verity: ") && reason.contains(want),
+        "{reason}"
+    );
+    assert_eq!(r["fault"], "image");
+    let v = &r["verity"];
+    assert!(
+        v.get("dm_device").is_none() && v.get("table").is_none() && v.get("status").is_none(),
+        "a dm device was made: {v}"
+    );
+    assert!(
+        !o.console.contains("device-mapper: verity"),
+        "the kernel saw a verity table: {}",
+        o.describe()
+    );
+}
+
+#[test]
+fn bad_signature_is_refused_before_any_dm_device() {
+    refused_before_dm("verity-bad-sig", "signature does not verify");
+}
+
+#[test]
+fn untrusted_certificate_is_refused_before_any_dm_device() {
+    refused_before_dm(
+        "verity-untrusted",
+        "names no certificate in the trust store",
+    );
+}
+
+#[test]
+fn superblock_disagreeing_with_the_bom_is_refused_before_any_dm_device() {
+    refused_before_dm(
+        "verity-bad-superblock",
+        "superblock hash_block_size is 1024, the trusted value is 4096",
+    );
+}

@@ -1,0 +1,235 @@
+//! Device-mapper through its ioctls on `/dev/mapper/control` (`<linux/dm-ioctl.h>`,
+//! interface version 4): create a device, load a read-only table, resume it, read its
+//! status and table, remove it. No libdevmapper, no udev.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+
+use nix::errno::Errno;
+
+use super::SysError;
+
+/// `sizeof(struct dm_ioctl)`.
+const HEADER: usize = 312;
+/// `sizeof(struct dm_target_spec)`.
+const SPEC: usize = 40;
+const DM_NAME_LEN: usize = 128;
+const DM_UUID_LEN: usize = 129;
+
+pub const DM_READONLY_FLAG: u32 = 1 << 0;
+pub const DM_STATUS_TABLE_FLAG: u32 = 1 << 4;
+pub const DM_BUFFER_FULL_FLAG: u32 = 1 << 8;
+
+/// `_IOWR(0xfd, nr, struct dm_ioctl)`.
+const fn iowr(nr: u32) -> u32 {
+    (3 << 30) | ((HEADER as u32) << 16) | (0xfd << 8) | nr
+}
+const DM_DEV_CREATE: u32 = iowr(3);
+const DM_DEV_REMOVE: u32 = iowr(4);
+const DM_DEV_SUSPEND: u32 = iowr(6);
+const DM_TABLE_LOAD: u32 = iowr(9);
+const DM_TABLE_STATUS: u32 = iowr(12);
+
+/// One target line of a table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub start: u64,
+    pub length: u64,
+    pub kind: String,
+    pub params: String,
+}
+
+/// An open `/dev/mapper/control`.
+#[derive(Debug)]
+pub struct Control {
+    file: File,
+}
+
+fn put_str(buf: &mut [u8], at: usize, max: usize, s: &str) -> Result<(), Errno> {
+    let b = s.as_bytes();
+    if b.len() >= max || b.contains(&0) {
+        return Err(Errno::EINVAL);
+    }
+    buf[at..at + b.len()].copy_from_slice(b);
+    Ok(())
+}
+
+fn u32_at(b: &[u8], o: usize) -> u32 {
+    u32::from_ne_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+}
+
+/// A request buffer: the header (version 4.0.0, name) and room for data.
+fn request(name: &str, data_len: usize) -> Result<Vec<u8>, Errno> {
+    let size = (HEADER + data_len + 7) & !7;
+    let mut b = vec![0u8; size.max(16384)];
+    b[0..4].copy_from_slice(&4u32.to_ne_bytes());
+    let len = b.len() as u32;
+    b[12..16].copy_from_slice(&len.to_ne_bytes()); // data_size
+    b[16..20].copy_from_slice(&(HEADER as u32).to_ne_bytes()); // data_start
+    put_str(&mut b, 48, DM_NAME_LEN, name)?;
+    Ok(b)
+}
+
+impl Control {
+    /// Opens the control node under `dev_root` (creating it from sysfs if devtmpfs has not).
+    pub fn open(dev_root: &Path, sys_root: &Path) -> Result<Control, SysError> {
+        let path = dev_root.join("mapper/control");
+        if !path.exists() {
+            let mm = std::fs::read_to_string(sys_root.join("class/misc/device-mapper/dev"))
+                .unwrap_or_default();
+            let (maj, min) = mm
+                .trim()
+                .split_once(':')
+                .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
+                .unwrap_or((10u64, 236u64));
+            let _ = std::fs::create_dir_all(dev_root.join("mapper"));
+            nix::sys::stat::mknod(
+                &path,
+                nix::sys::stat::SFlag::S_IFCHR,
+                nix::sys::stat::Mode::from_bits_truncate(0o600),
+                nix::sys::stat::makedev(maj, min),
+            )
+            .map_err(|e| SysError::new("mknod", path.display().to_string(), e))?;
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| {
+                SysError::new(
+                    "open",
+                    path.display().to_string(),
+                    Errno::from_raw(e.raw_os_error().unwrap_or(0)),
+                )
+            })?;
+        Ok(Control { file })
+    }
+
+    fn ioctl(
+        &self,
+        req: u32,
+        what: &'static str,
+        name: &str,
+        buf: &mut [u8],
+    ) -> Result<(), SysError> {
+        // SAFETY: `buf` is a writable buffer of at least HEADER bytes whose header says its
+        // own size (data_size), so the kernel reads and writes only inside it; the fd is
+        // the open control node.
+        let rc = unsafe { nix::libc::ioctl(self.file.as_raw_fd(), req as _, buf.as_mut_ptr()) };
+        if rc < 0 {
+            return Err(SysError::new(what, name.to_string(), Errno::last()));
+        }
+        Ok(())
+    }
+
+    /// `DM_DEV_CREATE`: returns the new device's (major, minor).
+    pub fn create(&self, name: &str, uuid: &str) -> Result<(u64, u64), SysError> {
+        let mut b = request(name, 0).map_err(|e| SysError::new("DM_DEV_CREATE", name, e))?;
+        put_str(&mut b, 48 + DM_NAME_LEN, DM_UUID_LEN, uuid)
+            .map_err(|e| SysError::new("DM_DEV_CREATE", name, e))?;
+        self.ioctl(DM_DEV_CREATE, "DM_DEV_CREATE", name, &mut b)?;
+        let mut d = [0u8; 8];
+        d.copy_from_slice(&b[40..48]);
+        let dev = u64::from_ne_bytes(d);
+        Ok((nix::sys::stat::major(dev), nix::sys::stat::minor(dev)))
+    }
+
+    /// `DM_TABLE_LOAD` of `targets` into the inactive slot.
+    pub fn load(&self, name: &str, targets: &[Target], read_only: bool) -> Result<(), SysError> {
+        let mut data = Vec::new();
+        for t in targets {
+            let mut spec = vec![0u8; SPEC];
+            spec[0..8].copy_from_slice(&t.start.to_ne_bytes());
+            spec[8..16].copy_from_slice(&t.length.to_ne_bytes());
+            put_str(&mut spec, 24, 16, &t.kind)
+                .map_err(|e| SysError::new("DM_TABLE_LOAD", name, e))?;
+            let mut params = t.params.as_bytes().to_vec();
+            params.push(0);
+            while !(SPEC + params.len()).is_multiple_of(8) {
+                params.push(0);
+            }
+            let next = (SPEC + params.len()) as u32;
+            spec[20..24].copy_from_slice(&next.to_ne_bytes());
+            data.extend_from_slice(&spec);
+            data.extend_from_slice(&params);
+        }
+        let mut b =
+            request(name, data.len()).map_err(|e| SysError::new("DM_TABLE_LOAD", name, e))?;
+        b[HEADER..HEADER + data.len()].copy_from_slice(&data);
+        b[20..24].copy_from_slice(&(targets.len() as u32).to_ne_bytes());
+        let flags = if read_only { DM_READONLY_FLAG } else { 0 };
+        b[28..32].copy_from_slice(&flags.to_ne_bytes());
+        self.ioctl(DM_TABLE_LOAD, "DM_TABLE_LOAD", name, &mut b)
+    }
+
+    /// `DM_DEV_SUSPEND` without the suspend flag: resume, making the loaded table live.
+    pub fn resume(&self, name: &str) -> Result<(), SysError> {
+        let mut b = request(name, 0).map_err(|e| SysError::new("DM_DEV_SUSPEND", name, e))?;
+        self.ioctl(DM_DEV_SUSPEND, "DM_DEV_SUSPEND", name, &mut b)
+    }
+
+    /// `DM_DEV_REMOVE`.
+    pub fn remove(&self, name: &str) -> Result<(), SysError> {
+        let mut b = request(name, 0).map_err(|e| SysError::new("DM_DEV_REMOVE", name, e))?;
+        self.ioctl(DM_DEV_REMOVE, "DM_DEV_REMOVE", name, &mut b)
+    }
+
+    /// `DM_TABLE_STATUS`: each target's status (or, with `table`, its table line).
+    pub fn status(&self, name: &str, table: bool) -> Result<Vec<Target>, SysError> {
+        let mut b = request(name, 0).map_err(|e| SysError::new("DM_TABLE_STATUS", name, e))?;
+        if table {
+            b[28..32].copy_from_slice(&DM_STATUS_TABLE_FLAG.to_ne_bytes());
+        }
+        self.ioctl(DM_TABLE_STATUS, "DM_TABLE_STATUS", name, &mut b)?;
+        if u32_at(&b, 28) & DM_BUFFER_FULL_FLAG != 0 {
+            return Err(SysError::new("DM_TABLE_STATUS", name, Errno::ENOBUFS));
+        }
+        let count = u32_at(&b, 20) as usize;
+        let mut at = u32_at(&b, 16) as usize;
+        let mut out = Vec::new();
+        for _ in 0..count {
+            let spec = b
+                .get(at..at + SPEC)
+                .ok_or_else(|| SysError::new("DM_TABLE_STATUS", name, Errno::EPROTO))?;
+            let mut s = [0u8; 8];
+            s.copy_from_slice(&spec[0..8]);
+            let start = u64::from_ne_bytes(s);
+            s.copy_from_slice(&spec[8..16]);
+            let length = u64::from_ne_bytes(s);
+            let next = u32_at(spec, 20) as usize;
+            let kind_raw = &spec[24..40];
+            let kind = String::from_utf8_lossy(
+                &kind_raw[..kind_raw.iter().position(|&c| c == 0).unwrap_or(16)],
+            )
+            .into_owned();
+            let rest = &b[at + SPEC..];
+            let params =
+                String::from_utf8_lossy(&rest[..rest.iter().position(|&c| c == 0).unwrap_or(0)])
+                    .into_owned();
+            out.push(Target {
+                start,
+                length,
+                kind,
+                params,
+            });
+            // In status replies `next` is the offset from the data start.
+            at = u32_at(&b, 16) as usize + next;
+            if next == 0 {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ioctl_numbers_match_the_kernel_header() {
+        // From <linux/dm-ioctl.h> on x86-64: DM_DEV_CREATE = 0xc138fd03, DM_TABLE_STATUS = 0xc138fd0c.
+        assert_eq!(super::DM_DEV_CREATE, 0xc138_fd03);
+        assert_eq!(super::DM_TABLE_LOAD, 0xc138_fd09);
+        assert_eq!(super::DM_TABLE_STATUS, 0xc138_fd0c);
+    }
+}
