@@ -17,6 +17,7 @@ pub mod disk;
 pub mod paths;
 pub mod rootfs;
 pub mod scenario;
+pub mod tpmcheck;
 pub mod verity;
 pub mod vm;
 

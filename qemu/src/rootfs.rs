@@ -59,3 +59,75 @@ pub fn build(dir: &Path, extra: &str) -> Result<(), HarnessError> {
         .map_err(|e| io(&init, e))?;
     Ok(())
 }
+
+/// Copies host programs into the root with the shared libraries `ldd` names (and the
+/// dynamic loader), plus `extra_libs` that are loaded at run time (`dlopen`), and makes
+/// `links` (name in /usr/bin -> program file name).
+pub fn add_host_programs(
+    dir: &Path,
+    programs: &[&str],
+    links: &[(&str, &str)],
+    extra_libs: &[&str],
+) -> Result<(), HarnessError> {
+    let io = |p: &Path, e| HarnessError::io(p, e);
+    let mut libs: Vec<String> = extra_libs.iter().map(|s| s.to_string()).collect();
+    for prog in programs {
+        let dst = dir
+            .join("usr/bin")
+            .join(Path::new(prog).file_name().unwrap_or_default());
+        std::fs::copy(prog, &dst).map_err(|e| io(Path::new(prog), e))?;
+        let out = crate::disk::run(std::process::Command::new("ldd").arg(prog))?;
+        for l in out.lines() {
+            // "libx.so => /lib/x86_64-linux-gnu/libx.so (0x...)" or "/lib64/ld-linux... (0x...)"
+            let path = l
+                .split("=>")
+                .nth(1)
+                .unwrap_or(l)
+                .split_whitespace()
+                .next()
+                .unwrap_or("");
+            if path.starts_with('/') {
+                libs.push(path.to_string());
+            }
+        }
+    }
+    libs.sort();
+    libs.dedup();
+    for lib in libs {
+        let rel = lib.trim_start_matches('/');
+        let dst = dir.join(rel);
+        if let Some(parent) = dst.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+        }
+        // Follow symlinks: the root gets the library under the name the program asks for.
+        std::fs::copy(&lib, &dst).map_err(|e| io(Path::new(&lib), e))?;
+    }
+    for (name, target) in links {
+        let l = dir.join("usr/bin").join(name);
+        let _ = std::fs::remove_file(&l);
+        std::os::unix::fs::symlink(target, &l).map_err(|e| io(&l, e))?;
+    }
+    Ok(())
+}
+
+/// Size in MiB for an ext4 image holding `dir` with room to spare.
+pub fn image_size_mib(dir: &Path) -> u64 {
+    fn du(p: &Path) -> u64 {
+        let Ok(m) = std::fs::symlink_metadata(p) else {
+            return 0;
+        };
+        if m.is_dir() {
+            std::fs::read_dir(p)
+                .map(|rd| {
+                    rd.filter_map(Result::ok)
+                        .map(|e| du(&e.path()))
+                        .sum::<u64>()
+                })
+                .unwrap_or(0)
+                + 4096
+        } else {
+            m.len().div_ceil(4096) * 4096
+        }
+    }
+    (du(dir) * 3 / 2 / (1 << 20) + 8).max(16)
+}

@@ -23,6 +23,10 @@ pub const NAMES: &[&str] = &[
     "verity-bad-sig",
     "verity-untrusted",
     "verity-bad-superblock",
+    "tpm",
+    "tpm-sha384",
+    "no-tpm",
+    "tpm-killed",
 ];
 
 /// A boot to run.
@@ -45,7 +49,21 @@ pub struct Scenario {
     pub tampered_modules: Vec<String>,
     /// A dm-verity root (DPS layout, signed root hash) instead of a plain one.
     pub verity: Option<crate::verity::Variant>,
+    /// The VM's swtpm banks (`None`: no TPM at all).
+    pub tpm_banks: Option<Vec<String>>,
+    /// Kill the swtpm when the console shows this.
+    pub kill_tpm_on: Option<String>,
+    /// Put tpm2-tools in the root and have its init print `tpm2_pcrread`, `tpm2_eventlog`
+    /// and the binary log (base64) between markers.
+    pub root_tpm_tools: bool,
 }
+
+/// Shell the root's init runs to show the TPM's view and our logs.
+pub const TPM_ROOT_SCRIPT: &str = "export TPM2TOOLS_TCTI=device:/dev/tpmrm0\n\
+echo TPM-PCRREAD-BEGIN; tpm2_pcrread; echo TPM-PCRREAD-END\n\
+echo TPM-EVENTLOG-BEGIN; tpm2_eventlog /run/validator/tpm-eventlog.bin 2>/dev/null; echo \"TPM-EVENTLOG-RC $?\"; echo TPM-EVENTLOG-END\n\
+echo TPM-LOG-BEGIN; base64 /run/validator/tpm-eventlog.bin; echo TPM-LOG-END\n\
+echo TPM-CEL-BEGIN; base64 /run/log/systemd/tpm2-measure.log; echo TPM-CEL-END";
 
 /// The example BOM of the QEMU node, with `kernel.release` set to the provisioned kernel.
 pub fn example_bom(kernel: &Kernel) -> Result<Bom, HarnessError> {
@@ -74,6 +92,9 @@ impl Scenario {
             module_overrides: Vec::new(),
             tampered_modules: Vec::new(),
             verity: None,
+            tpm_banks: Some(vec!["sha1".into(), "sha256".into()]),
+            kill_tpm_on: None,
+            root_tpm_tools: false,
         })
     }
 
@@ -129,6 +150,19 @@ impl Scenario {
                 });
                 s.bom.policy.trust.push("trusted.pem".into());
                 s.cmdline = "validator.on_stop=poweroff validator.root_timeout=30".into();
+            }
+            "tpm" => {
+                s.root_tpm_tools = true;
+            }
+            "tpm-sha384" => {
+                s.root_tpm_tools = true;
+                s.tpm_banks = Some(vec!["sha256".into(), "sha384".into()]);
+            }
+            "no-tpm" => {
+                s.tpm_banks = None;
+            }
+            "tpm-killed" => {
+                s.kill_tpm_on = Some("stage modules: start".into());
             }
             "tampered-module" => {
                 s.tampered_modules.push("virtio_blk".into());
@@ -201,11 +235,27 @@ impl Scenario {
             cfg.disks.push(img);
         } else if self.with_root_disk {
             let rootdir = dir.join("rootfs");
-            crate::rootfs::build(&rootdir, &self.root_extra)?;
+            let mut extra = self.root_extra.clone();
+            if self.root_tpm_tools {
+                extra.push('\n');
+                extra.push_str(TPM_ROOT_SCRIPT);
+            }
+            crate::rootfs::build(&rootdir, &extra)?;
+            if self.root_tpm_tools {
+                crate::rootfs::add_host_programs(
+                    &rootdir,
+                    &["/usr/bin/tpm2"],
+                    &[("tpm2_pcrread", "tpm2"), ("tpm2_eventlog", "tpm2")],
+                    &["/usr/lib/x86_64-linux-gnu/libtss2-tcti-device.so.0"],
+                )?;
+            }
+            let size = crate::rootfs::image_size_mib(&rootdir);
             let img = dir.join("disk.img");
-            disk::build_disk(&img, &[PartitionSpec::ext4("root", &rootdir, 16)], dir)?;
+            disk::build_disk(&img, &[PartitionSpec::ext4("root", &rootdir, size)], dir)?;
             cfg.disks.push(img);
         }
+        cfg.tpm = self.tpm_banks.clone();
+        cfg.kill_tpm_on = self.kill_tpm_on.clone();
         Ok(cfg)
     }
 

@@ -42,8 +42,12 @@ pub struct VmConfig {
     pub cpus: u32,
     pub accel: Accel,
     pub timeout: Duration,
-    /// Extra QEMU arguments (devices, TPM).
+    /// Extra QEMU arguments (devices).
     pub extra_args: Vec<String>,
+    /// A TPM 2.0 (swtpm) with these PCR banks, started for this VM alone.
+    pub tpm: Option<Vec<String>>,
+    /// Kill the swtpm when the console shows this text (a TPM failing mid-boot).
+    pub kill_tpm_on: Option<String>,
 }
 
 impl VmConfig {
@@ -63,6 +67,8 @@ impl VmConfig {
                     .unwrap_or(120),
             ),
             extra_args: Vec::new(),
+            tpm: Some(vec!["sha1".into(), "sha256".into()]),
+            kill_tpm_on: None,
         }
     }
 
@@ -229,11 +235,68 @@ pub fn classify(
     (verdict, report, root_report, marker)
 }
 
+/// Starts a swtpm for one VM: a fresh state with `banks`, a control socket in `dir`.
+/// swtpm exits when QEMU disconnects; the guard kills it in any case.
+fn start_swtpm(dir: &Path, banks: &[String]) -> Result<(Group, PathBuf), HarnessError> {
+    let state = dir.join("tpm-state");
+    let _ = std::fs::remove_dir_all(&state);
+    std::fs::create_dir_all(&state).map_err(|e| HarnessError::io(&state, e))?;
+    crate::disk::run(
+        Command::new("swtpm_setup")
+            .arg("--tpm2")
+            .arg("--tpmstate")
+            .arg(&state)
+            .args(["--pcr-banks", &banks.join(","), "--overwrite"]),
+    )?;
+    let sock = dir.join("swtpm.sock");
+    let _ = std::fs::remove_file(&sock);
+    let log = std::fs::File::create(dir.join("swtpm.log")).map_err(|e| HarnessError::io(dir, e))?;
+    let child = Command::new("swtpm")
+        .args(["socket", "--tpm2", "--tpmstate"])
+        .arg(format!("dir={}", state.display()))
+        .arg("--ctrl")
+        .arg(format!("type=unixio,path={}", sock.display()))
+        .args(["--flags", "startup-clear"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .process_group(0)
+        .spawn()
+        .map_err(|e| {
+            HarnessError::Setup(format!("cannot start swtpm: {e} (run scripts/provision)"))
+        })?;
+    let g = Group(child);
+    let t = Instant::now();
+    while !sock.exists() {
+        if t.elapsed() > Duration::from_secs(10) {
+            return Err(HarnessError::Setup(
+                "swtpm did not create its socket".into(),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok((g, sock))
+}
+
 /// Boots `cfg`, writing the console to `<dir>/console.log`.
 pub fn run(cfg: &VmConfig, dir: &Path) -> Result<Outcome, HarnessError> {
     let log_path = dir.join("console.log");
     let _ = std::fs::remove_file(&log_path);
+    let mut swtpm = match &cfg.tpm {
+        Some(banks) => Some(start_swtpm(dir, banks)?),
+        None => None,
+    };
     let mut cmd = cfg.command(&log_path);
+    if let Some((_, sock)) = &swtpm {
+        cmd.arg("-chardev")
+            .arg(format!("socket,id=chrtpm,path={}", sock.display()))
+            .args([
+                "-tpmdev",
+                "emulator,id=tpm0,chardev=chrtpm",
+                "-device",
+                "tpm-tis,tpmdev=tpm0",
+            ]);
+    }
     let qemu_log = dir.join("qemu.stderr");
     let errf = std::fs::File::create(&qemu_log).map_err(|e| HarnessError::io(&qemu_log, e))?;
     cmd.stdin(Stdio::null())
@@ -260,9 +323,16 @@ pub fn run(cfg: &VmConfig, dir: &Path) -> Result<Outcome, HarnessError> {
             timed_out = true;
             break None;
         }
+        if let (Some(needle), Some(_)) = (&cfg.kill_tpm_on, &swtpm) {
+            let text = std::fs::read(&log_path).unwrap_or_default();
+            if text.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                swtpm = None; // the guard kills the swtpm's process group
+            }
+        }
         std::thread::sleep(Duration::from_millis(50));
     };
     drop(group);
+    drop(swtpm);
     let wall = start.elapsed();
     let console =
         String::from_utf8_lossy(&std::fs::read(&log_path).unwrap_or_default()).into_owned();

@@ -60,7 +60,10 @@ fn good_boot_loads_modules_itself_and_switches_root() {
         .iter()
         .map(|s| s["name"].as_str().unwrap())
         .collect();
-    assert_eq!(stages, ["start", "modules", "storage", "mount", "handover"]);
+    assert_eq!(
+        stages,
+        ["start", "measure", "modules", "storage", "mount", "handover"]
+    );
     assert!(r["stages"]
         .as_array()
         .unwrap()

@@ -230,6 +230,50 @@ pub struct Verity {
     pub critical: Vec<RootPath>,
 }
 
+/// Whether the boot needs a working TPM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TpmPolicy {
+    /// No TPM, or a TPM failing, stops the boot (a platform fault).
+    #[default]
+    Required,
+    /// Measured when there is a TPM; its absence or failure is reported only.
+    Optional,
+}
+
+fn default_pcr() -> u32 {
+    13
+}
+
+fn default_tpm_timeout() -> u64 {
+    2000
+}
+
+/// Measured boot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Measure {
+    #[serde(default)]
+    pub tpm: TpmPolicy,
+    /// The PCR for the BOM, command line, modules, root hash and decision (PCR 11 gets
+    /// the systemd phase strings).
+    #[serde(default = "default_pcr")]
+    pub pcr: u32,
+    /// Deadline of each TPM command, in milliseconds.
+    #[serde(default = "default_tpm_timeout")]
+    pub timeout_ms: u64,
+}
+
+impl Default for Measure {
+    fn default() -> Measure {
+        Measure {
+            tpm: TpmPolicy::Required,
+            pcr: default_pcr(),
+            timeout_ms: default_tpm_timeout(),
+        }
+    }
+}
+
 /// Boot policies.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -284,6 +328,8 @@ pub struct Bom {
     pub hardware: Hardware,
     /// The verified root; absent: the root is mounted as `root=` names it.
     pub verity: Option<Verity>,
+    #[serde(default)]
+    pub measure: Measure,
 }
 
 /// A BOM together with the bytes it was read from.
@@ -319,6 +365,32 @@ pub fn parse(bytes: &[u8], path: &Path) -> Result<LoadedBom, BomError> {
         let line = e.span().map(|s| line_of(text, s.start)).unwrap_or(1);
         invalid(line, e.message().to_string())
     })?;
+    if bom.measure.pcr > 23 || bom.measure.pcr == crate::measure::PHASE_PCR {
+        let line = text
+            .lines()
+            .position(|l| l.trim_start().starts_with("pcr"))
+            .map_or(1, |i| i + 1);
+        return Err(invalid(
+            line,
+            format!(
+                "measure.pcr {} is not usable (0-23, and not 11, which holds the boot phases)",
+                bom.measure.pcr
+            ),
+        ));
+    }
+    if !(10..=60_000).contains(&bom.measure.timeout_ms) {
+        let line = text
+            .lines()
+            .position(|l| l.trim_start().starts_with("timeout_ms"))
+            .map_or(1, |i| i + 1);
+        return Err(invalid(
+            line,
+            format!(
+                "measure.timeout_ms {} is outside 10..60000",
+                bom.measure.timeout_ms
+            ),
+        ));
+    }
     if bom.schema != SCHEMA {
         let line = text
             .lines()

@@ -59,6 +59,7 @@ struct Boot {
     bom: Option<LoadedBom>,
     release: String,
     verity_parts: Option<verity::Parts>,
+    measurer: Option<crate::measure::Measurer>,
 }
 
 impl Boot {
@@ -218,6 +219,7 @@ impl Boot {
                 format!("module(s) failed to load: {}", bad.join(", ")),
             ));
         }
+        self.measure_modules()?;
         // What loading did to the kernel's taint.
         let allowed = self
             .bom
@@ -247,6 +249,152 @@ impl Boot {
             ));
         }
         Ok(Some(detail))
+    }
+
+    fn measure_cfg(&self) -> crate::bom::Measure {
+        self.bom
+            .as_ref()
+            .map(|b| b.bom.measure.clone())
+            .unwrap_or_default()
+    }
+
+    /// Measures one event into our PCR; a TPM failure fails the stage when the BOM
+    /// requires the TPM, else it becomes a warning (once).
+    fn measure_event(
+        &mut self,
+        description: &str,
+        data: &[u8],
+        kind: &str,
+    ) -> Result<(), (Fault, String)> {
+        let cfg = self.measure_cfg();
+        let Some(m) = self.measurer.as_mut() else {
+            return Ok(());
+        };
+        if !m.ok() {
+            return Ok(()); // already reported
+        }
+        match m.measure(cfg.pcr, description, data, kind) {
+            Ok(()) => Ok(()),
+            Err(e) => self.tpm_failed(e),
+        }
+    }
+
+    fn tpm_failed(&mut self, e: String) -> Result<(), (Fault, String)> {
+        if self.measure_cfg().tpm == crate::bom::TpmPolicy::Required {
+            Err((Fault::Platform, format!("TPM required by the BOM: {e}")))
+        } else {
+            self.report.warnings.push(format!("TPM (optional): {e}"));
+            Ok(())
+        }
+    }
+
+    /// Stage `measure`: open the TPM, `enter-initrd` into PCR 11, then the BOM and the
+    /// command line into our PCR.
+    fn measure_start(&mut self) -> StageResult {
+        let cfg = self.measure_cfg();
+        let sec = self.roots.sys.join("kernel/security");
+        if let Err(e) = sys::mount(
+            "securityfs",
+            &sec,
+            Some("securityfs"),
+            nix::mount::MsFlags::empty(),
+            None,
+        ) {
+            if e.errno != nix::errno::Errno::EBUSY {
+                log::warn!("{e}");
+            }
+        }
+        let m = crate::measure::Measurer::open(
+            &self.roots.dev,
+            &sec,
+            cfg.pcr,
+            cfg.tpm == crate::bom::TpmPolicy::Required,
+            Duration::from_millis(cfg.timeout_ms),
+        );
+        let failure = m.report.failure.clone();
+        self.measurer = Some(m);
+        if let Some(f) = failure {
+            self.tpm_failed(f)?;
+            return Ok(Some("no TPM (optional)".into()));
+        }
+        if let Some(m) = self.measurer.as_mut() {
+            if let Err(e) = m.phase("enter-initrd") {
+                self.tpm_failed(e)?;
+            }
+        }
+        if let Some(b) = self.bom.clone() {
+            let bytes = std::fs::read(&b.path).unwrap_or_default();
+            self.measure_event(
+                &format!("bom:{} sha256:{}", b.bom.image_id, b.sha256),
+                &bytes,
+                "validator-bom",
+            )?;
+        }
+        let cmdline = std::fs::read_to_string(self.roots.proc.join("cmdline")).unwrap_or_default();
+        let cmdline = cmdline.trim_end_matches('\n').to_string();
+        self.measure_event(
+            &format!("cmdline:{cmdline}"),
+            cmdline.as_bytes(),
+            "validator-cmdline",
+        )?;
+        let m = self
+            .measurer
+            .as_ref()
+            .map(|m| m.report.clone())
+            .unwrap_or_default();
+        Ok(Some(format!(
+            "TPM {} banks {} (PCR 11 and {}), {} events",
+            m.device.as_deref().unwrap_or("?"),
+            m.banks.join("+"),
+            m.pcr,
+            m.events
+        )))
+    }
+
+    /// Measures the loaded modules' files, in plan order.
+    fn measure_modules(&mut self) -> Result<(), (Fault, String)> {
+        let loaded: Vec<(String, String)> = self
+            .report
+            .modules
+            .iter()
+            .filter(|m| m.status == ModStatus::Loaded)
+            .filter_map(|m| m.path.clone().map(|p| (m.name.clone(), p)))
+            .collect();
+        let dir = self.roots.modules.join(&self.release);
+        for (name, rel) in loaded {
+            let bytes = std::fs::read(dir.join(&rel)).unwrap_or_default();
+            self.measure_event(&format!("module:{name} {rel}"), &bytes, "validator-module")?;
+        }
+        Ok(())
+    }
+
+    /// The decision and, on a pass, `leave-initrd`; then reads the PCRs back and writes
+    /// the logs. Runs on every path before the report is made.
+    fn measure_end(&mut self) {
+        let pass = self.report.decision == Decision::Pass;
+        let word = if pass {
+            "decision:pass"
+        } else {
+            "decision:stop"
+        };
+        if let Err((_, e)) = self.measure_event(word, word.as_bytes(), "validator-decision") {
+            self.report.fail(Fault::Platform, format!("handover: {e}"));
+        }
+        if pass && self.report.decision == Decision::Pass {
+            if let Some(m) = self.measurer.as_mut() {
+                if m.ok() {
+                    if let Err(e) = m.phase("leave-initrd") {
+                        if let Err((f, e)) = self.tpm_failed(e) {
+                            self.report.fail(f, format!("handover: {e}"));
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(m) = self.measurer.as_mut() {
+            m.finish(&self.roots.run);
+            self.report.tpm = Some(m.report.clone());
+        }
     }
 
     fn verity_cfg(&self) -> Option<crate::bom::Verity> {
@@ -370,6 +518,15 @@ impl Boot {
             Ok(node) => {
                 if let Some(r) = self.report.root.as_mut() {
                     r.partition.device = node.clone();
+                }
+                let rh = rep.root_hash.clone();
+                if let Err(e) = self.measure_event(
+                    &format!("verity-root-hash:{rh}"),
+                    rh.as_bytes(),
+                    "validator-verity",
+                ) {
+                    self.report.verity = Some(rep);
+                    return Err(e);
                 }
                 Ok(Some(format!(
                     "root hash {} ({}) on {node}, status {}",
@@ -532,11 +689,13 @@ pub fn run_pid1() -> ! {
         bom: None,
         release: String::new(),
         verity_parts: None,
+        measurer: None,
     };
     for e in &api_errs {
         boot.report.warnings.push(e.to_string());
     }
     let ok = boot.stage("start", Boot::start)
+        && boot.stage("measure", Boot::measure_start)
         && boot.stage("modules", Boot::modules)
         && boot.stage("storage", Boot::storage)
         && (boot.verity_cfg().is_none() || boot.stage("verity", Boot::verity))
@@ -553,6 +712,7 @@ pub fn run_pid1() -> ! {
                 })
                 .map_err(|e| (Fault::Image, e.to_string()))
         });
+    boot.measure_end();
     if ok && boot.report.decision == Decision::Pass {
         boot.emit_report();
         let err = pid1::switch_root(&boot.roots.new_root, &boot.args.init, &boot.args.init_args);

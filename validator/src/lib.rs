@@ -23,6 +23,7 @@ pub mod cmdline;
 pub mod compress;
 pub mod gpt;
 pub mod kmsg;
+pub mod measure;
 pub mod modules;
 pub mod pid1;
 pub mod pkcs7;

@@ -19,6 +19,11 @@ const USAGE: &str = "usage:
                     (--root-hash HEX | --sig FILE --trust CERT...) [--threads N] [--json]
                                     full userspace check of a dm-verity image; names the
                                     first corrupted block; exit 0 verified, 1 corrupted
+  validator tpm pcrs [--tcp HOST:PORT] [--json]
+                                    read PCRs 0-23 of every active bank (/dev/tpmrm0,
+                                    else /dev/tpm0; or a swtpm data port)
+  validator tpm replay LOG [--json] replay a binary (TCG crypto-agile) or CEL-JSON log and
+                                    print the PCR values it predicts
   validator bom check FILE          parse a BOM strictly; print its image id and digest
   validator cmdline [LINE]          show how a kernel command line (default /proc/cmdline) is read
   validator gpt DISK                list the GPT partitions of a disk or image
@@ -41,6 +46,8 @@ fn run(a: &[&str]) -> Result<ExitCode, String> {
         ["modules", "check", rest @ ..] => modules_check(rest),
         ["keys", "extract", rest @ ..] => keys_extract(rest),
         ["verity", "verify", rest @ ..] => verity_verify(rest),
+        ["tpm", "pcrs", rest @ ..] => tpm_pcrs(rest),
+        ["tpm", "replay", rest @ ..] => tpm_replay(rest),
         ["kernel", "info", "--vmlinuz", path] => {
             let k = load_kernel(Path::new(path))?;
             println!("release {}", k.release);
@@ -440,4 +447,88 @@ fn verity_verify(a: &[&str]) -> Result<ExitCode, String> {
     } else {
         ExitCode::from(1)
     })
+}
+
+fn print_pcrs(v: &validator::tpm::PcrValues, json: bool) {
+    if json {
+        let doc: std::collections::BTreeMap<&str, std::collections::BTreeMap<String, String>> = v
+            .iter()
+            .map(|(b, m)| {
+                (
+                    b.name(),
+                    m.iter()
+                        .map(|(p, d)| (p.to_string(), validator::bom::hex(d)))
+                        .collect(),
+                )
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+    } else {
+        println!("pcrs:");
+        for (b, m) in v {
+            println!("  {}:", b.name());
+            for (p, d) in m {
+                println!("    {p:<2} : 0x{}", validator::bom::hex(d));
+            }
+        }
+    }
+}
+
+fn tpm_pcrs(a: &[&str]) -> Result<ExitCode, String> {
+    use validator::tpm::{DeviceTransport, TcpTransport, Tpm, Transport};
+    let json = a.contains(&"--json");
+    let tcp = a
+        .iter()
+        .position(|x| *x == "--tcp")
+        .and_then(|i| a.get(i + 1));
+    fn read_all<T: Transport>(mut t: Tpm<T>) -> Result<validator::tpm::PcrValues, String> {
+        let banks = t.get_pcr_banks().map_err(|e| e.to_string())?;
+        let mut v = validator::tpm::PcrValues::new();
+        for pcr in 0..24 {
+            for (b, d) in t.pcr_read(pcr, &banks).map_err(|e| e.to_string())? {
+                v.entry(b).or_default().insert(pcr, d);
+            }
+        }
+        eprintln!(
+            "validator: {} TPM commands, {} us",
+            t.stats().commands,
+            t.stats().time.as_micros()
+        );
+        Ok(v)
+    }
+    let v = match tcp {
+        Some(addr) => {
+            let sa: std::net::SocketAddr = addr
+                .parse()
+                .map_err(|_| format!("--tcp {addr}: not HOST:PORT"))?;
+            read_all(Tpm::new(
+                TcpTransport::connect(sa, std::time::Duration::from_secs(2))
+                    .map_err(|e| e.to_string())?,
+            ))?
+        }
+        None => read_all(Tpm::new(
+            DeviceTransport::open(Path::new("/dev")).map_err(|e| e.to_string())?,
+        ))?,
+    };
+    print_pcrs(&v, json);
+    Ok(ExitCode::SUCCESS)
+}
+
+fn tpm_replay(a: &[&str]) -> Result<ExitCode, String> {
+    let json = a.contains(&"--json");
+    let file = a
+        .iter()
+        .find(|x| !x.starts_with("--"))
+        .ok_or("tpm replay: LOG is required")?;
+    let bytes = std::fs::read(file).map_err(|e| format!("{file}: {e}"))?;
+    let v = if bytes.first() == Some(&0x1e) {
+        let recs = validator::tpm::cel::parse(&bytes).map_err(|e| format!("{file}: {e}"))?;
+        validator::tpm::cel::replay(&recs)
+    } else {
+        validator::tpm::eventlog::EventLog::parse(&bytes)
+            .map_err(|e| format!("{file}: {e}"))?
+            .replay()
+    };
+    print_pcrs(&v, json);
+    Ok(ExitCode::SUCCESS)
 }

@@ -108,6 +108,8 @@ pub struct Report {
     pub taint: Option<TaintReport>,
     /// The verified root (when the BOM asks for one).
     pub verity: Option<crate::verity::VerityReport>,
+    /// Measurements: PCR values we extended, TPM commands and time, logs.
+    pub tpm: Option<crate::measure::TpmReport>,
     pub decision: Decision,
     pub fault: Option<Fault>,
     pub reason: Option<String>,
@@ -129,6 +131,7 @@ impl Report {
             root: None,
             taint: None,
             verity: None,
+            tpm: None,
             decision: Decision::Pass,
             fault: None,
             reason: None,

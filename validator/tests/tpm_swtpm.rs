@@ -2,8 +2,8 @@
 //! checked against tpm2-tools (`tpm2_pcrread`, `tpm2_eventlog`) talking to the same TPM
 //! and reading the same log.
 //!
-//! Needs `swtpm`, `swtpm_setup` and tpm2-tools in PATH; without them the tests print why
-//! and pass without checking anything. Temporary files go under `target/test-tmp/`.
+//! Needs `swtpm`, `swtpm_setup` and tpm2-tools in PATH (scripts/provision installs them);
+//! without them the tests fail. Temporary files go under `target/test-tmp/`.
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};

@@ -1,0 +1,277 @@
+//! End-to-end measured boot with swtpm: the TPM's PCRs, `tpm2_eventlog`'s replay of our
+//! binary log and `validator tpm replay` of it must agree, in every active bank.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+use qemu::scenario::Scenario;
+use qemu::tpmcheck::{self, Listing};
+use qemu::vm::Verdict;
+
+fn run_scenario(s: Scenario) -> qemu::vm::Outcome {
+    let name = s.name.clone();
+    let o = s.run().unwrap_or_else(|e| panic!("scenario {name}: {e}"));
+    eprintln!("scenario {name}: {}", o.describe());
+    assert!(!o.timed_out, "{}", o.describe());
+    assert!(!o.console.contains("Kernel panic"), "{}", o.describe());
+    o
+}
+
+fn run(name: &str) -> qemu::vm::Outcome {
+    run_scenario(Scenario::named(name).unwrap())
+}
+
+fn validator_replay(log: &[u8], dir: &std::path::Path, name: &str) -> Listing {
+    let f = dir.join(name);
+    std::fs::write(&f, log).unwrap();
+    // The workspace's `validator` binary sits next to ours in the target directory.
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_qemu-harness")).with_file_name("validator");
+    let out = Command::new(bin).args(["tpm", "replay"]).arg(&f).output();
+    let out = match out {
+        Ok(o) if o.status.success() => o,
+        _ => {
+            // The validator binary of this workspace, built next to the harness.
+            let st = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+                .args([
+                    "run",
+                    "-q",
+                    "-p",
+                    "validator",
+                    "--bin",
+                    "validator",
+                    "--",
+                    "tpm",
+                    "replay",
+                ])
+                .arg(&f)
+                .output()
+                .unwrap();
+            assert!(
+                st.status.success(),
+                "{}",
+                String::from_utf8_lossy(&st.stderr)
+            );
+            st
+        }
+    };
+    tpmcheck::parse_listing(&String::from_utf8_lossy(&out.stdout))
+}
+
+fn check_agreement(name: &str, banks: &[&str]) {
+    let o = run(name);
+    assert_eq!(o.verdict, Verdict::RootInitReached, "{}", o.describe());
+    let r = o.report.as_ref().unwrap();
+    let tpm = &r["tpm"];
+    assert_eq!(tpm["present"], true, "{tpm}");
+    assert_eq!(tpm["banks"], serde_json::json!(banks));
+    assert_eq!(
+        tpm["firmware_log"], true,
+        "the firmware's log was continued"
+    );
+    // One extend per event, plus the bank query and one read per touched PCR (11 and 13).
+    let events = tpm["events"].as_u64().unwrap();
+    assert_eq!(tpm["commands"].as_u64().unwrap(), events + 1 + 2, "{tpm}");
+    let tpm_view = tpmcheck::parse_listing(&tpmcheck::section(&o.console, "TPM-PCRREAD").unwrap());
+    let el = tpmcheck::section(&o.console, "TPM-EVENTLOG").unwrap();
+    assert!(
+        el.contains("TPM-EVENTLOG-RC 0"),
+        "tpm2_eventlog failed: {el}"
+    );
+    let el_view = tpmcheck::eventlog_pcrs(&el);
+    let dir = qemu::paths::run_dir(&format!("{name}-check")).unwrap();
+    let log = tpmcheck::base64_section(&o.console, "TPM-LOG").unwrap();
+    let ours = validator_replay(&log, &dir, "eventlog.bin");
+    let cel = tpmcheck::base64_section(&o.console, "TPM-CEL").unwrap();
+    let ours_cel = validator_replay(&cel, &dir, "cel.log");
+    for bank in banks {
+        let touched = &el_view[*bank];
+        assert!(
+            touched.contains_key(&11) && touched.contains_key(&13),
+            "{bank}: {touched:?}"
+        );
+        for (pcr, v) in touched {
+            assert_eq!(
+                tpm_view[*bank].get(pcr),
+                Some(v),
+                "{bank} PCR {pcr}: TPM vs tpm2_eventlog"
+            );
+            assert_eq!(
+                ours[*bank].get(pcr),
+                Some(v),
+                "{bank} PCR {pcr}: validator tpm replay vs tpm2_eventlog"
+            );
+        }
+        assert_eq!(ours[*bank].len(), touched.len(), "{bank}: the same PCRs");
+        // The CEL log holds our events only: it predicts PCRs 11 and 13 exactly.
+        let cel_pcrs: Vec<u32> = ours_cel[*bank].keys().copied().collect();
+        assert_eq!(cel_pcrs, [11, 13]);
+        for pcr in [11, 13] {
+            assert_eq!(
+                ours_cel[*bank][&pcr], tpm_view[*bank][&pcr],
+                "{bank} PCR {pcr}: CEL replay vs TPM"
+            );
+            assert_eq!(
+                tpm["pcrs"][*bank][pcr.to_string()],
+                tpm_view[*bank][&pcr],
+                "{bank} PCR {pcr}: report vs TPM"
+            );
+        }
+    }
+}
+
+#[test]
+fn log_replays_to_the_tpm_values_sha1_sha256() {
+    check_agreement("tpm", &["sha1", "sha256"]);
+}
+
+#[test]
+fn log_replays_to_the_tpm_values_sha256_sha384() {
+    check_agreement("tpm-sha384", &["sha256", "sha384"]);
+}
+
+fn pcr13(o: &qemu::vm::Outcome) -> String {
+    let r = o.report.as_ref().unwrap();
+    assert_eq!(r["decision"], "pass", "{}", o.describe());
+    r["tpm"]["pcrs"]["sha256"]["13"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// A key of our own and one module re-signed twice with it (ECDSA: two different files,
+/// both trusted): the BOM stays the same, one module differs.
+fn two_signings(
+    dir: &std::path::Path,
+) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
+    let key = dir.join("fleet.key");
+    let cert = dir.join("fleet.pem");
+    let der = dir.join("fleet.der");
+    let ok = |c: &mut Command| assert!(c.output().unwrap().status.success(), "{c:?}");
+    ok(Command::new("openssl")
+        .args([
+            "req",
+            "-new",
+            "-x509",
+            "-nodes",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=fleet modules",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert));
+    ok(Command::new("openssl")
+        .args(["x509", "-outform", "DER", "-in"])
+        .arg(&cert)
+        .arg("-out")
+        .arg(&der));
+    let kernel = qemu::paths::kernel("default").unwrap();
+    let tree = mkinitramfs::closure::KernelTree::open(&kernel.root).unwrap();
+    let orig = std::fs::read(tree.moddir.join(&tree.files["crc16"])).unwrap();
+    let body = validator::modules::sig::split(&orig).unwrap().body.to_vec();
+    let mut out = Vec::new();
+    for i in 0..2 {
+        let m = dir.join(format!("crc16-{i}.ko"));
+        std::fs::write(&m, &body).unwrap();
+        ok(Command::new("/usr/lib/linux-kbuild-6.1/scripts/sign-file")
+            .arg("sha256")
+            .arg(&key)
+            .arg(&der)
+            .arg(&m));
+        out.push(m);
+    }
+    assert_ne!(
+        std::fs::read(&out[0]).unwrap(),
+        std::fs::read(&out[1]).unwrap()
+    );
+    (cert, out[0].clone(), out[1].clone())
+}
+
+#[test]
+fn same_inputs_same_pcr_different_bom_or_module_different_pcr() {
+    let dir = qemu::paths::run_dir("tpm-determinism").unwrap();
+    let (cert, m0, m1) = two_signings(&dir);
+    let with = |module: &std::path::Path, image: &str| {
+        let mut s = Scenario::good().unwrap();
+        s.name = format!("tpm-det-{image}");
+        s.bom.image_id = validator::bom::Version(image.into());
+        s.bom.policy.trust = vec![cert.display().to_string()];
+        // Our key is trusted by the gate, not by the kernel's keyring: the kernel taints
+        // with E, which this BOM allows.
+        s.bom.policy.taint_allowed = validator::bom::TaintLetters("E".into());
+        s.module_overrides = vec![("crc16".into(), module.to_path_buf())];
+        run_scenario(s)
+    };
+    let a = pcr13(&with(&m0, "img-1"));
+    let b = pcr13(&with(&m0, "img-1"));
+    assert_eq!(a, b, "the same boot twice must give the same PCR 13");
+    let c = pcr13(&with(&m0, "img-2"));
+    assert_ne!(a, c, "a different BOM must change PCR 13");
+    let d = pcr13(&with(&m1, "img-1"));
+    assert_ne!(a, d, "one different module must change PCR 13");
+    let mut seen = BTreeMap::new();
+    for (k, v) in [("a", &a), ("c", &c), ("d", &d)] {
+        assert!(seen.insert(v.clone(), k).is_none());
+    }
+}
+
+#[test]
+fn no_tpm_when_required_stops_with_a_platform_fault() {
+    let o = run("no-tpm");
+    assert_eq!(
+        o.verdict,
+        Verdict::Decision("stop".into()),
+        "{}",
+        o.describe()
+    );
+    let r = o.report.as_ref().unwrap();
+    assert_eq!(r["fault"], "platform");
+    let reason = r["reason"].as_str().unwrap();
+    assert!(
+        reason.starts_with(
+            "measure: TPM required by the BOM: no TPM: neither /dev/tpmrm0 nor /dev/tpm0 exists"
+        ),
+        "{reason}"
+    );
+    assert_eq!(r["tpm"]["present"], false);
+}
+
+#[test]
+fn tpm_dying_mid_boot_is_a_bounded_wait_then_the_policy() {
+    let o = run("tpm-killed");
+    assert_eq!(
+        o.verdict,
+        Verdict::Decision("stop".into()),
+        "{}",
+        o.describe()
+    );
+    let r = o.report.as_ref().unwrap();
+    assert_eq!(r["fault"], "platform", "{r}");
+    let reason = r["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("TPM required by the BOM: measuring module:"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("TPM2_PCR_Extend"),
+        "the failing command is named: {reason}"
+    );
+    let failure = r["tpm"]["failure"].as_str().unwrap();
+    // QEMU answers for the dead swtpm with a fatal response code; a silent TPM would hit
+    // the per-command deadline instead.
+    assert!(
+        failure.contains("TPM2_PCR_Extend failed") && failure.contains("(0x")
+            || failure.contains("no response within"),
+        "a response code or the deadline: {failure}"
+    );
+    // Bounded: the stop comes within seconds of the TPM dying, not after a hang.
+    let stop = r["boottime_report_us"].as_u64().unwrap();
+    let start = r["boottime_start_us"].as_u64().unwrap();
+    assert!(stop - start < 20_000_000, "took {} us", stop - start);
+}
