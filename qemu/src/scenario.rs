@@ -23,6 +23,7 @@ pub const NAMES: &[&str] = &[
     "verity-bad-sig",
     "verity-untrusted",
     "verity-bad-superblock",
+    "verity-kernel-sig",
     "tpm",
     "tpm-sha384",
     "no-tpm",
@@ -119,10 +120,11 @@ impl Scenario {
             | "verity-corrupt"
             | "verity-bad-sig"
             | "verity-untrusted"
-            | "verity-bad-superblock" => {
+            | "verity-bad-superblock"
+            | "verity-kernel-sig" => {
                 use crate::verity::Variant;
                 s.verity = Some(match name {
-                    "verity" => Variant::Good,
+                    "verity" | "verity-kernel-sig" => Variant::Good,
                     "verity-corrupt" => Variant::CorruptCritical,
                     "verity-bad-sig" => Variant::BadSignature,
                     "verity-untrusted" => Variant::UntrustedCert,
@@ -139,6 +141,7 @@ impl Scenario {
                     },
                     ignore_zero_blocks: name == "verity",
                     check_at_most_once: name == "verity",
+                    kernel_signature: name == "verity-kernel-sig",
                     algorithm: Some(validator::bom::VerityAlgorithm("sha256".into())),
                     data_block_size: Some(4096),
                     hash_block_size: Some(4096),

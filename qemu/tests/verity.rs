@@ -149,3 +149,37 @@ fn superblock_disagreeing_with_the_bom_is_refused_before_any_dm_device() {
         "superblock hash_block_size is 1024, the trusted value is 4096",
     );
 }
+
+/// `kernel_signature`: the signature also goes to the kernel (a `user` key named by
+/// `root_hash_sig_key_desc`). Our signing key is not in the kernel's built-in keyring, so
+/// the kernel itself refuses the table: proof the signature reached it.
+#[test]
+fn signature_handed_to_the_kernel_is_checked_by_the_kernel() {
+    let o = run("verity-kernel-sig");
+    assert_eq!(
+        o.verdict,
+        Verdict::Decision("stop".into()),
+        "{}",
+        o.describe()
+    );
+    let r = o.report.as_ref().unwrap();
+    let reason = r["reason"].as_str().unwrap();
+    assert_eq!(
+        reason,
+        "verity: device-mapper: DM_TABLE_LOAD(root): ENOKEY: Required key not available"
+    );
+    assert!(r["verity"]["table"]
+        .as_str()
+        .unwrap()
+        .contains("root_hash_sig_key_desc validator:root-hash-sig"));
+    assert!(
+        o.console
+            .contains("verity: Root hash verification failed (-ENOKEY)"),
+        "{}",
+        o.describe()
+    );
+    assert!(
+        r["verity"].get("dm_device").is_none(),
+        "the half-made device must be gone"
+    );
+}
