@@ -53,6 +53,15 @@ fn main() -> ExitCode {
         None => println!("(no report printed)"),
     }
     eprintln!("scenario {name}: {}", outcome.describe());
+    if let Some(t) = outcome.report.as_ref().map(|r| &r["tpm"]).filter(|t| t.is_object()) {
+        eprintln!(
+            "tpm: {} measured events, {} TPM commands, {:.1} ms in the TPM (banks {})",
+            t["events"],
+            t["commands"],
+            t["time_us"].as_f64().unwrap_or(0.0) / 1000.0,
+            t["banks"]
+        );
+    }
     if let Some(m) = &outcome.marker {
         eprintln!("root: {m}");
     }
