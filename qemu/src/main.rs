@@ -53,7 +53,12 @@ fn main() -> ExitCode {
         None => println!("(no report printed)"),
     }
     eprintln!("scenario {name}: {}", outcome.describe());
-    if let Some(t) = outcome.report.as_ref().map(|r| &r["tpm"]).filter(|t| t.is_object()) {
+    if let Some(t) = outcome
+        .report
+        .as_ref()
+        .map(|r| &r["tpm"])
+        .filter(|t| t.is_object())
+    {
         eprintln!(
             "tpm: {} measured events, {} TPM commands, {:.1} ms in the TPM (banks {})",
             t["events"],
