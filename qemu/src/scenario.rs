@@ -24,6 +24,7 @@ pub const NAMES: &[&str] = &[
     "verity-untrusted",
     "verity-bad-superblock",
     "verity-kernel-sig",
+    "k612",
     "tpm",
     "tpm-sha384",
     "no-tpm",
@@ -153,6 +154,13 @@ impl Scenario {
                 });
                 s.bom.policy.trust.push("trusted.pem".into());
                 s.cmdline = "validator.on_stop=poweroff validator.root_timeout=30".into();
+            }
+            "k612" => {
+                // Debian's 6.12 kernel: ECDSA P-384 module signatures, .ko.xz modules the
+                // kernel decompresses itself (MODULE_INIT_COMPRESSED_FILE), virtio_pci
+                // built in.
+                s.kernel = paths::kernel("k612")?;
+                s.bom.kernel.release = validator::bom::Version(s.kernel.release.clone());
             }
             "tpm" => {
                 s.root_tpm_tools = true;
