@@ -219,7 +219,9 @@ impl Boot {
                 format!("module(s) failed to load: {}", bad.join(", ")),
             ));
         }
+        let t = Instant::now();
         self.measure_modules()?;
+        let measured_us = t.elapsed().as_micros() as u64;
         // What loading did to the kernel's taint.
         let allowed = self
             .bom
@@ -227,7 +229,13 @@ impl Boot {
             .map(|b| b.bom.policy.taint_allowed.0.clone())
             .unwrap_or_default();
         let taint = read_taint(&self.roots.proc, &allowed);
-        let detail = format!("{loaded} loaded, taint {:?}", taint.flags);
+        let gate_us: u64 = self.report.modules.iter().map(|m| m.gate_us).sum();
+        let detail = format!(
+            "{loaded} loaded (gate {} ms), measured in {} ms, taint {:?}",
+            gate_us / 1000,
+            measured_us / 1000,
+            taint.flags
+        );
         let unexpected_image: String = taint
             .unexpected
             .chars()
@@ -351,19 +359,38 @@ impl Boot {
         )))
     }
 
-    /// Measures the loaded modules' files, in plan order.
+    /// Measures the loaded modules, in plan order: each event is the module's name and
+    /// the SHA-256 of the image the kernel was given (computed by the gate in the same
+    /// pass as its signature digest).
     fn measure_modules(&mut self) -> Result<(), (Fault, String)> {
-        let loaded: Vec<(String, String)> = self
+        let loaded: Vec<(String, String, Option<String>)> = self
             .report
             .modules
             .iter()
             .filter(|m| m.status == ModStatus::Loaded)
-            .filter_map(|m| m.path.clone().map(|p| (m.name.clone(), p)))
+            .filter_map(|m| {
+                m.path
+                    .clone()
+                    .map(|p| (m.name.clone(), p, m.sha256.clone()))
+            })
             .collect();
         let dir = self.roots.modules.join(&self.release);
-        for (name, rel) in loaded {
-            let bytes = std::fs::read(dir.join(&rel)).unwrap_or_default();
-            self.measure_event(&format!("module:{name} {rel}"), &bytes, "validator-module")?;
+        for (name, rel, sha) in loaded {
+            let sha = match sha {
+                Some(s) => s,
+                None => {
+                    use sha2::Digest;
+                    let raw = std::fs::read(dir.join(&rel)).unwrap_or_default();
+                    let img = crate::modules::modinfo::decompress(
+                        &raw,
+                        crate::modules::modinfo::Compression::from_name(&rel),
+                    )
+                    .unwrap_or(raw);
+                    crate::bom::hex(&sha2::Sha256::digest(&img))
+                }
+            };
+            let event = format!("module:{name} sha256:{sha}");
+            self.measure_event(&event, event.as_bytes(), "validator-module")?;
         }
         Ok(())
     }

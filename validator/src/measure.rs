@@ -6,8 +6,9 @@
 //!   (just before `switch_root`), each extended as the SHA digests of the bare string, as
 //!   systemd-pcrphase does, so PCR 11 policies signed for systemd-based boots keep working;
 //! - the BOM's `measure.pcr` (default 13): the BOM file, the kernel command line, every
-//!   loaded module's file (in plan order, after loading), the verity root hash (its hex
-//!   text, as signed) and the boot decision (`decision:pass` / `decision:stop`).
+//!   loaded module (in plan order, after loading: the text `module:<name> sha256:<digest
+//!   of the image the kernel got>`), the verity root hash (its hex text, as signed) and
+//!   the boot decision (`decision:pass` / `decision:stop`).
 //!
 //! Every measurement is one `TPM2_PCR_Extend` carrying all active banks. The firmware's
 //! binary log (`<securityfs>/tpm0/binary_bios_measurements`) is copied and our records

@@ -87,6 +87,10 @@ pub struct Verdict {
     /// SHA-256 of the module file as stored (computed when the policy pins it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// SHA-256 of the module image the kernel gets (decompressed, signature included):
+    /// the module's digest in measurements.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_sha256: Option<String>,
 }
 
 impl Verdict {
@@ -174,6 +178,7 @@ impl Gate {
             vermagic: None,
             license: None,
             sha256: None,
+            image_sha256: None,
         };
         let image: std::borrow::Cow<'_, [u8]> = match Compression::from_name(file_name) {
             Compression::None => std::borrow::Cow::Borrowed(raw),
@@ -206,8 +211,18 @@ impl Gate {
             self.check_elf(name, elf, &mut v);
         }
         match split {
-            Ok(s) => self.check_signature(s.pkcs7, s.body, &mut v),
+            Ok(s) => {
+                // One pass over the image: the body's SHA-256 (what a sha256 signature
+                // covers) and then the whole image's (the module's digest).
+                let mut h = sha2::Sha256::new();
+                h.update(s.body);
+                let body_sha256 = h.clone().finalize().to_vec();
+                h.update(&image[s.body.len()..]);
+                v.image_sha256 = Some(crate::bom::hex(&h.finalize()));
+                self.check_signature(s.pkcs7, s.body, Some(&body_sha256), &mut v)
+            }
             Err(SigError::Unsigned) => {
+                v.image_sha256 = Some(crate::bom::hex(&sha2::Sha256::digest(&image[..])));
                 if self.policy.require_signature {
                     v.reason("unsigned", "module is not signed");
                 }
@@ -324,7 +339,13 @@ impl Gate {
         }
     }
 
-    fn check_signature(&self, pkcs7_der: &[u8], body: &[u8], v: &mut Verdict) {
+    fn check_signature(
+        &self,
+        pkcs7_der: &[u8],
+        body: &[u8],
+        body_sha256: Option<&[u8]>,
+        v: &mut Verdict,
+    ) {
         let signers = match pkcs7::parse(pkcs7_der) {
             Ok(s) => s,
             Err(e) => {
@@ -339,7 +360,10 @@ impl Gate {
         v.signer = Some(s.issuer_cn.clone());
         v.sig_key = Some(s.key_id());
         v.sig_hashalgo = Some(s.digest.name().to_string());
-        let digest = s.digest.digest(body);
+        let digest = match (s.digest, body_sha256) {
+            (crate::trust::HashAlg::Sha256, Some(d)) => d.to_vec(),
+            (alg, _) => alg.digest(body),
+        };
         match pkcs7::verify_signer(s, &digest, &self.trust) {
             Ok(_) => {}
             Err(pkcs7::Pkcs7Error::UntrustedSigner { signer, serial }) => v.reason(

@@ -45,6 +45,10 @@ pub enum ModStatus {
     Skipped,
 }
 
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
 /// One line of the report's `modules` list.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ModuleReport {
@@ -70,6 +74,12 @@ pub struct ModuleReport {
     pub sig_key: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sig_hashalgo: Option<String>,
+    /// SHA-256 of the module image the kernel was given (decompressed, signed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// Time spent in the gate (part of `duration_us`).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub gate_us: u64,
     pub duration_us: u64,
 }
 
@@ -86,6 +96,8 @@ impl ModuleReport {
             signer: None,
             sig_key: None,
             sig_hashalgo: None,
+            sha256: None,
+            gate_us: 0,
             duration_us: 0,
         }
     }
@@ -404,10 +416,13 @@ impl Loader {
             }
             match &self.gate {
                 Some(gate) => {
+                    let t = Instant::now();
                     let (v, img) = gate.check(name, rel, &raw);
+                    r.gate_us = t.elapsed().as_micros() as u64;
                     r.signer = v.signer.clone();
                     r.sig_key = v.sig_key.clone();
                     r.sig_hashalgo = v.sig_hashalgo.clone();
+                    r.sha256 = v.image_sha256.clone();
                     if !v.pass {
                         r.status = ModStatus::Rejected;
                         r.message = Some(v.summary());
