@@ -277,3 +277,30 @@ impl Scenario {
         vm::run(&cfg, &dir)
     }
 }
+
+impl Scenario {
+    /// For tests: boots the scenario and panics on a harness error, a timeout, a kernel
+    /// panic or "Attempted to kill init" - outcomes no scenario expects.
+    pub fn run_checked(self) -> Outcome {
+        let name = self.name.clone();
+        let o = self
+            .run()
+            .unwrap_or_else(|e| panic!("scenario {name}: {e}"));
+        eprintln!("scenario {name}: {}", o.describe());
+        assert!(!o.timed_out, "scenario {name} timed out: {}", o.describe());
+        assert!(
+            !o.console.contains("Attempted to kill init"),
+            "{}",
+            o.describe()
+        );
+        assert!(!o.console.contains("Kernel panic"), "{}", o.describe());
+        o
+    }
+}
+
+/// [`Scenario::named`] then [`Scenario::run_checked`].
+pub fn run_named(name: &str) -> Outcome {
+    Scenario::named(name)
+        .unwrap_or_else(|e| panic!("scenario {name}: {e}"))
+        .run_checked()
+}

@@ -9,16 +9,11 @@ use qemu::tpmcheck::{self, Listing};
 use qemu::vm::Verdict;
 
 fn run_scenario(s: Scenario) -> qemu::vm::Outcome {
-    let name = s.name.clone();
-    let o = s.run().unwrap_or_else(|e| panic!("scenario {name}: {e}"));
-    eprintln!("scenario {name}: {}", o.describe());
-    assert!(!o.timed_out, "{}", o.describe());
-    assert!(!o.console.contains("Kernel panic"), "{}", o.describe());
-    o
+    s.run_checked()
 }
 
 fn run(name: &str) -> qemu::vm::Outcome {
-    run_scenario(Scenario::named(name).unwrap())
+    qemu::scenario::run_named(name)
 }
 
 fn validator_replay(log: &[u8], dir: &std::path::Path, name: &str) -> Listing {

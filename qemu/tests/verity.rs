@@ -2,17 +2,10 @@
 //! Discoverable Partitions `root-verity-sig` partition, set up by our init through the
 //! device-mapper ioctls and checked by the kernel's dm-verity.
 
-use qemu::scenario::Scenario;
 use qemu::vm::Verdict;
 
 fn run(name: &str) -> qemu::vm::Outcome {
-    let o = Scenario::named(name)
-        .and_then(|s| s.run())
-        .unwrap_or_else(|e| panic!("scenario {name}: {e}"));
-    eprintln!("scenario {name}: {}", o.describe());
-    assert!(!o.timed_out, "{}", o.describe());
-    assert!(!o.console.contains("Kernel panic"), "{}", o.describe());
-    o
+    qemu::scenario::run_named(name)
 }
 
 #[test]

@@ -236,44 +236,39 @@ pub fn wait_for(
     dev_root: &Path,
     timeout: Duration,
     interval: Duration,
-    mut tick: impl FnMut(),
+    tick: impl FnMut(),
 ) -> Result<FoundPartition, StorageError> {
-    let start = Instant::now();
-    loop {
-        if let RootSpec::Path(p) = spec {
-            if Path::new(p).exists() {
-                return Ok(FoundPartition {
-                    device: p.clone(),
-                    disk: String::new(),
-                    number: 0,
-                    label: String::new(),
-                    partuuid: String::new(),
-                    type_uuid: String::new(),
+    wait_scan(
+        &format!("root device {spec}"),
+        sys_root,
+        dev_root,
+        timeout,
+        interval,
+        tick,
+        |parts| {
+            if let RootSpec::Path(p) = spec {
+                if Path::new(p).exists() {
+                    return Ok(Some(FoundPartition {
+                        device: p.clone(),
+                        disk: String::new(),
+                        number: 0,
+                        label: String::new(),
+                        partuuid: String::new(),
+                        type_uuid: String::new(),
+                    }));
+                }
+            }
+            let hits: Vec<&FoundPartition> = parts.iter().filter(|p| matches(spec, p)).collect();
+            if hits.len() > 1 {
+                return Err(StorageError::Ambiguous {
+                    spec: spec.to_string(),
+                    devices: hits.iter().map(|h| h.device.clone()).collect(),
                 });
             }
-        }
-        let (hit, seen) = find(spec, sys_root, dev_root)?;
-        if let Some(h) = hit {
-            return Ok(h);
-        }
-        if start.elapsed() >= timeout {
-            let seen = if seen.is_empty() {
-                "none".to_string()
-            } else {
-                seen.iter()
-                    .map(|d| format!("{} ({})", d.disk, d.note))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            };
-            return Err(StorageError::NotFound {
-                spec: format!("root device {spec}"),
-                waited: start.elapsed().as_secs_f64(),
-                seen,
-            });
-        }
-        tick();
-        std::thread::sleep(interval);
-    }
+            Ok(hits.first().map(|h| (*h).clone()))
+        },
+        |e| e,
+    )
 }
 
 #[cfg(test)]

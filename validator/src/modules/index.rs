@@ -104,33 +104,27 @@ pub fn parse_dep(text: &str, file: &Path) -> Result<BTreeMap<String, Entry>, Ind
 pub fn parse_softdep(text: &str, file: &Path) -> Result<BTreeMap<String, SoftDeps>, IndexError> {
     let mut out: BTreeMap<String, SoftDeps> = BTreeMap::new();
     for (n, line) in lines(text) {
-        let mut words = line.split_whitespace();
-        let (Some("softdep"), Some(name)) = (words.next(), words.next()) else {
-            return Err(IndexError::Malformed {
-                path: file.into(),
-                line: n,
-                what: format!("expected `softdep NAME pre: ... post: ...`, got {line:?}"),
-            });
+        let malformed = |what: String| IndexError::Malformed {
+            path: file.into(),
+            line: n,
+            what,
         };
-        let sd = out.entry(normalize_module_name(name)).or_default();
-        let mut post = None;
-        for w in words {
-            match w {
-                "pre:" => post = Some(false),
-                "post:" => post = Some(true),
-                m => match post {
-                    Some(false) => sd.pre.push(normalize_module_name(m)),
-                    Some(true) => sd.post.push(normalize_module_name(m)),
-                    None => {
-                        return Err(IndexError::Malformed {
-                            path: file.into(),
-                            line: n,
-                            what: format!("{m:?} before `pre:` or `post:`"),
-                        })
-                    }
-                },
+        let mut words = line.splitn(3, char::is_whitespace);
+        let (Some("softdep"), Some(name)) = (words.next(), words.next()) else {
+            return Err(malformed(format!(
+                "expected `softdep NAME pre: ... post: ...`, got {line:?}"
+            )));
+        };
+        let rest = words.next().unwrap_or("");
+        if let Some(first) = rest.split_whitespace().next() {
+            if first != "pre:" && first != "post:" {
+                return Err(malformed(format!("{first:?} before `pre:` or `post:`")));
             }
         }
+        let parsed = parse_softdep_value(rest);
+        let sd = out.entry(normalize_module_name(name)).or_default();
+        sd.pre.extend(parsed.pre);
+        sd.post.extend(parsed.post);
     }
     Ok(out)
 }

@@ -177,34 +177,32 @@ pub fn find_data_hash(
     names: &Names,
     root_hash: &[u8],
 ) -> Result<Option<(FoundPartition, FoundPartition)>, VerityError> {
-    let by_spec = |spec: &RootSpec| parts.iter().find(|p| storage::matches(spec, p)).cloned();
-    let data = match &names.data {
-        Some(s) => by_spec(s),
-        None => {
-            let conv = (root_hash.len() >= 32)
-                .then(|| uuid_from_hash(&root_hash[..16]))
-                .flatten();
-            match conv.and_then(|u| parts.iter().find(|p| p.partuuid == u).cloned()) {
-                Some(p) => Some(p),
-                None => unique(parts, "root", |p| p.type_uuid == DPS_ROOT_X86_64)?.cloned(),
-            }
+    // Named on the command line; else the PARTUUID made of one half of the root hash;
+    // else the one partition of the DPS type.
+    let locate = |named: &Option<RootSpec>,
+                  half: Option<&[u8]>,
+                  what: &str,
+                  ty: &str|
+     -> Result<Option<FoundPartition>, VerityError> {
+        if let Some(spec) = named {
+            return Ok(parts.iter().find(|p| storage::matches(spec, p)).cloned());
+        }
+        let conv = half
+            .filter(|_| root_hash.len() >= 32)
+            .and_then(uuid_from_hash);
+        match conv.and_then(|u| parts.iter().find(|p| p.partuuid == u).cloned()) {
+            Some(p) => Ok(Some(p)),
+            None => Ok(unique(parts, what, |p| p.type_uuid == ty)?.cloned()),
         }
     };
-    let hash = match &names.hash {
-        Some(s) => by_spec(s),
-        None => {
-            let conv = (root_hash.len() >= 32)
-                .then(|| uuid_from_hash(&root_hash[root_hash.len() - 16..]))
-                .flatten();
-            match conv.and_then(|u| parts.iter().find(|p| p.partuuid == u).cloned()) {
-                Some(p) => Some(p),
-                None => unique(parts, "root-verity", |p| {
-                    p.type_uuid == DPS_ROOT_VERITY_X86_64
-                })?
-                .cloned(),
-            }
-        }
-    };
+    let n = root_hash.len();
+    let data = locate(&names.data, root_hash.get(..16), "root", DPS_ROOT_X86_64)?;
+    let hash = locate(
+        &names.hash,
+        root_hash.get(n.saturating_sub(16)..),
+        "root-verity",
+        DPS_ROOT_VERITY_X86_64,
+    )?;
     Ok(data.zip(hash))
 }
 
