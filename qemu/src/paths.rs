@@ -101,3 +101,24 @@ pub fn run_dir(name: &str) -> Result<PathBuf, HarnessError> {
     std::fs::create_dir_all(&d).map_err(|e| HarnessError::io(&d, e))?;
     Ok(d)
 }
+
+/// Removes the disk and filesystem images of a run directory (and the root tree they were
+/// made from), keeping logs.
+pub fn remove_images(dir: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.filter_map(Result::ok) {
+        let p = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        let image = [".img", ".ext4", ".zero", ".verity", ".data"]
+            .iter()
+            .any(|s| name.ends_with(s))
+            && name != "initrd.img";
+        if image || name == "root.sig" {
+            let _ = std::fs::remove_file(&p);
+        } else if name == "rootfs" || name == "tpm-state" {
+            let _ = std::fs::remove_dir_all(&p);
+        }
+    }
+}

@@ -271,10 +271,16 @@ impl Scenario {
     }
 
     /// Prepares and boots the scenario in a fresh run directory.
+    /// The disk images are removed afterwards (they are tens of MB each); the console
+    /// log, the initramfs and the BOM stay. `VALIDATOR_KEEP_RUNS=1` keeps everything.
     pub fn run(&self) -> Result<Outcome, HarnessError> {
         let dir = paths::run_dir(&self.name)?;
         let cfg = self.prepare(&dir)?;
-        vm::run(&cfg, &dir)
+        let out = vm::run(&cfg, &dir);
+        if std::env::var_os("VALIDATOR_KEEP_RUNS").is_none() {
+            paths::remove_images(&dir);
+        }
+        out
     }
 }
 
