@@ -378,3 +378,77 @@ fn changed_symbol_crc_is_named() {
         v.reasons
     );
 }
+
+/// The BOM's policy: SHA-256 pins, out-of-tree modules only when listed.
+#[test]
+fn policy_pins_and_out_of_tree() {
+    use sha2::Digest;
+    let k61 = facts("default");
+    let orig = real_module("crc16");
+    let mut g = gate(&k61, store(&k61.certs));
+    g.policy.sha256.insert(
+        "crc16".into(),
+        validator::bom::hex(&sha2::Sha256::digest(&orig)),
+    );
+    assert!(g.check("crc16", "crc16.ko", &orig).0.pass);
+    g.policy.sha256.insert("crc16".into(), "00".repeat(32));
+    let (v, _) = g.check("crc16", "crc16.ko", &orig);
+    assert_eq!(
+        v.reasons.iter().map(|r| r.code).collect::<Vec<_>>(),
+        ["sha256"]
+    );
+
+    // An out-of-tree build of the same code: `intree=Y` gone, re-signed with our key.
+    let dir = tmpdir("oot");
+    let body = validator::modules::sig::split(&orig).unwrap().body.to_vec();
+    let at = body
+        .windows(9)
+        .position(|w| w == b"intree=Y\0")
+        .expect("intree tag");
+    let mut oot = body.clone();
+    oot[at..at + 9].copy_from_slice(b"xntree=Y\0");
+    let m = dir.join("crc16.ko");
+    std::fs::write(&m, &oot).unwrap();
+    let key = dir.join("k.key");
+    let der = dir.join("k.der");
+    run(Command::new("openssl")
+        .args([
+            "req",
+            "-new",
+            "-x509",
+            "-nodes",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=oot",
+            "-outform",
+            "DER",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&der));
+    run(Command::new(sign_file())
+        .arg("sha256")
+        .arg(&key)
+        .arg(&der)
+        .arg(&m));
+    let bytes = std::fs::read(&m).unwrap();
+    let mut trust = store(&k61.certs);
+    trust.add_path(&der).unwrap();
+    let mut g = gate(&k61, trust);
+    g.policy.out_of_tree = Some(Default::default());
+    let (v, _) = g.check("crc16", "crc16.ko", &bytes);
+    assert_eq!(
+        v.reasons.iter().map(|r| r.code).collect::<Vec<_>>(),
+        ["out-of-tree"],
+        "{:?}",
+        v.reasons
+    );
+    g.policy.out_of_tree = Some(["crc16".to_string()].into_iter().collect());
+    assert!(g.check("crc16", "crc16.ko", &bytes).0.pass);
+}

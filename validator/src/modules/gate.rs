@@ -400,6 +400,57 @@ mod tests {
         assert!(same_magic(k, k, false));
     }
 
+    fn elf_with(license: &str, intree: bool) -> modinfo::ModuleElf {
+        let mut pairs = vec![
+            ("license".to_string(), license.to_string()),
+            (
+                "vermagic".to_string(),
+                "6.1.0-57-amd64 SMP preempt mod_unload modversions ".to_string(),
+            ),
+        ];
+        if intree {
+            pairs.push(("intree".into(), "Y".into()));
+        }
+        modinfo::ModuleElf {
+            modinfo: modinfo::ModInfo { pairs },
+            versions: vec![],
+            has_versions: true,
+        }
+    }
+
+    #[test]
+    fn nvidia_flavour_follows_the_bom() {
+        let mut g = Gate::default();
+        g.policy.out_of_tree = Some(["nvidia".to_string()].into_iter().collect());
+        let codes = |g: &Gate, name: &str, lic: &str| {
+            let mut v = Verdict {
+                module: name.into(),
+                file: None,
+                pass: false,
+                reasons: vec![],
+                signer: None,
+                sig_key: None,
+                sig_hashalgo: None,
+                vermagic: None,
+                license: None,
+                sha256: None,
+                image_sha256: None,
+            };
+            g.check_elf(name, &elf_with(lic, false), &mut v);
+            v.reasons.iter().map(|r| r.code).collect::<Vec<_>>()
+        };
+        g.policy.flavour = Some(Flavour::Open);
+        assert!(codes(&g, "nvidia", "Dual MIT/GPL").is_empty());
+        assert_eq!(codes(&g, "nvidia", "NVIDIA"), ["flavour"]);
+        g.policy.flavour = Some(Flavour::Proprietary);
+        assert!(codes(&g, "nvidia", "NVIDIA").is_empty());
+        assert_eq!(codes(&g, "nvidia", "Dual MIT/GPL"), ["flavour"]);
+        // Another out-of-tree module not in the BOM's list.
+        assert_eq!(codes(&g, "nvidia_fs", "GPL"), ["out-of-tree"]);
+        g.policy.release = Some("6.1.0-58-amd64".into());
+        assert_eq!(codes(&g, "nvidia", "NVIDIA"), ["vermagic-release"]);
+    }
+
     #[test]
     fn garbage_is_refused_with_a_reason() {
         let g = Gate {
