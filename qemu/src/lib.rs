@@ -1,5 +1,5 @@
 //! The boot gate's test bed: real Debian kernels in QEMU under TCG, with real disks,
-//! real module files and (later) swtpm.
+//! real module files, real dm-verity images (`veritysetup format`) and a swtpm per VM.
 //!
 //! Contract: [`scenario::Scenario`] assembles a boot (BOM, initramfs built with the
 //! `mkinitramfs` library, a GPT root disk made from a directory with `mkfs.ext4 -d` and
@@ -9,8 +9,12 @@
 //! returns a typed [`vm::Outcome`] (root init reached / validator decision / kernel panic /
 //! timeout) with the log path. The process group is killed at the end, whatever happened.
 //!
+//! [`verity`] makes signed DPS verity roots, [`tpmcheck`] reads what the test root printed
+//! about its TPM, [`bench`] runs the boot benchmark against Debian's initramfs.
+//!
 //! Current limits: x86-64 guests only; TCG by default (`VALIDATOR_ACCEL=kvm` switches);
-//! one vCPU; kernels come from `scripts/provision` (`target/kernels/`).
+//! one vCPU unless a config says more; SeaBIOS (no OVMF/GRUB yet); kernels come from
+//! `scripts/provision` (`target/kernels/`).
 
 pub mod bench;
 pub mod disk;

@@ -1,19 +1,23 @@
 //! The boot gate of a GPU node: the checks and the boot flow that the PID-1 init runs in
 //! the initramfs, as a library, plus the `validator` CLI for hosts and live nodes.
 //!
-//! Contract: one module per boot stage ([`cmdline`], [`bom`], [`modules`] with its gate,
-//! [`storage`], [`report`], with [`boot`] running them in order), parsers that are pure
-//! functions over bytes ([`cmdline::split`], [`bom::parse`], [`gpt`], [`modules::index`],
-//! [`modules::modinfo`], [`modules::sig`], [`pkcs7`], [`vmlinuz`]), the trust store
-//! ([`trust`]), and one small [`sys`] layer where the system calls live. Every
+//! Contract: one module per boot stage ([`cmdline`], [`bom`], [`measure`], [`modules`]
+//! with its gate, [`storage`], [`verity`], [`report`], with [`boot`] running them in order
+//! and [`pid1`] doing what only PID 1 does), parsers that are pure functions over bytes
+//! ([`cmdline::split`], [`bom::parse`], [`gpt`], [`modules::index`], [`modules::modinfo`],
+//! [`modules::sig`], [`pkcs7`], [`vmlinuz`], [`verity::superblock`], [`verity::sig`],
+//! [`tpm`]'s responses and event logs), the trust store ([`trust`]), a pure-Rust TPM 2.0
+//! client ([`tpm`]), and one small [`sys`] layer where the system calls and ioctls live
+//! ([`sys::dm`] for device-mapper). Every
 //! check takes its roots (`/sys`, `/proc`, `/dev`, the new root) as parameters, so it runs
 //! against fixture trees as well as on a live node. Errors carry the path, device or
 //! module they are about.
 //!
-//! Current limits: the root is mounted directly (no dm-verity yet); no TPM measurements,
-//! no A/B slot handling, no GPU preflight yet. A failed stage stops the boot with the
-//! report on the console. The gate checks the modules the initramfs loads; modules on the
-//! real root are not gated yet.
+//! Current limits: no A/B slot handling and no GPU/NIC preflight yet, so every failed
+//! stage stops the boot with the report on the console (image, hardware and platform
+//! faults are told apart in the report already). The gate checks the modules the
+//! initramfs loads; modules on the real root are not gated yet. x86-64 only (DPS types,
+//! bzImage, 64-bit module layout).
 
 #![deny(clippy::unwrap_used, clippy::expect_used)]
 
