@@ -1,0 +1,193 @@
+//! Every parser of untrusted input, fed mutations of real inputs and random bytes: they
+//! may refuse, never panic. (Deterministic, so a failure reproduces; the parsers are pure
+//! functions over bytes and ready for coverage-guided fuzzing as they are.)
+
+use std::path::{Path, PathBuf};
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
+    }
+}
+
+/// Mutations of `seed`: flips, overwrites with interesting values, truncations, inserts.
+fn mutations(seed: &[u8], n: usize, rng: &mut Rng) -> Vec<Vec<u8>> {
+    let mut out = Vec::with_capacity(n);
+    for i in 0..n {
+        let mut m = seed.to_vec();
+        if m.is_empty() {
+            let n = rng.below(64);
+            out.push(rng.bytes(n));
+            continue;
+        }
+        match i % 5 {
+            0 => {
+                let p = rng.below(m.len());
+                m[p] ^= 1 << rng.below(8);
+            }
+            1 => {
+                let p = rng.below(m.len());
+                m[p] = [0x00, 0xff, 0x7f, 0x80, 0x30, 0x82, b'"', b'='][rng.below(8)];
+            }
+            2 => m.truncate(rng.below(m.len())),
+            3 => {
+                let p = rng.below(m.len());
+                let n = rng.below(16) + 1;
+                let extra = rng.bytes(n);
+                m.splice(p..p, extra);
+            }
+            _ => {
+                for _ in 0..8 {
+                    let p = rng.below(m.len());
+                    m[p] = rng.next() as u8;
+                }
+            }
+        }
+        out.push(m);
+    }
+    out
+}
+
+fn kernel_file(kernel: &str, suffix: &str) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/kernels")
+        .join(kernel);
+    assert!(root.exists(), "run scripts/provision first");
+    validator::modules::batch::collect(&[root.join("lib/modules")])
+        .unwrap()
+        .into_iter()
+        .find(|p| p.to_string_lossy().ends_with(suffix))
+        .unwrap()
+}
+
+#[test]
+fn cmdline_and_bom() {
+    let mut rng = Rng(1);
+    for _ in 0..5000 {
+        let len = rng.below(80);
+        let s: String = (0..len)
+            .map(|_| b" =\"-_.a9\t"[rng.below(9)] as char)
+            .collect();
+        let _ = validator::cmdline::BootArgs::parse(&s);
+    }
+    let bom = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/hgx-h100-training.toml"),
+    )
+    .unwrap();
+    for m in mutations(&bom, 3000, &mut rng) {
+        let _ = validator::bom::parse(&m, Path::new("m.toml"));
+    }
+}
+
+#[test]
+fn module_files() {
+    let mut rng = Rng(2);
+    let raw = std::fs::read(kernel_file("default", "/crc16.ko")).unwrap();
+    let g = validator::modules::gate::Gate {
+        policy: validator::modules::gate::Policy {
+            require_signature: true,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    // The ELF header and section table are where parsers trip: aim half the mutations there.
+    let shoff = u64::from_le_bytes(raw[0x28..0x30].try_into().unwrap()) as usize;
+    for (i, mut m) in mutations(&raw, 3000, &mut rng).into_iter().enumerate() {
+        if i % 2 == 0 && m.len() > shoff + 64 {
+            let p = if i % 4 == 0 {
+                rng.below(64)
+            } else {
+                shoff + rng.below(m.len() - shoff)
+            };
+            m[p] = rng.next() as u8;
+        }
+        let _ = g.check("crc16", "crc16.ko", &m);
+        let _ = validator::modules::modinfo::parse_elf(&m);
+        let _ = validator::modules::modinfo::exports(&m);
+        let _ = validator::modules::sig::split(&m);
+    }
+    let xz = std::fs::read(kernel_file("k612", "/crc16.ko.xz")).unwrap();
+    for m in mutations(&xz, 300, &mut rng) {
+        let _ = validator::modules::modinfo::decompress(
+            &m,
+            validator::modules::modinfo::Compression::Xz,
+        );
+    }
+}
+
+#[test]
+fn pkcs7_and_certificates() {
+    let mut rng = Rng(3);
+    let raw = std::fs::read(kernel_file("default", "/crc16.ko")).unwrap();
+    let p7 = validator::modules::sig::split(&raw).unwrap().pkcs7.to_vec();
+    for m in mutations(&p7, 4000, &mut rng) {
+        let _ = validator::pkcs7::parse(&m);
+    }
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/kernels/default/boot");
+    let vmlinuz = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("vmlinuz-")
+        })
+        .unwrap();
+    let img = std::fs::read(&vmlinuz).unwrap();
+    let facts = validator::vmlinuz::KernelFacts::from_image(&img).unwrap();
+    for m in mutations(&facts.certs[0], 3000, &mut rng) {
+        let _ = validator::trust::Cert::from_der(&m, "m");
+    }
+    // bzImage headers: mutate the setup header of a truncated image (fast error paths).
+    let head = img[..64 * 1024].to_vec();
+    for m in mutations(&head, 2000, &mut rng) {
+        let _ = validator::vmlinuz::vmlinux(&m);
+        let _ = validator::vmlinuz::builtin_certs(&m);
+        let _ = validator::vmlinuz::exported_crcs(&m);
+        let _ = validator::vmlinuz::release(&m);
+    }
+}
+
+#[test]
+fn verity_signature_json_index_files_and_random_bytes() {
+    let mut rng = Rng(4);
+    let json = br#"{"rootHash":"7f2a84461b51447d6b4cf73858361503c1904bed5dffecc516211eeec089990a","certificateFingerprint":"3f778caa36b90cc85732ae3d6f1b09a51fd475ddb13c6ec7667385d2cb1447f3","signature":"MIIBdgYJKoZIhvcNAQcCoIIBZzCCAWMCAQExDTALBglghkgBZQMEAgEwCwYJKoZIhvcNAQcB"}"#;
+    for m in mutations(json, 3000, &mut rng) {
+        if let Ok(s) = validator::verity::sig::parse(&m) {
+            let _ = validator::verity::sig::verify(&s, &validator::trust::TrustStore::new());
+        }
+    }
+    let dep = b"kernel/fs/ext4/ext4.ko: kernel/fs/jbd2/jbd2.ko kernel/lib/crc16.ko\nkernel/lib/crc16.ko:\n";
+    let soft = b"softdep ext4 pre: crc32c post: x\n";
+    for m in mutations(dep, 2000, &mut rng) {
+        let _ = validator::modules::index::parse_dep(&String::from_utf8_lossy(&m), Path::new("d"));
+    }
+    for m in mutations(soft, 2000, &mut rng) {
+        let _ =
+            validator::modules::index::parse_softdep(&String::from_utf8_lossy(&m), Path::new("s"));
+    }
+    for _ in 0..3000 {
+        let n = rng.below(700);
+        let b = rng.bytes(n);
+        let _ = validator::verity::superblock::parse(&b);
+        let _ = validator::gpt::parse_header(&b);
+        let _ = validator::tpm::eventlog::EventLog::parse(&b);
+        let _ = validator::tpm::cel::parse(&b);
+        let _ = validator::pkcs7::parse(&b);
+        let _ = validator::modules::modinfo::parse_elf(&b);
+        let _ = validator::compress::lz4_legacy(&b, 1 << 20);
+        let _ = validator::compress::zstd(&b, 1 << 20);
+        let _ = validator::compress::gzip(&b, 1 << 20);
+    }
+}
