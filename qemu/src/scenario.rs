@@ -24,6 +24,7 @@ pub const NAMES: &[&str] = &[
     "verity-untrusted",
     "verity-bad-superblock",
     "verity-kernel-sig",
+    "verity-erofs",
     "k612",
     "tpm",
     "tpm-sha384",
@@ -122,16 +123,21 @@ impl Scenario {
             | "verity-bad-sig"
             | "verity-untrusted"
             | "verity-bad-superblock"
-            | "verity-kernel-sig" => {
+            | "verity-kernel-sig"
+            | "verity-erofs" => {
                 use crate::verity::Variant;
                 s.verity = Some(match name {
                     "verity" | "verity-kernel-sig" => Variant::Good,
                     "verity-corrupt" => Variant::CorruptCritical,
                     "verity-bad-sig" => Variant::BadSignature,
                     "verity-untrusted" => Variant::UntrustedCert,
+                    "verity-erofs" => Variant::Erofs,
                     _ => Variant::BadSuperblock,
                 });
                 s.bom.modules.load.push(ModuleName("dm_verity".into()));
+                if name == "verity-erofs" {
+                    s.bom.modules.load.push(ModuleName("erofs".into()));
+                }
                 s.bom.verity = Some(validator::bom::Verity {
                     // The good boot also carries every table option; a corruption must
                     // give EIO (the default) so the report can name the file.

@@ -23,6 +23,8 @@ pub enum Variant {
     UntrustedCert,
     /// The superblock's hash block size changed (disagrees with the BOM).
     BadSuperblock,
+    /// A good image whose filesystem is EROFS instead of ext4.
+    Erofs,
 }
 
 /// A made image and what the BOM needs to trust it.
@@ -84,21 +86,29 @@ fn first_block(image: &Path, file: &str) -> Result<u64, HarnessError> {
 pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, HarnessError> {
     let data = dir.join("root.ext4");
     let _ = std::fs::remove_file(&data);
-    run(Command::new("mkfs.ext4")
-        .args([
-            "-q",
-            "-F",
-            "-b",
-            "4096",
-            "-L",
-            "root",
-            "-E",
-            "root_owner=0:0",
-            "-d",
-        ])
-        .arg(rootdir)
-        .arg(&data)
-        .arg("16M"))?;
+    if variant == Variant::Erofs {
+        // mkfs.erofs writes 4 KiB blocks, as dm-verity's data blocks here.
+        run(Command::new("mkfs.erofs")
+            .args(["--quiet", "-T0", "--all-root"])
+            .arg(&data)
+            .arg(rootdir))?;
+    } else {
+        run(Command::new("mkfs.ext4")
+            .args([
+                "-q",
+                "-F",
+                "-b",
+                "4096",
+                "-L",
+                "root",
+                "-E",
+                "root_owner=0:0",
+                "-d",
+            ])
+            .arg(rootdir)
+            .arg(&data)
+            .arg("16M"))?;
+    }
     let hash = dir.join("root.verity");
     let _ = std::fs::remove_file(&hash);
     let salt = "5a17".repeat(16);

@@ -176,3 +176,18 @@ fn signature_handed_to_the_kernel_is_checked_by_the_kernel() {
         "the half-made device must be gone"
     );
 }
+
+/// The same chain with an EROFS root (found by trying ext4, then erofs).
+#[test]
+fn erofs_verity_root_boots() {
+    let o = run("verity-erofs");
+    assert_eq!(o.verdict, Verdict::RootInitReached, "{}", o.describe());
+    let r = o.report.as_ref().unwrap();
+    assert_eq!(r["root"]["fstype"], "erofs");
+    assert_eq!(r["verity"]["status"], "V");
+    assert!(r["verity"]["critical_files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|c| c["ok"] == true));
+}
