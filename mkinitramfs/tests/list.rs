@@ -63,7 +63,15 @@ fn list_command_round_trips_with_gnu_cpio() {
         let text = String::from_utf8_lossy(&out.stdout);
         let names: Vec<String> = text
             .lines()
-            .map(|l| l.split_whitespace().nth(3).unwrap().to_string())
+            .map(|l| {
+                l.split(" -> ")
+                    .next()
+                    .unwrap()
+                    .split_whitespace()
+                    .last()
+                    .unwrap()
+                    .to_string()
+            })
             .collect();
         assert_eq!(names, gnu_names, "{c:?}");
         assert!(
