@@ -89,7 +89,7 @@ fn list_command_round_trips_with_gnu_cpio() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    std::fs::write(dir.join("junk"), b"not an archive at all").unwrap();
+    std::fs::write(dir.join("junk"), "not an archive at all ".repeat(10)).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_mkinitramfs"))
         .arg("list")
         .arg(dir.join("junk"))
