@@ -207,6 +207,11 @@ impl Boot {
             .filter(|r| r.status == ModStatus::Loaded)
             .count();
         self.report.modules = results;
+        // What was loaded is measured even when the stage fails, so an attestation of a
+        // stopped boot still names the modules the kernel runs.
+        let t = Instant::now();
+        let measured = self.measure_modules();
+        let measured_us = t.elapsed().as_micros() as u64;
         if !refused.is_empty() {
             return Err((
                 Fault::Image,
@@ -219,9 +224,7 @@ impl Boot {
                 format!("module(s) failed to load: {}", bad.join(", ")),
             ));
         }
-        let t = Instant::now();
-        self.measure_modules()?;
-        let measured_us = t.elapsed().as_micros() as u64;
+        measured?;
         // What loading did to the kernel's taint.
         let allowed = self
             .bom
@@ -465,9 +468,8 @@ impl Boot {
                         let Some(sigp) = verity::find_sig(found, &names).map_err(img)? else {
                             return Ok(None);
                         };
-                        let bytes = std::fs::read(&sigp.device).unwrap_or_default();
-                        let limit = bytes.len().min(64 * 1024);
-                        let parsed = verity::sig::parse(&bytes[..limit])
+                        let bytes = verity::read_sig_partition(&sigp.device).map_err(img)?;
+                        let parsed = verity::sig::parse(&bytes)
                             .map_err(|e| img(verity::VerityError::Signature(e)))?;
                         (Some(sigp), parsed.root_hash)
                     }
@@ -520,11 +522,8 @@ impl Boot {
                         "kernel_signature needs the root-verity-sig partition".into(),
                     )
                 })?;
-                let bytes = std::fs::read(&sigp.device).map_err(|e| verity::VerityError::Read {
-                    device: sigp.device.clone(),
-                    why: e.to_string(),
-                })?;
-                let s = verity::sig::parse(&bytes[..bytes.len().min(64 * 1024)])?;
+                let bytes = verity::read_sig_partition(&sigp.device)?;
+                let s = verity::sig::parse(&bytes)?;
                 sys::add_user_key(verity::SIG_KEY_DESC, &s.pkcs7)?;
                 Some(verity::SIG_KEY_DESC)
             } else {

@@ -232,6 +232,14 @@ fn device_size(path: &str) -> Result<u64, VerityError> {
     })
 }
 
+/// Most bytes read from a signature partition (systemd-repart writes a few KiB of JSON).
+pub const SIG_PARTITION_MAX: usize = 64 * 1024;
+
+/// Reads the head of a `root-verity-sig` partition.
+pub fn read_sig_partition(device: &str) -> Result<Vec<u8>, VerityError> {
+    read_device(device, 0, SIG_PARTITION_MAX)
+}
+
 /// Reads and verifies the root-hash signature partition.
 pub fn trusted_root_hash(
     cfg: &Verity,
@@ -246,7 +254,7 @@ pub fn trusted_root_hash(
         crate::bom::RootHashSource::Signature => {
             let dev = sig_dev
                 .ok_or_else(|| VerityError::Partitions("no root-verity-sig partition".into()))?;
-            let bytes = read_device(&dev.device, 0, 64 * 1024)?;
+            let bytes = read_sig_partition(&dev.device)?;
             let s = sig::parse(&bytes)?;
             let signer = sig::verify(&s, trust)?;
             Ok((s.root_hash, Some(signer)))
