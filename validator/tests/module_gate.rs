@@ -452,3 +452,45 @@ fn policy_pins_and_out_of_tree() {
     g.policy.out_of_tree = Some(["crc16".to_string()].into_iter().collect());
     assert!(g.check("crc16", "crc16.ko", &bytes).0.pass);
 }
+
+/// The signature fields read the way kmod's `modinfo` prints them (`signer`, `sig_key`,
+/// `sig_hashalgo`), on a sample of both kernels' modules.
+#[test]
+fn signature_fields_match_modinfo() {
+    let (k61, k612) = (facts("default"), facts("k612"));
+    for (kernel, facts) in [("default", &k61), ("k612", &k612)] {
+        let g = gate(facts, store(&facts.certs));
+        for path in all_modules(kernel).iter().step_by(97) {
+            let raw = std::fs::read(path).unwrap();
+            let file = path.file_name().unwrap().to_string_lossy().into_owned();
+            let name = validator::modules::index::name_of_path(&file);
+            let (v, _) = g.check(&name, &file, &raw);
+            let field = |f: &str| {
+                let out = Command::new("modinfo")
+                    .args(["-F", f])
+                    .arg(path)
+                    .output()
+                    .expect("modinfo (kmod)");
+                String::from_utf8_lossy(&out.stdout).trim().to_string()
+            };
+            assert_eq!(
+                v.signer.as_deref(),
+                Some(field("signer").as_str()),
+                "{}",
+                path.display()
+            );
+            assert_eq!(
+                v.sig_key.as_deref(),
+                Some(field("sig_key").as_str()),
+                "{}",
+                path.display()
+            );
+            assert_eq!(
+                v.sig_hashalgo.as_deref(),
+                Some(field("sig_hashalgo").as_str()),
+                "{}",
+                path.display()
+            );
+        }
+    }
+}
