@@ -172,6 +172,33 @@ impl Outcome {
             })
     }
 
+    /// For tests: the report of a boot the validator stopped; panics on any other end.
+    pub fn stopped(&self) -> &serde_json::Value {
+        assert_eq!(
+            self.verdict,
+            Verdict::Decision("stop".into()),
+            "{}",
+            self.describe()
+        );
+        self.report
+            .as_ref()
+            .unwrap_or_else(|| panic!("no report: {}", self.describe()))
+    }
+
+    /// For tests: the report of a boot that reached the real root's init; panics on any
+    /// other end.
+    pub fn reached_root(&self) -> &serde_json::Value {
+        assert_eq!(
+            self.verdict,
+            Verdict::RootInitReached,
+            "{}",
+            self.describe()
+        );
+        self.report
+            .as_ref()
+            .unwrap_or_else(|| panic!("no report: {}", self.describe()))
+    }
+
     /// A one-line description for test failure messages.
     pub fn describe(&self) -> String {
         format!(

@@ -77,13 +77,7 @@ fn good_boot_loads_modules_itself_and_switches_root() {
 #[test]
 fn absent_root_device_stops_cleanly_with_a_report() {
     let o = run("no-root");
-    assert_eq!(
-        o.verdict,
-        Verdict::Decision("stop".into()),
-        "{}",
-        o.describe()
-    );
-    let r = o.report.as_ref().unwrap();
+    let r = o.stopped();
     let reason = r["reason"].as_str().unwrap();
     assert!(
         reason.starts_with("storage: root device PARTLABEL=root not found after 3."),
@@ -102,13 +96,7 @@ fn absent_root_device_stops_cleanly_with_a_report() {
 #[test]
 fn module_the_kernel_refuses_is_named_with_its_errno() {
     let o = run("bad-module");
-    assert_eq!(
-        o.verdict,
-        Verdict::Decision("stop".into()),
-        "{}",
-        o.describe()
-    );
-    let r = o.report.as_ref().unwrap();
+    let r = o.stopped();
     let m = r["modules"]
         .as_array()
         .unwrap()
@@ -154,13 +142,7 @@ fn forced_panic_is_logged_and_ends_the_vm_without_killing_init() {
 #[test]
 fn tampered_module_is_refused_before_the_kernel_sees_it() {
     let o = run("tampered-module");
-    assert_eq!(
-        o.verdict,
-        Verdict::Decision("stop".into()),
-        "{}",
-        o.describe()
-    );
-    let r = o.report.as_ref().unwrap();
+    let r = o.stopped();
     let m = r["modules"]
         .as_array()
         .unwrap()
@@ -209,8 +191,7 @@ fn tampered_module_is_refused_before_the_kernel_sees_it() {
 #[test]
 fn kernel_6_12_with_compressed_modules_and_ecdsa_signatures() {
     let o = run("k612");
-    assert_eq!(o.verdict, Verdict::RootInitReached, "{}", o.describe());
-    let r = o.report.as_ref().unwrap();
+    let r = o.reached_root();
     assert!(
         r["kernel_release"].as_str().unwrap().starts_with("6.12."),
         "{r}"

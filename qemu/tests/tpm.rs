@@ -6,7 +6,6 @@ use std::process::Command;
 
 use qemu::scenario::Scenario;
 use qemu::tpmcheck::{self, Listing};
-use qemu::vm::Verdict;
 
 fn run_scenario(s: Scenario) -> qemu::vm::Outcome {
     s.run_checked()
@@ -54,8 +53,7 @@ fn validator_replay(log: &[u8], dir: &std::path::Path, name: &str) -> Listing {
 
 fn check_agreement(name: &str, banks: &[&str]) {
     let o = run(name);
-    assert_eq!(o.verdict, Verdict::RootInitReached, "{}", o.describe());
-    let r = o.report.as_ref().unwrap();
+    let r = o.reached_root();
     let tpm = &r["tpm"];
     assert_eq!(tpm["present"], true, "{tpm}");
     assert_eq!(tpm["banks"], serde_json::json!(banks));
@@ -219,13 +217,7 @@ fn same_inputs_same_pcr_different_bom_or_module_different_pcr() {
 #[test]
 fn no_tpm_when_required_stops_with_a_platform_fault() {
     let o = run("no-tpm");
-    assert_eq!(
-        o.verdict,
-        Verdict::Decision("stop".into()),
-        "{}",
-        o.describe()
-    );
-    let r = o.report.as_ref().unwrap();
+    let r = o.stopped();
     assert_eq!(r["fault"], "platform");
     let reason = r["reason"].as_str().unwrap();
     assert!(
@@ -240,13 +232,7 @@ fn no_tpm_when_required_stops_with_a_platform_fault() {
 #[test]
 fn tpm_dying_mid_boot_is_a_bounded_wait_then_the_policy() {
     let o = run("tpm-killed");
-    assert_eq!(
-        o.verdict,
-        Verdict::Decision("stop".into()),
-        "{}",
-        o.describe()
-    );
-    let r = o.report.as_ref().unwrap();
+    let r = o.stopped();
     assert_eq!(r["fault"], "platform", "{r}");
     let reason = r["reason"].as_str().unwrap();
     assert!(

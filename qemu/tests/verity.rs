@@ -2,8 +2,6 @@
 //! Discoverable Partitions `root-verity-sig` partition, set up by our init through the
 //! device-mapper ioctls and checked by the kernel's dm-verity.
 
-use qemu::vm::Verdict;
-
 fn run(name: &str) -> qemu::vm::Outcome {
     qemu::scenario::run_named(name)
 }
@@ -11,8 +9,7 @@ fn run(name: &str) -> qemu::vm::Outcome {
 #[test]
 fn signed_verity_root_boots_with_status_v() {
     let o = run("verity");
-    assert_eq!(o.verdict, Verdict::RootInitReached, "{}", o.describe());
-    let r = o.report.as_ref().unwrap();
+    let r = o.reached_root();
     assert_eq!(r["decision"], "pass", "{r}");
     let v = &r["verity"];
     assert_eq!(v["status"], "V");
@@ -61,13 +58,7 @@ fn signed_verity_root_boots_with_status_v() {
 #[test]
 fn corrupted_block_in_a_critical_file_stops_before_switch_root() {
     let o = run("verity-corrupt");
-    assert_eq!(
-        o.verdict,
-        Verdict::Decision("stop".into()),
-        "{}",
-        o.describe()
-    );
-    let r = o.report.as_ref().unwrap();
+    let r = o.stopped();
     let reason = r["reason"].as_str().unwrap();
     assert!(
         reason.starts_with("critical: critical file(s) unreadable through verity: /sbin/init (EIO"),
@@ -97,13 +88,7 @@ fn corrupted_block_in_a_critical_file_stops_before_switch_root() {
 
 fn refused_before_dm(name: &str, want: &str) {
     let o = run(name);
-    assert_eq!(
-        o.verdict,
-        Verdict::Decision("stop".into()),
-        "{}",
-        o.describe()
-    );
-    let r = o.report.as_ref().unwrap();
+    let r = o.stopped();
     let reason = r["reason"].as_str().unwrap();
     assert!(
         reason.starts_with("verity: ") && reason.contains(want),
@@ -149,13 +134,7 @@ fn superblock_disagreeing_with_the_bom_is_refused_before_any_dm_device() {
 #[test]
 fn signature_handed_to_the_kernel_is_checked_by_the_kernel() {
     let o = run("verity-kernel-sig");
-    assert_eq!(
-        o.verdict,
-        Verdict::Decision("stop".into()),
-        "{}",
-        o.describe()
-    );
-    let r = o.report.as_ref().unwrap();
+    let r = o.stopped();
     let reason = r["reason"].as_str().unwrap();
     assert_eq!(
         reason,
@@ -181,8 +160,7 @@ fn signature_handed_to_the_kernel_is_checked_by_the_kernel() {
 #[test]
 fn erofs_verity_root_boots() {
     let o = run("verity-erofs");
-    assert_eq!(o.verdict, Verdict::RootInitReached, "{}", o.describe());
-    let r = o.report.as_ref().unwrap();
+    let r = o.reached_root();
     assert_eq!(r["root"]["fstype"], "erofs");
     assert_eq!(r["verity"]["status"], "V");
     assert!(r["verity"]["critical_files"]

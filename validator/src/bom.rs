@@ -437,6 +437,25 @@ impl Bom {
     }
 }
 
+/// Hex (either case, even length) to bytes; `None` if it is not hex.
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    let s = s.as_bytes();
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    let nibble = |c: u8| -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            b'A'..=b'F' => Some(c - b'A' + 10),
+            _ => None,
+        }
+    };
+    s.chunks(2)
+        .map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?))
+        .collect()
+}
+
 /// Lower-case hex.
 pub fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;

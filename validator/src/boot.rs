@@ -60,6 +60,8 @@ struct Boot {
     release: String,
     verity_parts: Option<verity::Parts>,
     measurer: Option<crate::measure::Measurer>,
+    /// The trust store the module gate loaded, for the verity stage.
+    trust: Option<crate::trust::TrustStore>,
 }
 
 impl Boot {
@@ -171,6 +173,7 @@ impl Boot {
             loader.gate = Some(gate);
         }
         let results = loader.load_all(&names);
+        self.trust = loader.gate.take().map(|g| g.trust);
         for r in &results {
             match r.status {
                 ModStatus::Failed | ModStatus::Skipped | ModStatus::Rejected => log::error!(
@@ -471,7 +474,14 @@ impl Boot {
                         let bytes = verity::read_sig_partition(&sigp.device).map_err(img)?;
                         let parsed = verity::sig::parse(&bytes)
                             .map_err(|e| img(verity::VerityError::Signature(e)))?;
-                        (Some(sigp), parsed.root_hash)
+                        let root = parsed.root_hash.clone();
+                        (
+                            Some(verity::SigPartition {
+                                partition: sigp,
+                                sig: parsed,
+                            }),
+                            root,
+                        )
                     }
                 };
                 Ok(verity::find_data_hash(found, &names, &root)
@@ -487,7 +497,7 @@ impl Boot {
             parts
                 .sig
                 .as_ref()
-                .map(|s| format!(" signature {}", s.device))
+                .map(|s| format!(" signature {}", s.partition.device))
                 .unwrap_or_default()
         );
         self.report.root = Some(RootReport {
@@ -504,15 +514,21 @@ impl Boot {
         let (Some(cfg), Some(parts)) = (self.verity_cfg(), self.verity_parts.clone()) else {
             return Err((Fault::Platform, "verity partitions not found".into()));
         };
-        let mut trust = crate::trust::TrustStore::new();
-        trust
-            .add_path(
-                &self
-                    .roots
-                    .initramfs
-                    .join(crate::modules::gate::layout::TRUST_DIR),
-            )
-            .map_err(|e| (Fault::Image, format!("trust store: {e}")))?;
+        // The module gate's trust store (the same certificates), loaded once.
+        let trust = match self.trust.take() {
+            Some(t) => t,
+            None => {
+                let mut t = crate::trust::TrustStore::new();
+                t.add_path(
+                    &self
+                        .roots
+                        .initramfs
+                        .join(crate::modules::gate::layout::TRUST_DIR),
+                )
+                .map_err(|e| (Fault::Image, format!("trust store: {e}")))?;
+                t
+            }
+        };
         let mut rep = verity::VerityReport::default();
         let result = (|| {
             let (g, root) = verity::prepare(&cfg, &parts, &trust, &mut rep)?;
@@ -522,9 +538,7 @@ impl Boot {
                         "kernel_signature needs the root-verity-sig partition".into(),
                     )
                 })?;
-                let bytes = verity::read_sig_partition(&sigp.device)?;
-                let s = verity::sig::parse(&bytes)?;
-                sys::add_user_key(verity::SIG_KEY_DESC, &s.pkcs7)?;
+                sys::add_user_key(verity::SIG_KEY_DESC, &sigp.sig.pkcs7)?;
                 Some(verity::SIG_KEY_DESC)
             } else {
                 None
@@ -716,6 +730,7 @@ pub fn run_pid1() -> ! {
         release: String::new(),
         verity_parts: None,
         measurer: None,
+        trust: None,
     };
     for e in &api_errs {
         boot.report.warnings.push(e.to_string());

@@ -52,7 +52,7 @@ fn run(a: &[&str]) -> Result<ExitCode, String> {
             let k = load_kernel(Path::new(path))?;
             println!("release {}", k.release);
             println!("vermagic {:?}", k.vermagic.as_deref().unwrap_or(""));
-            println!("exported symbols {}", k.symvers.map.len());
+            println!("exported symbols {}", k.symvers().map.len());
             println!("built-in certificates {}", k.certs.len());
             Ok(ExitCode::SUCCESS)
         }
@@ -112,24 +112,10 @@ fn run(a: &[&str]) -> Result<ExitCode, String> {
     }
 }
 
-/// What a kernel image tells the gate.
-struct KernelFacts {
-    release: String,
-    vermagic: Option<String>,
-    symvers: validator::modules::symvers::Symvers,
-    certs: Vec<Vec<u8>>,
-}
-
-fn load_kernel(path: &Path) -> Result<KernelFacts, String> {
+fn load_kernel(path: &Path) -> Result<validator::vmlinuz::KernelFacts, String> {
     let img = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let f = validator::vmlinuz::KernelFacts::from_image(&img)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok(KernelFacts {
-        symvers: f.symvers(),
-        release: f.release,
-        vermagic: f.vermagic,
-        certs: f.certs,
-    })
+    validator::vmlinuz::KernelFacts::from_image(&img)
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
 
 fn keys_extract(a: &[&str]) -> Result<ExitCode, String> {
@@ -219,6 +205,7 @@ fn modules_check(a: &[&str]) -> Result<ExitCode, String> {
     let mut gate_symvers = None;
     if let Some(v) = vmlinuz {
         let k = load_kernel(Path::new(v))?;
+        gate_symvers = Some(k.symvers());
         policy.kernel_vermagic = k.vermagic;
         if release.as_deref().is_some_and(|r| r != k.release) {
             return Err(format!(
@@ -227,7 +214,6 @@ fn modules_check(a: &[&str]) -> Result<ExitCode, String> {
             ));
         }
         release = Some(k.release);
-        gate_symvers = Some(k.symvers);
     }
     if let Some(f) = symvers_file {
         let text = std::fs::read_to_string(f).map_err(|e| format!("{f}: {e}"))?;

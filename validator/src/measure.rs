@@ -62,6 +62,13 @@ pub struct TpmReport {
     pub firmware_log: bool,
 }
 
+/// Copies the client's command count and TPM time into the report.
+fn note_stats<T: crate::tpm::Transport>(report: &mut TpmReport, tpm: &Tpm<T>) {
+    let s = tpm.stats();
+    report.commands = u64::from(s.commands);
+    report.time_us = s.time.as_micros() as u64;
+}
+
 /// The measurer of one boot.
 #[derive(Debug)]
 pub struct Measurer {
@@ -140,9 +147,7 @@ impl Measurer {
     }
 
     fn note_stats<T: crate::tpm::Transport>(&mut self, tpm: &Tpm<T>) {
-        let s = tpm.stats();
-        self.report.commands = s.commands as u64;
-        self.report.time_us = s.time.as_micros() as u64;
+        note_stats(&mut self.report, tpm);
     }
 
     /// Whether measuring works (a TPM answered and has not failed).
@@ -184,9 +189,7 @@ impl Measurer {
             .cloned()
             .collect();
         let r = tpm.pcr_extend(pcr, &for_tpm);
-        let s = tpm.stats();
-        self.report.commands = s.commands as u64;
-        self.report.time_us = s.time.as_micros() as u64;
+        note_stats(&mut self.report, tpm);
         if let Err(e) = r {
             let msg = format!("measuring {description} into PCR {pcr}: {e}");
             self.report.failure = Some(msg.clone());
@@ -251,9 +254,7 @@ impl Measurer {
                     }
                 }
             }
-            let s = tpm.stats();
-            self.report.commands = s.commands as u64;
-            self.report.time_us = s.time.as_micros() as u64;
+            note_stats(&mut self.report, tpm);
         }
         if let Some(l) = &self.log {
             if self.report.events > 0 {

@@ -172,6 +172,21 @@ pub fn matches(spec: &RootSpec, p: &FoundPartition) -> bool {
     }
 }
 
+/// The one partition of `parts` that `spec` names; more than one is an error.
+pub fn pick(
+    spec: &RootSpec,
+    parts: &[FoundPartition],
+) -> Result<Option<FoundPartition>, StorageError> {
+    let hits: Vec<&FoundPartition> = parts.iter().filter(|p| matches(spec, p)).collect();
+    if hits.len() > 1 {
+        return Err(StorageError::Ambiguous {
+            spec: spec.to_string(),
+            devices: hits.iter().map(|h| h.device.clone()).collect(),
+        });
+    }
+    Ok(hits.first().map(|h| (*h).clone()))
+}
+
 /// One look for the device named by `spec`.
 pub fn find(
     spec: &RootSpec,
@@ -179,14 +194,7 @@ pub fn find(
     dev_root: &Path,
 ) -> Result<(Option<FoundPartition>, Vec<DiskSeen>), StorageError> {
     let (parts, seen) = scan(sys_root, dev_root);
-    let hits: Vec<FoundPartition> = parts.into_iter().filter(|p| matches(spec, p)).collect();
-    if hits.len() > 1 {
-        return Err(StorageError::Ambiguous {
-            spec: spec.to_string(),
-            devices: hits.iter().map(|h| h.device.clone()).collect(),
-        });
-    }
-    Ok((hits.into_iter().next(), seen))
+    Ok((pick(spec, &parts)?, seen))
 }
 
 /// Scans every `interval` until `found` returns a value or `timeout` passes; the error
@@ -258,14 +266,7 @@ pub fn wait_for(
                     }));
                 }
             }
-            let hits: Vec<&FoundPartition> = parts.iter().filter(|p| matches(spec, p)).collect();
-            if hits.len() > 1 {
-                return Err(StorageError::Ambiguous {
-                    spec: spec.to_string(),
-                    devices: hits.iter().map(|h| h.device.clone()).collect(),
-                });
-            }
-            Ok(hits.first().map(|h| (*h).clone()))
+            pick(spec, parts)
         },
         |e| e,
     )

@@ -1,40 +1,11 @@
 //! The `validator` command line, run as a process.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn kernel(name: &str) -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/kernels")
-        .join(name);
-    assert!(
-        p.is_dir(),
-        "run PROVISION_KERNELS=all scripts/provision first"
-    );
-    p
-}
-
-fn vmlinuz(name: &str) -> PathBuf {
-    let boot = kernel(name).join("boot");
-    std::fs::read_dir(&boot)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("vmlinuz-")
-        })
-        .unwrap()
-}
-
-fn module(kname: &str, file: &str) -> PathBuf {
-    validator::modules::batch::collect(&[kernel(kname).join("lib/modules")])
-        .unwrap()
-        .into_iter()
-        .find(|p| p.file_name().unwrap() == file)
-        .unwrap()
-}
+use common::{module, vmlinuz};
 
 fn validator(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_validator"))

@@ -2,40 +2,16 @@
 //! (6.1: RSA-4096, plain `.ko`; 6.12: ECDSA P-384, `.ko.xz`; cloud: another vermagic and
 //! key) and against modules signed with the kernel's own `sign-file`.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::{all_modules, tmpdir, vmlinuz};
 use validator::modules::batch;
 use validator::modules::gate::{Gate, Policy, VermagicMode};
 use validator::trust::TrustStore;
 use validator::vmlinuz::KernelFacts;
-
-fn kernel_root(name: &str) -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/kernels")
-        .join(name);
-    assert!(
-        p.join("lib/modules").is_dir(),
-        "{} missing: run PROVISION_KERNELS=all scripts/provision",
-        p.display()
-    );
-    p
-}
-
-fn vmlinuz(name: &str) -> PathBuf {
-    let boot = kernel_root(name).join("boot");
-    std::fs::read_dir(&boot)
-        .unwrap()
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("vmlinuz-")
-        })
-        .unwrap()
-}
 
 fn facts(name: &str) -> KernelFacts {
     KernelFacts::from_image(&std::fs::read(vmlinuz(name)).unwrap()).unwrap()
@@ -62,10 +38,6 @@ fn gate(k: &KernelFacts, trust: TrustStore) -> Gate {
             ..Policy::default()
         },
     }
-}
-
-fn all_modules(name: &str) -> Vec<PathBuf> {
-    batch::collect(&[kernel_root(name).join("lib/modules")]).unwrap()
 }
 
 fn check_tree(kernel: &str, own: &KernelFacts, other: &KernelFacts) {
@@ -148,15 +120,6 @@ fn sign_file() -> PathBuf {
         "sign-file missing: install linux-kbuild-6.1 (scripts/provision)"
     );
     p
-}
-
-fn tmpdir(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/test-tmp")
-        .join(format!("{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
 }
 
 fn run(cmd: &mut Command) {

@@ -2,23 +2,11 @@
 //! may refuse, never panic. (Deterministic, so a failure reproduces; the parsers are pure
 //! functions over bytes and ready for coverage-guided fuzzing as they are.)
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
+use common::Rng;
 
 /// Mutations of `seed`: flips, overwrites with interesting values, truncations, inserts.
 fn mutations(seed: &[u8], n: usize, rng: &mut Rng) -> Vec<Vec<u8>> {
@@ -26,29 +14,29 @@ fn mutations(seed: &[u8], n: usize, rng: &mut Rng) -> Vec<Vec<u8>> {
     for i in 0..n {
         let mut m = seed.to_vec();
         if m.is_empty() {
-            let n = rng.below(64);
+            let n = rng.index(64);
             out.push(rng.bytes(n));
             continue;
         }
         match i % 5 {
             0 => {
-                let p = rng.below(m.len());
-                m[p] ^= 1 << rng.below(8);
+                let p = rng.index(m.len());
+                m[p] ^= 1 << rng.index(8);
             }
             1 => {
-                let p = rng.below(m.len());
-                m[p] = [0x00, 0xff, 0x7f, 0x80, 0x30, 0x82, b'"', b'='][rng.below(8)];
+                let p = rng.index(m.len());
+                m[p] = [0x00, 0xff, 0x7f, 0x80, 0x30, 0x82, b'"', b'='][rng.index(8)];
             }
-            2 => m.truncate(rng.below(m.len())),
+            2 => m.truncate(rng.index(m.len())),
             3 => {
-                let p = rng.below(m.len());
-                let n = rng.below(16) + 1;
+                let p = rng.index(m.len());
+                let n = rng.index(16) + 1;
                 let extra = rng.bytes(n);
                 m.splice(p..p, extra);
             }
             _ => {
                 for _ in 0..8 {
-                    let p = rng.below(m.len());
+                    let p = rng.index(m.len());
                     m[p] = rng.next() as u8;
                 }
             }
@@ -59,12 +47,7 @@ fn mutations(seed: &[u8], n: usize, rng: &mut Rng) -> Vec<Vec<u8>> {
 }
 
 fn kernel_file(kernel: &str, suffix: &str) -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/kernels")
-        .join(kernel);
-    assert!(root.exists(), "run scripts/provision first");
-    validator::modules::batch::collect(&[root.join("lib/modules")])
-        .unwrap()
+    common::all_modules(kernel)
         .into_iter()
         .find(|p| p.to_string_lossy().ends_with(suffix))
         .unwrap()
@@ -74,9 +57,9 @@ fn kernel_file(kernel: &str, suffix: &str) -> PathBuf {
 fn cmdline_and_bom() {
     let mut rng = Rng(1);
     for _ in 0..5000 {
-        let len = rng.below(80);
+        let len = rng.index(80);
         let s: String = (0..len)
-            .map(|_| b" =\"-_.a9\t"[rng.below(9)] as char)
+            .map(|_| b" =\"-_.a9\t"[rng.index(9)] as char)
             .collect();
         let _ = validator::cmdline::BootArgs::parse(&s);
     }
@@ -105,9 +88,9 @@ fn module_files() {
     for (i, mut m) in mutations(&raw, 3000, &mut rng).into_iter().enumerate() {
         if i % 2 == 0 && m.len() > shoff + 64 {
             let p = if i % 4 == 0 {
-                rng.below(64)
+                rng.index(64)
             } else {
-                shoff + rng.below(m.len() - shoff)
+                shoff + rng.index(m.len() - shoff)
             };
             m[p] = rng.next() as u8;
         }
@@ -178,7 +161,7 @@ fn verity_signature_json_index_files_and_random_bytes() {
             validator::modules::index::parse_softdep(&String::from_utf8_lossy(&m), Path::new("s"));
     }
     for _ in 0..3000 {
-        let n = rng.below(700);
+        let n = rng.index(700);
         let b = rng.bytes(n);
         let _ = validator::verity::superblock::parse(&b);
         let _ = validator::gpt::parse_header(&b);

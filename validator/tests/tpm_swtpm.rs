@@ -5,6 +5,8 @@
 //! Needs `swtpm`, `swtpm_setup` and tpm2-tools in PATH (scripts/provision installs them);
 //! without them the tests fail. Temporary files go under `target/test-tmp/`.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -42,12 +44,7 @@ fn have_tools() -> bool {
 
 /// A fresh directory `target/test-tmp/tpm-swtpm-<name>-<pid>`.
 fn work_dir(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/test-tmp")
-        .join(format!("tpm-swtpm-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::tmpdir(&format!("tpm-swtpm-{name}"))
 }
 
 /// Manufactures a TPM 2.0 state with exactly these PCR banks active.

@@ -1,31 +1,12 @@
 //! `validator verity verify` against images made by the real `veritysetup format`, judged
 //! side by side with `veritysetup verify`.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn tmpdir(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/test-tmp")
-        .join(format!("{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-/// A tiny deterministic generator (no extra dependency for test randomness).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use common::{tmpdir, Rng};
 
 struct Case {
     name: &'static str,

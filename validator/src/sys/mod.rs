@@ -11,7 +11,6 @@ use std::ffi::CString;
 use std::fs::File;
 use std::io::{Seek, SeekFrom};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use nix::errno::Errno;
@@ -343,11 +342,6 @@ pub fn is_executable(p: &Path) -> bool {
     std::fs::metadata(p)
         .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         .unwrap_or(false)
-}
-
-/// Path as a C string, for calls that need one.
-pub fn cpath(p: &Path) -> Option<CString> {
-    CString::new(p.as_os_str().as_bytes()).ok()
 }
 
 /// `add_key(2)`: a `user` key in the process keyring (for dm-verity's

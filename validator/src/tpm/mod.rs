@@ -221,35 +221,8 @@ fn replay_extend(values: &mut PcrValues, alg: HashAlg, pcr: u32, digest: &[u8]) 
     *slot = alg.extend(slot, digest);
 }
 
-/// Lower-case hex.
-pub fn to_hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        s.push(char::from(DIGITS[usize::from(b >> 4)]));
-        s.push(char::from(DIGITS[usize::from(b & 15)]));
-    }
-    s
-}
-
-/// Hex (either case, even length) to bytes; `None` if it is not hex.
-pub fn from_hex(s: &str) -> Option<Vec<u8>> {
-    let s = s.as_bytes();
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    let nibble = |c: u8| -> Option<u8> {
-        match c {
-            b'0'..=b'9' => Some(c - b'0'),
-            b'a'..=b'f' => Some(c - b'a' + 10),
-            b'A'..=b'F' => Some(c - b'A' + 10),
-            _ => None,
-        }
-    };
-    s.chunks(2)
-        .map(|p| Some(nibble(p[0])? << 4 | nibble(p[1])?))
-        .collect()
-}
+/// Hex, as everywhere in the crate ([`crate::bom::hex`], [`crate::bom::unhex`]).
+pub use crate::bom::{hex as to_hex, unhex as from_hex};
 
 #[cfg(test)]
 mod tests {

@@ -29,7 +29,7 @@ use crate::gpt::Guid;
 use crate::storage::{self, FoundPartition};
 use crate::sys::dm;
 use crate::trust::TrustStore;
-use superblock::{Algorithm, Params};
+use superblock::Params;
 
 /// DPS partition type of an x86-64 root partition.
 pub const DPS_ROOT_X86_64: &str = "4f68bce3-e8cd-4db1-96e7-fbcaf984b709";
@@ -129,7 +129,14 @@ pub struct Names {
 pub struct Parts {
     pub data: FoundPartition,
     pub hash: FoundPartition,
-    pub sig: Option<FoundPartition>,
+    pub sig: Option<SigPartition>,
+}
+
+/// The `root-verity-sig` partition and what it holds (read once, verified later).
+#[derive(Debug, Clone)]
+pub struct SigPartition {
+    pub partition: FoundPartition,
+    pub sig: sig::RootHashSig,
 }
 
 fn unique<'a>(
@@ -240,10 +247,10 @@ pub fn read_sig_partition(device: &str) -> Result<Vec<u8>, VerityError> {
     read_device(device, 0, SIG_PARTITION_MAX)
 }
 
-/// Reads and verifies the root-hash signature partition.
+/// The root hash to trust: the BOM's, or the signature partition's once verified.
 pub fn trusted_root_hash(
     cfg: &Verity,
-    sig_dev: Option<&FoundPartition>,
+    sig_part: Option<&SigPartition>,
     trust: &TrustStore,
 ) -> Result<(Vec<u8>, Option<String>), VerityError> {
     match cfg.source {
@@ -252,12 +259,10 @@ pub fn trusted_root_hash(
             Ok((sig::unhex(h.as_str()).ok_or(VerityError::NoRootHash)?, None))
         }
         crate::bom::RootHashSource::Signature => {
-            let dev = sig_dev
+            let s = sig_part
                 .ok_or_else(|| VerityError::Partitions("no root-verity-sig partition".into()))?;
-            let bytes = read_sig_partition(&dev.device)?;
-            let s = sig::parse(&bytes)?;
-            let signer = sig::verify(&s, trust)?;
-            Ok((s.root_hash, Some(signer)))
+            let signer = sig::verify(&s.sig, trust)?;
+            Ok((s.sig.root_hash.clone(), Some(signer)))
         }
     }
 }
@@ -424,7 +429,7 @@ pub fn prepare(
     };
     report.data_device = parts.data.device.clone();
     report.hash_device = parts.hash.device.clone();
-    report.sig_device = parts.sig.as_ref().map(|p| p.device.clone());
+    report.sig_device = parts.sig.as_ref().map(|p| p.partition.device.clone());
     let (root, signer) = trusted_root_hash(cfg, parts.sig.as_ref(), trust)?;
     report.root_hash = crate::bom::hex(&root);
     report.signer = signer;
@@ -556,13 +561,9 @@ pub fn read_critical(root: &Path, files: &[String]) -> Vec<CriticalFile> {
 /// The kernel key description under which the root-hash signature is handed over.
 pub const SIG_KEY_DESC: &str = "validator:root-hash-sig";
 
-/// The hash algorithm of a name, for callers outside this module.
-pub fn algorithm(name: &str) -> Option<Algorithm> {
-    Algorithm::from_name(name)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::superblock::Algorithm;
     use super::*;
 
     #[test]

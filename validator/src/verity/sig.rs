@@ -43,16 +43,7 @@ pub struct RootHashSig {
     pub pkcs7: Vec<u8>,
 }
 
-/// Decodes lower- or upper-case hex.
-pub fn unhex(s: &str) -> Option<Vec<u8>> {
-    if !s.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
+pub use crate::bom::unhex;
 
 /// Parses the partition's bytes (trailing NULs and whitespace ignored).
 pub fn parse(bytes: &[u8]) -> Result<RootHashSig, SigError> {
