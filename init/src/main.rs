@@ -13,6 +13,6 @@ fn main() {
         eprintln!("init: this is the boot gate's PID 1; it only runs as process 1 in an initramfs");
         std::process::exit(1);
     }
-    validator::pid1::install_panic_hook();
+    validator::stages::start::install_panic_hook();
     validator::boot::run_pid1()
 }

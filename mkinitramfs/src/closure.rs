@@ -10,10 +10,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use validator::modules::index::{
+use validator::formats::kmod::index::{
     name_of_path, parse_builtin, parse_softdep_value, Entry, Index, SoftDeps,
 };
-use validator::modules::modinfo::{self, Compression, ModuleElf};
+use validator::formats::kmod::modinfo::{self, Compression, ModuleElf};
 
 /// A closure problem.
 #[derive(Debug, thiserror::Error)]
@@ -204,14 +204,14 @@ impl Walker<'_> {
             for n in names {
                 let (_, _, elf) = tree.module(n)?;
                 for a in elf.modinfo.all("alias") {
-                    m.entry(validator::bom::normalize_module_name(a))
+                    m.entry(validator::formats::kmod::normalize_name(a))
                         .or_default()
                         .insert(n.clone());
                 }
             }
             Ok(m)
         };
-        let key = validator::bom::normalize_module_name(name);
+        let key = validator::formats::kmod::normalize_name(name);
         // Cheap first: modules whose own name contains the alias.
         let mut near = self.tree.files.keys().filter(|n| n.contains(&key));
         let quick = scan(self.tree, &mut near)?;
@@ -240,7 +240,7 @@ impl Walker<'_> {
                 .tree
                 .builtin_aliases
                 .iter()
-                .any(|a| validator::bom::normalize_module_name(a) == word)
+                .any(|a| validator::formats::kmod::normalize_name(a) == word)
         {
             return Ok(vec![]);
         }
@@ -324,7 +324,7 @@ pub fn closure(tree: &KernelTree, names: &[String]) -> Result<Closure, ClosureEr
     };
     let mut builtin = Vec::new();
     for n in names {
-        let n = validator::bom::normalize_module_name(n);
+        let n = validator::formats::kmod::normalize_name(n);
         if tree.files.contains_key(&n) {
             w.visit(&n)?;
         } else if tree.builtin.contains(&n) {
@@ -402,8 +402,8 @@ mod tests {
         let sd = &c.index.softdeps["ext4"];
         assert!(sd.pre.iter().any(|m| m.starts_with("crc32c")), "{sd:?}");
         // The index round-trips through its own text form.
-        let dep =
-            validator::modules::index::parse_dep(&c.index.dep_text(), Path::new("d")).unwrap();
+        let dep = validator::formats::kmod::index::parse_dep(&c.index.dep_text(), Path::new("d"))
+            .unwrap();
         assert_eq!(dep, c.index.entries);
     }
 

@@ -36,7 +36,7 @@ pub enum BuildError {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Bom(#[from] validator::bom::BomError),
+    Bom(#[from] validator::config::bom::BomError),
     #[error("the BOM is for kernel {bom} but the kernel tree is {tree}")]
     ReleaseMismatch { bom: String, tree: String },
     #[error(transparent)]
@@ -48,7 +48,7 @@ pub enum BuildError {
     #[error("{path}: {source}")]
     Kernel {
         path: PathBuf,
-        source: validator::vmlinuz::VmlinuzError,
+        source: validator::formats::vmlinuz::VmlinuzError,
     },
     #[error(
         "{0}: no boot/vmlinuz-<release> next to the modules (the gate needs the kernel image)"
@@ -142,7 +142,7 @@ fn read(path: &Path) -> Result<Vec<u8>, BuildError> {
 
 /// Builds the archive described by `spec`.
 pub fn build(spec: &Spec) -> Result<Built, BuildError> {
-    let bom = validator::bom::load(&spec.bom)?;
+    let bom = validator::config::bom::load(&spec.bom)?;
     let tree = KernelTree::open(&spec.kernel)?;
     if bom.bom.kernel.release.as_str() != tree.release {
         return Err(BuildError::ReleaseMismatch {
@@ -163,16 +163,17 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
         path: vmlinuz.clone(),
         source,
     };
-    let vmlinux = validator::vmlinuz::vmlinux(&read(&vmlinuz)?).map_err(kerr)?;
-    let builtin = validator::vmlinuz::builtin_certs(&vmlinux).map_err(kerr)?;
-    let vermagic = validator::vmlinuz::vermagic(&vmlinux, &tree.release).ok_or_else(|| {
-        kerr(validator::vmlinuz::VmlinuzError::Missing(format!(
-            "no vermagic string for {}",
-            tree.release
-        )))
-    })?;
-    let mut symvers = validator::modules::symvers::Symvers::default();
-    for e in validator::vmlinuz::exported_crcs(&vmlinux).map_err(kerr)? {
+    let vmlinux = validator::formats::vmlinuz::vmlinux(&read(&vmlinuz)?).map_err(kerr)?;
+    let builtin = validator::formats::vmlinuz::builtin_certs(&vmlinux).map_err(kerr)?;
+    let vermagic =
+        validator::formats::vmlinuz::vermagic(&vmlinux, &tree.release).ok_or_else(|| {
+            kerr(validator::formats::vmlinuz::VmlinuzError::Missing(format!(
+                "no vermagic string for {}",
+                tree.release
+            )))
+        })?;
+    let mut symvers = validator::formats::kmod::symvers::Symvers::default();
+    for e in validator::formats::vmlinuz::exported_crcs(&vmlinux).map_err(kerr)? {
         symvers.insert(&e.symbol, e.crc, "vmlinux", e.gpl);
     }
     drop(vmlinux);
@@ -201,23 +202,23 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
         let src = spec
             .module_overrides
             .iter()
-            .find(|(n, _)| validator::bom::normalize_module_name(n) == *name)
+            .find(|(n, _)| validator::formats::kmod::normalize_name(n) == *name)
             .map(|(_, p)| p.clone())
             .unwrap_or_else(|| tree.moddir.join(rel));
         let bytes = read(&src)?;
-        let image = validator::modules::modinfo::decompress(
+        let image = validator::formats::kmod::modinfo::decompress(
             &bytes,
-            validator::modules::modinfo::Compression::from_name(rel),
+            validator::formats::kmod::modinfo::Compression::from_name(rel),
         )
         .ok()
         .unwrap_or_default();
-        let body = validator::modules::sig::split(&image)
+        let body = validator::formats::kmod::sig::split(&image)
             .map(|s| s.body)
             .unwrap_or(&image);
-        for e in validator::modules::modinfo::exports(body).unwrap_or_default() {
+        for e in validator::formats::kmod::modinfo::exports(body).unwrap_or_default() {
             symvers.insert(&e.symbol, e.crc, name, false);
         }
-        if let Ok(elf) = validator::modules::modinfo::parse_elf(body) {
+        if let Ok(elf) = validator::formats::kmod::modinfo::parse_elf(body) {
             referenced.extend(elf.versions.into_iter().map(|v| v.symbol));
         }
         module_bytes.insert(name.clone(), bytes);
@@ -225,9 +226,9 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     // The init only needs the CRCs of symbols the packed modules import.
     symvers.map.retain(|sym, _| referenced.contains(sym));
     if spec.gate {
-        let mut policy = validator::modules::gate::Policy::from_bom(&bom.bom);
+        let mut policy = validator::stages::modules::gate::Policy::from_bom(&bom.bom);
         policy.kernel_vermagic = Some(vermagic.clone());
-        let gate = validator::modules::gate::Gate {
+        let gate = validator::stages::modules::gate::Gate {
             trust: trust.clone(),
             symvers: Some(symvers.clone()),
             policy,
@@ -271,7 +272,7 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     for (name, rel) in &clo.files {
         a.file(&format!("{mdir}/{rel}"), module_bytes[name].clone(), 0o644)?;
     }
-    use validator::modules::gate::layout;
+    use validator::config::layout;
     for (name, bytes) in &trust_files {
         a.file(
             &format!("{}/{name}", layout::TRUST_DIR),

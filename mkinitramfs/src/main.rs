@@ -90,7 +90,7 @@ fn run(args: &[String]) -> Result<(), String> {
             for s in &built.unresolved_softdeps {
                 eprintln!("mkinitramfs: warning: soft dependency {s} is provided by no module (ignored, as modprobe does)");
             }
-            validator::report::write_atomic(&out, &built.bytes)
+            validator::util::fs::write_atomic(&out, &built.bytes)
                 .map_err(|e| format!("{}: {e}", out.display()))?;
             println!(
                 "{}: {} bytes, kernel {}, {} modules: {}",

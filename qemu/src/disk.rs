@@ -157,7 +157,7 @@ pub fn build_disk(out: &Path, parts: &[PartitionSpec], scratch: &Path) -> Result
 
 /// Byte offset of partition `label` in a disk image (read back with our own GPT reader).
 pub fn partition_offset(disk: &Path, label: &str) -> Result<(u64, u64), HarnessError> {
-    let t = validator::gpt::read_path(disk, 512).map_err(|e| HarnessError::Setup(e.to_string()))?;
+    let t = validator::sys::read_gpt(disk, 512).map_err(|e| HarnessError::Setup(e.to_string()))?;
     let p = t
         .partitions
         .iter()

@@ -53,18 +53,13 @@ fn main() -> ExitCode {
         None => println!("(no report printed)"),
     }
     eprintln!("scenario {name}: {}", outcome.describe());
-    if let Some(t) = outcome
-        .report
-        .as_ref()
-        .map(|r| &r["tpm"])
-        .filter(|t| t.is_object())
-    {
+    if let Some(t) = outcome.report.as_ref().and_then(|r| r.tpm.as_ref()) {
         eprintln!(
             "tpm: {} measured events, {} TPM commands, {:.1} ms in the TPM (banks {})",
-            t["events"],
-            t["commands"],
-            t["time_us"].as_f64().unwrap_or(0.0) / 1000.0,
-            t["banks"]
+            t.events,
+            t.commands,
+            t.time_us as f64 / 1000.0,
+            t.banks.join(", ")
         );
     }
     if let Some(m) = &outcome.marker {

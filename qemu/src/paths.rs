@@ -47,7 +47,8 @@ pub fn kernel(name: &str) -> Result<Kernel, HarnessError> {
 
 static BUILD: Mutex<Option<PathBuf>> = Mutex::new(None);
 
-/// The static init, built for `x86_64-unknown-linux-musl` in release mode. `VALIDATOR_INIT`
+/// The static init, built for `x86_64-unknown-linux-musl` in release mode with the
+/// `test-hooks` feature (the production init has none). `VALIDATOR_INIT`
 /// names a prebuilt one; otherwise it is (re)built once per process with cargo, into its
 /// own target directory so it never waits on the build lock of a running `cargo test`.
 pub fn init_binary() -> Result<PathBuf, HarnessError> {
@@ -70,6 +71,8 @@ pub fn init_binary() -> Result<PathBuf, HarnessError> {
             "-q",
             "-p",
             "init",
+            "--features",
+            "test-hooks",
             "--target",
             "x86_64-unknown-linux-musl",
             "--target-dir",

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use validator::bom::{Bom, ModuleName};
+use validator::config::bom::{Bom, ModuleName};
 
 use crate::disk::{self, PartitionSpec};
 use crate::paths::{self, Kernel};
@@ -71,10 +71,10 @@ echo TPM-CEL-BEGIN; base64 /run/log/systemd/tpm2-measure.log; echo TPM-CEL-END";
 /// The example BOM of the QEMU node, with `kernel.release` set to the provisioned kernel.
 pub fn example_bom(kernel: &Kernel) -> Result<Bom, HarnessError> {
     let p = paths::workspace().join("examples/qemu-node.toml");
-    let mut b = validator::bom::load(&p)
+    let mut b = validator::config::bom::load(&p)
         .map_err(|e| HarnessError::Setup(e.to_string()))?
         .bom;
-    b.kernel.release = validator::bom::Version(kernel.release.clone());
+    b.kernel.release = validator::config::bom::Version(kernel.release.clone());
     Ok(b)
 }
 
@@ -138,23 +138,23 @@ impl Scenario {
                 if name == "verity-erofs" {
                     s.bom.modules.load.push(ModuleName("erofs".into()));
                 }
-                s.bom.verity = Some(validator::bom::Verity {
+                s.bom.verity = Some(validator::config::bom::Verity {
                     // The good boot also carries every table option; a corruption must
                     // give EIO (the default) so the report can name the file.
                     on_corruption: if name == "verity" {
-                        validator::bom::OnCorruption::Restart
+                        validator::config::bom::OnCorruption::Restart
                     } else {
-                        validator::bom::OnCorruption::Eio
+                        validator::config::bom::OnCorruption::Eio
                     },
                     ignore_zero_blocks: name == "verity",
                     check_at_most_once: name == "verity",
                     kernel_signature: name == "verity-kernel-sig",
-                    algorithm: Some(validator::bom::VerityAlgorithm("sha256".into())),
+                    algorithm: Some(validator::config::bom::VerityAlgorithm("sha256".into())),
                     data_block_size: Some(4096),
                     hash_block_size: Some(4096),
                     critical: vec![
-                        validator::bom::RootPath("/sbin/init".into()),
-                        validator::bom::RootPath("/bin/busybox".into()),
+                        validator::config::bom::RootPath("/sbin/init".into()),
+                        validator::config::bom::RootPath("/bin/busybox".into()),
                     ],
                     ..Default::default()
                 });
@@ -166,7 +166,7 @@ impl Scenario {
                 // kernel decompresses itself (MODULE_INIT_COMPRESSED_FILE), virtio_pci
                 // built in.
                 s.kernel = paths::kernel("k612")?;
-                s.bom.kernel.release = validator::bom::Version(s.kernel.release.clone());
+                s.bom.kernel.release = validator::config::bom::Version(s.kernel.release.clone());
             }
             "tpm" => {
                 s.root_tpm_tools = true;
@@ -213,8 +213,13 @@ impl Scenario {
             verity_parts = Some(img.disk_parts);
         }
         let bom_path = dir.join("bom.toml");
-        std::fs::write(&bom_path, self.bom.to_toml())
-            .map_err(|e| HarnessError::io(&bom_path, e))?;
+        std::fs::write(
+            &bom_path,
+            self.bom
+                .to_toml()
+                .map_err(|e| HarnessError::Setup(format!("BOM as TOML: {e}")))?,
+        )
+        .map_err(|e| HarnessError::io(&bom_path, e))?;
         let mut overrides = self.module_overrides.clone();
         if !self.tampered_modules.is_empty() {
             let tree = mkinitramfs::closure::KernelTree::open(&self.kernel.root)
@@ -226,7 +231,7 @@ impl Scenario {
                     .ok_or_else(|| HarnessError::Setup(format!("no module {m} in the kernel")))?;
                 let src = tree.moddir.join(rel);
                 let mut bytes = std::fs::read(&src).map_err(|e| HarnessError::io(&src, e))?;
-                let body = validator::modules::sig::split(&bytes)
+                let body = validator::formats::kmod::sig::split(&bytes)
                     .map(|s| s.body.len())
                     .unwrap_or(bytes.len());
                 bytes[body / 2] ^= 0x01;

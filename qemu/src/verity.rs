@@ -66,7 +66,7 @@ fn cert_fingerprint(cert: &Path, dir: &Path) -> Result<String, HarnessError> {
         .arg(&der))?;
     let bytes = std::fs::read(&der).map_err(|e| HarnessError::io(&der, e))?;
     use sha2::Digest;
-    Ok(validator::bom::hex(&sha2::Sha256::digest(&bytes)))
+    Ok(validator::util::hex(&sha2::Sha256::digest(&bytes)))
 }
 
 /// The physical block of logical block 0 of `file` in an ext4 image (debugfs `bmap`).
@@ -184,23 +184,23 @@ pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, Harn
         _ => {}
     }
     let raw = hex_bytes(&root_hash);
-    let uuid = |b: &[u8]| validator::verity::uuid_from_hash(b).unwrap_or_default();
+    let uuid = |b: &[u8]| validator::formats::verity::uuid_from_hash(b).unwrap_or_default();
     let disk_parts = vec![
         PartitionSpec {
             label: "root-x86-64".into(),
-            type_uuid: validator::verity::DPS_ROOT_X86_64.into(),
+            type_uuid: validator::formats::verity::DPS_ROOT_X86_64.into(),
             uuid: Some(uuid(&raw[..16])),
             content: Content::Raw(data),
         },
         PartitionSpec {
             label: "root-x86-64-verity".into(),
-            type_uuid: validator::verity::DPS_ROOT_VERITY_X86_64.into(),
+            type_uuid: validator::formats::verity::DPS_ROOT_VERITY_X86_64.into(),
             uuid: Some(uuid(&raw[raw.len() - 16..])),
             content: Content::Raw(hash),
         },
         PartitionSpec {
             label: "root-x86-64-verity-sig".into(),
-            type_uuid: validator::verity::DPS_ROOT_VERITY_SIG_X86_64.into(),
+            type_uuid: validator::formats::verity::DPS_ROOT_VERITY_SIG_X86_64.into(),
             uuid: None,
             content: Content::Raw(sigimg),
         },
@@ -214,7 +214,7 @@ pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, Harn
 }
 
 fn hex_bytes(s: &str) -> Vec<u8> {
-    validator::verity::sig::unhex(s).unwrap_or_default()
+    validator::util::unhex(s).unwrap_or_default()
 }
 
 /// XORs one byte of a file.

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use crate::rootfs::{MARKER, ROOT_REPORT};
 use crate::HarnessError;
+use validator::report::{Decision, Report};
 
 /// The accelerator. TCG is the default: KVM guests hang on the machines we test on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -126,7 +127,7 @@ pub enum Verdict {
     RootInitReached,
     /// The validator printed its report and stopped the boot ("pass" that never reached the
     /// root shows up here too).
-    Decision(String),
+    Decision(Decision),
     /// The kernel panicked (the line after "Kernel panic - not syncing").
     KernelPanic(String),
     /// Still running at the timeout.
@@ -140,9 +141,9 @@ pub enum Verdict {
 pub struct Outcome {
     pub verdict: Verdict,
     /// The validator's report from the console line, if printed.
-    pub report: Option<serde_json::Value>,
+    pub report: Option<Report>,
     /// The report as the root's init found it in `/run/validator/report.json`.
-    pub root_report: Option<serde_json::Value>,
+    pub root_report: Option<Report>,
     /// The root's init marker line.
     pub marker: Option<String>,
     pub console: String,
@@ -173,10 +174,10 @@ impl Outcome {
     }
 
     /// For tests: the report of a boot the validator stopped; panics on any other end.
-    pub fn stopped(&self) -> &serde_json::Value {
+    pub fn stopped(&self) -> &Report {
         assert_eq!(
             self.verdict,
-            Verdict::Decision("stop".into()),
+            Verdict::Decision(Decision::Stop),
             "{}",
             self.describe()
         );
@@ -187,7 +188,7 @@ impl Outcome {
 
     /// For tests: the report of a boot that reached the real root's init; panics on any
     /// other end.
-    pub fn reached_root(&self) -> &serde_json::Value {
+    pub fn reached_root(&self) -> &Report {
         assert_eq!(
             self.verdict,
             Verdict::RootInitReached,
@@ -226,12 +227,7 @@ pub fn classify(
     console: &str,
     timed_out: bool,
     code: Option<i32>,
-) -> (
-    Verdict,
-    Option<serde_json::Value>,
-    Option<serde_json::Value>,
-    Option<String>,
-) {
+) -> (Verdict, Option<Report>, Option<Report>, Option<String>) {
     let report = validator::report::find_in_console(console);
     let marker = console
         .lines()
@@ -253,7 +249,7 @@ pub fn classify(
     } else if let Some(p) = panic {
         Verdict::KernelPanic(p)
     } else if let Some(r) = &report {
-        Verdict::Decision(r["decision"].as_str().unwrap_or("").to_string())
+        Verdict::Decision(r.decision)
     } else if timed_out {
         Verdict::Timeout
     } else {
@@ -403,8 +399,10 @@ mod tests {
             v,
             Verdict::KernelPanic("Attempted to kill init! exitcode=0x0".into())
         );
-        let (v, r, ..) = classify("VALIDATOR-REPORT {\"decision\":\"stop\"}\n", false, Some(0));
-        assert_eq!(v, Verdict::Decision("stop".into()));
+        let mut rep = Report::new(1);
+        rep.fail(validator::report::Fault::Image, "x".into());
+        let (v, r, ..) = classify(&rep.console_line(), false, Some(0));
+        assert_eq!(v, Verdict::Decision(Decision::Stop));
         assert!(r.is_some());
         assert_eq!(classify("", true, None).0, Verdict::Timeout);
         assert_eq!(classify("x", false, Some(1)).0, Verdict::Exited(Some(1)));

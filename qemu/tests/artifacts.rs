@@ -36,7 +36,7 @@ fn build(dir: &std::path::Path, name: &str, compress: mkinitramfs::Compress) -> 
     let kernel = paths::kernel("default").unwrap();
     let bom = qemu::scenario::example_bom(&kernel).unwrap();
     let bom_path = dir.join("bom.toml");
-    std::fs::write(&bom_path, bom.to_toml()).unwrap();
+    std::fs::write(&bom_path, bom.to_toml().unwrap()).unwrap();
     let mut spec = mkinitramfs::Spec::new(&kernel.root, &bom_path, &paths::init_binary().unwrap());
     spec.compress = compress;
     spec.mtime = 1_700_000_000;

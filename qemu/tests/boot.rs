@@ -1,6 +1,9 @@
 //! End-to-end boots of the real Debian kernel in QEMU with our init as PID 1.
 
 use qemu::vm::Verdict;
+use validator::report::{Decision, Fault, StageStatus};
+use validator::stages::modules::ModStatus;
+use validator::stages::Stage;
 
 fn run(name: &str) -> qemu::vm::Outcome {
     qemu::scenario::run_named(name)
@@ -16,15 +19,14 @@ fn good_boot_loads_modules_itself_and_switches_root() {
         "the root's init is not PID 1: {marker}"
     );
     let r = o.report.as_ref().expect("report line");
-    assert_eq!(r["schema"], "validator.report/v1");
-    assert_eq!(r["decision"], "pass", "{r}");
+    assert_eq!(r.schema, "validator.report/v1");
+    assert_eq!(r.decision, Decision::Pass, "{r:?}");
     // The init loaded the storage and filesystem modules and their dependencies itself.
-    let loaded: Vec<&str> = r["modules"]
-        .as_array()
-        .unwrap()
+    let loaded: Vec<&str> = r
+        .modules
         .iter()
-        .filter(|m| m["status"] == "loaded")
-        .map(|m| m["name"].as_str().unwrap())
+        .filter(|m| m.status == ModStatus::Loaded)
+        .map(|m| m.name.as_str())
         .collect();
     for m in [
         "virtio_ring",
@@ -40,26 +42,17 @@ fn good_boot_loads_modules_itself_and_switches_root() {
     }
     let pos = |n: &str| loaded.iter().position(|x| *x == n).unwrap();
     assert!(pos("jbd2") < pos("ext4") && pos("virtio") < pos("virtio_blk"));
-    assert_eq!(r["root"]["label"], "root");
-    assert_eq!(r["root"]["fstype"], "ext4");
-    assert_eq!(r["root"]["read_only"], true);
-    let stages: Vec<&str> = r["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap())
-        .collect();
+    let root = r.root.as_ref().expect("root in the report");
+    assert_eq!(root.partition.label, "root");
+    assert_eq!(root.fstype, "ext4");
+    assert!(root.read_only);
     assert_eq!(
-        stages,
+        r.stage_names(),
         ["start", "measure", "modules", "storage", "mount", "handover"]
     );
-    assert!(r["stages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|s| s["status"] == "ok"));
+    assert!(r.stages.iter().all(|s| s.status == StageStatus::Ok));
     // The BOM digest is the digest of the BOM file that went into the initramfs.
-    assert_eq!(r["bom_sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(r.bom_sha256.as_deref().map(str::len), Some(64));
     // The report survived switch_root in /run, and the initramfs was emptied.
     assert_eq!(
         o.root_report.as_ref(),
@@ -78,16 +71,16 @@ fn good_boot_loads_modules_itself_and_switches_root() {
 fn absent_root_device_stops_cleanly_with_a_report() {
     let o = run("no-root");
     let r = o.stopped();
-    let reason = r["reason"].as_str().unwrap();
+    let reason = r.reason.as_deref().unwrap();
     assert!(
         reason.starts_with("storage: root device PARTLABEL=root not found after 3."),
         "{reason}"
     );
-    assert_eq!(r["fault"], "hardware");
-    let last = r["stages"].as_array().unwrap().last().unwrap();
+    assert_eq!(r.fault, Some(Fault::Hardware));
+    let last = r.stages.last().unwrap();
     assert_eq!(
-        (last["name"].as_str(), last["status"].as_str()),
-        (Some("storage"), Some("failed"))
+        (last.name, last.status),
+        (Stage::Storage, StageStatus::Failed)
     );
     assert!(o.console.contains("reboot: Power down"), "{}", o.describe());
     assert!(!o.console.contains("Kernel panic"), "{}", o.describe());
@@ -97,27 +90,16 @@ fn absent_root_device_stops_cleanly_with_a_report() {
 fn module_the_kernel_refuses_is_named_with_its_errno() {
     let o = run("bad-module");
     let r = o.stopped();
-    let m = r["modules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["name"] == "kvm_intel")
-        .expect("kvm_intel in report");
-    assert_eq!(m["status"], "failed");
-    assert_eq!(m["errno"], "EOPNOTSUPP");
+    let m = r.module("kvm_intel").expect("kvm_intel in report");
+    assert_eq!(m.status, ModStatus::Failed);
+    assert_eq!(m.errno.as_deref(), Some("EOPNOTSUPP"));
     assert_eq!(
-        r["reason"],
-        "modules: module(s) failed to load: kvm_intel (EOPNOTSUPP)"
+        r.reason.as_deref(),
+        Some("modules: module(s) failed to load: kvm_intel (EOPNOTSUPP)")
     );
-    assert_eq!(r["fault"], "image");
+    assert_eq!(r.fault, Some(Fault::Image));
     // Its dependencies did load.
-    let kvm = r["modules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["name"] == "kvm")
-        .unwrap();
-    assert_eq!(kvm["status"], "loaded");
+    assert_eq!(r.module("kvm").unwrap().status, ModStatus::Loaded);
     assert!(!o.console.contains("Kernel panic"), "{}", o.describe());
 }
 
@@ -143,35 +125,22 @@ fn forced_panic_is_logged_and_ends_the_vm_without_killing_init() {
 fn tampered_module_is_refused_before_the_kernel_sees_it() {
     let o = run("tampered-module");
     let r = o.stopped();
-    let m = r["modules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["name"] == "virtio_blk")
-        .expect("virtio_blk in report");
-    assert_eq!(m["status"], "rejected", "{m}");
-    let codes: Vec<&str> = m["reasons"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x["code"].as_str().unwrap())
-        .collect();
-    assert_eq!(codes, ["bad-signature"], "{m}");
-    assert_eq!(m["signer"], "Build time autogenerated kernel key");
-    let reason = r["reason"].as_str().unwrap();
+    let m = r.module("virtio_blk").expect("virtio_blk in report");
+    assert_eq!(m.status, ModStatus::Rejected, "{m:?}");
+    let codes: Vec<&str> = m.reasons.iter().map(|x| x.code.as_str()).collect();
+    assert_eq!(codes, ["bad-signature"], "{m:?}");
+    assert_eq!(
+        m.signer.as_deref(),
+        Some("Build time autogenerated kernel key")
+    );
+    let reason = r.reason.as_deref().unwrap();
     assert!(
         reason.starts_with("modules: module gate refused: virtio_blk (signature does not verify"),
         "{reason}"
     );
-    assert_eq!(r["fault"], "image");
+    assert_eq!(r.fault, Some(Fault::Image));
     // Its dependencies passed the gate and loaded; the kernel never saw virtio_blk.
-    let virtio = r["modules"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["name"] == "virtio")
-        .unwrap();
-    assert_eq!(virtio["status"], "loaded");
+    assert_eq!(r.module("virtio").unwrap().status, ModStatus::Loaded);
     assert!(
         !o.console.contains("module verification failed"),
         "{}",
@@ -193,25 +162,26 @@ fn kernel_6_12_with_compressed_modules_and_ecdsa_signatures() {
     let o = run("k612");
     let r = o.reached_root();
     assert!(
-        r["kernel_release"].as_str().unwrap().starts_with("6.12."),
-        "{r}"
+        r.kernel_release.as_deref().unwrap().starts_with("6.12."),
+        "{r:?}"
     );
-    let mods = r["modules"].as_array().unwrap();
     let get = |n: &str| {
-        mods.iter()
-            .find(|m| m["name"] == n)
-            .unwrap_or_else(|| panic!("{n} not in {mods:?}"))
+        r.module(n)
+            .unwrap_or_else(|| panic!("{n} not in {:?}", r.modules))
     };
-    assert_eq!(get("virtio_pci")["status"], "builtin");
+    assert_eq!(get("virtio_pci").status, ModStatus::Builtin);
     let ext4 = get("ext4");
-    assert_eq!(ext4["status"], "loaded");
-    assert!(ext4["path"].as_str().unwrap().ends_with("ext4.ko.xz"));
-    assert_eq!(ext4["signer"], "Build time autogenerated kernel key");
+    assert_eq!(ext4.status, ModStatus::Loaded);
+    assert!(ext4.path.as_deref().unwrap().ends_with("ext4.ko.xz"));
+    assert_eq!(
+        ext4.signer.as_deref(),
+        Some("Build time autogenerated kernel key")
+    );
     assert!(
         matches!(
-            ext4["sig_hashalgo"].as_str(),
+            ext4.sig_hashalgo.as_deref(),
             Some("sha384" | "sha512" | "sha256")
         ),
-        "{ext4}"
+        "{ext4:?}"
     );
 }

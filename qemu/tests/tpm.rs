@@ -6,6 +6,7 @@ use std::process::Command;
 
 use qemu::scenario::Scenario;
 use qemu::tpmcheck::{self, Listing};
+use validator::report::{Decision, Fault};
 
 fn run_scenario(s: Scenario) -> qemu::vm::Outcome {
     s.run_checked()
@@ -54,16 +55,13 @@ fn validator_replay(log: &[u8], dir: &std::path::Path, name: &str) -> Listing {
 fn check_agreement(name: &str, banks: &[&str]) {
     let o = run(name);
     let r = o.reached_root();
-    let tpm = &r["tpm"];
-    assert_eq!(tpm["present"], true, "{tpm}");
-    assert_eq!(tpm["banks"], serde_json::json!(banks));
-    assert_eq!(
-        tpm["firmware_log"], true,
-        "the firmware's log was continued"
-    );
+    let tpm = r.tpm.as_ref().unwrap();
+    assert!(tpm.present, "{tpm:?}");
+    assert_eq!(tpm.banks, banks);
+    assert!(tpm.firmware_log, "the firmware's log was continued");
     // One extend per event, plus the bank query and one read per touched PCR (11 and 13).
-    let events = tpm["events"].as_u64().unwrap();
-    assert_eq!(tpm["commands"].as_u64().unwrap(), events + 1 + 2, "{tpm}");
+    let events = u64::from(tpm.events);
+    assert_eq!(tpm.commands, events + 1 + 2, "{tpm:?}");
     let tpm_view = tpmcheck::parse_listing(&tpmcheck::section(&o.console, "TPM-PCRREAD").unwrap());
     let el = tpmcheck::section(&o.console, "TPM-EVENTLOG").unwrap();
     assert!(
@@ -104,8 +102,7 @@ fn check_agreement(name: &str, banks: &[&str]) {
                 "{bank} PCR {pcr}: CEL replay vs TPM"
             );
             assert_eq!(
-                tpm["pcrs"][*bank][pcr.to_string()],
-                tpm_view[*bank][&pcr],
+                tpm.pcrs[*bank][&pcr], tpm_view[*bank][&pcr],
                 "{bank} PCR {pcr}: report vs TPM"
             );
         }
@@ -124,11 +121,8 @@ fn log_replays_to_the_tpm_values_sha256_sha384() {
 
 fn pcr13(o: &qemu::vm::Outcome) -> String {
     let r = o.report.as_ref().unwrap();
-    assert_eq!(r["decision"], "pass", "{}", o.describe());
-    r["tpm"]["pcrs"]["sha256"]["13"]
-        .as_str()
-        .unwrap()
-        .to_string()
+    assert_eq!(r.decision, Decision::Pass, "{}", o.describe());
+    r.tpm.as_ref().unwrap().pcrs["sha256"][&13].clone()
 }
 
 /// A key of our own and one module re-signed twice with it (ECDSA: two different files,
@@ -167,7 +161,10 @@ fn two_signings(
     let kernel = qemu::paths::kernel("default").unwrap();
     let tree = mkinitramfs::closure::KernelTree::open(&kernel.root).unwrap();
     let orig = std::fs::read(tree.moddir.join(&tree.files["crc16"])).unwrap();
-    let body = validator::modules::sig::split(&orig).unwrap().body.to_vec();
+    let body = validator::formats::kmod::sig::split(&orig)
+        .unwrap()
+        .body
+        .to_vec();
     let mut out = Vec::new();
     for i in 0..2 {
         let m = dir.join(format!("crc16-{i}.ko"));
@@ -193,11 +190,11 @@ fn same_inputs_same_pcr_different_bom_or_module_different_pcr() {
     let with = |module: &std::path::Path, image: &str| {
         let mut s = Scenario::good().unwrap();
         s.name = format!("tpm-det-{image}");
-        s.bom.image_id = validator::bom::Version(image.into());
+        s.bom.image_id = validator::config::bom::Version(image.into());
         s.bom.policy.trust = vec![cert.display().to_string()];
         // Our key is trusted by the gate, not by the kernel's keyring: the kernel taints
         // with E, which this BOM allows.
-        s.bom.policy.taint_allowed = validator::bom::TaintLetters("E".into());
+        s.bom.policy.taint_allowed = validator::config::bom::TaintLetters("E".into());
         s.module_overrides = vec![("crc16".into(), module.to_path_buf())];
         run_scenario(s)
     };
@@ -218,23 +215,23 @@ fn same_inputs_same_pcr_different_bom_or_module_different_pcr() {
 fn no_tpm_when_required_stops_with_a_platform_fault() {
     let o = run("no-tpm");
     let r = o.stopped();
-    assert_eq!(r["fault"], "platform");
-    let reason = r["reason"].as_str().unwrap();
+    assert_eq!(r.fault, Some(Fault::Platform));
+    let reason = r.reason.as_deref().unwrap();
     assert!(
         reason.starts_with(
             "measure: TPM required by the BOM: no TPM: neither /dev/tpmrm0 nor /dev/tpm0 exists"
         ),
         "{reason}"
     );
-    assert_eq!(r["tpm"]["present"], false);
+    assert!(!r.tpm.as_ref().unwrap().present);
 }
 
 #[test]
 fn tpm_dying_mid_boot_is_a_bounded_wait_then_the_policy() {
     let o = run("tpm-killed");
     let r = o.stopped();
-    assert_eq!(r["fault"], "platform", "{r}");
-    let reason = r["reason"].as_str().unwrap();
+    assert_eq!(r.fault, Some(Fault::Platform), "{r:?}");
+    let reason = r.reason.as_deref().unwrap();
     assert!(
         reason.contains("TPM required by the BOM: measuring module:"),
         "{reason}"
@@ -243,7 +240,7 @@ fn tpm_dying_mid_boot_is_a_bounded_wait_then_the_policy() {
         reason.contains("TPM2_PCR_Extend"),
         "the failing command is named: {reason}"
     );
-    let failure = r["tpm"]["failure"].as_str().unwrap();
+    let failure = r.tpm.as_ref().unwrap().failure.as_deref().unwrap();
     // QEMU answers for the dead swtpm with a fatal response code; a silent TPM would hit
     // the per-command deadline instead.
     assert!(
@@ -252,7 +249,6 @@ fn tpm_dying_mid_boot_is_a_bounded_wait_then_the_policy() {
         "a response code or the deadline: {failure}"
     );
     // Bounded: the stop comes within seconds of the TPM dying, not after a hang.
-    let stop = r["boottime_report_us"].as_u64().unwrap();
-    let start = r["boottime_start_us"].as_u64().unwrap();
+    let (stop, start) = (r.boottime_report_us, r.boottime_start_us);
     assert!(stop - start < 20_000_000, "took {} us", stop - start);
 }

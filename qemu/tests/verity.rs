@@ -2,6 +2,8 @@
 //! Discoverable Partitions `root-verity-sig` partition, set up by our init through the
 //! device-mapper ioctls and checked by the kernel's dm-verity.
 
+use validator::report::{Decision, Fault};
+
 fn run(name: &str) -> qemu::vm::Outcome {
     qemu::scenario::run_named(name)
 }
@@ -10,30 +12,31 @@ fn run(name: &str) -> qemu::vm::Outcome {
 fn signed_verity_root_boots_with_status_v() {
     let o = run("verity");
     let r = o.reached_root();
-    assert_eq!(r["decision"], "pass", "{r}");
-    let v = &r["verity"];
-    assert_eq!(v["status"], "V");
-    assert_eq!(v["source"], "signature");
+    assert_eq!(r.decision, Decision::Pass, "{r:?}");
+    let v = r.verity.as_ref().unwrap();
+    assert_eq!(v.status.as_deref(), Some("V"));
+    assert_eq!(v.source, "signature");
     assert!(
-        v["signer"]
-            .as_str()
+        v.signer
+            .as_deref()
             .unwrap()
             .starts_with("fleet image signing trusted"),
-        "{v}"
+        "{v:?}"
     );
-    assert_eq!(v["root_hash"].as_str().unwrap().len(), 64);
-    assert_eq!(v["dm_device"], "/dev/dm-0");
-    assert_eq!(r["root"]["device"], "/dev/dm-0");
-    assert_eq!(r["root"]["read_only"], true);
+    assert_eq!(v.root_hash.len(), 64);
+    assert_eq!(v.dm_device.as_deref(), Some("/dev/dm-0"));
+    let root = r.root.as_ref().unwrap();
+    assert_eq!(root.partition.device, "/dev/dm-0");
+    assert!(root.read_only);
     // The partitions were found by the systemd PARTUUID convention.
-    let root_hash = v["root_hash"].as_str().unwrap();
-    let first = validator::verity::uuid_from_hash(
-        &validator::verity::sig::unhex(&root_hash[..32]).unwrap(),
+    let root_hash = v.root_hash.as_str();
+    let first = validator::formats::verity::uuid_from_hash(
+        &validator::util::unhex(&root_hash[..32]).unwrap(),
     )
     .unwrap();
-    assert_eq!(r["root"]["partuuid"], first);
+    assert_eq!(root.partition.partuuid, first);
     // Every option reached the kernel and came back in its table.
-    let kt = v["kernel_table"].as_str().unwrap();
+    let kt = v.kernel_table.as_deref().unwrap();
     assert!(kt.contains(root_hash), "{kt}");
     for opt in [
         "restart_on_corruption",
@@ -45,13 +48,9 @@ fn signed_verity_root_boots_with_status_v() {
             "{opt} missing from the kernel's table: {kt}"
         );
     }
-    let crit = v["critical_files"].as_array().unwrap();
+    let crit = &v.critical_files;
     assert_eq!(crit.len(), 2);
-    assert!(
-        crit.iter()
-            .all(|c| c["ok"] == true && c["bytes"].as_u64().unwrap() > 0),
-        "{crit:?}"
-    );
+    assert!(crit.iter().all(|c| c.ok && c.bytes > 0), "{crit:?}");
     assert_eq!(o.root_report.as_ref(), Some(r));
 }
 
@@ -59,21 +58,20 @@ fn signed_verity_root_boots_with_status_v() {
 fn corrupted_block_in_a_critical_file_stops_before_switch_root() {
     let o = run("verity-corrupt");
     let r = o.stopped();
-    let reason = r["reason"].as_str().unwrap();
+    let reason = r.reason.as_deref().unwrap();
     assert!(
         reason.starts_with("critical: critical file(s) unreadable through verity: /sbin/init (EIO"),
         "{reason}"
     );
-    assert_eq!(r["fault"], "image");
+    assert_eq!(r.fault, Some(Fault::Image));
+    let v = r.verity.as_ref().unwrap();
     assert_eq!(
-        r["verity"]["status"], "V",
+        v.status.as_deref(),
+        Some("V"),
         "the device came up valid; the read found the bad block"
     );
-    let init = &r["verity"]["critical_files"][0];
-    assert_eq!(
-        (init["path"].as_str(), init["ok"].as_bool()),
-        (Some("/sbin/init"), Some(false))
-    );
+    let init = &v.critical_files[0];
+    assert_eq!((init.path.as_str(), init.ok), ("/sbin/init", false));
     assert!(
         o.console.contains("device-mapper: verity") && o.console.contains("is corrupted"),
         "{}",
@@ -89,16 +87,16 @@ fn corrupted_block_in_a_critical_file_stops_before_switch_root() {
 fn refused_before_dm(name: &str, want: &str) {
     let o = run(name);
     let r = o.stopped();
-    let reason = r["reason"].as_str().unwrap();
+    let reason = r.reason.as_deref().unwrap();
     assert!(
         reason.starts_with("verity: ") && reason.contains(want),
         "{reason}"
     );
-    assert_eq!(r["fault"], "image");
-    let v = &r["verity"];
+    assert_eq!(r.fault, Some(Fault::Image));
+    let v = r.verity.as_ref().unwrap();
     assert!(
-        v.get("dm_device").is_none() && v.get("table").is_none() && v.get("status").is_none(),
-        "a dm device was made: {v}"
+        v.dm_device.is_none() && v.table.is_none() && v.status.is_none(),
+        "a dm device was made: {v:?}"
     );
     assert!(
         !o.console.contains("device-mapper: verity"),
@@ -135,13 +133,15 @@ fn superblock_disagreeing_with_the_bom_is_refused_before_any_dm_device() {
 fn signature_handed_to_the_kernel_is_checked_by_the_kernel() {
     let o = run("verity-kernel-sig");
     let r = o.stopped();
-    let reason = r["reason"].as_str().unwrap();
+    let reason = r.reason.as_deref().unwrap();
     assert_eq!(
         reason,
         "verity: device-mapper: DM_TABLE_LOAD(root): ENOKEY: Required key not available"
     );
-    assert!(r["verity"]["table"]
-        .as_str()
+    let v = r.verity.as_ref().unwrap();
+    assert!(v
+        .table
+        .as_deref()
         .unwrap()
         .contains("root_hash_sig_key_desc validator:root-hash-sig"));
     assert!(
@@ -150,10 +150,7 @@ fn signature_handed_to_the_kernel_is_checked_by_the_kernel() {
         "{}",
         o.describe()
     );
-    assert!(
-        r["verity"].get("dm_device").is_none(),
-        "the half-made device must be gone"
-    );
+    assert!(v.dm_device.is_none(), "the half-made device must be gone");
 }
 
 /// The same chain with an EROFS root (found by trying ext4, then erofs).
@@ -161,11 +158,8 @@ fn signature_handed_to_the_kernel_is_checked_by_the_kernel() {
 fn erofs_verity_root_boots() {
     let o = run("verity-erofs");
     let r = o.reached_root();
-    assert_eq!(r["root"]["fstype"], "erofs");
-    assert_eq!(r["verity"]["status"], "V");
-    assert!(r["verity"]["critical_files"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .all(|c| c["ok"] == true));
+    assert_eq!(r.root.as_ref().unwrap().fstype, "erofs");
+    let v = r.verity.as_ref().unwrap();
+    assert_eq!(v.status.as_deref(), Some("V"));
+    assert!(v.critical_files.iter().all(|c| c.ok));
 }

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use sha2::Digest;
-use validator::modules::{batch, gate};
+use validator::stages::modules::{batch, gate};
 
 fn main() {
     let args: Vec<String> = std::env::args()
@@ -33,7 +33,8 @@ fn main() {
         })
         .expect("vmlinuz");
     let facts =
-        validator::vmlinuz::KernelFacts::from_image(&std::fs::read(&vmlinuz).unwrap()).unwrap();
+        validator::formats::vmlinuz::KernelFacts::from_image(&std::fs::read(&vmlinuz).unwrap())
+            .unwrap();
     let mut trust = validator::trust::TrustStore::new();
     for c in &facts.certs {
         trust.add_bytes(c, "vmlinuz").unwrap();
@@ -124,7 +125,7 @@ fn main() {
     let mut prepared = Vec::new();
     for (i, f) in picked.iter().enumerate() {
         let raw = std::fs::read(f).unwrap();
-        let s = validator::modules::sig::split(&raw).unwrap();
+        let s = validator::formats::kmod::sig::split(&raw).unwrap();
         let body = dir.join(format!("{i}.body"));
         let p7 = dir.join(format!("{i}.p7"));
         std::fs::write(&body, s.body).unwrap();

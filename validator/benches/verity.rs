@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use sha2::Digest;
-use validator::verity::{superblock, tree};
+use validator::formats::verity::{superblock, tree};
 
 fn main() {
     let mib: usize = std::env::args()
@@ -81,7 +81,7 @@ fn main() {
     std::os::unix::fs::FileExt::read_exact_at(&hf, &mut sb, 0).unwrap();
     let p = superblock::parse(&sb).unwrap();
     let g = tree::Geometry::new(&p, 0, true).unwrap();
-    let rootb = validator::verity::sig::unhex(&root).unwrap();
+    let rootb = validator::util::unhex(&root).unwrap();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!("verity check of {mib} MiB (sha256, 4096-byte blocks), {cores} cores   [{acc}]");
     println!(

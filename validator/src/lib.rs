@@ -1,40 +1,43 @@
 //! The boot gate of a GPU node: the checks and the boot flow that the PID-1 init runs in
-//! the initramfs, as a library, plus the `validator` CLI for hosts and live nodes.
+//! the initramfs, as a library (the operator's CLI is the `validator-cli` crate).
 //!
-//! Contract: one module per boot stage ([`cmdline`], [`bom`], [`measure`], [`modules`]
-//! with its gate, [`storage`], [`verity`], [`report`], with [`boot`] running them in order
-//! and [`pid1`] doing what only PID 1 does), parsers that are pure functions over bytes
-//! ([`cmdline::split`], [`bom::parse`], [`gpt`], [`modules::index`], [`modules::modinfo`],
-//! [`modules::sig`], [`pkcs7`], [`vmlinuz`], [`verity::superblock`], [`verity::sig`],
-//! [`tpm`]'s responses and event logs), the trust store ([`trust`]), a pure-Rust TPM 2.0
-//! client ([`tpm`]), and one small [`sys`] layer where the system calls and ioctls live
-//! ([`sys::dm`] for device-mapper). Every
-//! check takes its roots (`/sys`, `/proc`, `/dev`, the new root) as parameters, so it runs
-//! against fixture trees as well as on a live node. Errors carry the path, device or
+//! Contract: the crate is layered, each layer using only those before it (a test,
+//! `tests/layers.rs`, fails on an import that points up):
+//!
+//! 1. [`util`]: hex, atomic writes, bounded reads of input files, integer readers;
+//! 2. [`formats`]: pure parsers over bytes (GPT, compression, vmlinuz, kernel modules and
+//!    their index, PKCS#7, verity, TPM wire format and event logs);
+//! 3. [`trust`]: the certificate store and signature verification (RSA, ECDSA, PKCS#7,
+//!    the root-hash signature);
+//! 4. [`sys`]: every system call and ioctl (device-mapper, module loading, mounts, the TPM
+//!    device, `/dev/kmsg`, clocks);
+//! 5. [`config`]: the BOM and the kernel command line, every policy enum and constant;
+//! 6. [`stages`]: one module per boot stage, named as the report names it, in run order;
+//!    each stage's error carries its fault class (image, hardware, platform) in its type;
+//! 7. [`report`]: the health report's schema and its renderings;
+//! 8. [`boot`]: the order of the stages and the decision, nothing else.
+//!
+//! Every check takes its roots (`/sys`, `/proc`, `/dev`, the new root) as parameters, so it
+//! runs against fixture trees as well as on a live node. Errors carry the path, device or
 //! module they are about.
 //!
 //! Current limits: no A/B slot handling and no GPU/NIC preflight yet, so every failed
-//! stage stops the boot with the report on the console (image, hardware and platform
-//! faults are told apart in the report already). The gate checks the modules the
+//! stage stops the boot with the report on the console. The gate checks the modules the
 //! initramfs loads; modules on the real root are not gated yet. x86-64 only (DPS types,
 //! bzImage, 64-bit module layout).
 
-#![deny(clippy::unwrap_used, clippy::expect_used)]
+pub mod util;
 
-pub mod bom;
-pub mod boot;
-pub mod cmdline;
-pub mod compress;
-pub mod gpt;
-pub mod kmsg;
-pub mod measure;
-pub mod modules;
-pub mod pid1;
-pub mod pkcs7;
-pub mod report;
-pub mod storage;
-pub mod sys;
-pub mod tpm;
+pub mod formats;
+
 pub mod trust;
-pub mod verity;
-pub mod vmlinuz;
+
+pub mod sys;
+
+pub mod config;
+
+pub mod stages;
+
+pub mod report;
+
+pub mod boot;

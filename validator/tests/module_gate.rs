@@ -8,10 +8,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{all_modules, tmpdir, vmlinuz};
-use validator::modules::batch;
-use validator::modules::gate::{Gate, Policy, VermagicMode};
+use validator::config::bom::VermagicMode;
+use validator::formats::vmlinuz::KernelFacts;
+use validator::stages::modules::batch;
+use validator::stages::modules::gate::{Gate, Policy};
 use validator::trust::TrustStore;
-use validator::vmlinuz::KernelFacts;
 
 fn facts(name: &str) -> KernelFacts {
     KernelFacts::from_image(&std::fs::read(vmlinuz(name)).unwrap()).unwrap()
@@ -138,7 +139,10 @@ fn unsigned_module(dir: &Path, name: &str) -> PathBuf {
         .find(|p| p.file_name().unwrap() == format!("{name}.ko").as_str())
         .unwrap();
     let raw = std::fs::read(&src).unwrap();
-    let body = validator::modules::sig::split(&raw).unwrap().body.to_vec();
+    let body = validator::formats::kmod::sig::split(&raw)
+        .unwrap()
+        .body
+        .to_vec();
     let out = dir.join(format!("{name}.ko"));
     std::fs::write(&out, body).unwrap();
     out
@@ -210,7 +214,7 @@ fn sign_file_signed_modules_pass_exactly_when_our_cert_is_trusted() {
             v.reasons
         );
         // The unsigned module itself is refused as unsigned.
-        let body = validator::modules::sig::split(&bytes).unwrap().body;
+        let body = validator::formats::kmod::sig::split(&bytes).unwrap().body;
         let (v, _) = gate(&k61, store(&k61.certs)).check("crc16", "crc16.ko", body);
         assert_eq!(
             v.reasons.iter().map(|r| r.code).collect::<Vec<_>>(),
@@ -235,9 +239,9 @@ fn one_changed_byte_anywhere_fails() {
     let g = gate(&k61, store(&k61.certs));
     let orig = real_module("crc16");
     assert!(g.check("crc16", "crc16.ko", &orig).0.pass);
-    let split = validator::modules::sig::split(&orig).unwrap();
+    let split = validator::formats::kmod::sig::split(&orig).unwrap();
     let body_len = split.body.len();
-    let sig_end = orig.len() - validator::modules::sig::MAGIC.len() - 12;
+    let sig_end = orig.len() - validator::formats::kmod::sig::MAGIC.len() - 12;
     let mut codes = std::collections::BTreeMap::<&str, usize>::new();
     for i in 0..orig.len() {
         let mut m = orig.clone();
@@ -249,7 +253,7 @@ fn one_changed_byte_anywhere_fails() {
             orig.len()
         );
         for r in &v.reasons {
-            *codes.entry(r.code).or_default() += 1;
+            *codes.entry(r.code.as_str()).or_default() += 1;
         }
     }
     // The length field and the trailer give their own reasons.
@@ -306,8 +310,8 @@ fn changed_symbol_crc_is_named() {
     let k61 = facts("default");
     let g = gate(&k61, store(&k61.certs));
     let orig = real_module("jbd2");
-    let body = validator::modules::sig::split(&orig).unwrap().body;
-    let elf = validator::modules::modinfo::parse_elf(body).unwrap();
+    let body = validator::formats::kmod::sig::split(&orig).unwrap().body;
+    let elf = validator::formats::kmod::modinfo::parse_elf(body).unwrap();
     let target = elf
         .versions
         .iter()
@@ -351,7 +355,7 @@ fn policy_pins_and_out_of_tree() {
     let mut g = gate(&k61, store(&k61.certs));
     g.policy.sha256.insert(
         "crc16".into(),
-        validator::bom::hex(&sha2::Sha256::digest(&orig)),
+        validator::util::hex(&sha2::Sha256::digest(&orig)),
     );
     assert!(g.check("crc16", "crc16.ko", &orig).0.pass);
     g.policy.sha256.insert("crc16".into(), "00".repeat(32));
@@ -363,7 +367,10 @@ fn policy_pins_and_out_of_tree() {
 
     // An out-of-tree build of the same code: `intree=Y` gone, re-signed with our key.
     let dir = tmpdir("oot");
-    let body = validator::modules::sig::split(&orig).unwrap().body.to_vec();
+    let body = validator::formats::kmod::sig::split(&orig)
+        .unwrap()
+        .body
+        .to_vec();
     let at = body
         .windows(9)
         .position(|w| w == b"intree=Y\0")
@@ -426,7 +433,7 @@ fn signature_fields_match_modinfo() {
         for path in all_modules(kernel).iter().step_by(97) {
             let raw = std::fs::read(path).unwrap();
             let file = path.file_name().unwrap().to_string_lossy().into_owned();
-            let name = validator::modules::index::name_of_path(&file);
+            let name = validator::formats::kmod::index::name_of_path(&file);
             let (v, _) = g.check(&name, &file, &raw);
             let field = |f: &str| {
                 let out = Command::new("modinfo")

@@ -61,14 +61,14 @@ fn cmdline_and_bom() {
         let s: String = (0..len)
             .map(|_| b" =\"-_.a9\t"[rng.index(9)] as char)
             .collect();
-        let _ = validator::cmdline::BootArgs::parse(&s);
+        let _ = validator::config::cmdline::BootArgs::parse(&s);
     }
     let bom = std::fs::read(
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/hgx-h100-training.toml"),
     )
     .unwrap();
     for m in mutations(&bom, 3000, &mut rng) {
-        let _ = validator::bom::parse(&m, Path::new("m.toml"));
+        let _ = validator::config::bom::parse(&m, Path::new("m.toml"));
     }
 }
 
@@ -76,8 +76,8 @@ fn cmdline_and_bom() {
 fn module_files() {
     let mut rng = Rng(2);
     let raw = std::fs::read(kernel_file("default", "/crc16.ko")).unwrap();
-    let g = validator::modules::gate::Gate {
-        policy: validator::modules::gate::Policy {
+    let g = validator::stages::modules::gate::Gate {
+        policy: validator::stages::modules::gate::Policy {
             require_signature: true,
             ..Default::default()
         },
@@ -95,15 +95,15 @@ fn module_files() {
             m[p] = rng.next() as u8;
         }
         let _ = g.check("crc16", "crc16.ko", &m);
-        let _ = validator::modules::modinfo::parse_elf(&m);
-        let _ = validator::modules::modinfo::exports(&m);
-        let _ = validator::modules::sig::split(&m);
+        let _ = validator::formats::kmod::modinfo::parse_elf(&m);
+        let _ = validator::formats::kmod::modinfo::exports(&m);
+        let _ = validator::formats::kmod::sig::split(&m);
     }
     let xz = std::fs::read(kernel_file("k612", "/crc16.ko.xz")).unwrap();
     for m in mutations(&xz, 300, &mut rng) {
-        let _ = validator::modules::modinfo::decompress(
+        let _ = validator::formats::kmod::modinfo::decompress(
             &m,
-            validator::modules::modinfo::Compression::Xz,
+            validator::formats::kmod::modinfo::Compression::Xz,
         );
     }
 }
@@ -112,9 +112,12 @@ fn module_files() {
 fn pkcs7_and_certificates() {
     let mut rng = Rng(3);
     let raw = std::fs::read(kernel_file("default", "/crc16.ko")).unwrap();
-    let p7 = validator::modules::sig::split(&raw).unwrap().pkcs7.to_vec();
+    let p7 = validator::formats::kmod::sig::split(&raw)
+        .unwrap()
+        .pkcs7
+        .to_vec();
     for m in mutations(&p7, 4000, &mut rng) {
-        let _ = validator::pkcs7::parse(&m);
+        let _ = validator::formats::pkcs7::parse(&m);
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/kernels/default/boot");
     let vmlinuz = std::fs::read_dir(&root)
@@ -128,17 +131,17 @@ fn pkcs7_and_certificates() {
         })
         .unwrap();
     let img = std::fs::read(&vmlinuz).unwrap();
-    let facts = validator::vmlinuz::KernelFacts::from_image(&img).unwrap();
+    let facts = validator::formats::vmlinuz::KernelFacts::from_image(&img).unwrap();
     for m in mutations(&facts.certs[0], 3000, &mut rng) {
         let _ = validator::trust::Cert::from_der(&m, "m");
     }
     // bzImage headers: mutate the setup header of a truncated image (fast error paths).
     let head = img[..64 * 1024].to_vec();
     for m in mutations(&head, 2000, &mut rng) {
-        let _ = validator::vmlinuz::vmlinux(&m);
-        let _ = validator::vmlinuz::builtin_certs(&m);
-        let _ = validator::vmlinuz::exported_crcs(&m);
-        let _ = validator::vmlinuz::release(&m);
+        let _ = validator::formats::vmlinuz::vmlinux(&m);
+        let _ = validator::formats::vmlinuz::builtin_certs(&m);
+        let _ = validator::formats::vmlinuz::exported_crcs(&m);
+        let _ = validator::formats::vmlinuz::release(&m);
     }
 }
 
@@ -147,30 +150,35 @@ fn verity_signature_json_index_files_and_random_bytes() {
     let mut rng = Rng(4);
     let json = br#"{"rootHash":"7f2a84461b51447d6b4cf73858361503c1904bed5dffecc516211eeec089990a","certificateFingerprint":"3f778caa36b90cc85732ae3d6f1b09a51fd475ddb13c6ec7667385d2cb1447f3","signature":"MIIBdgYJKoZIhvcNAQcCoIIBZzCCAWMCAQExDTALBglghkgBZQMEAgEwCwYJKoZIhvcNAQcB"}"#;
     for m in mutations(json, 3000, &mut rng) {
-        if let Ok(s) = validator::verity::sig::parse(&m) {
-            let _ = validator::verity::sig::verify(&s, &validator::trust::TrustStore::new());
+        if let Ok(s) = validator::formats::verity::sig::parse(&m) {
+            let _ = validator::trust::rootsig::verify(&s, &validator::trust::TrustStore::new());
         }
     }
     let dep = b"kernel/fs/ext4/ext4.ko: kernel/fs/jbd2/jbd2.ko kernel/lib/crc16.ko\nkernel/lib/crc16.ko:\n";
     let soft = b"softdep ext4 pre: crc32c post: x\n";
     for m in mutations(dep, 2000, &mut rng) {
-        let _ = validator::modules::index::parse_dep(&String::from_utf8_lossy(&m), Path::new("d"));
+        let _ = validator::formats::kmod::index::parse_dep(
+            &String::from_utf8_lossy(&m),
+            Path::new("d"),
+        );
     }
     for m in mutations(soft, 2000, &mut rng) {
-        let _ =
-            validator::modules::index::parse_softdep(&String::from_utf8_lossy(&m), Path::new("s"));
+        let _ = validator::formats::kmod::index::parse_softdep(
+            &String::from_utf8_lossy(&m),
+            Path::new("s"),
+        );
     }
     for _ in 0..3000 {
         let n = rng.index(700);
         let b = rng.bytes(n);
-        let _ = validator::verity::superblock::parse(&b);
-        let _ = validator::gpt::parse_header(&b);
-        let _ = validator::tpm::eventlog::EventLog::parse(&b);
-        let _ = validator::tpm::cel::parse(&b);
-        let _ = validator::pkcs7::parse(&b);
-        let _ = validator::modules::modinfo::parse_elf(&b);
-        let _ = validator::compress::lz4_legacy(&b, 1 << 20);
-        let _ = validator::compress::zstd(&b, 1 << 20);
-        let _ = validator::compress::gzip(&b, 1 << 20);
+        let _ = validator::formats::verity::superblock::parse(&b);
+        let _ = validator::formats::gpt::parse_header(&b);
+        let _ = validator::formats::tpm::eventlog::EventLog::parse(&b);
+        let _ = validator::formats::tpm::cel::parse(&b);
+        let _ = validator::formats::pkcs7::parse(&b);
+        let _ = validator::formats::kmod::modinfo::parse_elf(&b);
+        let _ = validator::formats::compress::lz4_legacy(&b, 1 << 20);
+        let _ = validator::formats::compress::zstd(&b, 1 << 20);
+        let _ = validator::formats::compress::gzip(&b, 1 << 20);
     }
 }

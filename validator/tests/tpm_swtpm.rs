@@ -16,9 +16,10 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use validator::tpm::cel::{self, CelRecord};
-use validator::tpm::eventlog::EventLog;
-use validator::tpm::{from_hex, to_hex, HashAlg, PcrValues, TcpTransport, Tpm};
+use validator::formats::tpm::cel::{self, CelRecord};
+use validator::formats::tpm::eventlog::EventLog;
+use validator::formats::tpm::{from_hex, to_hex, HashAlg, PcrValues};
+use validator::sys::tpm::{TcpTransport, Tpm};
 
 fn have_tools() -> bool {
     let ok = |cmd: &str, arg: &str| {

@@ -1,11 +1,15 @@
-//! The one place where the validator makes system calls and ioctls that std does not wrap
-//! ([`dm`]: device-mapper).
+//! Layer 4: the one place where the validator makes system calls and ioctls that std
+//! does not wrap: mounts, module loading, `switch_root`'s pieces, device nodes, keys,
+//! clocks, [`dm`] (device-mapper), [`kmsg`] (the kernel log) and [`tpm`] (the TPM
+//! device and its client).
 //!
 //! Every wrapper names its system call (see its man page) and returns a [`SysError`] that
 //! carries the call, the object it acted on and the errno name, so reports can say
 //! `finit_module(virtio_blk): ENOENT` rather than "error".
 
 pub mod dm;
+pub mod kmsg;
+pub mod tpm;
 
 use std::ffi::CString;
 use std::fs::File;
@@ -367,4 +371,35 @@ pub fn add_user_key(desc: &str, payload: &[u8]) -> Result<i64, SysError> {
     } else {
         Ok(rc)
     }
+}
+
+/// `clock_gettime(CLOCK_BOOTTIME)` in microseconds: time since the kernel started, the
+/// clock the report's timings use. `None` if the clock cannot be read.
+pub fn boottime_us() -> Option<u64> {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_BOOTTIME)
+        .ok()
+        .map(|t| {
+            u64::try_from(t.tv_sec()).unwrap_or(0) * 1_000_000
+                + u64::try_from(t.tv_nsec()).unwrap_or(0) / 1000
+        })
+}
+
+/// Reads the GPT of a disk image or block device (never blocks on a FIFO).
+pub fn read_gpt(
+    path: &Path,
+    sector_size: u64,
+) -> Result<crate::formats::gpt::Table, crate::formats::gpt::GptError> {
+    use crate::formats::gpt::GptError;
+    let f = crate::util::fs::open_input(path, true).map_err(|e| GptError::Invalid {
+        disk: path.to_path_buf(),
+        what: match e {
+            crate::util::fs::InputError::Io { source, .. } => source.to_string(),
+            other => other.to_string(),
+        },
+    })?;
+    let size = file_size(&f).map_err(|e| GptError::Io {
+        disk: path.to_path_buf(),
+        source: e.into(),
+    })?;
+    crate::formats::gpt::read_table(&f, size, sector_size, path)
 }

@@ -1,0 +1,347 @@
+//! Reading a kernel module file: decompression (`.ko`, `.ko.xz`, `.ko.zst`, `.ko.gz`) and
+//! the ELF parts the gate looks at: `.modinfo` (`name`, `vermagic`, `depends`, `softdep`,
+//! `license`, `intree`, `alias`), `__versions` and the module's own `__crc_*` exports.
+//! Pure functions over bytes; every failure says what was wrong.
+
+use goblin::elf::Elf;
+
+/// Why a module file could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ModFileError {
+    #[error("cannot decompress {format}: {why}")]
+    Decompress { format: &'static str, why: String },
+    #[error("decompressed size exceeds {limit} bytes")]
+    TooLarge { limit: usize },
+    #[error("not an ELF file")]
+    NotElf,
+    #[error("malformed ELF: {0}")]
+    BadElf(String),
+    #[error("not a kernel module: {0}")]
+    NotModule(String),
+}
+
+/// Compression of a module file, from its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    None,
+    Xz,
+    Zstd,
+    Gzip,
+}
+
+impl Compression {
+    /// From the file name's suffix.
+    pub fn from_name(name: &str) -> Compression {
+        if name.ends_with(".xz") {
+            Compression::Xz
+        } else if name.ends_with(".zst") {
+            Compression::Zstd
+        } else if name.ends_with(".gz") {
+            Compression::Gzip
+        } else {
+            Compression::None
+        }
+    }
+
+    /// The name `/sys/module/compression` uses for it.
+    pub fn sysfs_name(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Xz => "xz",
+            Compression::Zstd => "zstd",
+            Compression::Gzip => "gzip",
+        }
+    }
+}
+
+/// Largest decompressed module we accept (the biggest real modules are ~100 MB).
+pub const MAX_MODULE: usize = 512 << 20;
+
+/// Decompresses a module file's bytes as its name says.
+pub fn decompress(bytes: &[u8], c: Compression) -> Result<Vec<u8>, ModFileError> {
+    use crate::formats::compress;
+    let r = match c {
+        Compression::None => return Ok(bytes.to_vec()),
+        Compression::Xz => compress::xz(bytes, MAX_MODULE),
+        Compression::Zstd => compress::zstd(bytes, MAX_MODULE),
+        Compression::Gzip => compress::gzip(bytes, MAX_MODULE),
+    };
+    r.map_err(|e| match e {
+        compress::DecompressError::TooLarge { limit, .. } => ModFileError::TooLarge { limit },
+        compress::DecompressError::Corrupt { format, why } => {
+            ModFileError::Decompress { format, why }
+        }
+    })
+}
+
+/// `.modinfo` as `key=value` pairs, in file order (keys repeat: `alias`, `depends` ...).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModInfo {
+    pub pairs: Vec<(String, String)>,
+}
+
+impl ModInfo {
+    /// Parses the raw section: NUL-separated `key=value` strings.
+    pub fn parse(section: &[u8]) -> ModInfo {
+        let pairs = section
+            .split(|&b| b == 0)
+            .filter(|s| !s.is_empty())
+            .filter_map(|s| {
+                let s = String::from_utf8_lossy(s);
+                s.split_once('=')
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+            })
+            .collect();
+        ModInfo { pairs }
+    }
+
+    /// The first value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.pairs
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Every value of `key`.
+    pub fn all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.pairs
+            .iter()
+            .filter(move |(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// `depends=`, split on commas, normalised.
+    pub fn depends(&self) -> Vec<String> {
+        self.all("depends")
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(crate::formats::kmod::normalize_name)
+            .collect()
+    }
+}
+
+/// One `__versions` entry: a symbol this module imports and the CRC it was built against.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VersionEntry {
+    pub symbol: String,
+    pub crc: u32,
+}
+
+/// What the gate needs from a module's ELF.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ModuleElf {
+    pub modinfo: ModInfo,
+    /// `__versions`: imported symbols with CRCs (empty without CONFIG_MODVERSIONS).
+    pub versions: Vec<VersionEntry>,
+    /// True when the module has a `__versions` section at all.
+    pub has_versions: bool,
+}
+
+/// Size of one `struct modversion_info` on 64-bit kernels: `unsigned long crc; char name[56]`.
+pub const MODVERSION_INFO_SIZE: usize = 64;
+
+/// The section headers of a 64-bit little-endian relocatable ELF, with their names.
+fn sections(bytes: &[u8]) -> Result<Vec<(String, goblin::elf::SectionHeader)>, ModFileError> {
+    use goblin::elf::header::{self, Header};
+    if bytes.len() < 4 || &bytes[..4] != b"\x7fELF" {
+        return Err(ModFileError::NotElf);
+    }
+    let h = Elf::parse_header(bytes).map_err(|e| ModFileError::BadElf(e.to_string()))?;
+    if h.e_ident[header::EI_CLASS] != header::ELFCLASS64 {
+        return Err(ModFileError::NotModule("32-bit ELF".into()));
+    }
+    if h.e_ident[header::EI_DATA] != header::ELFDATA2LSB {
+        return Err(ModFileError::NotModule("big-endian ELF".into()));
+    }
+    if h.e_type != header::ET_REL {
+        return Err(ModFileError::NotModule(format!(
+            "ELF type {} is not a relocatable object",
+            h.e_type
+        )));
+    }
+    let _: &Header = &h;
+    let count = h.e_shnum as usize;
+    let end = (h.e_shoff as usize)
+        .checked_add(
+            count
+                .checked_mul(h.e_shentsize as usize)
+                .ok_or_else(|| bad("section table size"))?,
+        )
+        .ok_or_else(|| bad("section table offset"))?;
+    if count == 0 || h.e_shentsize as usize != 64 || end > bytes.len() {
+        return Err(bad("section header table out of range"));
+    }
+    let ctx = goblin::container::Ctx::new(
+        goblin::container::Container::Big,
+        goblin::container::Endian::Little,
+    );
+    let shdrs = goblin::elf::SectionHeader::parse(bytes, h.e_shoff as usize, count, ctx)
+        .map_err(|e| ModFileError::BadElf(e.to_string()))?;
+    let strtab = shdrs
+        .get(h.e_shstrndx as usize)
+        .ok_or_else(|| bad("no section name table"))?;
+    let names = section_data(bytes, strtab, ".shstrtab")?;
+    Ok(shdrs
+        .into_iter()
+        .map(|sh| {
+            let n = names
+                .get(sh.sh_name..)
+                .map(|r| {
+                    let e = r.iter().position(|&c| c == 0).unwrap_or(r.len());
+                    String::from_utf8_lossy(&r[..e]).into_owned()
+                })
+                .unwrap_or_default();
+            (n, sh)
+        })
+        .collect())
+}
+
+fn section_data<'a>(
+    bytes: &'a [u8],
+    sh: &goblin::elf::SectionHeader,
+    name: &str,
+) -> Result<&'a [u8], ModFileError> {
+    if sh.sh_type == goblin::elf::section_header::SHT_NOBITS {
+        return Ok(&[]);
+    }
+    let start = usize::try_from(sh.sh_offset).map_err(|_| bad("section offset"))?;
+    let len = usize::try_from(sh.sh_size).map_err(|_| bad("section size"))?;
+    start
+        .checked_add(len)
+        .and_then(|end| bytes.get(start..end))
+        .ok_or_else(|| bad(&format!("section {name} lies beyond the end of the file")))
+}
+
+/// Parses what the gate needs from a (decompressed) module ELF: `.modinfo` and
+/// `__versions`. Only the section headers are read, so this is cheap for big modules.
+pub fn parse_elf(bytes: &[u8]) -> Result<ModuleElf, ModFileError> {
+    let mut out = ModuleElf::default();
+    let mut found_modinfo = false;
+    for (name, sh) in sections(bytes)? {
+        if name != ".modinfo" && name != "__versions" {
+            continue;
+        }
+        let data = section_data(bytes, &sh, &name)?;
+        if name == ".modinfo" {
+            found_modinfo = true;
+            out.modinfo = ModInfo::parse(data);
+        } else {
+            out.has_versions = true;
+            if data.len() % MODVERSION_INFO_SIZE != 0 {
+                return Err(bad(&format!(
+                    "__versions size {} is not a multiple of 64",
+                    data.len()
+                )));
+            }
+            for rec in data.chunks_exact(MODVERSION_INFO_SIZE) {
+                let mut c = [0u8; 8];
+                c.copy_from_slice(&rec[..8]);
+                let name = &rec[8..];
+                let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+                out.versions.push(VersionEntry {
+                    symbol: String::from_utf8_lossy(&name[..end]).into_owned(),
+                    crc: u64::from_le_bytes(c) as u32,
+                });
+            }
+        }
+    }
+    if !found_modinfo {
+        return Err(ModFileError::NotModule("no .modinfo section".into()));
+    }
+    Ok(out)
+}
+
+/// The module's own exported symbol CRCs: its `__crc_<symbol>` symbols, either absolute
+/// (value = CRC) or pointing into `__kcrctab` / `__kcrctab_gpl` (the CRC is stored there).
+/// Reads `.symtab` directly (24-byte `Elf64_Sym` records), so it is cheap.
+pub fn exports(bytes: &[u8]) -> Result<Vec<VersionEntry>, ModFileError> {
+    let secs = sections(bytes)?;
+    let Some((_, symtab)) = secs.iter().find(|(n, _)| n == ".symtab") else {
+        return Ok(Vec::new());
+    };
+    let strtab = secs
+        .get(symtab.sh_link as usize)
+        .ok_or_else(|| bad(".symtab has no string table"))?;
+    let syms = section_data(bytes, symtab, ".symtab")?;
+    let names = section_data(bytes, &strtab.1, ".strtab")?;
+    let mut out = Vec::new();
+    for rec in syms.chunks_exact(24) {
+        let name_off = u32::from_le_bytes([rec[0], rec[1], rec[2], rec[3]]) as usize;
+        let Some(name) = names.get(name_off..) else {
+            continue;
+        };
+        let Some(sym) = name.strip_prefix(b"__crc_") else {
+            continue;
+        };
+        let end = sym.iter().position(|&c| c == 0).unwrap_or(sym.len());
+        let symbol = String::from_utf8_lossy(&sym[..end]).into_owned();
+        let shndx = u16::from_le_bytes([rec[6], rec[7]]) as u32;
+        let value = u64::from_le_bytes([
+            rec[8], rec[9], rec[10], rec[11], rec[12], rec[13], rec[14], rec[15],
+        ]);
+        let crc = if shndx == goblin::elf::section_header::SHN_ABS {
+            value as u32
+        } else {
+            let (_, sh) = secs
+                .get(shndx as usize)
+                .ok_or_else(|| bad(&format!("__crc_{symbol}: bad section index")))?;
+            let data = section_data(bytes, sh, "__kcrctab")?;
+            let o = value as usize;
+            let b = data
+                .get(o..o.saturating_add(4))
+                .ok_or_else(|| bad(&format!("__crc_{symbol}: outside its section")))?;
+            u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+        };
+        out.push(VersionEntry { symbol, crc });
+    }
+    Ok(out)
+}
+
+fn bad(what: &str) -> ModFileError {
+    ModFileError::BadElf(what.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modinfo_pairs() {
+        let mi = ModInfo::parse(b"license=GPL\0depends=jbd2,crc16,mbcache\0\0alias=fs-ext4\0alias=ext3\0name=ext4\0junk\0");
+        assert_eq!(mi.get("license"), Some("GPL"));
+        assert_eq!(mi.depends(), vec!["jbd2", "crc16", "mbcache"]);
+        assert_eq!(mi.all("alias").collect::<Vec<_>>(), vec!["fs-ext4", "ext3"]);
+        assert_eq!(
+            ModInfo::parse(b"depends=\0").depends(),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn garbage_is_refused_cleanly() {
+        assert_eq!(parse_elf(b""), Err(ModFileError::NotElf));
+        assert_eq!(parse_elf(b"MZ\x90\0"), Err(ModFileError::NotElf));
+        assert!(matches!(
+            parse_elf(b"\x7fELF\x02\x01\x01"),
+            Err(ModFileError::BadElf(_))
+        ));
+        let mut junk = b"\x7fELF\x02\x01\x01\0".to_vec();
+        junk.extend(std::iter::repeat_n(0xff, 200));
+        assert!(parse_elf(&junk).is_err());
+        assert!(matches!(
+            decompress(b"not xz", Compression::Xz),
+            Err(ModFileError::Decompress { format: "xz", .. })
+        ));
+        assert!(decompress(b"not zstd", Compression::Zstd).is_err());
+        assert!(decompress(b"not gz", Compression::Gzip).is_err());
+    }
+
+    #[test]
+    fn compression_from_name() {
+        assert_eq!(Compression::from_name("a.ko.xz"), Compression::Xz);
+        assert_eq!(Compression::from_name("a.ko.zst"), Compression::Zstd);
+        assert_eq!(Compression::from_name("a.ko"), Compression::None);
+    }
+}

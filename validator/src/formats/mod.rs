@@ -1,0 +1,18 @@
+//! Layer 2: pure parsers over bytes, for every format the boot reads from an untrusted
+//! place (disk, initramfs, firmware, kernel image, TPM).
+//!
+//! Contract: a parser takes bytes (or a `FileExt` reader for the block-level formats) and
+//! returns a value or an error naming the field and offset; it never panics on any input,
+//! does no system call of its own and knows no policy. Each parser has a mutation test and
+//! a fuzz target.
+//!
+//! Current limits: x86-64 only where the format is architecture-specific (bzImage, the
+//! 64-bit module layout, DPS partition types).
+
+pub mod compress;
+pub mod gpt;
+pub mod kmod;
+pub mod pkcs7;
+pub mod tpm;
+pub mod verity;
+pub mod vmlinuz;

@@ -1,0 +1,244 @@
+//! Detached PKCS#7 / CMS SignedData, as the kernel's module signatures and the
+//! Discoverable Partitions `root-verity-sig` use it: the parser. It checks the structure
+//! the kernel's `pkcs7_parser.c` insists on (SignedData v1 or v3, detached id-data,
+//! algorithm parameters absent or NULL, SignerInfo version matching its identifier, the
+//! signer's digest among the listed ones) and returns each signer's view. Finding the
+//! signer in a trust store and checking the signature is [`crate::trust::pkcs7`]'s job.
+
+use der::{Decode, Encode};
+
+use sha2::Digest;
+
+use crate::util::colon_hex;
+
+/// A PKCS#7 problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Pkcs7Error {
+    #[error("malformed PKCS#7: {0}")]
+    Malformed(String),
+    #[error("PKCS#7 content type {0} is not signedData")]
+    NotSignedData(String),
+    #[error("PKCS#7 has no signer")]
+    NoSigner,
+    #[error("unsupported digest algorithm {0}")]
+    UnsupportedDigest(String),
+}
+
+/// What a signer info says about its signer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignerView {
+    /// Issuer common name (what `modinfo` prints as `signer`).
+    pub issuer_cn: String,
+    pub issuer_der: Vec<u8>,
+    pub serial: Vec<u8>,
+    pub skid: Option<Vec<u8>>,
+    pub digest: HashAlg,
+    /// OID of the signature algorithm; must fit the signer's key and digest.
+    pub sig_alg: String,
+    pub signature: Vec<u8>,
+    /// DER of the signed attributes as a SET, and their messageDigest, when present.
+    pub signed_attrs: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl SignerView {
+    /// `sig_key` as modinfo prints it.
+    pub fn key_id(&self) -> String {
+        match &self.skid {
+            Some(k) => colon_hex(k),
+            None => colon_hex(&self.serial),
+        }
+    }
+}
+
+fn malformed(e: impl std::fmt::Display) -> Pkcs7Error {
+    Pkcs7Error::Malformed(e.to_string())
+}
+
+/// Parses a DER ContentInfo holding SignedData; returns its signers.
+pub fn parse(der_bytes: &[u8]) -> Result<Vec<SignerView>, Pkcs7Error> {
+    let ci = cms::content_info::ContentInfo::from_der(der_bytes).map_err(malformed)?;
+    let ct = ci.content_type.to_string();
+    if ct != "1.2.840.113549.1.7.2" {
+        return Err(Pkcs7Error::NotSignedData(ct));
+    }
+    let sd: cms::signed_data::SignedData = ci.content.decode_as().map_err(malformed)?;
+    // As the kernel's pkcs7_parser: SignedData v1 (PKCS#7) or v3 (CMS) only.
+    let v = sd.version as u8;
+    if v != 1 && v != 3 {
+        return Err(malformed(format!("unsupported SignedData version {v}")));
+    }
+    // Detached: the encapsulated content is id-data with no content.
+    let ect = sd.encap_content_info.econtent_type.to_string();
+    if ect != "1.2.840.113549.1.7.1" || sd.encap_content_info.econtent.is_some() {
+        return Err(malformed(format!(
+            "encapsulated content must be detached id-data, not {ect}"
+        )));
+    }
+    // Algorithm parameters must be absent or NULL for every algorithm we accept.
+    let params_ok = |a: &spki::AlgorithmIdentifierOwned| {
+        a.parameters
+            .as_ref()
+            .is_none_or(|p| der::Tagged::tag(p) == der::Tag::Null && p.value().is_empty())
+    };
+    if !sd.digest_algorithms.iter().all(params_ok) {
+        return Err(malformed("digest algorithm with parameters"));
+    }
+    let listed: Vec<String> = sd
+        .digest_algorithms
+        .iter()
+        .map(|a| a.oid.to_string())
+        .collect();
+    for d in &listed {
+        if HashAlg::from_oid(d).is_none() {
+            return Err(Pkcs7Error::UnsupportedDigest(d.clone()));
+        }
+    }
+    let mut out = Vec::new();
+    for si in sd.signer_infos.0.iter() {
+        // SignerInfo v1 names the signer by issuer and serial, v3 by key identifier.
+        let sv = si.version as u8;
+        let by_serial = matches!(
+            si.sid,
+            cms::signed_data::SignerIdentifier::IssuerAndSerialNumber(_)
+        );
+        if !((sv == 1 && by_serial) || (sv == 3 && !by_serial)) {
+            return Err(malformed(format!(
+                "SignerInfo version {sv} does not match its signer identifier"
+            )));
+        }
+        if !params_ok(&si.digest_alg) || !params_ok(&si.signature_algorithm) {
+            return Err(malformed("signer algorithm with parameters"));
+        }
+        let oid = si.digest_alg.oid.to_string();
+        if !listed.contains(&oid) {
+            return Err(malformed(format!(
+                "signer digest {oid} is not among the SignedData's digest algorithms"
+            )));
+        }
+        let digest = HashAlg::from_oid(&oid).ok_or(Pkcs7Error::UnsupportedDigest(oid))?;
+        let (issuer_der, issuer_cn, serial, skid) = match &si.sid {
+            cms::signed_data::SignerIdentifier::IssuerAndSerialNumber(is) => (
+                is.issuer.to_der().map_err(malformed)?,
+                common_name(&is.issuer),
+                is.serial_number.as_bytes().to_vec(),
+                None,
+            ),
+            cms::signed_data::SignerIdentifier::SubjectKeyIdentifier(k) => (
+                Vec::new(),
+                String::new(),
+                Vec::new(),
+                Some(k.0.as_bytes().to_vec()),
+            ),
+        };
+        let signed_attrs = match &si.signed_attrs {
+            None => None,
+            Some(attrs) => {
+                let md = attrs
+                    .iter()
+                    .find(|a| a.oid.to_string() == "1.2.840.113549.1.9.4")
+                    .and_then(|a| a.values.iter().next())
+                    .and_then(|v| v.decode_as::<der::asn1::OctetString>().ok())
+                    .ok_or_else(|| malformed("signed attributes without messageDigest"))?;
+                Some((attrs.to_der().map_err(malformed)?, md.as_bytes().to_vec()))
+            }
+        };
+        out.push(SignerView {
+            sig_alg: si.signature_algorithm.oid.to_string(),
+            issuer_cn,
+            issuer_der,
+            serial,
+            skid,
+            digest,
+            signature: si.signature.as_bytes().to_vec(),
+            signed_attrs,
+        });
+    }
+    if out.is_empty() {
+        return Err(Pkcs7Error::NoSigner);
+    }
+    Ok(out)
+}
+
+/// A digest algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HashAlg {
+    Sha1,
+    Sha224,
+    Sha256,
+    Sha384,
+    Sha512,
+}
+
+impl HashAlg {
+    /// The name `modinfo` prints (`sig_hashalgo`).
+    pub fn name(self) -> &'static str {
+        match self {
+            HashAlg::Sha1 => "sha1",
+            HashAlg::Sha224 => "sha224",
+            HashAlg::Sha256 => "sha256",
+            HashAlg::Sha384 => "sha384",
+            HashAlg::Sha512 => "sha512",
+        }
+    }
+
+    /// From a digest algorithm OID.
+    pub fn from_oid(oid: &str) -> Option<HashAlg> {
+        Some(match oid {
+            "1.3.14.3.2.26" => HashAlg::Sha1,
+            "2.16.840.1.101.3.4.2.4" => HashAlg::Sha224,
+            "2.16.840.1.101.3.4.2.1" => HashAlg::Sha256,
+            "2.16.840.1.101.3.4.2.2" => HashAlg::Sha384,
+            "2.16.840.1.101.3.4.2.3" => HashAlg::Sha512,
+            _ => return None,
+        })
+    }
+
+    /// Digest of `data`.
+    pub fn digest(self, data: &[u8]) -> Vec<u8> {
+        match self {
+            HashAlg::Sha1 => sha1::Sha1::digest(data).to_vec(),
+            HashAlg::Sha224 => sha2::Sha224::digest(data).to_vec(),
+            HashAlg::Sha256 => sha2::Sha256::digest(data).to_vec(),
+            HashAlg::Sha384 => sha2::Sha384::digest(data).to_vec(),
+            HashAlg::Sha512 => sha2::Sha512::digest(data).to_vec(),
+        }
+    }
+}
+
+/// The common name in an X.509 name, or the whole name when it has none.
+pub fn common_name(name: &x509_cert::name::Name) -> String {
+    for rdn in name.0.iter() {
+        for atv in rdn.0.iter() {
+            if atv.oid.to_string() == "2.5.4.3" {
+                if let Ok(s) = atv.value.decode_as::<der::asn1::Utf8StringRef<'_>>() {
+                    return s.as_str().to_string();
+                }
+                if let Ok(s) = atv.value.decode_as::<der::asn1::PrintableStringRef<'_>>() {
+                    return s.as_str().to_string();
+                }
+                if let Ok(s) = atv.value.decode_as::<der::asn1::Ia5StringRef<'_>>() {
+                    return s.as_str().to_string();
+                }
+            }
+        }
+    }
+    name.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn garbage_is_malformed() {
+        assert!(matches!(parse(b""), Err(Pkcs7Error::Malformed(_))));
+        assert!(matches!(
+            parse(&[0x30, 0x03, 0x06, 0x01, 0x00]),
+            Err(Pkcs7Error::Malformed(_))
+        ));
+        for n in 0..64u8 {
+            let junk: Vec<u8> = (0..n).map(|i| i.wrapping_mul(37) ^ 0x30).collect();
+            let _ = parse(&junk);
+        }
+    }
+}

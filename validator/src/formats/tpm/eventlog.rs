@@ -1,0 +1,771 @@
+//! The TCG PC Client crypto-agile event log (TCG PC Client Platform Firmware Profile
+//! §10): the format of `/sys/kernel/security/tpm0/binary_bios_measurements`, and of the
+//! log the gate writes for the PCRs it extends.
+//!
+//! Layout, all integers LITTLE-endian (unlike the TPM wire protocol):
+//! - first record, `TCG_PCClientPCREvent` (SHA-1 format): pcrIndex 0, eventType
+//!   `EV_NO_ACTION`, 20 zero bytes, eventDataSize, then `TCG_EfiSpecIDEvent`
+//!   ("Spec ID Event03", the algorithms and their digest sizes, vendor info);
+//! - then `TCG_PCR_EVENT2` records: pcrIndex, eventType, digest count, (algId, digest)
+//!   pairs (sizes from the Spec ID event), eventSize, event data.
+//!
+//! Our records are `EV_IPL` events (the type shim, GRUB and systemd-stub use for what
+//! they load and run) whose data is a description and whose digests are the digests of
+//! that data, one per bank in the Spec ID event's order.
+
+use super::{pcr_slot, replay_extend, HashAlg, PcrValues};
+
+/// `EV_NO_ACTION`: informational, not extended.
+pub const EV_NO_ACTION: u32 = 0x0000_0003;
+/// `EV_EVENT_TAG`.
+pub const EV_EVENT_TAG: u32 = 0x0000_0006;
+/// `EV_IPL`: the type of our records.
+pub const EV_IPL: u32 = 0x0000_000D;
+/// `EV_EFI_HCRTM_EVENT`: PCR 0 starts at locality 4.
+const EV_EFI_HCRTM_EVENT: u32 = 0x8000_0010;
+
+const SPEC_ID_SIGNATURE: &[u8; 16] = b"Spec ID Event03\0";
+const STARTUP_LOCALITY_SIGNATURE: &[u8; 16] = b"StartupLocality\0";
+/// Size of the `TCG_PCClientPCREvent` header (pcr, type, SHA-1 digest, size).
+const SHA1_EVENT_HEADER: usize = 4 + 4 + 20 + 4;
+
+/// A malformed log, or a record that does not fit the log.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EventLogError {
+    #[error("event log truncated at byte {offset}: {what} needs {need} bytes, {left} left")]
+    Truncated {
+        offset: usize,
+        what: &'static str,
+        need: usize,
+        left: usize,
+    },
+    #[error("event log: byte {offset}: {why}")]
+    Invalid { offset: usize, why: String },
+    #[error("event log: record does not fit the log: {0}")]
+    Record(String),
+}
+
+/// An algorithm of the Spec ID event and its digest size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AlgorithmSize {
+    pub alg_id: u16,
+    pub digest_size: u16,
+}
+
+/// `TCG_EfiSpecIDEvent`: the algorithms every record carries digests for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecIdEvent {
+    pub platform_class: u32,
+    pub spec_version_minor: u8,
+    pub spec_version_major: u8,
+    pub spec_errata: u8,
+    pub uintn_size: u8,
+    pub algorithms: Vec<AlgorithmSize>,
+    pub vendor_info: Vec<u8>,
+}
+
+/// One `TCG_PCR_EVENT2` record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub pcr: u32,
+    pub event_type: u32,
+    /// `(TPM_ALG_ID, digest)`, in the record's order.
+    pub digests: Vec<(u16, Vec<u8>)>,
+    pub data: Vec<u8>,
+}
+
+/// A crypto-agile event log: the Spec ID event and the records after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventLog {
+    spec: SpecIdEvent,
+    events: Vec<Event>,
+}
+
+/// Little-endian reader over the log, reporting offsets.
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn left(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    fn bytes(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], EventLogError> {
+        if n > self.left() {
+            return Err(EventLogError::Truncated {
+                offset: self.pos,
+                what,
+                need: n,
+                left: self.left(),
+            });
+        }
+        let s = &self.buf[self.pos..self.pos + n];
+        self.pos += n;
+        Ok(s)
+    }
+
+    fn u8(&mut self, what: &'static str) -> Result<u8, EventLogError> {
+        Ok(self.bytes(1, what)?[0])
+    }
+
+    fn u16(&mut self, what: &'static str) -> Result<u16, EventLogError> {
+        let b = self.bytes(2, what)?;
+        Ok(u16::from_le_bytes([b[0], b[1]]))
+    }
+
+    fn u32(&mut self, what: &'static str) -> Result<u32, EventLogError> {
+        let b = self.bytes(4, what)?;
+        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+    }
+}
+
+impl SpecIdEvent {
+    /// A Spec ID event for these banks, in this order: PC Client platform class, spec
+    /// version 2.0 errata 0, UINTN of 8 bytes, no vendor info.
+    pub fn for_banks(banks: &[HashAlg]) -> SpecIdEvent {
+        SpecIdEvent {
+            platform_class: 0,
+            spec_version_minor: 0,
+            spec_version_major: 2,
+            spec_errata: 0,
+            uintn_size: 2,
+            algorithms: banks
+                .iter()
+                .map(|b| AlgorithmSize {
+                    alg_id: b.alg_id(),
+                    digest_size: b.size() as u16,
+                })
+                .collect(),
+            vendor_info: Vec::new(),
+        }
+    }
+
+    /// The banks of the algorithms we know, in the event's order.
+    pub fn banks(&self) -> Vec<HashAlg> {
+        self.algorithms
+            .iter()
+            .filter_map(|a| HashAlg::from_alg_id(a.alg_id))
+            .collect()
+    }
+
+    fn to_bytes(&self) -> Vec<u8> {
+        let mut v = SPEC_ID_SIGNATURE.to_vec();
+        v.extend_from_slice(&self.platform_class.to_le_bytes());
+        v.extend_from_slice(&[
+            self.spec_version_minor,
+            self.spec_version_major,
+            self.spec_errata,
+            self.uintn_size,
+        ]);
+        v.extend_from_slice(&(self.algorithms.len() as u32).to_le_bytes());
+        for a in &self.algorithms {
+            v.extend_from_slice(&a.alg_id.to_le_bytes());
+            v.extend_from_slice(&a.digest_size.to_le_bytes());
+        }
+        v.push(self.vendor_info.len() as u8);
+        v.extend_from_slice(&self.vendor_info);
+        v
+    }
+
+    fn size_of(&self, alg_id: u16) -> Option<usize> {
+        self.algorithms
+            .iter()
+            .find(|a| a.alg_id == alg_id)
+            .map(|a| usize::from(a.digest_size))
+    }
+}
+
+impl EventLog {
+    /// A new log for these banks (give the TPM's active banks, in its order), with no
+    /// records yet.
+    pub fn new(banks: &[HashAlg]) -> EventLog {
+        EventLog {
+            spec: SpecIdEvent::for_banks(banks),
+            events: Vec::new(),
+        }
+    }
+
+    /// Parses a whole log. Every record must fit exactly; a malformed or truncated log is
+    /// an error naming the byte offset.
+    pub fn parse(bytes: &[u8]) -> Result<EventLog, EventLogError> {
+        let mut c = Cursor { buf: bytes, pos: 0 };
+        let spec = parse_spec_id(&mut c)?;
+        let mut events = Vec::new();
+        while c.left() > 0 {
+            events.push(parse_event2(&mut c, &spec)?);
+        }
+        Ok(EventLog { spec, events })
+    }
+
+    /// The Spec ID event.
+    pub fn spec_id(&self) -> &SpecIdEvent {
+        &self.spec
+    }
+
+    /// The records after the Spec ID event.
+    pub fn events(&self) -> &[Event] {
+        &self.events
+    }
+
+    /// Appends an `EV_IPL` record for `pcr` whose data is `data` and whose digests are
+    /// the digests of `data` in every bank of the log, and returns those digests, to
+    /// extend the PCR with ([`crate::sys::tpm::Tpm::pcr_extend`]).
+    pub fn measure(
+        &mut self,
+        pcr: u32,
+        data: &[u8],
+    ) -> Result<Vec<(HashAlg, Vec<u8>)>, EventLogError> {
+        let mut digests = Vec::with_capacity(self.spec.algorithms.len());
+        for a in &self.spec.algorithms {
+            let Some(h) = HashAlg::from_alg_id(a.alg_id) else {
+                return Err(EventLogError::Record(format!(
+                    "cannot compute digests of algorithm {:#06x}",
+                    a.alg_id
+                )));
+            };
+            digests.push((h, h.digest(data)));
+        }
+        self.append(Event {
+            pcr,
+            event_type: EV_IPL,
+            digests: digests
+                .iter()
+                .map(|(h, d)| (h.alg_id(), d.clone()))
+                .collect(),
+            data: data.to_vec(),
+        })?;
+        Ok(digests)
+    }
+
+    /// Appends a record, which must carry one digest per algorithm of the Spec ID event,
+    /// in that order and of those sizes.
+    pub fn append(&mut self, event: Event) -> Result<(), EventLogError> {
+        let algs = &self.spec.algorithms;
+        if event.digests.len() != algs.len()
+            || event
+                .digests
+                .iter()
+                .zip(algs)
+                .any(|((id, d), a)| *id != a.alg_id || d.len() != usize::from(a.digest_size))
+        {
+            let have: Vec<String> = event
+                .digests
+                .iter()
+                .map(|(id, d)| format!("{id:#06x}/{}", d.len()))
+                .collect();
+            let want: Vec<String> = algs
+                .iter()
+                .map(|a| format!("{:#06x}/{}", a.alg_id, a.digest_size))
+                .collect();
+            return Err(EventLogError::Record(format!(
+                "digests [{}] (algorithm/size), the log needs [{}]",
+                have.join(", "),
+                want.join(", ")
+            )));
+        }
+        if u32::try_from(event.data.len()).is_err() {
+            return Err(EventLogError::Record("event data over 4 GiB".into()));
+        }
+        self.events.push(event);
+        Ok(())
+    }
+
+    /// The log as bytes: the Spec ID event, then every record.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let spec = self.spec.to_bytes();
+        let mut v = Vec::with_capacity(SHA1_EVENT_HEADER + spec.len() + 128 * self.events.len());
+        v.extend_from_slice(&0u32.to_le_bytes());
+        v.extend_from_slice(&EV_NO_ACTION.to_le_bytes());
+        v.extend_from_slice(&[0u8; 20]);
+        v.extend_from_slice(&(spec.len() as u32).to_le_bytes());
+        v.extend_from_slice(&spec);
+        for e in &self.events {
+            v.extend_from_slice(&e.pcr.to_le_bytes());
+            v.extend_from_slice(&e.event_type.to_le_bytes());
+            v.extend_from_slice(&(e.digests.len() as u32).to_le_bytes());
+            for (id, d) in &e.digests {
+                v.extend_from_slice(&id.to_le_bytes());
+                v.extend_from_slice(d);
+            }
+            v.extend_from_slice(&(e.data.len() as u32).to_le_bytes());
+            v.extend_from_slice(&e.data);
+        }
+        v
+    }
+
+    /// The PCR values the log implies, per bank, for every PCR it touches, as
+    /// `tpm2_eventlog` computes them: every PCR starts at zeros; `EV_NO_ACTION` records
+    /// are not extended, but a "StartupLocality" one on PCR 0 sets PCR 0's last byte to
+    /// the locality; `EV_EFI_HCRTM_EVENT` sets it to 4 before extending. Digests of
+    /// algorithms we do not support are skipped.
+    pub fn replay(&self) -> PcrValues {
+        let mut values = PcrValues::new();
+        let mut hcrtm = false;
+        for e in &self.events {
+            let locality = if e.event_type == EV_NO_ACTION && e.pcr == 0 && !hcrtm {
+                startup_locality(&e.data)
+            } else {
+                None
+            };
+            if e.event_type == EV_EFI_HCRTM_EVENT && e.pcr == 0 {
+                hcrtm = true;
+            }
+            for (id, d) in &e.digests {
+                let Some(h) = HashAlg::from_alg_id(*id) else {
+                    continue;
+                };
+                if d.len() != h.size() {
+                    continue;
+                }
+                let slot = pcr_slot(&mut values, h, e.pcr);
+                if e.event_type == EV_EFI_HCRTM_EVENT && e.pcr == 0 {
+                    if let Some(last) = slot.last_mut() {
+                        *last = 4;
+                    }
+                } else if let Some(l) = locality.filter(|l| *l > 0) {
+                    if let Some(last) = slot.last_mut() {
+                        *last = l;
+                    }
+                }
+                if e.event_type != EV_NO_ACTION {
+                    replay_extend(&mut values, h, e.pcr, d);
+                }
+            }
+        }
+        values
+    }
+}
+
+/// The locality of a "StartupLocality" `EV_NO_ACTION` event's data.
+fn startup_locality(data: &[u8]) -> Option<u8> {
+    if data.len() > 16 && data.starts_with(STARTUP_LOCALITY_SIGNATURE) {
+        Some(data[16])
+    } else {
+        None
+    }
+}
+
+fn parse_spec_id(c: &mut Cursor<'_>) -> Result<SpecIdEvent, EventLogError> {
+    let start = c.pos;
+    let pcr = c.u32("Spec ID event pcrIndex")?;
+    let ty = c.u32("Spec ID event eventType")?;
+    let digest = c.bytes(20, "Spec ID event digest")?;
+    let size_at = c.pos;
+    let size = c.u32("Spec ID event eventDataSize")?;
+    let invalid = |offset: usize, why: String| EventLogError::Invalid { offset, why };
+    if ty != EV_NO_ACTION {
+        return Err(invalid(
+            start + 4,
+            format!("first record has eventType {ty:#x}, not EV_NO_ACTION: not a crypto-agile log"),
+        ));
+    }
+    if pcr != 0 {
+        return Err(invalid(start, format!("Spec ID event on PCR {pcr}, not 0")));
+    }
+    if digest.iter().any(|b| *b != 0) {
+        return Err(invalid(
+            start + 8,
+            "Spec ID event digest is not zero".into(),
+        ));
+    }
+    let data_start = c.pos;
+    let sig = c.bytes(16, "Spec ID signature")?;
+    if sig != SPEC_ID_SIGNATURE {
+        return Err(invalid(
+            data_start,
+            format!(
+                "signature {:?}, expected \"Spec ID Event03\"",
+                String::from_utf8_lossy(sig)
+            ),
+        ));
+    }
+    let platform_class = c.u32("platformClass")?;
+    let spec_version_minor = c.u8("specVersionMinor")?;
+    let spec_version_major = c.u8("specVersionMajor")?;
+    let spec_errata = c.u8("specErrata")?;
+    let uintn_size = c.u8("uintnSize")?;
+    let n_at = c.pos;
+    let n = c.u32("numberOfAlgorithms")? as usize;
+    if n == 0 {
+        return Err(invalid(n_at, "numberOfAlgorithms is 0".into()));
+    }
+    if n.saturating_mul(4) > c.left() {
+        return Err(EventLogError::Truncated {
+            offset: c.pos,
+            what: "digestSizes",
+            need: n.saturating_mul(4),
+            left: c.left(),
+        });
+    }
+    let mut algorithms = Vec::with_capacity(n);
+    for _ in 0..n {
+        let at = c.pos;
+        let alg_id = c.u16("algorithmId")?;
+        let digest_size = c.u16("digestSize")?;
+        if let Some(h) = HashAlg::from_alg_id(alg_id) {
+            if usize::from(digest_size) != h.size() {
+                return Err(invalid(
+                    at,
+                    format!("{h} digest size {digest_size}, expected {}", h.size()),
+                ));
+            }
+        }
+        if digest_size == 0 {
+            return Err(invalid(
+                at,
+                format!("algorithm {alg_id:#06x} has digest size 0"),
+            ));
+        }
+        if algorithms
+            .iter()
+            .any(|a: &AlgorithmSize| a.alg_id == alg_id)
+        {
+            return Err(invalid(at, format!("algorithm {alg_id:#06x} listed twice")));
+        }
+        algorithms.push(AlgorithmSize {
+            alg_id,
+            digest_size,
+        });
+    }
+    let vn = c.u8("vendorInfoSize")?;
+    let vendor_info = c.bytes(usize::from(vn), "vendorInfo")?.to_vec();
+    let used = c.pos - data_start;
+    if used != size as usize {
+        return Err(invalid(
+            size_at,
+            format!("Spec ID eventDataSize {size}, but its contents take {used} bytes"),
+        ));
+    }
+    Ok(SpecIdEvent {
+        platform_class,
+        spec_version_minor,
+        spec_version_major,
+        spec_errata,
+        uintn_size,
+        algorithms,
+        vendor_info,
+    })
+}
+
+fn parse_event2(c: &mut Cursor<'_>, spec: &SpecIdEvent) -> Result<Event, EventLogError> {
+    let pcr = c.u32("TCG_PCR_EVENT2 pcrIndex")?;
+    let event_type = c.u32("TCG_PCR_EVENT2 eventType")?;
+    let count_at = c.pos;
+    let count = c.u32("TCG_PCR_EVENT2 digest count")? as usize;
+    if count > spec.algorithms.len() {
+        return Err(EventLogError::Invalid {
+            offset: count_at,
+            why: format!(
+                "{count} digests, the Spec ID event has {} algorithms",
+                spec.algorithms.len()
+            ),
+        });
+    }
+    let mut digests = Vec::with_capacity(count);
+    for _ in 0..count {
+        let at = c.pos;
+        let id = c.u16("digest algorithmId")?;
+        let Some(size) = spec.size_of(id) else {
+            return Err(EventLogError::Invalid {
+                offset: at,
+                why: format!("digest algorithm {id:#06x} is not in the Spec ID event"),
+            });
+        };
+        if digests.iter().any(|(d, _)| *d == id) {
+            return Err(EventLogError::Invalid {
+                offset: at,
+                why: format!("two digests of algorithm {id:#06x}"),
+            });
+        }
+        digests.push((id, c.bytes(size, "digest")?.to_vec()));
+    }
+    let n = c.u32("TCG_PCR_EVENT2 eventSize")? as usize;
+    let data = c.bytes(n, "event data")?.to_vec();
+    Ok(Event {
+        pcr,
+        event_type,
+        digests,
+        data,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::tpm::to_hex;
+
+    const BANKS: [HashAlg; 2] = [HashAlg::Sha1, HashAlg::Sha256];
+
+    fn sample() -> EventLog {
+        let mut log = EventLog::new(&BANKS);
+        log.measure(9, b"boot-gate: kernel").unwrap();
+        log.measure(11, b"boot-gate: modules gated").unwrap();
+        log.measure(9, b"boot-gate: initramfs").unwrap();
+        log
+    }
+
+    #[test]
+    fn header_bytes() {
+        let b = EventLog::new(&BANKS).to_bytes();
+        let mut want = vec![0, 0, 0, 0, 3, 0, 0, 0];
+        want.extend_from_slice(&[0; 20]);
+        want.extend_from_slice(&[37, 0, 0, 0]); // 16 + 4 + 4 + 4 + 2*4 + 1
+        want.extend_from_slice(b"Spec ID Event03\0");
+        want.extend_from_slice(&[0, 0, 0, 0, 0, 2, 0, 2, 2, 0, 0, 0]);
+        want.extend_from_slice(&[0x04, 0, 20, 0, 0x0B, 0, 32, 0, 0]);
+        assert_eq!(b, want);
+    }
+
+    #[test]
+    fn round_trip_and_replay() {
+        let log = sample();
+        let bytes = log.to_bytes();
+        let back = EventLog::parse(&bytes).unwrap();
+        assert_eq!(back, log);
+        assert_eq!(back.to_bytes(), bytes);
+        assert_eq!(back.spec_id().banks(), BANKS.to_vec());
+        assert_eq!(back.events().len(), 3);
+        assert_eq!(back.events()[1].event_type, EV_IPL);
+
+        let values = back.replay();
+        for h in BANKS {
+            let z = vec![0u8; h.size()];
+            let p9 = h.extend(
+                &h.extend(&z, &h.digest(b"boot-gate: kernel")),
+                &h.digest(b"boot-gate: initramfs"),
+            );
+            let p11 = h.extend(&z, &h.digest(b"boot-gate: modules gated"));
+            assert_eq!(values[&h][&9], p9);
+            assert_eq!(values[&h][&11], p11);
+            assert_eq!(values[&h].len(), 2);
+        }
+        assert_eq!(values.len(), 2);
+    }
+
+    #[test]
+    fn known_replay_value() {
+        // One extend of sha256("abc") into a zero PCR, computed independently:
+        // sha256(32 zero bytes || ba7816bf...).
+        let mut log = EventLog::new(&[HashAlg::Sha256]);
+        log.measure(11, b"abc").unwrap();
+        let v = log.replay();
+        let mut cat = vec![0u8; 32];
+        cat.extend_from_slice(&HashAlg::Sha256.digest(b"abc"));
+        assert_eq!(
+            to_hex(&v[&HashAlg::Sha256][&11]),
+            to_hex(&HashAlg::Sha256.digest(&cat))
+        );
+    }
+
+    #[test]
+    fn truncated_at_every_offset_is_an_error() {
+        let bytes = sample().to_bytes();
+        // Record boundaries parse as shorter logs; every other cut is an error.
+        let mut boundaries = vec![];
+        let mut off = SHA1_EVENT_HEADER + 37;
+        boundaries.push(off);
+        for e in sample().events() {
+            off +=
+                12 + e.digests.iter().map(|(_, d)| 2 + d.len()).sum::<usize>() + 4 + e.data.len();
+            boundaries.push(off);
+        }
+        assert_eq!(off, bytes.len());
+        for n in 0..bytes.len() {
+            let r = EventLog::parse(&bytes[..n]);
+            if boundaries.contains(&n) {
+                assert!(r.is_ok(), "cut at {n}");
+            } else {
+                let e = r.unwrap_err();
+                assert!(e.to_string().contains("byte"), "{e}");
+            }
+        }
+    }
+
+    #[test]
+    fn malformed_logs() {
+        let good = sample().to_bytes();
+        let with = |at: usize, v: &[u8]| {
+            let mut b = good.clone();
+            b[at..at + v.len()].copy_from_slice(v);
+            EventLog::parse(&b).unwrap_err()
+        };
+        // SHA-1 format log (first record not EV_NO_ACTION).
+        let e = with(4, &[4, 0, 0, 0]);
+        assert!(
+            e.to_string()
+                .contains("byte 4: first record has eventType 0x4"),
+            "{e}"
+        );
+        // Spec ID digest not zero.
+        assert!(with(8, &[1]).to_string().contains("digest is not zero"));
+        // Signature.
+        assert!(with(32, b"Spec ID Event02")
+            .to_string()
+            .contains("signature"));
+        // Wrong digest size for sha256 in the Spec ID event.
+        let e = with(66, &[31]);
+        assert_eq!(
+            e.to_string(),
+            "event log: byte 64: sha256 digest size 31, expected 32"
+        );
+        // No algorithms.
+        let e = with(56, &[0]);
+        assert!(e.to_string().contains("numberOfAlgorithms is 0"), "{e}");
+        // Huge algorithm count: truncated, no allocation.
+        let e = with(56, &[0xFF, 0xFF, 0xFF, 0x7F]);
+        assert!(
+            matches!(
+                e,
+                EventLogError::Truncated {
+                    what: "digestSizes",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        // eventDataSize disagreeing with the contents.
+        let e = with(28, &[38]);
+        assert!(
+            e.to_string()
+                .contains("eventDataSize 38, but its contents take 37"),
+            "{e}"
+        );
+        // First record: digest count beyond the algorithms.
+        let rec = SHA1_EVENT_HEADER + 37;
+        let e = with(rec + 8, &[3]);
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "event log: byte {}: 3 digests, the Spec ID event has 2 algorithms",
+                rec + 8
+            )
+        );
+        // Unknown algorithm in a record.
+        let e = with(rec + 12, &[0x12, 0]);
+        assert!(
+            e.to_string().contains("0x0012 is not in the Spec ID event"),
+            "{e}"
+        );
+        // Same algorithm twice.
+        let e = with(rec + 12 + 22, &[0x04, 0]);
+        assert!(
+            e.to_string().contains("two digests of algorithm 0x0004"),
+            "{e}"
+        );
+        // Event size beyond the end.
+        let e = with(rec + 12 + 22 + 34, &[0xFF, 0xFF, 0xFF, 0xFF]);
+        assert!(
+            matches!(
+                e,
+                EventLogError::Truncated {
+                    what: "event data",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(EventLog::parse(&[]).is_err());
+    }
+
+    #[test]
+    fn fuzzed_bytes_never_panic() {
+        // Flip every byte of a good log in turn: parse must return, never panic, and
+        // whatever parses must serialise back to the same bytes.
+        let good = sample().to_bytes();
+        for i in 0..good.len() {
+            for x in [0x01u8, 0x80, 0xFF] {
+                let mut b = good.clone();
+                b[i] ^= x;
+                if let Ok(log) = EventLog::parse(&b) {
+                    assert_eq!(log.to_bytes(), b, "flip {x:#x} at {i}");
+                    let _ = log.replay();
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn append_checks_digests_against_the_spec_id_event() {
+        let mut log = EventLog::new(&BANKS);
+        let e = log
+            .append(Event {
+                pcr: 9,
+                event_type: EV_EVENT_TAG,
+                digests: vec![(0x000B, vec![0; 32]), (0x0004, vec![0; 20])],
+                data: vec![],
+            })
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "event log: record does not fit the log: digests [0x000b/32, 0x0004/20] (algorithm/size), the log needs [0x0004/20, 0x000b/32]"
+        );
+        log.append(Event {
+            pcr: 9,
+            event_type: EV_EVENT_TAG,
+            digests: vec![(0x0004, vec![0; 20]), (0x000B, vec![0; 32])],
+            data: vec![1, 2, 3],
+        })
+        .unwrap();
+        // A log whose Spec ID event names an algorithm we cannot compute.
+        let mut bytes = EventLog::new(&BANKS).to_bytes();
+        bytes[60] = 0x12; // sha1 -> sm3_256 (same size field left as 20)
+        let mut odd = EventLog::parse(&bytes).unwrap();
+        assert_eq!(odd.spec_id().banks(), vec![HashAlg::Sha256]);
+        let e = odd.measure(9, b"x").unwrap_err();
+        assert!(e.to_string().contains("algorithm 0x0012"), "{e}");
+    }
+
+    #[test]
+    fn replay_startup_locality_and_no_action() {
+        let mut log = EventLog::new(&[HashAlg::Sha256]);
+        let mut loc = STARTUP_LOCALITY_SIGNATURE.to_vec();
+        loc.push(3);
+        log.append(Event {
+            pcr: 0,
+            event_type: EV_NO_ACTION,
+            digests: vec![(0x000B, vec![0; 32])],
+            data: loc,
+        })
+        .unwrap();
+        // Another EV_NO_ACTION, on PCR 5: touches PCR 5 (zeros), extends nothing.
+        log.append(Event {
+            pcr: 5,
+            event_type: EV_NO_ACTION,
+            digests: vec![(0x000B, vec![7; 32])],
+            data: b"anything".to_vec(),
+        })
+        .unwrap();
+        let v = log.replay();
+        let mut want0 = vec![0u8; 32];
+        want0[31] = 3;
+        assert_eq!(v[&HashAlg::Sha256][&0], want0);
+        assert_eq!(v[&HashAlg::Sha256][&5], vec![0u8; 32]);
+        log.measure(0, b"crtm").unwrap();
+        let v = log.replay();
+        assert_eq!(
+            v[&HashAlg::Sha256][&0],
+            HashAlg::Sha256.extend(&want0, &HashAlg::Sha256.digest(b"crtm"))
+        );
+    }
+
+    #[test]
+    fn replay_hcrtm_starts_pcr0_at_locality_4() {
+        let mut log = EventLog::new(&[HashAlg::Sha1]);
+        let d = HashAlg::Sha1.digest(b"HCRTM");
+        log.append(Event {
+            pcr: 0,
+            event_type: EV_EFI_HCRTM_EVENT,
+            digests: vec![(0x0004, d.clone())],
+            data: b"HCRTM".to_vec(),
+        })
+        .unwrap();
+        let mut start = vec![0u8; 20];
+        start[19] = 4;
+        assert_eq!(
+            log.replay()[&HashAlg::Sha1][&0],
+            HashAlg::Sha1.extend(&start, &d)
+        );
+    }
+}

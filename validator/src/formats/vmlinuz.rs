@@ -1,0 +1,404 @@
+//! What a kernel image tells about itself: its release, its module vermagic, the symbol
+//! CRCs it exports (`__ksymtab*` / `__kcrctab*`) and its built-in trusted certificates
+//! (the `system_certificate_list` the kernel verifies module signatures against).
+//!
+//! Input is an x86 bzImage (`vmlinuz`: the setup header's payload, compressed with xz,
+//! zstd, gzip or legacy LZ4) or an uncompressed `vmlinux` ELF. The payload inside a bzImage
+//! is an ELF stripped of symbols but not of section headers, so everything here is found by
+//! section name or by the layout the kernel's own build gives it.
+
+use goblin::elf::Elf;
+
+use crate::formats::compress;
+
+/// A kernel-image problem.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VmlinuzError {
+    #[error("not a bzImage or vmlinux: {0}")]
+    NotKernel(String),
+    #[error("kernel payload compressed with {0}, which is not supported")]
+    UnsupportedCompression(&'static str),
+    #[error(transparent)]
+    Decompress(#[from] compress::DecompressError),
+    #[error("malformed vmlinux ELF: {0}")]
+    BadElf(String),
+    #[error("{0}")]
+    Missing(String),
+}
+
+/// Largest decompressed kernel we accept.
+pub const MAX_VMLINUX: usize = 1 << 30;
+
+fn le32(b: &[u8], o: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?))
+}
+
+/// Returns the uncompressed vmlinux ELF of a bzImage, or the input if it already is one.
+pub fn vmlinux(image: &[u8]) -> Result<Vec<u8>, VmlinuzError> {
+    if image.starts_with(b"\x7fELF") {
+        let et = image.get(16..18).map(|b| u16::from_le_bytes([b[0], b[1]]));
+        if et != Some(goblin::elf::header::ET_EXEC) {
+            return Err(VmlinuzError::NotKernel(
+                "an ELF file, but not an executable kernel (a module?)".into(),
+            ));
+        }
+        return Ok(image.to_vec());
+    }
+    if image.get(0x202..0x206) != Some(b"HdrS") {
+        return Err(VmlinuzError::NotKernel(
+            "no \"HdrS\" setup header at 0x202".into(),
+        ));
+    }
+    let version = u16::from_le_bytes([image[0x206], image[0x207]]);
+    if version < 0x208 {
+        return Err(VmlinuzError::NotKernel(format!(
+            "boot protocol {version:#x} has no payload fields"
+        )));
+    }
+    let setup_sects = match image[0x1f1] {
+        0 => 4,
+        n => n as usize,
+    };
+    let pm = (setup_sects + 1) * 512;
+    let (off, len) = (
+        le32(image, 0x248).unwrap_or(0) as usize,
+        le32(image, 0x24c).unwrap_or(0) as usize,
+    );
+    let payload = pm
+        .checked_add(off)
+        .and_then(|s| image.get(s..s.checked_add(len)?))
+        .ok_or_else(|| VmlinuzError::NotKernel("payload lies outside the file".into()))?;
+    let elf = if payload.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
+        compress::xz(payload, MAX_VMLINUX)?
+    } else if payload.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        compress::zstd(payload, MAX_VMLINUX)?
+    } else if payload.starts_with(&[0x1f, 0x8b]) {
+        compress::gzip(payload, MAX_VMLINUX)?
+    } else if payload.starts_with(&[0x02, 0x21, 0x4c, 0x18]) {
+        compress::lz4_legacy(payload, MAX_VMLINUX)?
+    } else if payload.starts_with(b"BZh") {
+        return Err(VmlinuzError::UnsupportedCompression("bzip2"));
+    } else if payload.starts_with(&[0x89, b'L', b'Z', b'O']) {
+        return Err(VmlinuzError::UnsupportedCompression("lzo"));
+    } else if payload.starts_with(&[0x5d, 0x00]) {
+        return Err(VmlinuzError::UnsupportedCompression("lzma"));
+    } else {
+        return Err(VmlinuzError::NotKernel(
+            "unknown payload compression".into(),
+        ));
+    };
+    if !elf.starts_with(b"\x7fELF") {
+        return Err(VmlinuzError::NotKernel("the payload is not an ELF".into()));
+    }
+    Ok(elf)
+}
+
+/// The release in the `Linux version <release> (...` banner.
+pub fn release(vmlinux: &[u8]) -> Option<String> {
+    let needle = b"Linux version ";
+    let mut from = 0;
+    while let Some(i) = find(&vmlinux[from..], needle) {
+        let start = from + i + needle.len();
+        let word: Vec<u8> = vmlinux[start..]
+            .iter()
+            .take_while(|c| c.is_ascii_graphic())
+            .copied()
+            .take(128)
+            .collect();
+        if !word.is_empty()
+            && vmlinux.get(start + word.len()) == Some(&b' ')
+            && word[0].is_ascii_digit()
+        {
+            return String::from_utf8(word).ok();
+        }
+        from = start;
+    }
+    None
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// The kernel's module vermagic string (`<release> SMP preempt mod_unload modversions `).
+pub fn vermagic(vmlinux: &[u8], release: &str) -> Option<String> {
+    let mut needle = release.as_bytes().to_vec();
+    needle.push(b' ');
+    let mut from = 0;
+    while let Some(i) = find(&vmlinux[from..], &needle) {
+        let start = from + i;
+        let preceded_by_nul = start == 0 || vmlinux[start - 1] == 0;
+        let s: Vec<u8> = vmlinux[start..]
+            .iter()
+            .take_while(|&&c| c != 0)
+            .copied()
+            .take(256)
+            .collect();
+        if preceded_by_nul && s.iter().all(|c| c.is_ascii_graphic() || *c == b' ') {
+            let text = String::from_utf8_lossy(&s).into_owned();
+            if text.contains("mod_unload") || text.contains("modversions") || text.contains("SMP") {
+                return Some(text);
+            }
+        }
+        from = start + 1;
+    }
+    None
+}
+
+/// One exported symbol and its CRC.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportedCrc {
+    pub symbol: String,
+    pub crc: u32,
+    pub gpl: bool,
+}
+
+struct Sections<'a> {
+    bytes: &'a [u8],
+    list: Vec<(String, u64, u64, u64)>, // name, addr, offset, size
+}
+
+impl<'a> Sections<'a> {
+    fn parse(bytes: &'a [u8]) -> Result<Sections<'a>, VmlinuzError> {
+        let elf = Elf::parse_header(bytes).map_err(|e| VmlinuzError::BadElf(e.to_string()))?;
+        let ctx = goblin::container::Ctx::new(
+            if elf.e_ident[goblin::elf::header::EI_CLASS] == goblin::elf::header::ELFCLASS64 {
+                goblin::container::Container::Big
+            } else {
+                goblin::container::Container::Little
+            },
+            goblin::container::Endian::Little,
+        );
+        let shdrs = goblin::elf::SectionHeader::parse(
+            bytes,
+            elf.e_shoff as usize,
+            elf.e_shnum as usize,
+            ctx,
+        )
+        .map_err(|e| VmlinuzError::BadElf(e.to_string()))?;
+        let strtab = shdrs
+            .get(elf.e_shstrndx as usize)
+            .ok_or_else(|| VmlinuzError::BadElf("no section name table".into()))?;
+        let names = bytes
+            .get(strtab.sh_offset as usize..(strtab.sh_offset + strtab.sh_size) as usize)
+            .ok_or_else(|| VmlinuzError::BadElf("section name table out of range".into()))?;
+        let list = shdrs
+            .iter()
+            .map(|s| {
+                let n = names
+                    .get(s.sh_name..)
+                    .map(|r| {
+                        String::from_utf8_lossy(
+                            &r[..r.iter().position(|&c| c == 0).unwrap_or(r.len())],
+                        )
+                        .into_owned()
+                    })
+                    .unwrap_or_default();
+                (n, s.sh_addr, s.sh_offset, s.sh_size)
+            })
+            .collect();
+        Ok(Sections { bytes, list })
+    }
+
+    fn get(&self, name: &str) -> Option<(u64, &'a [u8])> {
+        let (_, addr, off, size) = self.list.iter().find(|s| s.0 == name)?;
+        Some((
+            *addr,
+            self.bytes.get(*off as usize..(*off + *size) as usize)?,
+        ))
+    }
+
+    /// The NUL-terminated string at virtual address `addr`.
+    fn string_at(&self, addr: u64) -> Option<String> {
+        let (_, a, off, size) = self
+            .list
+            .iter()
+            .find(|s| s.1 != 0 && addr >= s.1 && addr < s.1 + s.3)?;
+        let start = (off + (addr - a)) as usize;
+        let end = (off + size) as usize;
+        let r = self.bytes.get(start..end)?;
+        let n = r.iter().position(|&c| c == 0)?;
+        String::from_utf8(r[..n].to_vec()).ok()
+    }
+}
+
+/// The CRCs of every symbol the kernel exports (`EXPORT_SYMBOL` and `_GPL`).
+pub fn exported_crcs(vmlinux: &[u8]) -> Result<Vec<ExportedCrc>, VmlinuzError> {
+    let secs = Sections::parse(vmlinux)?;
+    let mut out = Vec::new();
+    for (tab, crcs, gpl) in [
+        ("__ksymtab", "__kcrctab", false),
+        ("__ksymtab_gpl", "__kcrctab_gpl", true),
+    ] {
+        let Some((addr, syms)) = secs.get(tab) else {
+            continue;
+        };
+        let (_, crc) = secs.get(crcs).ok_or_else(|| {
+            VmlinuzError::Missing(format!(
+                "{crcs} missing: kernel built without CONFIG_MODVERSIONS?"
+            ))
+        })?;
+        let n = crc.len() / 4;
+        if n == 0 || syms.len() % n != 0 {
+            return Err(VmlinuzError::BadElf(format!(
+                "{tab} ({} bytes) and {crcs} ({n} CRCs) disagree",
+                syms.len()
+            )));
+        }
+        let entry = syms.len() / n;
+        for i in 0..n {
+            let e = &syms[i * entry..(i + 1) * entry];
+            let name_addr = match entry {
+                // PREL32: int value_offset; int name_offset; [int namespace_offset;]
+                8 | 12 => {
+                    let off = i32::from_le_bytes([e[4], e[5], e[6], e[7]]) as i64;
+                    (addr as i64 + (i * entry) as i64 + 4 + off) as u64
+                }
+                // Absolute pointers: unsigned long value; const char *name; [namespace]
+                16 | 24 => {
+                    u64::from_le_bytes([e[8], e[9], e[10], e[11], e[12], e[13], e[14], e[15]])
+                }
+                _ => {
+                    return Err(VmlinuzError::BadElf(format!(
+                        "{tab}: entry size {entry} not understood"
+                    )))
+                }
+            };
+            let symbol = secs.string_at(name_addr).ok_or_else(|| {
+                VmlinuzError::BadElf(format!("{tab}[{i}]: name outside the image"))
+            })?;
+            let c =
+                u32::from_le_bytes([crc[4 * i], crc[4 * i + 1], crc[4 * i + 2], crc[4 * i + 3]]);
+            out.push(ExportedCrc {
+                symbol,
+                crc: c,
+                gpl,
+            });
+        }
+    }
+    if out.is_empty() {
+        return Err(VmlinuzError::Missing(
+            "no __ksymtab sections: not a modular kernel?".into(),
+        ));
+    }
+    Ok(out)
+}
+
+/// DER length of a certificate starting at `i` (`30 82 hi lo`), if it looks like one.
+fn cert_len_at(b: &[u8], i: usize) -> Option<usize> {
+    let h = b.get(i..i + 13)?;
+    if h[0] != 0x30
+        || h[1] != 0x82
+        || h[4] != 0x30
+        || h[5] != 0x82
+        || h[8..13] != [0xa0, 0x03, 0x02, 0x01, 0x02]
+    {
+        return None;
+    }
+    let len = (((h[2] as usize) << 8) | h[3] as usize) + 4;
+    (i + len <= b.len()).then_some(len)
+}
+
+/// The kernel's built-in trusted certificates (DER), found as the kernel lays out
+/// `system_certificate_list`: certificates back to back, then, 8-byte aligned, a 64-bit
+/// `system_certificate_list_size` equal to their total length.
+pub fn builtin_certs(vmlinux: &[u8]) -> Result<Vec<Vec<u8>>, VmlinuzError> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i + 13 < vmlinux.len() {
+        let Some(first) = cert_len_at(vmlinux, i) else {
+            i += 1;
+            continue;
+        };
+        // Collect the run of certificates starting here.
+        let mut run = vec![(i, first)];
+        let mut end = i + first;
+        while let Some(l) = cert_len_at(vmlinux, end) {
+            run.push((end, l));
+            end += l;
+        }
+        let aligned = end.div_ceil(8) * 8;
+        let size = vmlinux
+            .get(aligned..aligned + 8)
+            .map(|s| u64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]));
+        if size == Some((end - i) as u64)
+            && run.iter().all(|(s, l)| {
+                use der::Decode;
+                x509_cert::Certificate::from_der(&vmlinux[*s..s + l]).is_ok()
+            })
+        {
+            out.extend(run.iter().map(|(s, l)| vmlinux[*s..s + l].to_vec()));
+        }
+        i = end.max(i + 1);
+    }
+    if out.is_empty() {
+        return Err(VmlinuzError::Missing(
+            "no system_certificate_list (built-in trusted keys) found in the kernel".into(),
+        ));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejects_non_kernels() {
+        assert!(matches!(vmlinux(b"hello"), Err(VmlinuzError::NotKernel(_))));
+        let mut fake = vec![0u8; 0x300];
+        fake[0x202..0x206].copy_from_slice(b"HdrS");
+        fake[0x206] = 0x0f;
+        fake[0x207] = 0x02;
+        fake[0x248..0x24c].copy_from_slice(&0x1000u32.to_le_bytes());
+        fake[0x24c..0x250].copy_from_slice(&0x1000u32.to_le_bytes());
+        assert!(matches!(vmlinux(&fake), Err(VmlinuzError::NotKernel(_))));
+        assert!(builtin_certs(&[0u8; 100]).is_err());
+        assert!(exported_crcs(b"\x7fELF\x02\x01\x01").is_err());
+    }
+
+    #[test]
+    fn banner_and_vermagic_strings() {
+        let img = b"xx\0Linux version 6.1.0-57-amd64 (debian-kernel@lists) #1 SMP\0junk\x006.1.0-57-amd64 SMP preempt mod_unload modversions \0";
+        assert_eq!(release(img).as_deref(), Some("6.1.0-57-amd64"));
+        assert_eq!(
+            vermagic(img, "6.1.0-57-amd64").as_deref(),
+            Some("6.1.0-57-amd64 SMP preempt mod_unload modversions ")
+        );
+        assert_eq!(vermagic(img, "6.12.0"), None);
+    }
+}
+
+/// Everything the module gate takes from a kernel image.
+#[derive(Debug, Clone)]
+pub struct KernelFacts {
+    pub release: String,
+    pub vermagic: Option<String>,
+    pub exports: Vec<ExportedCrc>,
+    /// DER of the built-in trusted certificates (empty if none were found).
+    pub certs: Vec<Vec<u8>>,
+}
+
+impl KernelFacts {
+    /// Reads a bzImage or vmlinux.
+    pub fn from_image(image: &[u8]) -> Result<KernelFacts, VmlinuzError> {
+        let elf = vmlinux(image)?;
+        let release =
+            release(&elf).ok_or_else(|| VmlinuzError::Missing("no Linux version banner".into()))?;
+        Ok(KernelFacts {
+            vermagic: vermagic(&elf, &release),
+            exports: exported_crcs(&elf)?,
+            certs: builtin_certs(&elf).unwrap_or_default(),
+            release,
+        })
+    }
+
+    /// The exports as a symbol table.
+    pub fn symvers(&self) -> crate::formats::kmod::symvers::Symvers {
+        let mut s = crate::formats::kmod::symvers::Symvers::default();
+        for e in &self.exports {
+            s.insert(&e.symbol, e.crc, "vmlinux", e.gpl);
+        }
+        s
+    }
+}

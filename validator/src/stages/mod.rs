@@ -1,0 +1,183 @@
+//! Layer 6: the boot stages, one module per stage, named as the report names them, in
+//! run order: [`start`], [`measure`], [`modules`], [`storage`], [`verity`], [`mount`],
+//! [`critical`], [`handover`].
+//!
+//! Contract: a stage is `run(&mut Context) -> Result<String, E>`: it reads what earlier
+//! stages left in the [`Context`], adds its own facts to [`Context::facts`], and returns a
+//! one-line detail or its own error type. Every stage error implements [`Classified`]:
+//! its fault class (image, hardware, platform) comes from its type and variant, never
+//! from the call site, and the decision reads only that class. Stages take every root
+//! (`/sys`, `/proc`, `/dev`, `/run`, the new root, the initramfs) from [`Roots`], so each
+//! runs against a fixture tree as well as on a node.
+//!
+//! Current limits: no `slot` and no `preflight` stage yet.
+
+pub mod critical;
+pub mod handover;
+pub mod measure;
+pub mod modules;
+pub mod mount;
+pub mod start;
+pub mod storage;
+pub mod verity;
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::bom::LoadedBom;
+use crate::config::cmdline::BootArgs;
+use crate::trust::TrustStore;
+
+/// What a failure points at. Only image faults burn an A/B slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Fault {
+    /// Something we built is wrong (BOM, module, root hash, versions).
+    Image,
+    /// Hardware the BOM promises is missing or degraded.
+    Hardware,
+    /// The platform around the image (no TPM, firmware, command line).
+    Platform,
+}
+
+impl Fault {
+    /// The word the report uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fault::Image => "image",
+            Fault::Hardware => "hardware",
+            Fault::Platform => "platform",
+        }
+    }
+}
+
+/// A stage error that knows its fault class.
+pub trait Classified: std::error::Error {
+    fn fault(&self) -> Fault;
+}
+
+/// The stages, in run order, as the report names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stage {
+    Start,
+    Measure,
+    Modules,
+    Storage,
+    Verity,
+    Mount,
+    Critical,
+    Handover,
+}
+
+impl Stage {
+    /// Every stage in run order.
+    pub const ALL: [Stage; 8] = [
+        Stage::Start,
+        Stage::Measure,
+        Stage::Modules,
+        Stage::Storage,
+        Stage::Verity,
+        Stage::Mount,
+        Stage::Critical,
+        Stage::Handover,
+    ];
+
+    /// The name the report and the log use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Start => "start",
+            Stage::Measure => "measure",
+            Stage::Modules => "modules",
+            Stage::Storage => "storage",
+            Stage::Verity => "verity",
+            Stage::Mount => "mount",
+            Stage::Critical => "critical",
+            Stage::Handover => "handover",
+        }
+    }
+}
+
+/// Where the boot finds things. On a node these are the real roots; every check takes
+/// them as parameters so it also runs against fixture trees.
+#[derive(Debug, Clone)]
+pub struct Roots {
+    pub proc: PathBuf,
+    pub sys: PathBuf,
+    pub dev: PathBuf,
+    pub run: PathBuf,
+    /// Where the real root is mounted before `switch_root`.
+    pub new_root: PathBuf,
+    /// The initramfs's module trees (`<modules>/<release>`).
+    pub modules: PathBuf,
+    /// The initramfs itself (gate inputs under `etc/validator/`).
+    pub initramfs: PathBuf,
+}
+
+impl Default for Roots {
+    fn default() -> Roots {
+        Roots {
+            proc: "/proc".into(),
+            sys: "/sys".into(),
+            dev: "/dev".into(),
+            run: "/run".into(),
+            new_root: "/sysroot".into(),
+            modules: "/lib/modules".into(),
+            initramfs: "/".into(),
+        }
+    }
+}
+
+/// What the stages found out, for the report (which is built one layer up).
+#[derive(Debug, Clone, Default)]
+pub struct Facts {
+    pub image_id: Option<String>,
+    pub bom_sha256: Option<String>,
+    pub kernel_release: Option<String>,
+    pub modules: Vec<modules::ModuleReport>,
+    pub root: Option<storage::RootReport>,
+    pub taint: Option<modules::taint::TaintReport>,
+    pub verity: Option<verity::VerityReport>,
+    pub tpm: Option<measure::TpmReport>,
+    /// Problems that did not stop the boot.
+    pub warnings: Vec<String>,
+}
+
+/// The state one boot carries from stage to stage.
+#[derive(Debug)]
+pub struct Context {
+    pub roots: Roots,
+    pub args: BootArgs,
+    /// The kernel command line as read (once) from `/proc/cmdline`, newline removed.
+    pub cmdline: String,
+    pub bom: Option<LoadedBom>,
+    /// The running kernel's release.
+    pub release: String,
+    pub measurer: Option<measure::Measurer>,
+    /// The trust store the module gate loaded, reused by the verity stage.
+    pub trust: Option<TrustStore>,
+    pub verity_parts: Option<verity::Parts>,
+    pub facts: Facts,
+}
+
+impl Context {
+    pub fn new(roots: Roots) -> Context {
+        Context {
+            roots,
+            args: BootArgs::default(),
+            cmdline: String::new(),
+            bom: None,
+            release: String::new(),
+            measurer: None,
+            trust: None,
+            verity_parts: None,
+            facts: Facts::default(),
+        }
+    }
+
+    /// The BOM's `[verity]` section: present means the root must be verified.
+    pub fn verity_cfg(&self) -> Option<&crate::config::bom::Verity> {
+        self.bom.as_ref().and_then(|b| b.bom.verity.as_ref())
+    }
+}

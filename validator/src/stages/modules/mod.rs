@@ -1,0 +1,691 @@
+//! Stage `modules`: load the BOM's modules, each after its dependencies, with
+//! `finit_module(2)` directly (no kmod binary).
+//!
+//! Dependencies come from the initramfs's own index ([`index`]): `modules.dep` for hard
+//! dependencies, `modules.softdep` for `pre:`/`post:` soft dependencies (whose failure is
+//! reported but, as with modprobe, not fatal), `modules.builtin` for modules compiled into
+//! the kernel. A module already live in `/sys/module` is not loaded again; `EEXIST` from
+//! the kernel means the same. A module whose hard dependency failed is not attempted.
+//! Compressed modules go to the kernel as files only when `/sys/module/compression` names
+//! their compression; otherwise they are decompressed here and passed by `init_module(2)`.
+//! With a [`gate::Gate`] every module is read once, judged, and only then handed to the
+//! kernel (the same open file, or the image decompressed from the judged bytes); a refused
+//! module is reported as `rejected` and the kernel never sees it.
+
+pub mod batch;
+pub mod gate;
+pub mod taint;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Classified, Context, Fault};
+use crate::formats::kmod::index::{Index, IndexError};
+use crate::formats::kmod::modinfo::{self, Compression};
+use crate::sys;
+use crate::util::fs::{read_text_limited, InputError};
+
+/// What happened to one module.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ModStatus {
+    Loaded,
+    AlreadyLoaded,
+    Builtin,
+    /// The kernel refused it (errno in the report).
+    Failed,
+    /// The module gate refused it; the kernel was never asked to load it.
+    Rejected,
+    /// Not attempted: a dependency failed or the file is missing from the index.
+    Skipped,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// One line of the report's `modules` list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModuleReport {
+    pub name: String,
+    pub status: ModStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Symbolic errno (`ENOENT`) when the kernel refused the module.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub errno: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Loaded as a soft dependency of another module (its failure is not fatal).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub softdep: bool,
+    /// Why the module gate refused it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<gate::Reason>,
+    /// The signature as `modinfo` shows it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sig_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sig_hashalgo: Option<String>,
+    /// SHA-256 of the module image the kernel was given (decompressed, signed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+    /// Time spent in the gate (part of `duration_us`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gate_us: u64,
+    pub duration_us: u64,
+}
+
+impl ModuleReport {
+    fn new(name: &str, status: ModStatus) -> ModuleReport {
+        ModuleReport {
+            name: name.to_string(),
+            status,
+            path: None,
+            errno: None,
+            message: None,
+            softdep: false,
+            reasons: Vec::new(),
+            signer: None,
+            sig_key: None,
+            sig_hashalgo: None,
+            sha256: None,
+            gate_us: 0,
+            duration_us: 0,
+        }
+    }
+
+    /// Whether this outcome lets dependants load.
+    pub fn ok(&self) -> bool {
+        matches!(
+            self.status,
+            ModStatus::Loaded | ModStatus::AlreadyLoaded | ModStatus::Builtin
+        )
+    }
+}
+
+/// One module in a load plan.
+#[derive(Debug, Clone)]
+struct Node {
+    name: String,
+    path: String,
+    softdep: bool,
+    /// Hard dependencies: must have loaded first, else this one is skipped.
+    hard: Vec<usize>,
+    /// `pre:` soft dependencies: attempted first, their failure does not matter.
+    pre: Vec<usize>,
+    /// For a `post:` soft dependency: the module it follows (loaded only if that loaded).
+    post_of: Option<usize>,
+    /// Decided without loading (built in, not in the index, cycle).
+    preset: Option<ModuleReport>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Waiting,
+    Running,
+    Done(bool),
+    /// Never attempted: the module it was a post-softdep of did not load.
+    Dropped,
+}
+
+/// Loads modules from one module directory (`/lib/modules/<release>`).
+#[derive(Debug)]
+pub struct Loader {
+    pub dir: PathBuf,
+    pub index: Index,
+    /// The sysfs root (`/sys` on a live system).
+    pub sys_root: PathBuf,
+    /// Worker threads; independent modules load in parallel (the kernel allows it).
+    pub jobs: usize,
+    /// The module gate every load goes through (`None`: no gate, e.g. in unit tests).
+    pub gate: Option<gate::Gate>,
+    nodes: Vec<Node>,
+    by_name: BTreeMap<String, usize>,
+}
+
+impl Loader {
+    pub fn new(dir: &Path, index: Index, sys_root: &Path) -> Loader {
+        Loader {
+            dir: dir.to_path_buf(),
+            index,
+            sys_root: sys_root.to_path_buf(),
+            jobs: std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
+            gate: None,
+            nodes: Vec::new(),
+            by_name: BTreeMap::new(),
+        }
+    }
+
+    /// Loads each named module (and what it needs); returns one report per module touched,
+    /// in plan order (each module after what it waits for), whatever the timing was.
+    pub fn load_all(&mut self, names: &[String]) -> Vec<ModuleReport> {
+        self.nodes.clear();
+        self.by_name.clear();
+        let mut visiting = Vec::new();
+        for n in names {
+            self.plan(
+                &crate::formats::kmod::normalize_name(n),
+                false,
+                None,
+                &mut visiting,
+            );
+        }
+        self.execute()
+    }
+
+    fn push(&mut self, mut node: Node) -> usize {
+        let i = self.nodes.len();
+        if let Some(r) = node.preset.as_mut() {
+            r.softdep = node.softdep;
+        }
+        self.by_name.insert(node.name.clone(), i);
+        self.nodes.push(node);
+        i
+    }
+
+    fn preset(
+        &mut self,
+        name: &str,
+        softdep: bool,
+        post_of: Option<usize>,
+        r: ModuleReport,
+    ) -> usize {
+        self.push(Node {
+            name: name.to_string(),
+            path: String::new(),
+            softdep,
+            hard: vec![],
+            pre: vec![],
+            post_of,
+            preset: Some(r),
+        })
+    }
+
+    /// Adds `name` and everything it waits for to the plan (post-order: dependencies
+    /// first); returns its node.
+    fn plan(
+        &mut self,
+        name: &str,
+        softdep: bool,
+        post_of: Option<usize>,
+        visiting: &mut Vec<String>,
+    ) -> usize {
+        if let Some(&i) = self.by_name.get(name) {
+            return i;
+        }
+        if visiting.iter().any(|v| v == name) || visiting.len() > 64 {
+            let mut r = ModuleReport::new(name, ModStatus::Skipped);
+            r.message = Some(format!(
+                "dependency cycle through {}",
+                visiting.join(" -> ")
+            ));
+            return self.preset(name, softdep, post_of, r);
+        }
+        if self.index.builtin.contains(name) {
+            return self.preset(
+                name,
+                softdep,
+                post_of,
+                ModuleReport::new(name, ModStatus::Builtin),
+            );
+        }
+        let Some(entry) = self.index.entries.get(name).cloned() else {
+            let mut r = ModuleReport::new(name, ModStatus::Skipped);
+            r.message = Some("not in the initramfs module index (modules.dep)".into());
+            return self.preset(name, softdep, post_of, r);
+        };
+        let soft = self.index.softdeps.get(name).cloned().unwrap_or_default();
+        visiting.push(name.to_string());
+        let pre: Vec<usize> = soft
+            .pre
+            .iter()
+            .map(|p| self.plan(p, true, None, visiting))
+            .collect();
+        // modules.dep lists the one to load first last.
+        let hard: Vec<usize> = entry
+            .deps
+            .iter()
+            .rev()
+            .map(|d| self.plan(d, softdep, None, visiting))
+            .collect();
+        visiting.pop();
+        let me = self.push(Node {
+            name: name.to_string(),
+            path: entry.path.clone(),
+            softdep,
+            hard,
+            pre,
+            post_of,
+            preset: None,
+        });
+        for q in &soft.post {
+            visiting.push(name.to_string());
+            self.plan(q, true, Some(me), visiting);
+            visiting.pop();
+        }
+        me
+    }
+
+    /// Runs the plan with `jobs` workers.
+    fn execute(&self) -> Vec<ModuleReport> {
+        use std::sync::{Condvar, Mutex};
+        let n = self.nodes.len();
+        let mut states = vec![State::Waiting; n];
+        let mut results: Vec<Option<ModuleReport>> = vec![None; n];
+        for (i, node) in self.nodes.iter().enumerate() {
+            if let (Some(r), None) = (&node.preset, node.post_of) {
+                states[i] = State::Done(r.ok());
+                results[i] = Some(r.clone());
+            }
+        }
+        let shared = Mutex::new((states, results));
+        let cv = Condvar::new();
+        let worker = || loop {
+            let mut g = shared.lock().unwrap_or_else(|p| p.into_inner());
+            let pick = loop {
+                let (states, results) = &mut *g;
+                let mut pick = None;
+                for (i, node) in self.nodes.iter().enumerate() {
+                    if states[i] != State::Waiting {
+                        continue;
+                    }
+                    if let Some(p) = node.post_of {
+                        match states[p] {
+                            State::Done(true) => {}
+                            State::Done(false) | State::Dropped => {
+                                states[i] = State::Dropped;
+                                continue;
+                            }
+                            _ => continue,
+                        }
+                    }
+                    let finished =
+                        |j: &usize| matches!(states[*j], State::Done(_) | State::Dropped);
+                    if !node.pre.iter().all(finished) || !node.hard.iter().all(finished) {
+                        continue;
+                    }
+                    if let Some(&d) = node.hard.iter().find(|&&j| states[j] != State::Done(true)) {
+                        let mut r = ModuleReport::new(&node.name, ModStatus::Skipped);
+                        r.path = Some(node.path.clone());
+                        r.softdep = node.softdep;
+                        r.message = Some(format!("dependency {} did not load", self.nodes[d].name));
+                        states[i] = State::Done(false);
+                        results[i] = Some(r);
+                        continue;
+                    }
+                    if let Some(r) = &node.preset {
+                        states[i] = State::Done(r.ok());
+                        results[i] = Some(r.clone());
+                        continue;
+                    }
+                    states[i] = State::Running;
+                    pick = Some(i);
+                    break;
+                }
+                let pending = states
+                    .iter()
+                    .any(|s| matches!(s, State::Waiting | State::Running));
+                if pick.is_some() || !pending {
+                    cv.notify_all();
+                    break pick;
+                }
+                g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
+            };
+            drop(g);
+            let Some(i) = pick else { return };
+            let node = &self.nodes[i];
+            let mut r = self.load_one(&node.name, &node.path);
+            r.softdep = node.softdep;
+            let mut g = shared.lock().unwrap_or_else(|p| p.into_inner());
+            g.0[i] = State::Done(r.ok());
+            g.1[i] = Some(r);
+            drop(g);
+            cv.notify_all();
+        };
+        std::thread::scope(|s| {
+            for _ in 1..self.jobs.max(1) {
+                s.spawn(worker);
+            }
+            worker();
+        });
+        let (_, results) = shared.into_inner().unwrap_or_else(|p| p.into_inner());
+        results.into_iter().flatten().collect()
+    }
+
+    fn is_live(&self, name: &str) -> bool {
+        self.sys_root
+            .join("module")
+            .join(name)
+            .join("initstate")
+            .exists()
+    }
+
+    fn kernel_compression(&self) -> Option<String> {
+        std::fs::read_to_string(self.sys_root.join("module/compression"))
+            .ok()
+            .map(|s| s.trim().to_string())
+    }
+
+    fn load_one(&self, name: &str, rel: &str) -> ModuleReport {
+        let start = Instant::now();
+        let mut r = ModuleReport::new(name, ModStatus::Loaded);
+        r.path = Some(rel.to_string());
+        if self.is_live(name) {
+            r.status = ModStatus::AlreadyLoaded;
+            return r;
+        }
+        let path = self.dir.join(rel);
+        let fail = |mut r: ModuleReport, errno: Option<String>, msg: String| {
+            r.status = ModStatus::Failed;
+            r.errno = errno;
+            r.message = Some(msg);
+            r
+        };
+        let mut file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) => {
+                return fail(
+                    r,
+                    sys::io_errno_name(&e),
+                    format!("open {}: {e}", path.display()),
+                )
+            }
+        };
+        let comp = Compression::from_name(rel);
+        let kernel_decompresses = comp == Compression::None
+            || self.kernel_compression().as_deref() == Some(comp.sysfs_name());
+        // Read the bytes once: the gate judges exactly what the kernel is then given (the
+        // same open file, or the image decompressed from these bytes).
+        let mut image = None;
+        if self.gate.is_some() || !kernel_decompresses {
+            let mut raw = Vec::new();
+            if let Err(e) = std::io::Read::read_to_end(&mut file, &mut raw) {
+                return fail(
+                    r,
+                    sys::io_errno_name(&e),
+                    format!("read {}: {e}", path.display()),
+                );
+            }
+            match &self.gate {
+                Some(gate) => {
+                    let t = Instant::now();
+                    let (v, img) = gate.check(name, rel, &raw);
+                    r.gate_us = t.elapsed().as_micros() as u64;
+                    r.signer = v.signer.clone();
+                    r.sig_key = v.sig_key.clone();
+                    r.sig_hashalgo = v.sig_hashalgo.clone();
+                    r.sha256 = v.image_sha256.clone();
+                    if !v.pass {
+                        r.status = ModStatus::Rejected;
+                        r.message = Some(v.summary());
+                        r.reasons = v.reasons;
+                        r.duration_us = start.elapsed().as_micros() as u64;
+                        return r;
+                    }
+                    image = img.map(std::borrow::Cow::into_owned);
+                }
+                None => match modinfo::decompress(&raw, comp) {
+                    Ok(i) => image = Some(i),
+                    Err(e) => return fail(r, None, format!("{}: {e}", path.display())),
+                },
+            }
+        }
+        let result = if kernel_decompresses {
+            sys::finit_module(&file, "", comp != Compression::None, name)
+        } else {
+            match &image {
+                Some(i) => sys::init_module(i, "", name),
+                None => return fail(r, None, format!("{}: not decompressed", path.display())),
+            }
+        };
+        r.duration_us = start.elapsed().as_micros() as u64;
+        match result {
+            Ok(()) => r,
+            Err(e) if e.errno == nix::errno::Errno::EEXIST => {
+                r.status = ModStatus::AlreadyLoaded;
+                r
+            }
+            Err(e) => {
+                let n = e.errno_name();
+                fail(r, Some(n), e.to_string())
+            }
+        }
+    }
+}
+
+/// Most bytes read from one module index file.
+pub const INDEX_FILE_MAX: u64 = 16 << 20;
+
+/// Reads the index of a module directory (`/lib/modules/<release>`): `modules.dep` is
+/// required, `modules.softdep` and `modules.builtin` are empty when absent.
+pub fn load_index(dir: &Path) -> Result<Index, ModulesError> {
+    let read = |name: &str, required: bool| -> Result<String, ModulesError> {
+        let path = dir.join(name);
+        match read_text_limited(&path, INDEX_FILE_MAX) {
+            Ok(s) => Ok(s),
+            Err(InputError::Io { source, .. })
+                if !required && source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Ok(String::new())
+            }
+            Err(e) => Err(ModulesError::IndexRead(e)),
+        }
+    };
+    Ok(Index::from_texts(
+        dir,
+        &read("modules.dep", true)?,
+        &read("modules.softdep", false)?,
+        &read("modules.builtin", false)?,
+    )?)
+}
+
+/// Why the modules stage failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ModulesError {
+    #[error("module index: {0}")]
+    IndexRead(InputError),
+    #[error("module index: {0}")]
+    Index(#[from] IndexError),
+    #[error("module gate: {0}")]
+    GateSetup(#[from] gate::GateSetupError),
+    #[error("module gate refused: {}", .0.join(", "))]
+    Refused(Vec<String>),
+    #[error("module(s) failed to load: {}", .0.join(", "))]
+    LoadFailed(Vec<String>),
+    #[error("kernel tainted {0:?} by module loading, not allowed by the BOM")]
+    Tainted(String),
+    #[error("kernel taint: {0}")]
+    Taint(#[from] taint::TaintError),
+    #[error(transparent)]
+    Measure(#[from] super::measure::MeasureError),
+}
+
+impl Classified for ModulesError {
+    fn fault(&self) -> Fault {
+        match self {
+            ModulesError::IndexRead(_)
+            | ModulesError::Index(_)
+            | ModulesError::GateSetup(_)
+            | ModulesError::Refused(_)
+            | ModulesError::LoadFailed(_)
+            | ModulesError::Tainted(_) => Fault::Image,
+            ModulesError::Taint(_) => Fault::Platform,
+            ModulesError::Measure(e) => e.fault(),
+        }
+    }
+}
+
+/// The stage: gate and load the BOM's modules from the initramfs, measure what was
+/// loaded (even when the stage fails, so an attestation of a stopped boot still names
+/// the modules the kernel runs), then check the kernel's taint.
+pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
+    let Some(b) = ctx.bom.as_ref() else {
+        return Ok("no BOM: nothing to load".into());
+    };
+    let names: Vec<String> = b.bom.modules.load.iter().map(|m| m.0.clone()).collect();
+    let allowed = b.bom.policy.taint_allowed.0.clone();
+    let dir = ctx.roots.modules.join(&ctx.release);
+    let index = load_index(&dir)?;
+    let mut loader = Loader::new(&dir, index, &ctx.roots.sys);
+    let g = gate::Gate::from_initramfs(&ctx.roots.initramfs, &b.bom)?;
+    log::info!(
+        "module gate: {} trusted certificate(s), {} symbol CRCs, vermagic {:?}",
+        g.trust.certs.len(),
+        g.symvers.as_ref().map_or(0, |s| s.map.len()),
+        g.policy.kernel_vermagic.as_deref().unwrap_or("")
+    );
+    loader.gate = Some(g);
+    let results = loader.load_all(&names);
+    ctx.trust = loader.gate.take().map(|g| g.trust);
+    for r in &results {
+        match r.status {
+            ModStatus::Failed | ModStatus::Skipped | ModStatus::Rejected => log::error!(
+                "module {}: {:?} {} {}",
+                r.name,
+                r.status,
+                r.errno.as_deref().unwrap_or(""),
+                r.message.as_deref().unwrap_or("")
+            ),
+            s => log::debug!("module {}: {s:?} in {} us", r.name, r.duration_us),
+        }
+    }
+    let why = |r: &ModuleReport| {
+        r.errno
+            .as_deref()
+            .or(r.message.as_deref())
+            .unwrap_or("no reason recorded")
+            .to_string()
+    };
+    let refused: Vec<String> = results
+        .iter()
+        .filter(|r| r.status == ModStatus::Rejected)
+        .map(|r| format!("{} ({})", r.name, r.message.as_deref().unwrap_or("")))
+        .collect();
+    let bad: Vec<String> = results
+        .iter()
+        .filter(|r| !r.ok() && !r.softdep && r.status != ModStatus::Rejected)
+        .map(|r| format!("{} ({})", r.name, why(r)))
+        .collect();
+    let loaded = results
+        .iter()
+        .filter(|r| r.status == ModStatus::Loaded)
+        .count();
+    let gate_us: u64 = results.iter().map(|m| m.gate_us).sum();
+    ctx.facts.modules = results;
+    let t = Instant::now();
+    let measured = super::measure::modules(ctx);
+    let measured_us = t.elapsed().as_micros() as u64;
+    if !refused.is_empty() {
+        return Err(ModulesError::Refused(refused));
+    }
+    if !bad.is_empty() {
+        return Err(ModulesError::LoadFailed(bad));
+    }
+    measured?;
+    let taint = taint::read(&ctx.roots.proc, &allowed)?;
+    let detail = format!(
+        "{loaded} loaded (gate {} ms), measured in {} ms, taint {:?}",
+        gate_us / 1000,
+        measured_us / 1000,
+        taint.flags
+    );
+    let unexpected_image: String = taint
+        .unexpected
+        .chars()
+        .filter(|c| taint::IMAGE_TAINTS.contains(*c))
+        .collect();
+    if !taint.unexpected.is_empty() {
+        ctx.facts.warnings.push(format!(
+            "unexpected kernel taint {:?} (allowed {allowed:?})",
+            taint.unexpected
+        ));
+    }
+    ctx.facts.taint = Some(taint);
+    if !unexpected_image.is_empty() {
+        return Err(ModulesError::Tainted(unexpected_image));
+    }
+    Ok(detail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::formats::kmod::index::{Entry, SoftDeps};
+
+    fn idx() -> Index {
+        let mut i = Index::default();
+        let mut add = |n: &str, deps: &[&str]| {
+            i.entries.insert(
+                n.into(),
+                Entry {
+                    path: format!("kernel/{n}.ko"),
+                    deps: deps.iter().map(|s| s.to_string()).collect(),
+                },
+            );
+        };
+        add("ext4", &["jbd2", "mbcache", "crc16"]);
+        add("jbd2", &[]);
+        add("mbcache", &[]);
+        add("crc16", &[]);
+        add("crc32c_generic", &[]);
+        i.softdeps.insert(
+            "jbd2".into(),
+            SoftDeps {
+                pre: vec![],
+                post: vec!["crc32c_generic".into(), "never_reached".into()],
+            },
+        );
+        i.softdeps.insert(
+            "ext4".into(),
+            SoftDeps {
+                pre: vec!["crc32c_generic".into(), "crc32c".into()],
+                post: vec![],
+            },
+        );
+        i.builtin.insert("crc16".into());
+        i
+    }
+
+    /// Without root or real modules: every file is missing, so loads fail with ENOENT at
+    /// open, and the order, softdeps, builtins and skipping are what we check.
+    #[test]
+    fn order_and_failures_without_files() {
+        let tmp = std::env::temp_dir().join(format!("vld-mod-{}", std::process::id()));
+        std::fs::create_dir_all(tmp.join("sys/module/mbcache")).unwrap();
+        std::fs::write(tmp.join("sys/module/mbcache/initstate"), "live\n").unwrap();
+        for jobs in [1, 4] {
+            let mut l = Loader::new(&tmp.join("lib"), idx(), &tmp.join("sys"));
+            l.jobs = jobs;
+            let r = l.load_all(&["ext4".into(), "jbd2".into()]);
+            let names: Vec<_> = r.iter().map(|m| (m.name.as_str(), m.status)).collect();
+            // Plan order: pre-softdeps, then hard deps (modules.dep lists the one to load
+            // first last), then the module; a post-softdep of a failed module is dropped.
+            assert_eq!(
+                names,
+                vec![
+                    ("crc32c_generic", ModStatus::Failed),
+                    ("crc32c", ModStatus::Skipped),
+                    ("crc16", ModStatus::Builtin),
+                    ("mbcache", ModStatus::AlreadyLoaded),
+                    ("jbd2", ModStatus::Failed),
+                    ("ext4", ModStatus::Skipped),
+                ],
+                "jobs={jobs}"
+            );
+            assert_eq!(r[0].errno.as_deref(), Some("ENOENT"));
+            assert!(r[0].softdep && r[1].softdep && !r[2].softdep);
+            assert_eq!(
+                r[5].message.as_deref(),
+                Some("dependency jbd2 did not load")
+            );
+        }
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+}

@@ -1,0 +1,163 @@
+//! Stage `start`: what PID 1 does before anything can be checked. Mount the API
+//! filesystems, install the panic policy, read the kernel command line once, load the
+//! image's BOM from the initramfs and check that the running kernel is the one it names.
+//!
+//! PID 1 must never return, exit or unwind: the kernel would panic with "Attempted to
+//! kill init!". The panic hook therefore logs to `/dev/kmsg`, syncs and reboots, powers
+//! off or halts as the command line says ([`set_panic_action`]); if even that fails, the
+//! thread sleeps forever.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU8, Ordering};
+
+use nix::mount::MsFlags;
+
+use super::{Classified, Context, Fault};
+use crate::config::bom::{self, BomError};
+use crate::config::cmdline::{Action, BootArgs};
+use crate::sys::{self, SysError};
+use crate::util::fs::{read_text_limited, InputError};
+
+/// Most bytes read from `/proc/cmdline` (the kernel's own limit is 2048 on x86-64; some
+/// configurations allow more).
+pub const CMDLINE_MAX: u64 = 64 * 1024;
+
+/// Why the boot could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot read the kernel command line: {0}")]
+    Cmdline(InputError),
+    #[error("cannot tell the running kernel's release: {0}")]
+    Release(SysError),
+    #[error(transparent)]
+    Bom(#[from] BomError),
+    #[error("running kernel {running} but the BOM's kernel.release is {bom}")]
+    KernelMismatch { running: String, bom: String },
+}
+
+impl Classified for StartError {
+    fn fault(&self) -> Fault {
+        match self {
+            StartError::Cmdline(_) | StartError::Release(_) => Fault::Platform,
+            StartError::Bom(_) | StartError::KernelMismatch { .. } => Fault::Image,
+        }
+    }
+}
+
+/// The stage: command line, BOM, kernel release.
+pub fn run(ctx: &mut Context) -> Result<String, StartError> {
+    let path: PathBuf = ctx.roots.proc.join("cmdline");
+    let line = read_text_limited(&path, CMDLINE_MAX).map_err(StartError::Cmdline)?;
+    ctx.cmdline = line.trim_end_matches('\n').to_string();
+    ctx.args = BootArgs::parse(&ctx.cmdline);
+    set_panic_action(ctx.args.on_panic);
+    if ctx.args.debug {
+        log::set_max_level(log::LevelFilter::Debug);
+    }
+    ctx.facts.warnings.append(&mut ctx.args.warnings);
+    ctx.release = sys::kernel_release().map_err(StartError::Release)?;
+    ctx.facts.kernel_release = Some(ctx.release.clone());
+    let b = bom::load(Path::new(&ctx.args.bom_path))?;
+    ctx.facts.image_id = Some(b.bom.image_id.to_string());
+    ctx.facts.bom_sha256 = Some(b.sha256.clone());
+    log::info!("BOM {} sha256 {}", b.bom.image_id, b.sha256);
+    let detail = format!("bom {} ({})", b.bom.image_id, b.path.display());
+    let want = b.bom.kernel.release.to_string();
+    ctx.bom = Some(b);
+    if want != ctx.release {
+        return Err(StartError::KernelMismatch {
+            running: ctx.release.clone(),
+            bom: want,
+        });
+    }
+    Ok(detail)
+}
+
+static PANIC_ACTION: AtomicU8 = AtomicU8::new(2);
+
+fn encode(a: Action) -> u8 {
+    match a {
+        Action::Halt => 0,
+        Action::Poweroff => 1,
+        Action::Reboot => 2,
+    }
+}
+
+fn decode(v: u8) -> Action {
+    match v {
+        0 => Action::Halt,
+        1 => Action::Poweroff,
+        _ => Action::Reboot,
+    }
+}
+
+/// Sets what the panic hook does (the default is reboot).
+pub fn set_panic_action(a: Action) {
+    PANIC_ACTION.store(encode(a), Ordering::SeqCst);
+}
+
+/// Installs the PID-1 panic hook.
+pub fn install_panic_hook() {
+    std::panic::set_hook(Box::new(|info| {
+        let loc = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let payload = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "(no message)".into());
+        let action = decode(PANIC_ACTION.load(Ordering::SeqCst));
+        crate::sys::kmsg::emergency(&format!(
+            "PANIC in PID 1: {payload}{loc}; syncing, then {}",
+            action_word(action)
+        ));
+        super::handover::finish(action)
+    }));
+}
+
+fn action_word(a: Action) -> &'static str {
+    match a {
+        Action::Halt => "halt",
+        Action::Poweroff => "power off",
+        Action::Reboot => "reboot",
+    }
+}
+
+/// Mounts the API filesystems PID 1 needs: `/proc`, `/sys`, `/dev` (devtmpfs), `/run`.
+/// Already-mounted targets (`EBUSY`) are fine. Returns the failures, which the caller
+/// reports; the boot goes on as far as it can.
+pub fn mount_api_filesystems(root: &Path) -> Vec<SysError> {
+    let nosuid = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    let table: [(&str, &str, &str, MsFlags, Option<&str>); 4] = [
+        ("proc", "proc", "proc", nosuid, None),
+        ("sysfs", "sys", "sysfs", nosuid, None),
+        (
+            "devtmpfs",
+            "dev",
+            "devtmpfs",
+            MsFlags::MS_NOSUID,
+            Some("mode=0755"),
+        ),
+        (
+            "tmpfs",
+            "run",
+            "tmpfs",
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
+            Some("mode=0755"),
+        ),
+    ];
+    let mut errs = Vec::new();
+    for (src, dir, fstype, flags, data) in table {
+        let target = root.join(dir);
+        let _ = std::fs::create_dir_all(&target);
+        match sys::mount(src, &target, Some(fstype), flags, data) {
+            Ok(()) => {}
+            Err(e) if e.errno == nix::errno::Errno::EBUSY => {}
+            Err(e) => errs.push(e),
+        }
+    }
+    errs
+}

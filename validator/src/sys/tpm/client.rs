@@ -1,0 +1,858 @@
+//! The TPM 2.0 commands the gate uses, over any [`Transport`].
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::transport::Transport;
+use crate::formats::tpm::wire::{
+    check_response, CommandBuf, Reader, ResponseCode, HEADER_LEN, ST_NO_SESSIONS, ST_SESSIONS,
+};
+use crate::formats::tpm::{HashAlg, TpmError};
+
+/// Default per-command timeout.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(2);
+
+const CC_STARTUP: u32 = 0x0000_0144;
+const CC_GET_CAPABILITY: u32 = 0x0000_017A;
+const CC_PCR_READ: u32 = 0x0000_017E;
+const CC_PCR_EXTEND: u32 = 0x0000_0182;
+const TPM_CAP_PCRS: u32 = 0x0000_0005;
+const TPM_RS_PW: u32 = 0x4000_0009;
+const TPM_SU_CLEAR: u16 = 0x0000;
+/// PCR indexes we accept (`TPM2_MAX_PCRS` in the TSS).
+const PCR_COUNT: u32 = 32;
+/// Times a PCR_Read sequence restarts when the update counter moves under it.
+const READ_RESTARTS: u32 = 3;
+
+/// How often and how long to retry `TPM_RC_RETRY`, `YIELDED`, `TESTING`.
+#[derive(Debug, Clone, Copy)]
+struct RetryPolicy {
+    tries: u32,
+    first: Duration,
+    max: Duration,
+}
+
+const RETRY: RetryPolicy = RetryPolicy {
+    tries: 5,
+    first: Duration::from_millis(10),
+    max: Duration::from_millis(200),
+};
+
+/// Commands sent (every transaction, retries included) and the time spent in them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TpmStats {
+    pub commands: u32,
+    pub time: Duration,
+}
+
+/// A TPM 2.0 client over a [`Transport`].
+#[derive(Debug)]
+pub struct Tpm<T: Transport> {
+    transport: T,
+    timeout: Duration,
+    retry: RetryPolicy,
+    stats: TpmStats,
+    /// The active banks, once [`Tpm::get_pcr_banks`] has read them.
+    banks: Option<Vec<HashAlg>>,
+}
+
+impl<T: Transport> Tpm<T> {
+    /// A client with the default timeout of [`DEFAULT_TIMEOUT`] per command.
+    pub fn new(transport: T) -> Tpm<T> {
+        Tpm {
+            transport,
+            timeout: DEFAULT_TIMEOUT,
+            retry: RETRY,
+            stats: TpmStats::default(),
+            banks: None,
+        }
+    }
+
+    /// Sets the per-command timeout.
+    pub fn with_timeout(mut self, timeout: Duration) -> Tpm<T> {
+        self.timeout = timeout;
+        self
+    }
+
+    /// Commands sent so far and the time spent waiting for their responses.
+    pub fn stats(&self) -> TpmStats {
+        self.stats
+    }
+
+    /// Gives the transport back.
+    pub fn into_transport(self) -> T {
+        self.transport
+    }
+
+    /// `TPM2_Startup(TPM_SU_CLEAR)`. Returns `false` when the TPM was already started
+    /// (`TPM_RC_INITIALIZE`), as it is after firmware.
+    pub fn startup_clear(&mut self) -> Result<bool, TpmError> {
+        const CMD: &str = "TPM2_Startup";
+        let mut c = CommandBuf::new(ST_NO_SESSIONS, CC_STARTUP);
+        c.u16(TPM_SU_CLEAR);
+        match self.execute(CMD, ST_NO_SESSIONS, &c.finish()) {
+            Ok(resp) => {
+                Reader::new(CMD, &resp[HEADER_LEN..]).finish()?;
+                Ok(true)
+            }
+            Err(TpmError::Rc { rc, .. }) if rc == ResponseCode::INITIALIZE => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `TPM2_GetCapability(TPM_CAP_PCRS)`: the active PCR banks (a non-empty
+    /// `pcrSelect`), in the TPM's order. Banks of algorithms we do not support are left
+    /// out. The result is remembered: [`Tpm::pcr_extend`] then insists on a digest for
+    /// each of them.
+    pub fn get_pcr_banks(&mut self) -> Result<Vec<HashAlg>, TpmError> {
+        const CMD: &str = "TPM2_GetCapability(TPM_CAP_PCRS)";
+        let mut c = CommandBuf::new(ST_NO_SESSIONS, CC_GET_CAPABILITY);
+        c.u32(TPM_CAP_PCRS).u32(0).u32(1);
+        let resp = self.execute(CMD, ST_NO_SESSIONS, &c.finish())?;
+        let banks = parse_pcr_banks(CMD, &resp[HEADER_LEN..])?;
+        self.banks = Some(banks.clone());
+        Ok(banks)
+    }
+
+    /// `TPM2_PCR_Extend`: one command extending `pcr` in every bank given, with the empty
+    /// password session (`TPM_RS_PW`). Give a digest for every active bank: a bank left
+    /// out keeps a value an attacker could forge. Once [`Tpm::get_pcr_banks`] has run, the
+    /// digests must cover exactly those banks.
+    pub fn pcr_extend(&mut self, pcr: u32, digests: &[(HashAlg, Vec<u8>)]) -> Result<(), TpmError> {
+        const CMD: &str = "TPM2_PCR_Extend";
+        check_pcr(CMD, pcr)?;
+        let invalid = |why: String| TpmError::Invalid { command: CMD, why };
+        if digests.is_empty() {
+            return Err(invalid("no digest given".into()));
+        }
+        for (i, (alg, d)) in digests.iter().enumerate() {
+            if d.len() != alg.size() {
+                return Err(invalid(format!(
+                    "{alg} digest has {} bytes, expected {}",
+                    d.len(),
+                    alg.size()
+                )));
+            }
+            if digests[..i].iter().any(|(a, _)| a == alg) {
+                return Err(invalid(format!("two {alg} digests")));
+            }
+        }
+        if let Some(banks) = &self.banks {
+            let missing: Vec<&str> = banks
+                .iter()
+                .filter(|b| !digests.iter().any(|(a, _)| a == *b))
+                .map(|b| b.name())
+                .collect();
+            let extra: Vec<&str> = digests
+                .iter()
+                .filter(|(a, _)| !banks.contains(a))
+                .map(|(a, _)| a.name())
+                .collect();
+            if !missing.is_empty() || !extra.is_empty() {
+                return Err(invalid(format!(
+                    "digests must cover exactly the active banks; missing [{}], not active [{}]",
+                    missing.join(","),
+                    extra.join(",")
+                )));
+            }
+        }
+        let mut c = CommandBuf::new(ST_SESSIONS, CC_PCR_EXTEND);
+        c.u32(pcr);
+        // Authorization area: TPMS_AUTH_COMMAND with the password session, empty nonce,
+        // no attributes, empty password.
+        c.u32(9).u32(TPM_RS_PW).u16(0).u8(0).u16(0);
+        c.u32(digests.len() as u32);
+        for (alg, d) in digests {
+            c.u16(alg.alg_id()).bytes(d);
+        }
+        let resp = self.execute(CMD, ST_SESSIONS, &c.finish())?;
+        let mut r = Reader::new(CMD, &resp[HEADER_LEN..]);
+        let param_size = r.u32("parameterSize")?;
+        if param_size != 0 {
+            return Err(TpmError::BadResponse {
+                command: CMD,
+                why: format!("parameterSize {param_size}, expected 0"),
+            });
+        }
+        r.tpm2b("session nonce")?;
+        r.u8("session attributes")?;
+        r.tpm2b("session hmac")?;
+        r.finish()
+    }
+
+    /// `TPM2_PCR_Read` of one PCR in the given banks, in the order given. A TPM returns at
+    /// most 8 digests per call and may leave selections out: the remaining banks are
+    /// asked for again until all are read; if the PCR update counter moves between those
+    /// calls, the read starts over.
+    pub fn pcr_read(
+        &mut self,
+        pcr: u32,
+        banks: &[HashAlg],
+    ) -> Result<Vec<(HashAlg, Vec<u8>)>, TpmError> {
+        const CMD: &str = "TPM2_PCR_Read";
+        check_pcr(CMD, pcr)?;
+        if banks.is_empty() {
+            return Err(TpmError::Invalid {
+                command: CMD,
+                why: "no bank given".into(),
+            });
+        }
+        for (i, b) in banks.iter().enumerate() {
+            if banks[..i].contains(b) {
+                return Err(TpmError::Invalid {
+                    command: CMD,
+                    why: format!("bank {b} given twice"),
+                });
+            }
+        }
+        'restart: for _ in 0..READ_RESTARTS {
+            let mut got: Vec<Option<Vec<u8>>> = vec![None; banks.len()];
+            let mut counter = None;
+            loop {
+                let want: Vec<HashAlg> = banks
+                    .iter()
+                    .zip(&got)
+                    .filter(|(_, g)| g.is_none())
+                    .map(|(b, _)| *b)
+                    .collect();
+                if want.is_empty() {
+                    break;
+                }
+                let mut c = CommandBuf::new(ST_NO_SESSIONS, CC_PCR_READ);
+                push_selection(&mut c, &want, pcr);
+                let resp = self.execute(CMD, ST_NO_SESSIONS, &c.finish())?;
+                let (update, values) = parse_pcr_read(CMD, &resp[HEADER_LEN..], pcr, &want)?;
+                if values.is_empty() {
+                    return Err(TpmError::BadResponse {
+                        command: CMD,
+                        why: format!("no value returned for PCR {pcr} in [{}]", names(&want)),
+                    });
+                }
+                if counter.is_some_and(|c| c != update) {
+                    continue 'restart;
+                }
+                counter = Some(update);
+                for (alg, v) in values {
+                    if let Some(i) = banks.iter().position(|b| *b == alg) {
+                        got[i] = Some(v);
+                    }
+                }
+            }
+            return Ok(banks
+                .iter()
+                .zip(got)
+                .map(|(b, v)| (*b, v.unwrap_or_default()))
+                .collect());
+        }
+        Err(TpmError::BadResponse {
+            command: CMD,
+            why: format!("PCR update counter changed during each of {READ_RESTARTS} reads"),
+        })
+    }
+
+    /// Sends one command, retrying "busy" codes with a bounded backoff; returns the whole
+    /// response once it checked as a success.
+    fn execute(
+        &mut self,
+        command: &'static str,
+        expect_tag: u16,
+        cmd: &[u8],
+    ) -> Result<Vec<u8>, TpmError> {
+        let mut backoff = self.retry.first;
+        let mut last = ResponseCode::RETRY;
+        for attempt in 1..=self.retry.tries {
+            let start = Instant::now();
+            let r = self.transport.transact(cmd, self.timeout);
+            self.stats.commands += 1;
+            self.stats.time += start.elapsed();
+            let resp = r.map_err(|e| TpmError::Command {
+                command,
+                source: Box::new(e),
+            })?;
+            match check_response(command, expect_tag, &resp) {
+                Ok(_) => return Ok(resp),
+                Err(TpmError::Rc { rc, .. }) if rc.is_retryable() => {
+                    log::debug!("{command}: {rc}, try {attempt} of {}", self.retry.tries);
+                    last = rc;
+                    if attempt < self.retry.tries {
+                        thread::sleep(backoff);
+                        backoff = (backoff * 2).min(self.retry.max);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(TpmError::Busy {
+            command,
+            rc: last,
+            tries: self.retry.tries,
+        })
+    }
+}
+
+fn check_pcr(command: &'static str, pcr: u32) -> Result<(), TpmError> {
+    if pcr >= PCR_COUNT {
+        return Err(TpmError::Invalid {
+            command,
+            why: format!("PCR {pcr} out of range 0..{PCR_COUNT}"),
+        });
+    }
+    Ok(())
+}
+
+fn names(banks: &[HashAlg]) -> String {
+    banks.iter().map(|b| b.name()).collect::<Vec<_>>().join(",")
+}
+
+/// A `TPML_PCR_SELECTION` selecting `pcr` in each bank.
+fn push_selection(c: &mut CommandBuf, banks: &[HashAlg], pcr: u32) {
+    let size = (pcr / 8 + 1).max(3) as usize;
+    let mut select = vec![0u8; size];
+    select[(pcr / 8) as usize] = 1 << (pcr % 8);
+    c.u32(banks.len() as u32);
+    for b in banks {
+        c.u16(b.alg_id()).u8(size as u8).bytes(&select);
+    }
+}
+
+/// One `TPMS_PCR_SELECTION`: algorithm and the bitmap.
+fn read_selection<'a>(r: &mut Reader<'a>) -> Result<(u16, &'a [u8]), TpmError> {
+    let alg = r.u16("TPMS_PCR_SELECTION.hash")?;
+    let n = r.u8("TPMS_PCR_SELECTION.sizeofSelect")?;
+    let bits = r.bytes(usize::from(n), "TPMS_PCR_SELECTION.pcrSelect")?;
+    Ok((alg, bits))
+}
+
+/// The `TPML_PCR_SELECTION` count, bounded so that a lying count fails as truncation
+/// rather than a large loop (each entry is at least 3 bytes).
+fn read_count(
+    command: &'static str,
+    r: &mut Reader<'_>,
+    what: &str,
+    max: u32,
+) -> Result<u32, TpmError> {
+    let at = r.offset();
+    let n = r.u32(what)?;
+    if n > max {
+        return Err(TpmError::BadResponse {
+            command,
+            why: format!("{what} {n} at byte {at} exceeds {max}"),
+        });
+    }
+    Ok(n)
+}
+
+/// GetCapability(TPM_CAP_PCRS) response parameters → active, supported banks.
+fn parse_pcr_banks(command: &'static str, body: &[u8]) -> Result<Vec<HashAlg>, TpmError> {
+    let mut r = Reader::new(command, body);
+    let more = r.u8("moreData")?;
+    if more > 1 {
+        return Err(TpmError::BadResponse {
+            command,
+            why: format!("moreData {more} is not a TPMI_YES_NO"),
+        });
+    }
+    let cap = r.u32("capability")?;
+    if cap != TPM_CAP_PCRS {
+        return Err(TpmError::BadResponse {
+            command,
+            why: format!("capability {cap:#x}, expected TPM_CAP_PCRS (0x5)"),
+        });
+    }
+    let count = read_count(command, &mut r, "TPML_PCR_SELECTION.count", 16)?;
+    let mut banks = Vec::new();
+    for _ in 0..count {
+        let (alg, bits) = read_selection(&mut r)?;
+        if bits.iter().all(|b| *b == 0) {
+            continue;
+        }
+        match HashAlg::from_alg_id(alg) {
+            Some(h) if !banks.contains(&h) => banks.push(h),
+            Some(_) => {}
+            None => log::debug!("{command}: ignoring PCR bank of algorithm {alg:#06x}"),
+        }
+    }
+    r.finish()?;
+    Ok(banks)
+}
+
+/// The update counter and the values of one PCR_Read.
+type PcrReadReply = (u32, Vec<(HashAlg, Vec<u8>)>);
+
+/// PCR_Read response parameters → update counter and the values returned, checked to
+/// be `pcr` in banks of `want`, with digests of the bank's size.
+fn parse_pcr_read(
+    command: &'static str,
+    body: &[u8],
+    pcr: u32,
+    want: &[HashAlg],
+) -> Result<PcrReadReply, TpmError> {
+    let bad = |why: String| TpmError::BadResponse { command, why };
+    let mut r = Reader::new(command, body);
+    let update = r.u32("pcrUpdateCounter")?;
+    let count = read_count(command, &mut r, "TPML_PCR_SELECTION.count", 16)?;
+    let mut selected = Vec::new();
+    for _ in 0..count {
+        let at = r.offset();
+        let (alg_id, bits) = read_selection(&mut r)?;
+        for (byte, b) in bits.iter().enumerate() {
+            for bit in 0..8 {
+                if b & (1 << bit) == 0 {
+                    continue;
+                }
+                let index = byte as u32 * 8 + bit;
+                let alg = HashAlg::from_alg_id(alg_id).filter(|a| want.contains(a));
+                match alg {
+                    Some(a) if index == pcr && !selected.contains(&a) => selected.push(a),
+                    _ => {
+                        return Err(bad(format!(
+                            "selection at byte {at} returns PCR {index} of bank {alg_id:#06x}, which was not asked for"
+                        )))
+                    }
+                }
+            }
+        }
+    }
+    let at = r.offset();
+    let n = r.u32("TPML_DIGEST.count")?;
+    if n as usize != selected.len() {
+        return Err(bad(format!(
+            "{n} digests at byte {at} for {} selected PCRs",
+            selected.len()
+        )));
+    }
+    let mut values = Vec::with_capacity(selected.len());
+    for alg in selected {
+        let at = r.offset();
+        let d = r.tpm2b("TPM2B_DIGEST")?;
+        if d.len() != alg.size() {
+            return Err(bad(format!(
+                "{alg} digest at byte {at} has {} bytes, expected {}",
+                d.len(),
+                alg.size()
+            )));
+        }
+        values.push((alg, d.to_vec()));
+    }
+    r.finish()?;
+    Ok((update, values))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::VecDeque;
+
+    /// A transport answering from a script and recording what it was sent.
+    #[derive(Debug, Default)]
+    struct Script {
+        answers: VecDeque<Result<Vec<u8>, TpmError>>,
+        sent: Vec<Vec<u8>>,
+    }
+
+    impl Script {
+        fn new(answers: Vec<Vec<u8>>) -> Script {
+            Script {
+                answers: answers.into_iter().map(Ok).collect(),
+                sent: Vec::new(),
+            }
+        }
+    }
+
+    impl Transport for Script {
+        fn transact(&mut self, cmd: &[u8], _: Duration) -> Result<Vec<u8>, TpmError> {
+            self.sent.push(cmd.to_vec());
+            self.answers.pop_front().unwrap_or_else(|| {
+                Err(TpmError::Channel {
+                    endpoint: "script".into(),
+                    why: "no more answers".into(),
+                })
+            })
+        }
+    }
+
+    fn fast(script: Script) -> Tpm<Script> {
+        let mut t = Tpm::new(script);
+        t.retry.first = Duration::from_millis(1);
+        t.retry.max = Duration::from_millis(2);
+        t
+    }
+
+    /// A response: header with the right size, then `body`.
+    fn resp(tag: u16, rc: u32, body: &[u8]) -> Vec<u8> {
+        let mut v = tag.to_be_bytes().to_vec();
+        v.extend_from_slice(&((10 + body.len()) as u32).to_be_bytes());
+        v.extend_from_slice(&rc.to_be_bytes());
+        v.extend_from_slice(body);
+        v
+    }
+
+    fn rc(code: u32) -> Vec<u8> {
+        resp(ST_NO_SESSIONS, code, &[])
+    }
+
+    /// GetCapability(TPM_CAP_PCRS) response: sha1 and sha256 active, sha384 allocated
+    /// but empty, sm3_256 active (unsupported, ignored).
+    const CAP_PCRS: &[u8] = &[
+        0x80, 0x01, 0x00, 0x00, 0x00, 0x2B, 0x00, 0x00, 0x00, 0x00, // header, 43 bytes
+        0x00, // moreData
+        0x00, 0x00, 0x00, 0x05, // TPM_CAP_PCRS
+        0x00, 0x00, 0x00, 0x04, // count
+        0x00, 0x04, 0x03, 0xFF, 0xFF, 0xFF, // sha1
+        0x00, 0x0B, 0x03, 0xFF, 0xFF, 0xFF, // sha256
+        0x00, 0x0C, 0x03, 0x00, 0x00, 0x00, // sha384, no PCR
+        0x00, 0x12, 0x03, 0xFF, 0xFF, 0xFF, // sm3_256
+    ];
+
+    fn pcr_read_resp(counter: u32, pcr: u32, vals: &[(HashAlg, Vec<u8>)]) -> Vec<u8> {
+        let mut b = counter.to_be_bytes().to_vec();
+        b.extend_from_slice(&(vals.len() as u32).to_be_bytes());
+        for (a, _) in vals {
+            let mut sel = [0u8; 3];
+            sel[(pcr / 8) as usize] = 1 << (pcr % 8);
+            b.extend_from_slice(&a.alg_id().to_be_bytes());
+            b.push(3);
+            b.extend_from_slice(&sel);
+        }
+        b.extend_from_slice(&(vals.len() as u32).to_be_bytes());
+        for (_, v) in vals {
+            b.extend_from_slice(&(v.len() as u16).to_be_bytes());
+            b.extend_from_slice(v);
+        }
+        resp(ST_NO_SESSIONS, 0, &b)
+    }
+
+    const EXTEND_OK: &[u8] = &[
+        0x80, 0x02, 0x00, 0x00, 0x00, 0x13, 0x00, 0x00, 0x00, 0x00, // header, 19 bytes
+        0x00, 0x00, 0x00, 0x00, // parameterSize
+        0x00, 0x00, 0x01, 0x00, 0x00, // nonce, attributes (continueSession), hmac
+    ];
+
+    #[test]
+    fn get_pcr_banks_from_recorded_response() {
+        let mut t = fast(Script::new(vec![CAP_PCRS.to_vec()]));
+        assert_eq!(
+            t.get_pcr_banks().unwrap(),
+            vec![HashAlg::Sha1, HashAlg::Sha256]
+        );
+        let s = t.stats();
+        assert_eq!(s.commands, 1);
+        let sent = &t.into_transport().sent;
+        assert_eq!(
+            sent[0],
+            [
+                0x80, 0x01, 0x00, 0x00, 0x00, 0x16, 0x00, 0x00, 0x01, 0x7A, // header
+                0x00, 0x00, 0x00, 0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x01,
+            ]
+        );
+    }
+
+    #[test]
+    fn get_pcr_banks_rejects_trailing_bytes_and_wrong_capability() {
+        let mut long = CAP_PCRS.to_vec();
+        long.push(0);
+        long[5] += 1;
+        let e = fast(Script::new(vec![long])).get_pcr_banks().unwrap_err();
+        assert!(
+            e.to_string().contains("1 unexpected bytes at byte 43"),
+            "{e}"
+        );
+        let mut wrong = CAP_PCRS.to_vec();
+        wrong[14] = 6;
+        let e = fast(Script::new(vec![wrong])).get_pcr_banks().unwrap_err();
+        assert!(e.to_string().contains("expected TPM_CAP_PCRS"), "{e}");
+        let mut lying = CAP_PCRS.to_vec();
+        lying[18] = 0xFF;
+        let e = fast(Script::new(vec![lying])).get_pcr_banks().unwrap_err();
+        assert!(e.to_string().contains("exceeds 16"), "{e}");
+    }
+
+    #[test]
+    fn pcr_read_recorded_bytes() {
+        let v = HashAlg::Sha256.digest(b"pcr9");
+        let r = pcr_read_resp(0x2A, 9, &[(HashAlg::Sha256, v.clone())]);
+        assert_eq!(r.len(), 62);
+        let mut t = fast(Script::new(vec![r]));
+        assert_eq!(
+            t.pcr_read(9, &[HashAlg::Sha256]).unwrap(),
+            vec![(HashAlg::Sha256, v)]
+        );
+        assert_eq!(
+            t.into_transport().sent[0],
+            [
+                0x80, 0x01, 0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x01, 0x7E, // header
+                0x00, 0x00, 0x00, 0x01, 0x00, 0x0B, 0x03, 0x00, 0x02, 0x00,
+            ]
+        );
+    }
+
+    #[test]
+    fn pcr_read_loops_until_every_bank_is_read() {
+        let v1 = vec![1u8; 20];
+        let v384 = vec![3u8; 48];
+        let v256 = vec![2u8; 32];
+        let mut t = fast(Script::new(vec![
+            // The TPM answers only sha1 and sha384 first, then sha256.
+            pcr_read_resp(
+                7,
+                11,
+                &[(HashAlg::Sha1, v1.clone()), (HashAlg::Sha384, v384.clone())],
+            ),
+            pcr_read_resp(7, 11, &[(HashAlg::Sha256, v256.clone())]),
+        ]));
+        let got = t
+            .pcr_read(11, &[HashAlg::Sha256, HashAlg::Sha1, HashAlg::Sha384])
+            .unwrap();
+        assert_eq!(
+            got,
+            vec![
+                (HashAlg::Sha256, v256),
+                (HashAlg::Sha1, v1),
+                (HashAlg::Sha384, v384)
+            ]
+        );
+        assert_eq!(t.stats().commands, 2);
+        let sent = t.into_transport().sent;
+        // The second command asks for sha256 only (PCR 11: byte 1, bit 3).
+        assert_eq!(
+            sent[1],
+            [
+                0x80, 0x01, 0x00, 0x00, 0x00, 0x14, 0x00, 0x00, 0x01, 0x7E, 0x00, 0x00, 0x00, 0x01,
+                0x00, 0x0B, 0x03, 0x00, 0x08, 0x00,
+            ]
+        );
+    }
+
+    #[test]
+    fn pcr_read_restarts_when_the_counter_moves() {
+        let a = |n: u8| vec![n; 20];
+        let b = |n: u8| vec![n; 32];
+        let mut t = fast(Script::new(vec![
+            pcr_read_resp(1, 0, &[(HashAlg::Sha1, a(1))]),
+            pcr_read_resp(2, 0, &[(HashAlg::Sha256, b(2))]),
+            pcr_read_resp(2, 0, &[(HashAlg::Sha1, a(3)), (HashAlg::Sha256, b(3))]),
+        ]));
+        let got = t.pcr_read(0, &[HashAlg::Sha1, HashAlg::Sha256]).unwrap();
+        assert_eq!(got, vec![(HashAlg::Sha1, a(3)), (HashAlg::Sha256, b(3))]);
+        assert_eq!(t.stats().commands, 3);
+    }
+
+    #[test]
+    fn pcr_read_rejects_unasked_values_and_empty_answers() {
+        let e = fast(Script::new(vec![pcr_read_resp(
+            1,
+            10,
+            &[(HashAlg::Sha1, vec![0; 20])],
+        )]))
+        .pcr_read(9, &[HashAlg::Sha1])
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("returns PCR 10 of bank 0x0004"),
+            "{e}"
+        );
+        let e = fast(Script::new(vec![pcr_read_resp(1, 9, &[])]))
+            .pcr_read(9, &[HashAlg::Sha1])
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("no value returned for PCR 9 in [sha1]"),
+            "{e}"
+        );
+        // Digest of the wrong size for the bank.
+        let e = fast(Script::new(vec![pcr_read_resp(
+            1,
+            9,
+            &[(HashAlg::Sha1, vec![0; 32])],
+        )]))
+        .pcr_read(9, &[HashAlg::Sha1])
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("sha1 digest at byte 28 has 32 bytes"),
+            "{e}"
+        );
+        let e = fast(Script::new(vec![]))
+            .pcr_read(32, &[HashAlg::Sha1])
+            .unwrap_err();
+        assert!(e.to_string().contains("out of range"), "{e}");
+    }
+
+    #[test]
+    fn truncated_and_lying_responses() {
+        let good = pcr_read_resp(1, 9, &[(HashAlg::Sha256, vec![9; 32])]);
+        // Truncated at every length: an error each time, never a panic.
+        for n in 0..good.len() {
+            let r = fast(Script::new(vec![good[..n].to_vec()])).pcr_read(9, &[HashAlg::Sha256]);
+            assert!(r.is_err(), "length {n}");
+        }
+        // Truncated with the size field fixed up: a parameter truncation, by offset.
+        let mut short = good[..good.len() - 4].to_vec();
+        short[5] -= 4;
+        let e = fast(Script::new(vec![short]))
+            .pcr_read(9, &[HashAlg::Sha256])
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "TPM2_PCR_Read: malformed response: truncated at byte 30: TPM2B_DIGEST needs 32 bytes, 28 left"
+        );
+        // The size field lies.
+        let mut lie = good.clone();
+        lie[5] += 1;
+        let e = fast(Script::new(vec![lie]))
+            .pcr_read(9, &[HashAlg::Sha256])
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "TPM2_PCR_Read: malformed response: size field says 63 bytes, received 62"
+        );
+    }
+
+    #[test]
+    fn pcr_extend_recorded_bytes() {
+        let d = HashAlg::Sha256.digest(b"hello");
+        let mut t = fast(Script::new(vec![EXTEND_OK.to_vec()]));
+        t.pcr_extend(11, &[(HashAlg::Sha256, d.clone())]).unwrap();
+        let sent = t.into_transport().sent;
+        let mut want = vec![
+            0x80, 0x02, 0x00, 0x00, 0x00, 0x41, 0x00, 0x00, 0x01, 0x82, // header, 65 bytes
+            0x00, 0x00, 0x00, 0x0B, // PCR 11
+            0x00, 0x00, 0x00, 0x09, // authorizationSize
+            0x40, 0x00, 0x00, 0x09, 0x00, 0x00, 0x00, 0x00, 0x00, // TPM_RS_PW, empty
+            0x00, 0x00, 0x00, 0x01, 0x00, 0x0B, // one sha256 digest
+        ];
+        want.extend_from_slice(&d);
+        assert_eq!(sent, vec![want]);
+    }
+
+    #[test]
+    fn pcr_extend_covers_every_active_bank_in_one_command() {
+        let mut t = fast(Script::new(vec![CAP_PCRS.to_vec(), EXTEND_OK.to_vec()]));
+        t.get_pcr_banks().unwrap();
+        let d1 = (HashAlg::Sha1, HashAlg::Sha1.digest(b"x"));
+        let d256 = (HashAlg::Sha256, HashAlg::Sha256.digest(b"x"));
+        let d384 = (HashAlg::Sha384, HashAlg::Sha384.digest(b"x"));
+        let e = t.pcr_extend(9, std::slice::from_ref(&d256)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "TPM2_PCR_Extend: digests must cover exactly the active banks; missing [sha1], not active []"
+        );
+        let e = t
+            .pcr_extend(9, &[d1.clone(), d256.clone(), d384])
+            .unwrap_err();
+        assert!(e.to_string().contains("not active [sha384]"), "{e}");
+        let e = t.pcr_extend(9, &[d1.clone(), d1.clone()]).unwrap_err();
+        assert!(e.to_string().contains("two sha1 digests"), "{e}");
+        let e = t
+            .pcr_extend(9, &[(HashAlg::Sha1, vec![0; 19]), d256.clone()])
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("sha1 digest has 19 bytes, expected 20"),
+            "{e}"
+        );
+        // Nothing was sent for the refused calls.
+        assert_eq!(t.stats().commands, 1);
+        t.pcr_extend(9, &[d1, d256]).unwrap();
+        assert_eq!(t.stats().commands, 2);
+        let sent = t.into_transport().sent;
+        assert_eq!(sent[1].len(), 10 + 4 + 4 + 9 + 4 + 2 + 20 + 2 + 32);
+    }
+
+    #[test]
+    fn pcr_extend_error_responses() {
+        let d = vec![(HashAlg::Sha256, vec![0; 32])];
+        let e = fast(Script::new(vec![rc(0x907)]))
+            .pcr_extend(17, &d)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "TPM2_PCR_Extend failed: TPM_RC_LOCALITY (0x907)"
+        );
+        assert_eq!(e.response_code(), Some(ResponseCode::LOCALITY));
+        let e = fast(Script::new(vec![rc(0x1C4)]))
+            .pcr_extend(9, &d)
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "TPM2_PCR_Extend failed: TPM_RC_VALUE (parameter 1) (0x1c4)"
+        );
+        let e = fast(Script::new(vec![rc(0x18B)]))
+            .pcr_extend(9, &d)
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("TPM_RC_HANDLE (handle 1) (0x18b)"),
+            "{e}"
+        );
+        let e = fast(Script::new(vec![rc(0x101)]))
+            .pcr_extend(9, &d)
+            .unwrap_err();
+        assert!(e.to_string().contains("TPM_RC_FAILURE (0x101)"), "{e}");
+        // A success answered with the no-sessions tag.
+        let mut bad = EXTEND_OK.to_vec();
+        bad[1] = 0x01;
+        let e = fast(Script::new(vec![bad])).pcr_extend(9, &d).unwrap_err();
+        assert!(
+            e.to_string().contains("expected 0x8002 (TPM_ST_SESSIONS)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn retry_then_success() {
+        let mut t = fast(Script::new(vec![
+            rc(0x922),
+            rc(0x908),
+            rc(0x90A),
+            CAP_PCRS.to_vec(),
+        ]));
+        assert_eq!(t.get_pcr_banks().unwrap().len(), 2);
+        assert_eq!(t.stats().commands, 4);
+        let sent = t.into_transport().sent;
+        assert!(sent.iter().all(|c| *c == sent[0]));
+    }
+
+    #[test]
+    fn retries_exhausted() {
+        let mut t = fast(Script::new(vec![rc(0x922); 6]));
+        let e = t.get_pcr_banks().unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "TPM2_GetCapability(TPM_CAP_PCRS): TPM still busy after 5 tries: TPM_RC_RETRY (0x922)"
+        );
+        assert_eq!(t.stats().commands, 5);
+    }
+
+    #[test]
+    fn default_backoff_is_bounded() {
+        // 4 waits between 5 tries: 10 + 20 + 40 + 80 ms.
+        let start = Instant::now();
+        let mut t = Tpm::new(Script::new(vec![rc(0x90A); 5]));
+        assert!(matches!(
+            t.get_pcr_banks(),
+            Err(TpmError::Busy { tries: 5, .. })
+        ));
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_millis(150) && took < Duration::from_secs(2),
+            "{took:?}"
+        );
+    }
+
+    #[test]
+    fn transport_errors_name_the_command() {
+        let mut t = fast(Script::new(vec![]));
+        let e = t.pcr_read(0, &[HashAlg::Sha1]).unwrap_err();
+        assert_eq!(e.to_string(), "TPM2_PCR_Read: script: no more answers");
+    }
+
+    #[test]
+    fn startup_clear_bytes_and_already_started() {
+        let mut t = fast(Script::new(vec![rc(0), rc(0x100), rc(0x101)]));
+        assert!(t.startup_clear().unwrap());
+        assert!(!t.startup_clear().unwrap());
+        let e = t.startup_clear().unwrap_err();
+        assert_eq!(e.to_string(), "TPM2_Startup failed: TPM_RC_FAILURE (0x101)");
+        let sent = t.into_transport().sent;
+        assert_eq!(sent[0], [0x80, 0x01, 0, 0, 0, 0x0C, 0, 0, 0x01, 0x44, 0, 0]);
+    }
+}

@@ -1,0 +1,205 @@
+//! Files: atomic replacement, and reading untrusted input safely.
+//!
+//! [`read_limited`] is how every input file (a BOM, a module, a kernel image, an event
+//! log, a sysfs value) is read: the file type is checked before anything could block (a
+//! FIFO with no writer would hang an `open(2)` for reading; a directory or `/dev/zero`
+//! is not an input), the open is non-blocking, and at most `limit` bytes are accepted: a
+//! larger file is an error naming the limit, never a partial read.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+/// Why an input file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum InputError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: is a {kind}, not a regular file")]
+    NotAFile { path: PathBuf, kind: &'static str },
+    #[error("{path}: larger than the limit of {limit} bytes")]
+    TooLarge { path: PathBuf, limit: u64 },
+}
+
+impl InputError {
+    /// The file the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            InputError::Io { path, .. }
+            | InputError::NotAFile { path, .. }
+            | InputError::TooLarge { path, .. } => path,
+        }
+    }
+}
+
+fn kind_of(t: std::fs::FileType) -> Option<&'static str> {
+    if t.is_file() {
+        None
+    } else if t.is_dir() {
+        Some("directory")
+    } else if t.is_fifo() {
+        Some("FIFO")
+    } else if t.is_socket() {
+        Some("socket")
+    } else if t.is_char_device() {
+        Some("character device")
+    } else if t.is_block_device() {
+        Some("block device")
+    } else {
+        Some("special file")
+    }
+}
+
+/// Opens `path` for reading if it is a regular file (or, with `block_ok`, a block
+/// device); never blocks on a FIFO.
+pub fn open_input(path: &Path, block_ok: bool) -> Result<File, InputError> {
+    let io = |source| InputError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let check = |t: std::fs::FileType| match kind_of(t) {
+        None => Ok(()),
+        Some(_) if block_ok && t.is_block_device() => Ok(()),
+        Some(kind) => Err(InputError::NotAFile {
+            path: path.to_path_buf(),
+            kind,
+        }),
+    };
+    check(std::fs::metadata(path).map_err(io)?.file_type())?;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK | nix::libc::O_CLOEXEC)
+        .open(path)
+        .map_err(io)?;
+    // The path may have changed between the two looks: judge what was opened.
+    check(f.metadata().map_err(io)?.file_type())?;
+    Ok(f)
+}
+
+/// Reads a whole regular file of at most `limit` bytes.
+pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
+    let f = open_input(path, false)?;
+    read_file_limited(f, path, limit)
+}
+
+/// Reads an opened file to its end, refusing more than `limit` bytes.
+pub fn read_file_limited(f: File, path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
+    let mut buf = Vec::new();
+    f.take(limit.saturating_add(1))
+        .read_to_end(&mut buf)
+        .map_err(|source| InputError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    if buf.len() as u64 > limit {
+        return Err(InputError::TooLarge {
+            path: path.to_path_buf(),
+            limit,
+        });
+    }
+    Ok(buf)
+}
+
+/// Reads a small text file (sysfs, procfs) of at most `limit` bytes as UTF-8.
+pub fn read_text_limited(path: &Path, limit: u64) -> Result<String, InputError> {
+    let bytes = read_limited(path, limit)?;
+    String::from_utf8(bytes).map_err(|_| InputError::Io {
+        path: path.to_path_buf(),
+        source: std::io::Error::new(std::io::ErrorKind::InvalidData, "not UTF-8"),
+    })
+}
+
+/// Writes `bytes` to `path` atomically: a temporary file in the same directory, fsync,
+/// rename, fsync of the directory. Creates the directory if needed. A reader sees the
+/// old file or the new one, never a part.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let name = path.file_name().ok_or_else(|| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("{}: not a file name", path.display()),
+        )
+    })?;
+    std::fs::create_dir_all(dir)?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(".tmp");
+    let tmp: PathBuf = dir.join(tmp_name);
+    let written = (|| {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written?;
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tmpdir(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("vld-fs-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    #[test]
+    fn atomic_write_replaces_whole_file() {
+        let dir = tmpdir("atomic");
+        let p = dir.join("sub/report.json");
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        assert_eq!(std::fs::read_dir(p.parent().unwrap()).unwrap().count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn inputs_are_checked_before_reading() {
+        let dir = tmpdir("input");
+        let f = dir.join("f");
+        std::fs::write(&f, b"12345").unwrap();
+        assert_eq!(read_limited(&f, 5).unwrap(), b"12345");
+        let e = read_limited(&f, 4).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("{}: larger than the limit of 4 bytes", f.display())
+        );
+        let e = read_limited(&dir, 10).unwrap_err();
+        assert!(
+            e.to_string()
+                .ends_with("is a directory, not a regular file"),
+            "{e}"
+        );
+        let fifo = dir.join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let e = read_limited(&fifo, 10).unwrap_err();
+        assert!(
+            e.to_string().ends_with("is a FIFO, not a regular file"),
+            "{e}"
+        );
+        let e = read_limited(Path::new("/dev/zero"), 10).unwrap_err();
+        assert!(e.to_string().contains("character device"), "{e}");
+        let e = read_limited(&dir.join("missing"), 10).unwrap_err();
+        assert!(e.to_string().contains("No such file"), "{e}");
+        assert_eq!(e.path(), dir.join("missing"));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,74 @@
+//! The bottom layer: small helpers every other layer may use and that use nothing of ours.
+//!
+//! Contract: [`hex`] / [`unhex`] are the one hex encoder and decoder (lower-case out,
+//! either case in, strict: odd lengths and non-hex digits are refused); [`le`] reads
+//! little- and big-endian integers at an offset through zerocopy, returning `None` past
+//! the end instead of panicking; [`fs`] writes files atomically and reads untrusted input
+//! with a size limit and a file-type check.
+//!
+//! Current limits: nothing here knows about any format or policy; callers attach the
+//! context (path, field) to the `None`s and errors they get back.
+
+pub mod fs;
+pub mod le;
+
+/// Lower-case hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    s
+}
+
+/// Hex (either case, even length) to bytes; `None` if it is not hex.
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    fn nibble(c: u8) -> Option<u8> {
+        match c {
+            b'0'..=b'9' => Some(c - b'0'),
+            b'a'..=b'f' => Some(c - b'a' + 10),
+            b'A'..=b'F' => Some(c - b'A' + 10),
+            _ => None,
+        }
+    }
+    let s = s.as_bytes();
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    s.chunks_exact(2)
+        .map(|p| match p {
+            [hi, lo] => Some((nibble(*hi)? << 4) | nibble(*lo)?),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A DER integer (serial) or key id as `modinfo` prints `sig_key`: upper-case hex pairs
+/// joined by `:`, without the sign-padding zero byte DER puts before a high first byte.
+pub fn colon_hex(bytes: &[u8]) -> String {
+    let b = match bytes {
+        [0, rest @ ..] if !rest.is_empty() && rest[0] & 0x80 != 0 => rest,
+        _ => bytes,
+    };
+    b.iter()
+        .map(|x| format!("{x:02X}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trips_and_is_strict() {
+        assert_eq!(hex(&[0x00, 0xab, 0xff]), "00abff");
+        assert_eq!(unhex("00ABff"), Some(vec![0x00, 0xab, 0xff]));
+        assert_eq!(unhex(""), Some(vec![]));
+        assert_eq!(unhex("abc"), None);
+        assert_eq!(unhex("zz"), None);
+        assert_eq!(unhex("+1"), None);
+    }
+}
