@@ -395,29 +395,6 @@ pub fn run(ctx: &mut Context) -> Result<String, MeasureError> {
     ))
 }
 
-/// Measures the loaded modules in plan order: each event is the module's name and the
-/// SHA-256 of the image the kernel was given, as the gate computed it in the pass that
-/// checked its signature. A loaded module without that digest is an error, never a
-/// second read.
-pub fn modules(ctx: &mut Context) -> Result<(), MeasureError> {
-    let loaded: Vec<(String, Option<String>)> = ctx
-        .facts
-        .modules
-        .iter()
-        .filter(|m| m.status == super::modules::ModStatus::Loaded)
-        .map(|m| (m.name.clone(), m.sha256.clone()))
-        .collect();
-    for (name, sha) in loaded {
-        let sha = sha.ok_or_else(|| MeasureError::Unmeasurable {
-            what: format!("module {name}"),
-            why: "the gate recorded no digest of the image the kernel was given".into(),
-        })?;
-        let e = format!("module:{name} sha256:{sha}");
-        event(ctx, &e, e.as_bytes(), "validator-module")?;
-    }
-    Ok(())
-}
-
 /// The end of measuring, on every path: the decision word, `leave-initrd` when the boot
 /// goes on, then the PCRs read back and both logs written under `/run`.
 pub fn finish(ctx: &mut Context, pass: bool) -> Result<(), MeasureError> {

@@ -157,7 +157,7 @@ pub struct Context {
     pub measurer: Option<measure::Measurer>,
     /// The trust store the module gate loaded, reused by the verity stage.
     pub trust: Option<TrustStore>,
-    pub verity_parts: Option<verity::Parts>,
+    pub verity_parts: Option<storage::verity_parts::Parts>,
     pub facts: Facts,
 }
 

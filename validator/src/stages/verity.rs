@@ -19,14 +19,13 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::storage::{self, FoundPartition};
+use super::storage::verity_parts::{Parts, SigPartition};
+use super::storage::FoundPartition;
 use super::{Classified, Context, Fault};
 use crate::config::bom::{OnCorruption, RootHashSource, Verity};
-use crate::config::cmdline::RootSpec;
 use crate::config::layout;
 use crate::formats::verity::superblock::{self, Params};
-use crate::formats::verity::{sig, tree, uuid_from_hash};
-use crate::formats::verity::{DPS_ROOT_VERITY_SIG_X86_64, DPS_ROOT_VERITY_X86_64, DPS_ROOT_X86_64};
+use crate::formats::verity::{sig, tree};
 use crate::sys::dm;
 use crate::trust::rootsig::{self, RootSigError};
 use crate::trust::TrustStore;
@@ -115,130 +114,18 @@ pub struct VerityReport {
     pub critical_files: Vec<super::critical::CriticalFile>,
 }
 
-/// Where the verity partitions are named on the command line (`validator.verity_data=`,
-/// `validator.verity_hash=`, `validator.verity_sig=`).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Names {
-    pub data: Option<RootSpec>,
-    pub hash: Option<RootSpec>,
-    pub sig: Option<RootSpec>,
-}
-
-/// The partitions the verity root is made of.
-#[derive(Debug, Clone)]
-pub struct Parts {
-    pub data: FoundPartition,
-    pub hash: FoundPartition,
-    pub sig: Option<SigPartition>,
-}
-
-/// The `root-verity-sig` partition and what it holds (read once, verified later).
-#[derive(Debug, Clone)]
-pub struct SigPartition {
-    pub partition: FoundPartition,
-    pub sig: sig::RootHashSig,
-}
-
-fn unique<'a>(
-    parts: &'a [FoundPartition],
-    what: &str,
-    f: impl Fn(&FoundPartition) -> bool,
-) -> Result<Option<&'a FoundPartition>, VerityError> {
-    let hits: Vec<&FoundPartition> = parts.iter().filter(|p| f(p)).collect();
-    match hits.len() {
-        0 => Ok(None),
-        1 => Ok(Some(hits[0])),
-        _ => Err(VerityError::Partitions(format!(
-            "more than one {what} partition: {}",
-            hits.iter()
-                .map(|p| p.device.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))),
-    }
-}
-
-/// Finds the signature partition (when the root hash comes from one).
-pub fn find_sig(
-    parts: &[FoundPartition],
-    names: &Names,
-) -> Result<Option<FoundPartition>, VerityError> {
-    if let Some(spec) = &names.sig {
-        return Ok(parts.iter().find(|p| storage::matches(spec, p)).cloned());
-    }
-    Ok(unique(parts, "root-verity-sig", |p| {
-        p.type_uuid == DPS_ROOT_VERITY_SIG_X86_64
-    })?
-    .cloned())
-}
-
-/// Finds the data and hash partitions for `root_hash`; `None` until both are there.
-pub fn find_data_hash(
-    parts: &[FoundPartition],
-    names: &Names,
-    root_hash: &[u8],
-) -> Result<Option<(FoundPartition, FoundPartition)>, VerityError> {
-    // Named on the command line; else the PARTUUID made of one half of the root hash;
-    // else the one partition of the DPS type.
-    let locate = |named: &Option<RootSpec>,
-                  half: Option<&[u8]>,
-                  what: &str,
-                  ty: &str|
-     -> Result<Option<FoundPartition>, VerityError> {
-        if let Some(spec) = named {
-            return Ok(parts.iter().find(|p| storage::matches(spec, p)).cloned());
-        }
-        let conv = half
-            .filter(|_| root_hash.len() >= 32)
-            .and_then(uuid_from_hash);
-        match conv.and_then(|u| parts.iter().find(|p| p.partuuid == u).cloned()) {
-            Some(p) => Ok(Some(p)),
-            None => Ok(unique(parts, what, |p| p.type_uuid == ty)?.cloned()),
-        }
-    };
-    let n = root_hash.len();
-    let data = locate(&names.data, root_hash.get(..16), "root", DPS_ROOT_X86_64)?;
-    let hash = locate(
-        &names.hash,
-        root_hash.get(n.saturating_sub(16)..),
-        "root-verity",
-        DPS_ROOT_VERITY_X86_64,
-    )?;
-    Ok(data.zip(hash))
-}
-
 fn read_device(path: &str, offset: u64, len: usize) -> Result<Vec<u8>, VerityError> {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::File::open(path).map_err(|e| VerityError::Read {
-        device: path.into(),
-        why: e.to_string(),
-    })?;
-    let mut b = vec![0u8; len];
-    let n = f.read_at(&mut b, offset).map_err(|e| VerityError::Read {
-        device: path.into(),
-        why: e.to_string(),
-    })?;
-    b.truncate(n);
-    Ok(b)
-}
-
-fn device_size(path: &str) -> Result<u64, VerityError> {
-    let f = std::fs::File::open(path).map_err(|e| VerityError::Read {
-        device: path.into(),
-        why: e.to_string(),
-    })?;
-    crate::sys::file_size(&f).map_err(|e| VerityError::Read {
+    crate::sys::read_device_at(path, offset, len).map_err(|e| VerityError::Read {
         device: path.into(),
         why: e.to_string(),
     })
 }
 
-/// Most bytes read from a signature partition (systemd-repart writes a few KiB of JSON).
-pub const SIG_PARTITION_MAX: usize = 64 * 1024;
-
-/// Reads the head of a `root-verity-sig` partition.
-pub fn read_sig_partition(device: &str) -> Result<Vec<u8>, VerityError> {
-    read_device(device, 0, SIG_PARTITION_MAX)
+fn device_size(path: &str) -> Result<u64, VerityError> {
+    crate::sys::device_size(path).map_err(|e| VerityError::Read {
+        device: path.into(),
+        why: e.to_string(),
+    })
 }
 
 /// The root hash to trust: the BOM's, or the signature partition's once verified.

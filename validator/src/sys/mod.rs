@@ -403,3 +403,35 @@ pub fn read_gpt(
     })?;
     crate::formats::gpt::read_table(&f, size, sector_size, path)
 }
+
+/// `pread(2)` of up to `len` bytes at `offset` of a block device or image file (fewer at
+/// its end). Refuses FIFOs and directories before opening.
+pub fn read_device_at(path: &str, offset: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
+    let f = crate::util::fs::open_input(Path::new(path), true)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    let mut b = vec![0u8; len];
+    let mut n = 0;
+    while n < len {
+        let off = offset.checked_add(n as u64).ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, "offset overflows")
+        })?;
+        let got = match b.get_mut(n..) {
+            Some(rest) => f.read_at(rest, off)?,
+            None => 0,
+        };
+        if got == 0 {
+            break;
+        }
+        n += got;
+    }
+    b.truncate(n);
+    Ok(b)
+}
+
+/// Size in bytes of a block device or image file.
+pub fn device_size(path: &str) -> std::io::Result<u64> {
+    let f = crate::util::fs::open_input(Path::new(path), true)
+        .map_err(|e| std::io::Error::other(e.to_string()))?;
+    Ok(file_size(&f)?)
+}

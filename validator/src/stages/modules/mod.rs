@@ -23,6 +23,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
+use super::measure::{self, MeasureError};
 use super::{Classified, Context, Fault};
 use crate::formats::kmod::index::{Index, IndexError};
 use crate::formats::kmod::modinfo::{self, Compression};
@@ -504,7 +505,7 @@ pub enum ModulesError {
     #[error("kernel taint: {0}")]
     Taint(#[from] taint::TaintError),
     #[error(transparent)]
-    Measure(#[from] super::measure::MeasureError),
+    Measure(#[from] MeasureError),
 }
 
 impl Classified for ModulesError {
@@ -520,6 +521,29 @@ impl Classified for ModulesError {
             ModulesError::Measure(e) => e.fault(),
         }
     }
+}
+
+/// Measures the loaded modules in plan order: each event is the module's name and the
+/// SHA-256 of the image the kernel was given, as the gate computed it in the pass that
+/// checked its signature. A loaded module without that digest is an error, never a
+/// second read.
+fn measure_loaded(ctx: &mut Context) -> Result<(), MeasureError> {
+    let loaded: Vec<(String, Option<String>)> = ctx
+        .facts
+        .modules
+        .iter()
+        .filter(|m| m.status == ModStatus::Loaded)
+        .map(|m| (m.name.clone(), m.sha256.clone()))
+        .collect();
+    for (name, sha) in loaded {
+        let sha = sha.ok_or_else(|| MeasureError::Unmeasurable {
+            what: format!("module {name}"),
+            why: "the gate recorded no digest of the image the kernel was given".into(),
+        })?;
+        let e = format!("module:{name} sha256:{sha}");
+        measure::event(ctx, &e, e.as_bytes(), "validator-module")?;
+    }
+    Ok(())
 }
 
 /// The stage: gate and load the BOM's modules from the initramfs, measure what was
@@ -580,7 +604,7 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
     let gate_us: u64 = results.iter().map(|m| m.gate_us).sum();
     ctx.facts.modules = results;
     let t = Instant::now();
-    let measured = super::measure::modules(ctx);
+    let measured = measure_loaded(ctx);
     let measured_us = t.elapsed().as_micros() as u64;
     if !refused.is_empty() {
         return Err(ModulesError::Refused(refused));

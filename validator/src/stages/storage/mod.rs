@@ -5,14 +5,14 @@
 //! Disks are taken from `<sys>/block`; device nodes from `<dev>` (devtmpfs), created with
 //! `mknod` from the sysfs `dev` numbers when devtmpfs has not made them.
 
+pub mod verity_parts;
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::verity::{self, VerityError};
 use super::{Classified, Context, Fault};
-use crate::config::bom::{RootHashSource, Verity};
 use crate::config::cmdline::RootSpec;
 use crate::formats::gpt;
 
@@ -297,7 +297,7 @@ pub enum StorageStageError {
     #[error(transparent)]
     Layout(StorageError),
     #[error(transparent)]
-    Verity(#[from] VerityError),
+    Verity(#[from] verity_parts::PartsError),
 }
 
 impl From<StorageError> for StorageStageError {
@@ -325,7 +325,7 @@ impl Classified for StorageStageError {
 /// partitions when the BOM has a `[verity]` section.
 pub fn run(ctx: &mut Context) -> Result<String, StorageStageError> {
     if let Some(cfg) = ctx.verity_cfg().cloned() {
-        return run_verity(ctx, &cfg);
+        return verity_parts::run(ctx, &cfg);
     }
     let spec = ctx.args.root.clone().ok_or(StorageStageError::NoRootSpec)?;
     let found = wait_for(
@@ -345,76 +345,6 @@ pub fn run(ctx: &mut Context) -> Result<String, StorageStageError> {
         read_only: ctx.args.read_only,
         mountpoint: ctx.roots.new_root.display().to_string(),
     });
-    Ok(detail)
-}
-
-/// Waits for the verity partitions (the root hash is only parsed here, to find them by
-/// convention; it is verified in the verity stage).
-fn run_verity(ctx: &mut Context, cfg: &Verity) -> Result<String, StorageStageError> {
-    let names = verity::Names {
-        data: ctx.args.verity_data.clone(),
-        hash: ctx.args.verity_hash.clone(),
-        sig: ctx.args.verity_sig.clone(),
-    };
-    let what = "the verity root's partitions (data, hash and, for a signed root hash, signature)";
-    let parts =
-        wait_scan(
-            what,
-            &ctx.roots.sys,
-            &ctx.roots.dev,
-            ctx.args.root_timeout,
-            Duration::from_millis(100),
-            || {
-                crate::sys::reap_zombies();
-            },
-            |found| -> Result<Option<verity::Parts>, StorageStageError> {
-                let (sig, root) = match cfg.source {
-                    RootHashSource::Bom => (
-                        None,
-                        cfg.root_hash
-                            .as_ref()
-                            .and_then(|h| crate::util::unhex(h.as_str()))
-                            .ok_or(VerityError::NoRootHash)?,
-                    ),
-                    RootHashSource::Signature => {
-                        let Some(sigp) = verity::find_sig(found, &names)? else {
-                            return Ok(None);
-                        };
-                        let bytes = verity::read_sig_partition(&sigp.device)?;
-                        let parsed = crate::formats::verity::sig::parse(&bytes)
-                            .map_err(VerityError::Signature)?;
-                        let root = parsed.root_hash.clone();
-                        (
-                            Some(verity::SigPartition {
-                                partition: sigp,
-                                sig: parsed,
-                            }),
-                            root,
-                        )
-                    }
-                };
-                Ok(verity::find_data_hash(found, &names, &root)?
-                    .map(|(data, hash)| verity::Parts { data, hash, sig }))
-            },
-            StorageStageError::NotFound,
-        )?;
-    let detail = format!(
-        "verity data {} hash {}{}",
-        parts.data.device,
-        parts.hash.device,
-        parts
-            .sig
-            .as_ref()
-            .map(|s| format!(" signature {}", s.partition.device))
-            .unwrap_or_default()
-    );
-    ctx.facts.root = Some(RootReport {
-        partition: parts.data.clone(),
-        fstype: String::new(),
-        read_only: true,
-        mountpoint: ctx.roots.new_root.display().to_string(),
-    });
-    ctx.verity_parts = Some(parts);
     Ok(detail)
 }
 

@@ -1,0 +1,274 @@
+//! The layer rule: each module of the validator uses only its own layer and those below
+//! it (util -> formats -> trust -> sys -> config -> stages -> report -> boot). This test
+//! reads every source file and fails on a `crate::` or `super::` path that points up, and
+//! on an import cycle between the modules of one layer (`stages::storage` and
+//! `stages::verity`, say).
+
+use std::path::{Path, PathBuf};
+
+/// The layers, bottom first.
+const LAYERS: &[&str] = &[
+    "util", "formats", "trust", "sys", "config", "stages", "report", "boot",
+];
+
+fn rank(top: &str) -> Option<usize> {
+    LAYERS.iter().position(|l| *l == top)
+}
+
+/// The module path of a source file relative to `src/` (`stages/modules/gate.rs` ->
+/// `[stages, modules, gate]`, `stages/mod.rs` -> `[stages]`, `lib.rs` -> `[]`).
+fn module_path(rel: &Path) -> Vec<String> {
+    let mut parts: Vec<String> = rel
+        .iter()
+        .map(|c| c.to_string_lossy().trim_end_matches(".rs").to_string())
+        .collect();
+    if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
+        parts.pop();
+    }
+    parts
+}
+
+/// Every module path a source text refers to through `crate::` or `super::` (its first
+/// two names: `stages::verity`), with the line it is on. `module` is the text's own
+/// module path.
+fn references(text: &str, module: &[String]) -> Vec<(usize, String)> {
+    fn two(path: &str) -> String {
+        let end = path
+            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':' || c == ' '))
+            .unwrap_or(path.len());
+        let names: Vec<&str> = path[..end]
+            .split("::")
+            .map(|n| n.trim())
+            .take_while(|n| !n.is_empty() && n.chars().all(|c| c.is_alphanumeric() || c == '_'))
+            .take(2)
+            .collect();
+        names.join("::")
+    }
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or("");
+        for (i, _) in code.match_indices("crate::") {
+            let rest = &code[i + "crate::".len()..];
+            // `crate::{a, b::c}` names several top-level modules.
+            let names: Vec<String> = if let Some(group) = rest.strip_prefix('{') {
+                group
+                    .split('}')
+                    .next()
+                    .unwrap_or("")
+                    .split(',')
+                    .map(two)
+                    .collect()
+            } else {
+                vec![two(rest)]
+            };
+            for name in names {
+                if !name.is_empty() {
+                    out.push((n + 1, name));
+                }
+            }
+        }
+        for (i, _) in code.match_indices("super::") {
+            // Only the first `super` of a chain: count the chain.
+            if code[..i].ends_with("super::") {
+                continue;
+            }
+            let mut rest = &code[i..];
+            let mut up = 0;
+            while let Some(r) = rest.strip_prefix("super::") {
+                up += 1;
+                rest = r;
+            }
+            // The parent of a module file is its module path minus one.
+            let mut base: Vec<String> = module.to_vec();
+            for _ in 0..up {
+                base.pop();
+            }
+            let nexts: Vec<String> = match rest.strip_prefix('{') {
+                Some(group) => group
+                    .split('}')
+                    .next()
+                    .unwrap_or("")
+                    .split(',')
+                    .map(two)
+                    .collect(),
+                None => vec![two(rest)],
+            };
+            for next in nexts {
+                let mut full = base.clone();
+                full.extend(next.split("::").filter(|s| !s.is_empty()).map(String::from));
+                let path = full.into_iter().take(2).collect::<Vec<_>>().join("::");
+                if !path.is_empty() {
+                    out.push((n + 1, path));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The violations in one file's text.
+fn violations(rel: &Path, text: &str) -> Vec<String> {
+    let module = module_path(rel);
+    let Some(own) = module.first().and_then(|t| rank(t)) else {
+        return Vec::new(); // lib.rs: declares the layers
+    };
+    references(text, &module)
+        .into_iter()
+        .filter_map(|(line, path)| {
+            let top = path.split("::").next().unwrap_or("").to_string();
+            let r = rank(&top)?;
+            (r > own).then(|| {
+                format!(
+                    "{}:{line}: layer {} uses {top}, a higher layer",
+                    rel.display(),
+                    LAYERS[own]
+                )
+            })
+        })
+        .collect()
+}
+
+fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            sources(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The edges between modules of one layer (`stages::storage` -> `stages::verity`): the
+/// first two names of the file's module path to the first two of each reference.
+fn edges(rel: &Path, text: &str) -> Vec<(String, String)> {
+    let module = module_path(rel);
+    if module.len() < 2 {
+        return Vec::new(); // a layer's root module may use its children
+    }
+    let me = module
+        .iter()
+        .take(2)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join("::");
+    references(text, &module)
+        .into_iter()
+        .filter(|(_, to)| {
+            let mut p = to.split("::");
+            p.next() == module.first().map(String::as_str)
+                && p.next()
+                    .is_some_and(|s| s.chars().next().is_some_and(|c| c.is_lowercase()))
+                && *to != me
+        })
+        .map(|(_, to)| (me.clone(), to))
+        .collect()
+}
+
+/// A cycle in the graph, if there is one.
+fn find_cycle(edges: &[(String, String)]) -> Option<Vec<String>> {
+    use std::collections::{BTreeMap, BTreeSet};
+    let mut graph: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+    for (a, b) in edges {
+        graph.entry(a).or_default().insert(b);
+    }
+    fn visit<'a>(
+        n: &'a str,
+        graph: &BTreeMap<&'a str, BTreeSet<&'a str>>,
+        stack: &mut Vec<&'a str>,
+        done: &mut BTreeSet<&'a str>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = stack.iter().position(|s| *s == n) {
+            let mut c: Vec<String> = stack[i..].iter().map(|s| s.to_string()).collect();
+            c.push(n.to_string());
+            return Some(c);
+        }
+        if !done.insert(n) {
+            return None;
+        }
+        stack.push(n);
+        for m in graph.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, graph, stack, done) {
+                return Some(c);
+            }
+        }
+        stack.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    for n in graph.keys() {
+        if let Some(c) = visit(n, &graph, &mut Vec::new(), &mut done) {
+            return Some(c);
+        }
+    }
+    None
+}
+
+#[test]
+fn no_import_cycle_between_the_modules_of_a_layer() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    let mut all = Vec::new();
+    for f in &files {
+        let rel = f.strip_prefix(&src).unwrap();
+        all.extend(edges(rel, &std::fs::read_to_string(f).unwrap()));
+    }
+    assert!(all.len() > 10, "{all:?}");
+    assert_eq!(find_cycle(&all), None);
+    // The check sees a cycle when there is one.
+    let mut with = all.clone();
+    with.extend(edges(
+        Path::new("stages/storage/mod.rs"),
+        "use super::handover::x;",
+    ));
+    with.extend(edges(
+        Path::new("stages/handover.rs"),
+        "use crate::stages::storage::y;",
+    ));
+    assert!(find_cycle(&with).is_some());
+}
+
+#[test]
+fn no_module_imports_from_a_higher_layer() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    assert!(files.len() > 30, "{} files", files.len());
+    let mut bad = Vec::new();
+    let mut tops = std::collections::BTreeSet::new();
+    for f in &files {
+        let rel = f.strip_prefix(&src).unwrap();
+        if let Some(t) = module_path(rel).first() {
+            tops.insert(t.clone());
+        }
+        bad.extend(violations(rel, &std::fs::read_to_string(f).unwrap()));
+    }
+    assert!(bad.is_empty(), "imports pointing up:\n{}", bad.join("\n"));
+    // Every top-level module is a known layer.
+    let unknown: Vec<_> = tops.iter().filter(|t| rank(t).is_none()).collect();
+    assert!(
+        unknown.is_empty(),
+        "modules outside the layers: {unknown:?}"
+    );
+}
+
+#[test]
+fn the_check_catches_upward_imports() {
+    let f = Path::new("formats/gpt.rs");
+    assert!(violations(f, "use crate::util::hex;").is_empty());
+    assert_eq!(violations(f, "use crate::report::Report;").len(), 1);
+    assert_eq!(violations(f, "use crate::{util, stages::Fault};").len(), 1);
+    assert!(violations(f, "// use crate::report::Report;").is_empty());
+    // `super::` from a nested module resolves within its layer...
+    let g = Path::new("stages/modules/gate.rs");
+    assert!(violations(g, "use super::super::Fault;").is_empty());
+    assert!(violations(g, "let x = crate::config::layout::SYMVERS;").is_empty());
+    assert_eq!(violations(g, "fn f() -> crate::report::Report {}").len(), 1);
+    // ...and from a top-level file to its siblings.
+    assert_eq!(
+        violations(Path::new("report/mod.rs"), "use super::boot;").len(),
+        1
+    );
+    assert!(violations(Path::new("boot.rs"), "use crate::report::Report;").is_empty());
+}
