@@ -1,94 +1,273 @@
-//! `validator`: the boot gate's checks as a command for hosts and live nodes.
+//! `validator`: the boot gate's checks as a command for hosts, image builds and live nodes.
+//!
+//! Contract: every subcommand has `--help`; `--version` prints the version; exit status 0
+//! means every check passed, 1 that a check failed, 2 bad usage or an unusable input (a
+//! missing, unreadable, oversized or malformed file, named in the message). Paths are
+//! taken as given (any bytes, not only UTF-8). Input files are checked before they are
+//! read (no FIFO, directory or device where a file is expected) and read up to a
+//! documented limit. A closed stdout ends the output, not the check: the exit status is
+//! still the verdict. `validator completions SHELL` and `validator man` generate shell
+//! completions and man pages. The PID-1 init does not link this crate.
 
-#![deny(clippy::unwrap_used, clippy::expect_used)]
+mod out;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-const USAGE: &str = "usage:
-  validator modules check [--vmlinuz PATH | --kernel-release R] [--trust CERT]...
-                    [--bom FILE] [--symvers FILE] [--mode strict|kernel] [--jobs N] [--json]
-                    MODULE|DIR...
-                                    gate module files: vermagic, symbol CRCs, signature,
-                                    BOM policy; one line per module; exit 0 only if all pass
-  validator keys extract --vmlinuz PATH [-o DIR]
-                                    the kernel's built-in trusted certificates (DER)
-  validator kernel info --vmlinuz PATH
-                                    release, vermagic and exported-symbol count of a kernel
-  validator verity verify --data D --hash H [--hash-offset N]
-                    (--root-hash HEX | --sig FILE --trust CERT...) [--threads N] [--json]
-                                    full userspace check of a dm-verity image; names the
-                                    first corrupted block; exit 0 verified, 1 corrupted
-  validator tpm pcrs [--tcp HOST:PORT] [--json]
-                                    read PCRs 0-23 of every active bank (/dev/tpmrm0,
-                                    else /dev/tpm0; or a swtpm data port)
-  validator tpm replay LOG [--json] replay a binary (TCG crypto-agile) or CEL-JSON log and
-                                    print the PCR values it predicts
-  validator bom check FILE          parse a BOM strictly; print its image id and digest
-  validator cmdline [LINE]          show how a kernel command line (default /proc/cmdline) is read
-  validator gpt DISK                list the GPT partitions of a disk or image
-";
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+
+use out::Out;
+use validator::util::fs::read_limited;
+
+/// Largest kernel image read (`--vmlinuz`).
+const VMLINUZ_MAX: u64 = 256 << 20;
+/// Largest `Module.symvers` read.
+const SYMVERS_MAX: u64 = 64 << 20;
+/// Largest TPM event log read.
+const EVENTLOG_MAX: u64 = 64 << 20;
+/// Largest `root-verity-sig` file read.
+const ROOT_SIG_MAX: u64 = 64 << 10;
+
+const EXIT_CODES: &str = "Exit status: 0 every check passed; 1 a check failed; 2 bad usage or \
+an unusable input (the message names the file).";
+
+/// The boot gate's checks for hosts, image builds and live nodes.
+#[derive(Debug, Parser)]
+#[command(name = "validator", version, after_help = EXIT_CODES)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Kernel modules: the module gate.
+    #[command(subcommand)]
+    Modules(ModulesCmd),
+    /// Trusted keys built into a kernel.
+    #[command(subcommand)]
+    Keys(KeysCmd),
+    /// Facts about a kernel image.
+    #[command(subcommand)]
+    Kernel(KernelCmd),
+    /// dm-verity images.
+    #[command(subcommand)]
+    Verity(VerityCmd),
+    /// The TPM and measurement logs.
+    #[command(subcommand)]
+    Tpm(TpmCmd),
+    /// The image's bill of materials.
+    #[command(subcommand)]
+    Bom(BomCmd),
+    /// Show how a kernel command line is read (default: /proc/cmdline).
+    Cmdline {
+        /// The command line (its words are joined with spaces).
+        line: Vec<String>,
+    },
+    /// List the GPT partitions of a disk or disk image.
+    Gpt {
+        /// A disk image or block device.
+        disk: PathBuf,
+    },
+    /// Print a shell completion script (install: see the README).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages: validator.1 on stdout, or one page per command into DIR.
+    Man {
+        /// Directory for validator.1 and validator-<command>.1 pages.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ModulesCmd {
+    /// Gate module files: vermagic, symbol CRCs, signature, BOM policy. One line per
+    /// module; exit 0 only if all pass.
+    #[command(after_help = EXIT_CODES)]
+    Check(ModulesCheck),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Mode {
+    /// The kernel's rule plus the exact kernel release.
+    Strict,
+    /// Only the kernel's own rule.
+    Kernel,
+}
+
+#[derive(Debug, Args)]
+struct ModulesCheck {
+    /// The kernel image: release, vermagic and exported CRCs come from it.
+    #[arg(long, value_name = "PATH")]
+    vmlinuz: Option<PathBuf>,
+    /// Check the release word only (without a kernel image).
+    #[arg(long, value_name = "R")]
+    kernel_release: Option<String>,
+    /// Trusted certificates (files or directories, DER or PEM); repeatable.
+    #[arg(long, value_name = "CERT")]
+    trust: Vec<PathBuf>,
+    /// The BOM: its kernel release and policy apply.
+    #[arg(long, value_name = "FILE")]
+    bom: Option<PathBuf>,
+    /// More exported CRCs (`Module.symvers` format), e.g. of out-of-tree modules.
+    #[arg(long, value_name = "FILE")]
+    symvers: Option<PathBuf>,
+    /// Vermagic mode (default: the BOM's, else strict).
+    #[arg(long, value_enum)]
+    mode: Option<Mode>,
+    /// Worker threads (default: the CPUs).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    jobs: Option<u16>,
+    /// One JSON document with every verdict.
+    #[arg(long)]
+    json: bool,
+    /// Module files or directories searched for `*.ko`, `*.ko.xz`, `*.ko.zst`, `*.ko.gz`.
+    #[arg(required = true, value_name = "MODULE|DIR")]
+    paths: Vec<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+enum KeysCmd {
+    /// The kernel's built-in trusted certificates (as DER files with -o).
+    Extract {
+        #[arg(long, value_name = "PATH")]
+        vmlinuz: PathBuf,
+        /// Write each certificate to DIR (all or none).
+        #[arg(short = 'o', long = "output", value_name = "DIR")]
+        output: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum KernelCmd {
+    /// Release, vermagic, exported-symbol and built-in certificate count of a kernel.
+    Info {
+        #[arg(long, value_name = "PATH")]
+        vmlinuz: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum VerityCmd {
+    /// Full userspace check of a dm-verity image, with `veritysetup verify`'s verdict;
+    /// names the first corrupted block. Exit 0 verified, 1 corrupted.
+    #[command(after_help = EXIT_CODES)]
+    Verify(VerityVerify),
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("root").required(true).args(["root_hash", "sig"])))]
+struct VerityVerify {
+    /// The data device or image.
+    #[arg(long, value_name = "D")]
+    data: PathBuf,
+    /// The hash device or image (superblock at --hash-offset).
+    #[arg(long, value_name = "H")]
+    hash: PathBuf,
+    /// Byte offset of the superblock on the hash device.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    hash_offset: u64,
+    /// The trusted root hash, in hex.
+    #[arg(long, value_name = "HEX")]
+    root_hash: Option<String>,
+    /// A DPS `root-verity-sig` JSON file (needs --trust).
+    #[arg(long, value_name = "FILE", requires = "trust")]
+    sig: Option<PathBuf>,
+    /// Certificates trusted to sign the root hash.
+    #[arg(long, value_name = "CERT")]
+    trust: Vec<PathBuf>,
+    /// Worker threads (default: the CPUs).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+enum TpmCmd {
+    /// PCRs 0-23 of every active bank (/dev/tpmrm0, else /dev/tpm0, or a swtpm port).
+    Pcrs {
+        /// A swtpm data port (HOST:PORT) instead of the device.
+        #[arg(long, value_name = "HOST:PORT")]
+        tcp: Option<std::net::SocketAddr>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replay a binary (TCG crypto-agile) or CEL-JSON log; print the PCR values it
+    /// predicts, in `tpm2_eventlog`'s `pcrs:` layout.
+    Replay {
+        log: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum BomCmd {
+    /// Parse a BOM strictly, with every check the init makes; print its image id and
+    /// digest.
+    Check { file: PathBuf },
+}
+
+/// A usage or input problem: exit status 2.
+#[derive(Debug)]
+struct Usage(String);
+
+impl<E: std::fmt::Display> From<E> for Usage {
+    fn from(e: E) -> Usage {
+        Usage(e.to_string())
+    }
+}
+
+type Res = Result<bool, Usage>;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    match run(&a) {
-        Ok(code) => code,
-        Err(e) => {
+    let cli = Cli::parse();
+    let mut out = Out::stdout();
+    let r = run(cli.cmd, &mut out).and_then(|ok| out.flush().map(|()| ok));
+    match r {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(Usage(e)) => {
             eprintln!("validator: {e}");
             ExitCode::from(2)
         }
     }
 }
 
-fn run(a: &[&str]) -> Result<ExitCode, String> {
-    match a {
-        ["modules", "check", rest @ ..] => modules_check(rest),
-        ["keys", "extract", rest @ ..] => keys_extract(rest),
-        ["verity", "verify", rest @ ..] => verity_verify(rest),
-        ["tpm", "pcrs", rest @ ..] => tpm_pcrs(rest),
-        ["tpm", "replay", rest @ ..] => tpm_replay(rest),
-        ["kernel", "info", "--vmlinuz", path] => {
-            let k = load_kernel(Path::new(path))?;
-            println!("release {}", k.release);
-            println!("vermagic {:?}", k.vermagic.as_deref().unwrap_or(""));
-            println!("exported symbols {}", k.symvers().map.len());
-            println!("built-in certificates {}", k.certs.len());
-            Ok(ExitCode::SUCCESS)
+fn run(cmd: Cmd, out: &mut Out) -> Res {
+    match cmd {
+        Cmd::Modules(ModulesCmd::Check(a)) => modules_check(a, out),
+        Cmd::Keys(KeysCmd::Extract { vmlinuz, output }) => keys_extract(&vmlinuz, output, out),
+        Cmd::Kernel(KernelCmd::Info { vmlinuz }) => {
+            let k = load_kernel(&vmlinuz)?;
+            out.line(&format!("release {}", k.release))?;
+            out.line(&format!(
+                "vermagic {:?}",
+                k.vermagic.as_deref().unwrap_or("")
+            ))?;
+            out.line(&format!("exported symbols {}", k.symvers().map.len()))?;
+            out.line(&format!("built-in certificates {}", k.certs.len()))?;
+            Ok(true)
         }
-        ["bom", "check", file] => {
-            let b = validator::config::bom::load(Path::new(file)).map_err(|e| e.to_string())?;
-            println!(
+        Cmd::Verity(VerityCmd::Verify(a)) => verity_verify(a, out),
+        Cmd::Tpm(TpmCmd::Pcrs { tcp, json }) => tpm_pcrs(tcp, json, out),
+        Cmd::Tpm(TpmCmd::Replay { log, json }) => tpm_replay(&log, json, out),
+        Cmd::Bom(BomCmd::Check { file }) => {
+            let b = validator::config::bom::load(&file)?;
+            out.line(&format!(
                 "{} sha256:{} kernel {}",
                 b.bom.image_id, b.sha256, b.bom.kernel.release
-            );
-            Ok(ExitCode::SUCCESS)
+            ))?;
+            Ok(true)
         }
-        ["cmdline", rest @ ..] => {
-            let line = if rest.is_empty() {
-                std::fs::read_to_string("/proc/cmdline")
-                    .map_err(|e| format!("/proc/cmdline: {e}"))?
-            } else {
-                rest.join(" ")
-            };
-            let s = validator::config::cmdline::split(line.trim_end());
-            for p in &s.params {
-                match &p.value {
-                    Some(v) => println!("{} = {v:?}", p.name),
-                    None => println!("{}", p.name),
-                }
-            }
-            if !s.init_args.is_empty() {
-                println!("-- {:?}", s.init_args);
-            }
-            for w in validator::config::cmdline::BootArgs::parse(line.trim_end()).warnings {
-                println!("warning: {w}");
-            }
-            Ok(ExitCode::SUCCESS)
-        }
-        ["gpt", disk] => {
-            let t = validator::sys::read_gpt(Path::new(disk), 512).map_err(|e| e.to_string())?;
-            println!(
+        Cmd::Cmdline { line } => cmdline(line, out),
+        Cmd::Gpt { disk } => {
+            let t = validator::sys::read_gpt(&disk, 512)?;
+            out.line(&format!(
                 "disk {}{}",
                 t.disk_guid,
                 if t.used_backup {
@@ -96,140 +275,143 @@ fn run(a: &[&str]) -> Result<ExitCode, String> {
                 } else {
                     ""
                 }
-            );
+            ))?;
             for p in &t.partitions {
-                println!(
+                out.line(&format!(
                     "{:>3} {:>10} {:>10} {} {} {:?}",
                     p.number, p.first_lba, p.last_lba, p.type_guid, p.unique_guid, p.name
-                );
+                ))?;
             }
-            Ok(ExitCode::SUCCESS)
+            Ok(true)
         }
-        _ => {
-            eprint!("{USAGE}");
-            Ok(ExitCode::from(2))
+        Cmd::Completions { shell } => {
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "validator", &mut buf);
+            out.bytes(&buf)?;
+            Ok(true)
         }
+        Cmd::Man { dir } => man(dir, out),
     }
 }
 
-fn load_kernel(path: &Path) -> Result<validator::formats::vmlinuz::KernelFacts, String> {
-    let img = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+/// Man pages: the top page on stdout, or every page into `dir` (written atomically).
+fn man(dir: Option<PathBuf>, out: &mut Out) -> Res {
+    fn render(cmd: clap::Command) -> Result<Vec<u8>, Usage> {
+        let mut buf = Vec::new();
+        clap_mangen::Man::new(cmd).render(&mut buf)?;
+        Ok(buf)
+    }
+    let top = Cli::command();
+    let Some(dir) = dir else {
+        out.bytes(&render(top)?)?;
+        return Ok(true);
+    };
+    let mut pages = vec![("validator".to_string(), top.clone())];
+    fn walk(prefix: &str, c: &clap::Command, pages: &mut Vec<(String, clap::Command)>) {
+        for s in c.get_subcommands() {
+            let name = format!("{prefix}-{}", s.get_name());
+            let page = s.clone().name(name.clone());
+            pages.push((name.clone(), page));
+            walk(&name, s, pages);
+        }
+    }
+    walk("validator", &top, &mut pages);
+    for (name, cmd) in pages {
+        let f = dir.join(format!("{name}.1"));
+        validator::util::fs::write_atomic(&f, &render(cmd)?)
+            .map_err(|e| Usage(format!("{}: {e}", f.display())))?;
+        out.line(&f.display().to_string())?;
+    }
+    Ok(true)
+}
+
+fn load_kernel(path: &Path) -> Result<validator::formats::vmlinuz::KernelFacts, Usage> {
+    let img = read_limited(path, VMLINUZ_MAX)?;
     validator::formats::vmlinuz::KernelFacts::from_image(&img)
-        .map_err(|e| format!("{}: {e}", path.display()))
+        .map_err(|e| Usage(format!("{}: {e}", path.display())))
 }
 
-fn keys_extract(a: &[&str]) -> Result<ExitCode, String> {
-    let mut vmlinuz = None;
-    let mut out = None;
-    let mut it = a.iter();
-    while let Some(x) = it.next() {
-        match *x {
-            "--vmlinuz" => vmlinuz = it.next().copied(),
-            "-o" | "--output" => out = it.next().copied(),
-            other => return Err(format!("keys extract: unknown argument {other}")),
-        }
+fn keys_extract(path: &Path, dir: Option<PathBuf>, out: &mut Out) -> Res {
+    let img = read_limited(path, VMLINUZ_MAX)?;
+    let name = path.display().to_string();
+    let elf =
+        validator::formats::vmlinuz::vmlinux(&img).map_err(|e| Usage(format!("{name}: {e}")))?;
+    let certs = validator::formats::vmlinuz::builtin_certs(&elf)
+        .map_err(|e| Usage(format!("{name}: {e}")))?;
+    // Parse every certificate before writing any, so a bad one leaves nothing behind.
+    let mut parsed = Vec::new();
+    for der in &certs {
+        let c = validator::trust::Cert::from_der(der, &name)?;
+        parsed.push((c, der));
     }
-    let path = vmlinuz.ok_or("keys extract: --vmlinuz PATH is required")?;
-    let img = std::fs::read(path).map_err(|e| format!("{path}: {e}"))?;
-    let elf = validator::formats::vmlinuz::vmlinux(&img).map_err(|e| format!("{path}: {e}"))?;
-    let certs =
-        validator::formats::vmlinuz::builtin_certs(&elf).map_err(|e| format!("{path}: {e}"))?;
-    if let Some(dir) = out {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{dir}: {e}"))?;
-    }
-    for (i, der) in certs.iter().enumerate() {
-        let c = validator::trust::Cert::from_der(der, path).map_err(|e| e.to_string())?;
+    let mut lines = Vec::new();
+    let mut files = Vec::new();
+    for (i, (c, der)) in parsed.iter().enumerate() {
         let fp = validator::util::hex(&c.sha256);
-        println!(
+        lines.push(format!(
             "{} serial {} key {} sha256 {fp}",
             c.subject_cn,
             validator::trust::colon_hex(&c.serial),
             c.key.describe()
-        );
-        if let Some(dir) = out {
-            let f = Path::new(dir).join(format!("builtin-{i}-{}.der", &fp[..16]));
-            validator::util::fs::write_atomic(&f, der)
-                .map_err(|e| format!("{}: {e}", f.display()))?;
+        ));
+        files.push((
+            format!("builtin-{i}-{}.der", fp.get(..16).unwrap_or(&fp)),
+            *der,
+        ));
+    }
+    if let Some(dir) = dir {
+        std::fs::create_dir_all(&dir).map_err(|e| Usage(format!("{}: {e}", dir.display())))?;
+        let mut written: Vec<PathBuf> = Vec::new();
+        for (f, der) in &files {
+            let p = dir.join(f);
+            if let Err(e) = validator::util::fs::write_atomic(&p, der) {
+                for w in &written {
+                    let _ = std::fs::remove_file(w);
+                }
+                return Err(Usage(format!("{}: {e}", p.display())));
+            }
+            written.push(p);
         }
     }
-    Ok(ExitCode::SUCCESS)
+    for l in lines {
+        out.line(&l)?;
+    }
+    Ok(true)
 }
 
-fn modules_check(a: &[&str]) -> Result<ExitCode, String> {
+fn modules_check(a: ModulesCheck, out: &mut Out) -> Res {
     use validator::config::bom::VermagicMode;
-    use validator::stages::modules::gate::{Gate, Policy};
-    let mut vmlinuz = None;
-    let mut release = None;
-    let mut trust = Vec::new();
-    let mut bom = None;
-    let mut symvers_file = None;
-    let mut json = false;
-    let mut mode = None;
-    let mut jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut files = Vec::new();
-    let mut it = a.iter();
-    while let Some(x) = it.next() {
-        let mut val = || {
-            it.next()
-                .copied()
-                .ok_or_else(|| format!("{x} needs a value"))
-        };
-        match *x {
-            "--vmlinuz" => vmlinuz = Some(val()?),
-            "--kernel-release" => release = Some(val()?.to_string()),
-            "--trust" => trust.push(val()?),
-            "--bom" => bom = Some(val()?),
-            "--symvers" => symvers_file = Some(val()?),
-            "--jobs" => {
-                jobs = val()?
-                    .parse()
-                    .map_err(|_| "--jobs needs a number".to_string())?
-            }
-            "--mode" => {
-                mode = Some(match val()? {
-                    "strict" => VermagicMode::Strict,
-                    "kernel" => VermagicMode::Kernel,
-                    m => return Err(format!("--mode {m}: strict or kernel")),
-                })
-            }
-            "--json" => json = true,
-            f if f.starts_with("--") => return Err(format!("modules check: unknown option {f}")),
-            f => files.push(std::path::PathBuf::from(f)),
-        }
-    }
-    if files.is_empty() {
-        return Err("modules check: no MODULE or DIR given".into());
-    }
-    let mut policy = Policy {
+    use validator::stages::modules::{batch, gate};
+    let mut policy = gate::Policy {
         require_signature: true,
-        ..Policy::default()
+        ..gate::Policy::default()
     };
-    let mut gate_symvers = None;
-    if let Some(v) = vmlinuz {
-        let k = load_kernel(Path::new(v))?;
-        gate_symvers = Some(k.symvers());
+    let mut release = a.kernel_release.clone();
+    let mut table = None;
+    if let Some(v) = &a.vmlinuz {
+        let k = load_kernel(v)?;
+        table = Some(k.symvers());
         policy.kernel_vermagic = k.vermagic;
         if release.as_deref().is_some_and(|r| r != k.release) {
-            return Err(format!(
-                "--kernel-release differs from the release of {v} ({})",
+            return Err(Usage(format!(
+                "--kernel-release differs from the release of {} ({})",
+                v.display(),
                 k.release
-            ));
+            )));
         }
         release = Some(k.release);
     }
-    if let Some(f) = symvers_file {
-        let text = std::fs::read_to_string(f).map_err(|e| format!("{f}: {e}"))?;
+    if let Some(f) = &a.symvers {
+        let bytes = read_limited(f, SYMVERS_MAX)?;
+        let text =
+            String::from_utf8(bytes).map_err(|_| Usage(format!("{}: not UTF-8", f.display())))?;
         let t = validator::formats::kmod::symvers::Symvers::parse(&text)
-            .map_err(|e| format!("{f}: {e}"))?;
-        let table = gate_symvers.get_or_insert_with(Default::default);
-        for (k, e) in t.map {
-            table.map.insert(k, e);
-        }
+            .map_err(|e| Usage(format!("{}: {e}", f.display())))?;
+        let tab = table.get_or_insert_with(Default::default);
+        tab.map.extend(t.map);
     }
-    if let Some(b) = bom {
-        let b = validator::config::bom::load(Path::new(b))
-            .map_err(|e| e.to_string())?
-            .bom;
+    if let Some(b) = &a.bom {
+        let b = validator::config::bom::load(b)?.bom;
         if release
             .as_deref()
             .is_some_and(|r| r != b.kernel.release.as_str())
@@ -240,59 +422,60 @@ fn modules_check(a: &[&str]) -> Result<ExitCode, String> {
                 release.as_deref().unwrap_or("")
             );
         }
-        release = Some(b.kernel.release.to_string());
-        policy.mode = b.policy.vermagic;
-        policy.out_of_tree = Some(
-            b.policy
-                .out_of_tree
-                .iter()
-                .map(|m| m.normalized())
-                .collect(),
-        );
-        policy.flavour = b.nvidia.as_ref().map(|n| n.flavour);
-        policy.sha256 = b
-            .policy
-            .module_sha256
-            .iter()
-            .map(|(k, v)| {
-                (
-                    validator::formats::kmod::normalize_name(k),
-                    v.0.to_ascii_lowercase(),
-                )
-            })
-            .collect();
+        let from_bom = gate::Policy::from_bom(&b);
+        release = from_bom.release.clone();
+        policy = gate::Policy {
+            kernel_vermagic: policy.kernel_vermagic,
+            unknown_symbols_fatal: false,
+            ..from_bom
+        };
     }
-    if let Some(m) = mode {
-        policy.mode = m;
+    if let Some(m) = a.mode {
+        policy.mode = match m {
+            Mode::Strict => VermagicMode::Strict,
+            Mode::Kernel => VermagicMode::Kernel,
+        };
     }
     policy.release = release;
     let mut store = validator::trust::TrustStore::new();
-    for t in trust {
-        store.add_path(Path::new(t)).map_err(|e| e.to_string())?;
+    for t in &a.trust {
+        store.add_path(t)?;
     }
-    let gate = Gate {
+    let g = gate::Gate {
         trust: store,
-        symvers: gate_symvers,
+        symvers: table,
         policy,
     };
-    let files = validator::stages::modules::batch::collect(&files)?;
-    let batch = validator::stages::modules::batch::check_files(&gate, &files, jobs);
-    let failed = batch.verdicts.iter().filter(|v| !v.pass).count();
-    let mb = batch.bytes as f64 / 1e6;
-    let secs = batch.elapsed.as_secs_f64();
-    if json {
+    let files = batch::collect(&a.paths)?;
+    if files.is_empty() {
+        return Err(Usage(format!(
+            "no module files (*.ko, *.ko.xz, *.ko.zst, *.ko.gz) in {}",
+            a.paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )));
+    }
+    let jobs = a.jobs.map_or_else(
+        || std::thread::available_parallelism().map_or(1, |n| n.get()),
+        usize::from,
+    );
+    let b = batch::check_files(&g, &files, jobs);
+    let failed = b.verdicts.iter().filter(|v| !v.pass).count();
+    let mb = b.bytes as f64 / 1e6;
+    let secs = b.elapsed.as_secs_f64();
+    if a.json {
         let doc = serde_json::json!({
-            "modules": batch.verdicts,
-            "checked": batch.verdicts.len(),
+            "modules": b.verdicts,
+            "checked": b.verdicts.len(),
             "failed": failed,
-            "bytes": batch.bytes,
+            "bytes": b.bytes,
             "seconds": secs,
         });
-        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        out.line(&serde_json::to_string_pretty(&doc)?)?;
     } else {
-        use std::io::Write;
-        let mut out = std::io::stdout().lock();
-        for v in &batch.verdicts {
+        for v in &b.verdicts {
             let sig = match (&v.signer, &v.sig_key, &v.sig_hashalgo) {
                 (Some(s), Some(k), Some(h)) => {
                     format!(" signer=\"{s}\" sig_key={k} sig_hashalgo={h}")
@@ -304,106 +487,83 @@ fn modules_check(a: &[&str]) -> Result<ExitCode, String> {
                 .as_deref()
                 .map(|m| format!(" vermagic=\"{}\"", m.trim_end()))
                 .unwrap_or_default();
-            let line = if v.pass {
-                format!("PASS {}{sig}{vm}\n", v.module)
+            if v.pass {
+                out.line(&format!("PASS {}{sig}{vm}", v.module))?;
             } else {
-                format!("FAIL {}: {}{sig}{vm}\n", v.module, v.summary())
-            };
-            let _ = out.write_all(line.as_bytes());
+                out.line(&format!("FAIL {}: {}{sig}{vm}", v.module, v.summary()))?;
+            }
         }
     }
     eprintln!(
         "validator: {} modules, {} passed, {failed} failed; {mb:.1} MB in {secs:.2} s ({:.0} MB/s, {jobs} threads)",
-        batch.verdicts.len(),
-        batch.verdicts.len() - failed,
+        b.verdicts.len(),
+        b.verdicts.len() - failed,
         mb / secs.max(1e-9)
     );
-    Ok(if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(failed == 0)
 }
 
-fn verity_verify(a: &[&str]) -> Result<ExitCode, String> {
+fn verity_verify(a: VerityVerify, out: &mut Out) -> Res {
     use validator::formats::verity::{sig, superblock, tree};
-    let (mut data, mut hash, mut root_hex, mut sigf) = (None, None, None, None);
-    let mut trust = Vec::new();
-    let mut offset = 0u64;
-    let mut json = false;
-    let mut threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let mut it = a.iter();
-    while let Some(x) = it.next() {
-        let mut val = || {
-            it.next()
-                .copied()
-                .ok_or_else(|| format!("{x} needs a value"))
-        };
-        match *x {
-            "--data" => data = Some(val()?),
-            "--hash" => hash = Some(val()?),
-            "--hash-offset" => {
-                offset = val()?
-                    .parse()
-                    .map_err(|_| "--hash-offset needs a number of bytes".to_string())?
-            }
-            "--root-hash" => root_hex = Some(val()?),
-            "--sig" => sigf = Some(val()?),
-            "--trust" => trust.push(val()?),
-            "--threads" => {
-                threads = val()?
-                    .parse()
-                    .map_err(|_| "--threads needs a number".to_string())?
-            }
-            "--json" => json = true,
-            other => return Err(format!("verity verify: unknown argument {other}")),
-        }
+    let open =
+        |p: &Path| validator::util::fs::open_input(p, true).map_err(|e| Usage(e.to_string()));
+    let (df, hf) = (open(&a.data)?, open(&a.hash)?);
+    let size = |f: &std::fs::File, p: &Path| {
+        validator::sys::file_size(f).map_err(|e| Usage(format!("{}: {e}", p.display())))
+    };
+    let (dsize, hsize) = (size(&df, &a.data)?, size(&hf, &a.hash)?);
+    let hash_name = a.hash.display().to_string();
+    if a.hash_offset >= hsize {
+        return Err(Usage(format!(
+            "{hash_name}: --hash-offset {} is beyond its end ({hsize} bytes)",
+            a.hash_offset
+        )));
     }
-    let data = data.ok_or("verity verify: --data is required")?;
-    let hash = hash.ok_or("verity verify: --hash is required")?;
-    let open = |p: &str| std::fs::File::open(p).map_err(|e| format!("{p}: {e}"));
-    let (df, hf) = (open(data)?, open(hash)?);
-    let size =
-        |f: &std::fs::File, p: &str| validator::sys::file_size(f).map_err(|e| format!("{p}: {e}"));
-    let (dsize, hsize) = (size(&df, data)?, size(&hf, hash)?);
     let mut sb = vec![0u8; superblock::SIZE];
     use std::os::unix::fs::FileExt;
     let n = hf
-        .read_at(&mut sb, offset)
-        .map_err(|e| format!("{hash}: {e}"))?;
-    let params = superblock::parse(&sb[..n]).map_err(|e| format!("{hash}: {e}"))?;
-    let (root, signer) = match (root_hex, sigf) {
+        .read_at(&mut sb, a.hash_offset)
+        .map_err(|e| Usage(format!("{hash_name}: {e}")))?;
+    let params = superblock::parse(sb.get(..n).unwrap_or_default())
+        .map_err(|e| Usage(format!("{hash_name}: {e}")))?;
+    let (root, signer) = match (&a.root_hash, &a.sig) {
         (Some(h), None) => (
-            validator::util::unhex(h).ok_or_else(|| format!("--root-hash {h}: not hex"))?,
+            validator::util::unhex(h).ok_or_else(|| Usage(format!("--root-hash {h}: not hex")))?,
             None,
         ),
         (None, Some(f)) => {
-            let bytes = std::fs::read(f).map_err(|e| format!("{f}: {e}"))?;
-            let s = sig::parse(&bytes).map_err(|e| format!("{f}: {e}"))?;
+            let bytes = read_limited(f, ROOT_SIG_MAX)?;
+            let s = sig::parse(&bytes).map_err(|e| Usage(format!("{}: {e}", f.display())))?;
             let mut store = validator::trust::TrustStore::new();
-            for t in &trust {
-                store.add_path(Path::new(t)).map_err(|e| e.to_string())?;
+            for t in &a.trust {
+                store.add_path(t)?;
             }
-            let who =
-                validator::trust::rootsig::verify(&s, &store).map_err(|e| format!("{f}: {e}"))?;
+            let who = validator::trust::rootsig::verify(&s, &store)
+                .map_err(|e| Usage(format!("{}: {e}", f.display())))?;
             (s.root_hash, Some(who))
         }
-        _ => return Err("verity verify: give exactly one of --root-hash and --sig".into()),
+        _ => return Err(Usage("give exactly one of --root-hash and --sig".into())),
     };
     if root.len() != params.algorithm.digest_size() {
-        return Err(format!(
+        return Err(Usage(format!(
             "the root hash has {} bytes; {} digests have {}",
             root.len(),
             params.algorithm.name(),
             params.algorithm.digest_size()
-        ));
+        )));
     }
-    let g = tree::Geometry::new(&params, offset, true).map_err(|e| e.to_string())?;
+    let g = tree::Geometry::new(&params, a.hash_offset, true)
+        .map_err(|e| Usage(format!("{hash_name}: {e}")))?;
+    let threads = a.threads.map_or_else(
+        || std::thread::available_parallelism().map_or(1, |n| n.get()),
+        usize::from,
+    );
     let start = std::time::Instant::now();
-    let v = tree::verify(&df, dsize, &hf, hsize, &g, &root, threads).map_err(|e| e.to_string())?;
+    let v = tree::verify(&df, dsize, &hf, hsize, &g, &root, threads)
+        .map_err(|e| Usage(format!("{} / {hash_name}: {e}", a.data.display())))?;
     let secs = start.elapsed().as_secs_f64();
     let gbs = v.data_bytes as f64 / 1e9 / secs.max(1e-9);
-    if json {
+    if a.json {
         let doc = serde_json::json!({
             "verified": v.ok,
             "root_hash": validator::util::hex(&root),
@@ -415,32 +575,33 @@ fn verity_verify(a: &[&str]) -> Result<ExitCode, String> {
             "data_blocks": params.data_blocks,
             "seconds": secs,
         });
-        println!("{doc}");
+        out.line(&doc.to_string())?;
     } else if v.ok {
-        println!(
+        out.line(&format!(
             "verified: root hash {} ({} data blocks of {} bytes, {})",
             validator::util::hex(&root),
             params.data_blocks,
             params.data_block_size,
             params.algorithm.name()
-        );
+        ))?;
     } else if let Some(f) = &v.finding {
-        println!("CORRUPTED: {f}");
+        out.line(&format!("CORRUPTED: {f}"))?;
     }
     eprintln!(
         "validator: {:.2} GB in {secs:.2} s ({gbs:.2} GB/s, {threads} threads)",
         v.data_bytes as f64 / 1e9
     );
-    Ok(if v.ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(v.ok)
 }
 
-fn print_pcrs(v: &validator::formats::tpm::PcrValues, json: bool) {
+fn print_pcrs(
+    v: &validator::formats::tpm::PcrValues,
+    json: bool,
+    out: &mut Out,
+) -> Result<(), Usage> {
+    use std::collections::BTreeMap;
     if json {
-        let doc: std::collections::BTreeMap<&str, std::collections::BTreeMap<String, String>> = v
+        let doc: BTreeMap<&str, BTreeMap<String, String>> = v
             .iter()
             .map(|(b, m)| {
                 (
@@ -451,30 +612,27 @@ fn print_pcrs(v: &validator::formats::tpm::PcrValues, json: bool) {
                 )
             })
             .collect();
-        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        out.line(&serde_json::to_string_pretty(&doc)?)?;
     } else {
-        println!("pcrs:");
+        out.line("pcrs:")?;
         for (b, m) in v {
-            println!("  {}:", b.name());
+            out.line(&format!("  {}:", b.name()))?;
             for (p, d) in m {
-                println!("    {p:<2} : 0x{}", validator::util::hex(d));
+                out.line(&format!("    {p:<2} : 0x{}", validator::util::hex(d)))?;
             }
         }
     }
+    Ok(())
 }
 
-fn tpm_pcrs(a: &[&str]) -> Result<ExitCode, String> {
+fn tpm_pcrs(tcp: Option<std::net::SocketAddr>, json: bool, out: &mut Out) -> Res {
+    use validator::formats::tpm::PcrValues;
     use validator::sys::tpm::{DeviceTransport, TcpTransport, Tpm, Transport};
-    let json = a.contains(&"--json");
-    let tcp = a
-        .iter()
-        .position(|x| *x == "--tcp")
-        .and_then(|i| a.get(i + 1));
-    fn read_all<T: Transport>(mut t: Tpm<T>) -> Result<validator::formats::tpm::PcrValues, String> {
-        let banks = t.get_pcr_banks().map_err(|e| e.to_string())?;
-        let mut v = validator::formats::tpm::PcrValues::new();
+    fn read_all<T: Transport>(mut t: Tpm<T>) -> Result<PcrValues, Usage> {
+        let banks = t.get_pcr_banks()?;
+        let mut v = PcrValues::new();
         for pcr in 0..24 {
-            for (b, d) in t.pcr_read(pcr, &banks).map_err(|e| e.to_string())? {
+            for (b, d) in t.pcr_read(pcr, &banks)? {
                 v.entry(b).or_default().insert(pcr, d);
             }
         }
@@ -486,39 +644,58 @@ fn tpm_pcrs(a: &[&str]) -> Result<ExitCode, String> {
         Ok(v)
     }
     let v = match tcp {
-        Some(addr) => {
-            let sa: std::net::SocketAddr = addr
-                .parse()
-                .map_err(|_| format!("--tcp {addr}: not HOST:PORT"))?;
-            read_all(Tpm::new(
-                TcpTransport::connect(sa, std::time::Duration::from_secs(2))
-                    .map_err(|e| e.to_string())?,
-            ))?
-        }
-        None => read_all(Tpm::new(
-            DeviceTransport::open(Path::new("/dev")).map_err(|e| e.to_string())?,
-        ))?,
+        Some(sa) => read_all(Tpm::new(TcpTransport::connect(
+            sa,
+            std::time::Duration::from_secs(2),
+        )?))?,
+        None => read_all(Tpm::new(DeviceTransport::open(Path::new("/dev"))?))?,
     };
-    print_pcrs(&v, json);
-    Ok(ExitCode::SUCCESS)
+    print_pcrs(&v, json, out)?;
+    Ok(true)
 }
 
-fn tpm_replay(a: &[&str]) -> Result<ExitCode, String> {
-    let json = a.contains(&"--json");
-    let file = a
-        .iter()
-        .find(|x| !x.starts_with("--"))
-        .ok_or("tpm replay: LOG is required")?;
-    let bytes = std::fs::read(file).map_err(|e| format!("{file}: {e}"))?;
-    let v = if bytes.first() == Some(&0x1e) {
-        let recs =
-            validator::formats::tpm::cel::parse(&bytes).map_err(|e| format!("{file}: {e}"))?;
-        validator::formats::tpm::cel::replay(&recs)
+fn tpm_replay(file: &Path, json: bool, out: &mut Out) -> Res {
+    use validator::formats::tpm::{cel, eventlog};
+    let bytes = read_limited(file, EVENTLOG_MAX)?;
+    let name = file.display();
+    // CEL-JSON is a JSON-seq (RS-prefixed records) or plain JSON lines; a binary log
+    // starts with the 32-bit PCR index of its Spec ID event.
+    let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+    let v = if matches!(first, Some(0x1e | b'{')) {
+        cel::replay(&cel::parse(&bytes).map_err(|e| Usage(format!("{name}: {e}")))?)
     } else {
-        validator::formats::tpm::eventlog::EventLog::parse(&bytes)
-            .map_err(|e| format!("{file}: {e}"))?
+        eventlog::EventLog::parse(&bytes)
+            .map_err(|e| Usage(format!("{name}: {e}")))?
             .replay()
     };
-    print_pcrs(&v, json);
-    Ok(ExitCode::SUCCESS)
+    print_pcrs(&v, json, out)?;
+    Ok(true)
+}
+
+fn cmdline(words: Vec<String>, out: &mut Out) -> Res {
+    use validator::config::cmdline::{split, BootArgs};
+    let line = if words.is_empty() {
+        let b = read_limited(
+            Path::new("/proc/cmdline"),
+            validator::stages::start::CMDLINE_MAX,
+        )?;
+        String::from_utf8_lossy(&b).into_owned()
+    } else {
+        words.join(" ")
+    };
+    let line = line.trim_end();
+    let s = split(line);
+    for p in &s.params {
+        match &p.value {
+            Some(v) => out.line(&format!("{} = {v:?}", p.name))?,
+            None => out.line(&p.name)?,
+        }
+    }
+    if !s.init_args.is_empty() {
+        out.line(&format!("-- {:?}", s.init_args))?;
+    }
+    for w in BootArgs::parse(line).warnings {
+        out.line(&format!("warning: {w}"))?;
+    }
+    Ok(true)
 }

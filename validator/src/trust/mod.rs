@@ -23,6 +23,9 @@ pub use crate::util::colon_hex;
 pub mod pkcs7;
 pub mod rootsig;
 
+/// The largest certificate file read (a PEM bundle of many certificates fits).
+pub const CERT_FILE_MAX: u64 = 1 << 20;
+
 /// A trust-store or signature problem.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TrustError {
@@ -356,7 +359,9 @@ impl TrustStore {
         Ok(ders.len())
     }
 
-    /// Adds a certificate file, or every `*.der`, `*.pem`, `*.crt` file of a directory.
+    /// Adds the certificates of a file, or of every `*.der`, `*.pem`, `*.crt`, `*.x509`
+    /// file of a directory. A file is read only if it is a regular file of at most
+    /// [`CERT_FILE_MAX`] bytes.
     pub fn add_path(&mut self, path: &Path) -> Result<usize, TrustError> {
         let rd = |e: std::io::Error| TrustError::Read {
             path: path.to_path_buf(),
@@ -381,7 +386,20 @@ impl TrustStore {
             }
             Ok(n)
         } else {
-            let bytes = std::fs::read(path).map_err(rd)?;
+            let bytes = crate::util::fs::read_limited(path, CERT_FILE_MAX).map_err(|e| {
+                TrustError::Read {
+                    path: path.to_path_buf(),
+                    why: match e {
+                        crate::util::fs::InputError::Io { source, .. } => source.to_string(),
+                        crate::util::fs::InputError::NotAFile { kind, .. } => {
+                            format!("is a {kind}, not a certificate file")
+                        }
+                        crate::util::fs::InputError::TooLarge { limit, .. } => {
+                            format!("larger than the limit of {limit} bytes for a certificate file")
+                        }
+                    },
+                }
+            })?;
             self.add_bytes(&bytes, &path.display().to_string())
         }
     }
