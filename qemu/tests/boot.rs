@@ -5,13 +5,15 @@ use validator::report::{Decision, Fault, StageStatus};
 use validator::stages::modules::ModStatus;
 use validator::stages::Stage;
 
-fn run(name: &str) -> qemu::vm::Outcome {
+use qemu::scenario::Name;
+
+fn run(name: Name) -> qemu::vm::Outcome {
     qemu::scenario::run_named(name)
 }
 
 #[test]
 fn good_boot_loads_modules_itself_and_switches_root() {
-    let o = run("good");
+    let o = run(Name::Good);
     assert_eq!(o.verdict, Verdict::RootInitReached, "{}", o.describe());
     let marker = o.marker.as_deref().unwrap_or_default();
     assert!(
@@ -69,7 +71,7 @@ fn good_boot_loads_modules_itself_and_switches_root() {
 
 #[test]
 fn absent_root_device_stops_cleanly_with_a_report() {
-    let o = run("no-root");
+    let o = run(Name::NoRoot);
     let r = o.stopped();
     let reason = r.reason.as_deref().unwrap();
     assert!(
@@ -88,7 +90,7 @@ fn absent_root_device_stops_cleanly_with_a_report() {
 
 #[test]
 fn module_the_kernel_refuses_is_named_with_its_errno() {
-    let o = run("bad-module");
+    let o = run(Name::BadModule);
     let r = o.stopped();
     let m = r.module("kvm_intel").expect("kvm_intel in report");
     assert_eq!(m.status, ModStatus::Failed);
@@ -105,7 +107,7 @@ fn module_the_kernel_refuses_is_named_with_its_errno() {
 
 #[test]
 fn forced_panic_is_logged_and_ends_the_vm_without_killing_init() {
-    let o = run("panic");
+    let o = run(Name::Panic);
     let line = o
         .console
         .lines()
@@ -123,7 +125,7 @@ fn forced_panic_is_logged_and_ends_the_vm_without_killing_init() {
 
 #[test]
 fn tampered_module_is_refused_before_the_kernel_sees_it() {
-    let o = run("tampered-module");
+    let o = run(Name::TamperedModule);
     let r = o.stopped();
     let m = r.module("virtio_blk").expect("virtio_blk in report");
     assert_eq!(m.status, ModStatus::Rejected, "{m:?}");
@@ -159,7 +161,7 @@ fn tampered_module_is_refused_before_the_kernel_sees_it() {
 /// virtio_pci reported as such.
 #[test]
 fn kernel_6_12_with_compressed_modules_and_ecdsa_signatures() {
-    let o = run("k612");
+    let o = run(Name::K612);
     let r = o.reached_root();
     assert!(
         r.kernel_release.as_deref().unwrap().starts_with("6.12."),

@@ -12,7 +12,9 @@ fn run_scenario(s: Scenario) -> qemu::vm::Outcome {
     s.run_checked()
 }
 
-fn run(name: &str) -> qemu::vm::Outcome {
+use qemu::scenario::Name;
+
+fn run(name: Name) -> qemu::vm::Outcome {
     qemu::scenario::run_named(name)
 }
 
@@ -52,7 +54,7 @@ fn validator_replay(log: &[u8], dir: &std::path::Path, name: &str) -> Listing {
     tpmcheck::parse_listing(&String::from_utf8_lossy(&out.stdout))
 }
 
-fn check_agreement(name: &str, banks: &[&str]) {
+fn check_agreement(name: Name, banks: &[&str]) {
     let o = run(name);
     let r = o.reached_root();
     let tpm = r.tpm.as_ref().unwrap();
@@ -111,12 +113,12 @@ fn check_agreement(name: &str, banks: &[&str]) {
 
 #[test]
 fn log_replays_to_the_tpm_values_sha1_sha256() {
-    check_agreement("tpm", &["sha1", "sha256"]);
+    check_agreement(Name::Tpm, &["sha1", "sha256"]);
 }
 
 #[test]
 fn log_replays_to_the_tpm_values_sha256_sha384() {
-    check_agreement("tpm-sha384", &["sha256", "sha384"]);
+    check_agreement(Name::TpmSha384, &["sha256", "sha384"]);
 }
 
 fn pcr13(o: &qemu::vm::Outcome) -> String {
@@ -213,7 +215,7 @@ fn same_inputs_same_pcr_different_bom_or_module_different_pcr() {
 
 #[test]
 fn no_tpm_when_required_stops_with_a_platform_fault() {
-    let o = run("no-tpm");
+    let o = run(Name::NoTpm);
     let r = o.stopped();
     assert_eq!(r.fault, Some(Fault::Platform));
     let reason = r.reason.as_deref().unwrap();
@@ -228,7 +230,7 @@ fn no_tpm_when_required_stops_with_a_platform_fault() {
 
 #[test]
 fn tpm_dying_mid_boot_is_a_bounded_wait_then_the_policy() {
-    let o = run("tpm-killed");
+    let o = run(Name::TpmKilled);
     let r = o.stopped();
     assert_eq!(r.fault, Some(Fault::Platform), "{r:?}");
     let reason = r.reason.as_deref().unwrap();
