@@ -187,3 +187,26 @@ fn kernel_6_12_with_compressed_modules_and_ecdsa_signatures() {
         "{ext4:?}"
     );
 }
+
+/// The benchmark's floor (busybox: the same modules, the same root, no checks) reaches the
+/// same root init, so the bench compares like with like.
+#[test]
+fn benchmark_floor_initramfs_reaches_the_root() {
+    let s = qemu::scenario::Scenario::good().unwrap();
+    let dir = qemu::paths::run_dir("floor").unwrap();
+    let mut cfg = s.prepare(&dir).unwrap();
+    let (_, order) = qemu::floor::load_order(&s).unwrap();
+    assert!(
+        order.iter().any(|p| p.ends_with("ext4.ko"))
+            && order.iter().any(|p| p.ends_with("virtio_blk.ko")),
+        "{order:?}"
+    );
+    let pos = |n: &str| order.iter().position(|p| p.ends_with(n)).unwrap();
+    assert!(pos("jbd2.ko") < pos("ext4.ko"));
+    cfg.initrd = qemu::floor::build(&s, &dir).unwrap();
+    cfg.append = String::new();
+    let o = qemu::vm::run(&cfg, &dir).unwrap();
+    assert_eq!(o.verdict, Verdict::RootInitReached, "{}", o.describe());
+    assert!(o.report.is_none(), "the floor runs no checks");
+    assert!(o.kernel_time_of(qemu::rootfs::KMSG_MARKER).is_some());
+}
