@@ -117,6 +117,9 @@ pub struct Scenario {
     /// Put tpm2-tools in the root and have its init print `tpm2_pcrread`, `tpm2_eventlog`
     /// and the binary log (base64) between markers.
     pub root_tpm_tools: bool,
+    /// The boot path (kernel direct, or OVMF with GRUB or systemd-boot), the A/B slots,
+    /// reboot following, power cuts and disk throttling ([`crate::ab::Boot`]).
+    pub boot: crate::ab::Boot,
 }
 
 /// Shell the root's init runs to show the TPM's view and our logs.
@@ -156,6 +159,7 @@ impl Scenario {
             tpm_banks: Some(vec!["sha1".into(), "sha256".into()]),
             kill_tpm_on: None,
             root_tpm_tools: false,
+            boot: crate::ab::Boot::default(),
         })
     }
 
@@ -252,6 +256,9 @@ impl Scenario {
 
     /// Builds the BOM file, initramfs and disk in `dir`; returns the VM to boot.
     pub fn prepare(&self, dir: &Path) -> Result<VmConfig, HarnessError> {
+        if self.boot.two_slots() {
+            return crate::ab::prepare(self, dir);
+        }
         let mut verity_parts = None;
         if let Some(variant) = self.verity {
             let rootdir = dir.join("rootfs");
@@ -272,35 +279,13 @@ impl Scenario {
                 .map_err(|e| HarnessError::Setup(format!("BOM as TOML: {e}")))?,
         )
         .map_err(|e| HarnessError::io(&bom_path, e))?;
-        let mut overrides = self.module_overrides.clone();
-        if !self.tampered_modules.is_empty() {
-            let tree = mkinitramfs::closure::KernelTree::open(&self.kernel.root)
-                .map_err(|e| HarnessError::Setup(e.to_string()))?;
-            for m in &self.tampered_modules {
-                let rel = tree
-                    .files
-                    .get(m)
-                    .ok_or_else(|| HarnessError::Setup(format!("no module {m} in the kernel")))?;
-                let src = tree.moddir.join(rel);
-                let mut bytes = std::fs::read(&src).map_err(|e| HarnessError::io(&src, e))?;
-                let body = validator::formats::kmod::sig::split(&bytes)
-                    .map(|s| s.body.len())
-                    .unwrap_or(bytes.len());
-                bytes[body / 2] ^= 0x01;
-                let out = dir.join(format!("tampered-{m}.ko"));
-                std::fs::write(&out, &bytes).map_err(|e| HarnessError::io(&out, e))?;
-                overrides.push((m.clone(), out));
-            }
-        }
-        let mut spec = mkinitramfs::Spec::new(&self.kernel.root, &bom_path, &paths::init_binary()?);
-        spec.extra_files = self.extra_initramfs_files.clone();
-        spec.mtime = 0;
-        // The build-time gate would refuse a tampered module; the boot-time gate is tested.
-        spec.gate = overrides.is_empty();
-        spec.module_overrides = overrides;
-        let built = mkinitramfs::build(&spec).map_err(|e| HarnessError::Setup(e.to_string()))?;
         let initrd = dir.join("initrd.img");
-        std::fs::write(&initrd, &built.bytes).map_err(|e| HarnessError::io(&initrd, e))?;
+        let extras = crate::initramfs::Extras {
+            files: self.extra_initramfs_files.clone(),
+            module_overrides: self.module_overrides.clone(),
+            tampered_modules: self.tampered_modules.clone(),
+        };
+        crate::initramfs::build(&self.kernel, &bom_path, &extras, &initrd, dir)?;
         let mut cfg = VmConfig::new(&self.kernel.vmlinuz, &initrd);
         cfg.append = self.cmdline.clone();
         if let Some(parts) = verity_parts {
@@ -330,6 +315,7 @@ impl Scenario {
         }
         cfg.tpm = self.tpm_banks.clone();
         cfg.kill_tpm_on = self.kill_tpm_on.clone();
+        self.boot.apply(&mut cfg);
         Ok(cfg)
     }
 
