@@ -392,14 +392,19 @@ fn layout(s: &Scenario) -> TwoSlots {
         .unwrap_or_else(|| TwoSlots::new(s, Roots::Plain))
 }
 
-/// Builds both slots, the ESP and `<dir>/disk.img`; returns the VM to boot.
-pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
-    let two = layout(s);
-    let loader = match s.boot.path {
+/// The loader whose files the ESP holds for `path`.
+fn esp_loader(path: BootPath, two: &TwoSlots) -> Loader {
+    match path {
         BootPath::Grub => Loader::Grub,
         BootPath::SystemdBoot => Loader::SystemdBoot,
         BootPath::Direct => two.direct_esp,
-    };
+    }
+}
+
+/// Builds both slots, the ESP and `<dir>/disk.img`; returns the VM to boot.
+pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
+    let two = layout(s);
+    let loader = esp_loader(s.boot.path, &two);
     let per_slot_options = loader != Loader::Grub || s.boot.path == BootPath::Direct;
     let options = |slot: Slot| {
         let mut o = String::new();
@@ -473,6 +478,10 @@ pub struct Bed {
     pub dir: PathBuf,
     pub cfg: VmConfig,
     pub disk: PathBuf,
+    /// The loader whose files the ESP holds.
+    pub loader: Loader,
+    /// The layout it was built from (its initial boot-loader state included).
+    pub slots: TwoSlots,
     power_ons: std::cell::Cell<u32>,
 }
 
@@ -480,6 +489,45 @@ impl Bed {
     /// The ESP of the node's disk, for reading it on the host.
     pub fn esp(&self) -> Result<Esp, HarnessError> {
         Esp::in_disk(&self.disk)
+    }
+
+    /// Puts the boot loader's state back as it was built: GRUB's `grubenv` rewritten in
+    /// place with the initial variables only, systemd-boot's entries renamed to their
+    /// initial tries.
+    pub fn reset_boot_state(&self) -> Result<(), HarnessError> {
+        let esp = self.esp()?;
+        match self.loader {
+            Loader::Grub => {
+                let fresh = self.dir.join("grubenv.fresh");
+                let _ = std::fs::remove_file(&fresh);
+                disk::run(
+                    std::process::Command::new("grub-editenv")
+                        .arg(&fresh)
+                        .arg("create"),
+                )?;
+                let mut c = std::process::Command::new("grub-editenv");
+                c.arg(&fresh).arg("set");
+                for (k, v) in &self.slots.grubenv {
+                    c.arg(format!("{k}={v}"));
+                }
+                disk::run(&mut c)?;
+                let bytes = std::fs::read(&fresh).map_err(|e| HarnessError::io(&fresh, e))?;
+                esp.overwrite_in_place(firmware::GRUBENV_PATH, &bytes)
+            }
+            Loader::SystemdBoot => {
+                for name in esp.list(firmware::ENTRIES_DIR)? {
+                    for slot in Slot::ALL {
+                        let want = firmware::entry_name(slot, self.slots.tries);
+                        let prefix = format!("slot-{}", slot.lower());
+                        let rest = name.strip_prefix(&prefix).unwrap_or("");
+                        if (rest.starts_with('+') || rest == ".conf") && name != want {
+                            esp.rename(&format!("{}/{name}", firmware::ENTRIES_DIR), &want)?;
+                        }
+                    }
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Powers the node on (the disk and the firmware's variables as the last power-on
@@ -541,6 +589,8 @@ impl Scenario {
     pub fn bed(&self) -> Result<Bed, HarnessError> {
         let dir = paths::run_dir(&self.name)?;
         let cfg = self.prepare(&dir)?;
+        let slots = layout(self);
+        let loader = esp_loader(self.boot.path, &slots);
         let disk = cfg
             .disks
             .first()
@@ -550,6 +600,8 @@ impl Scenario {
             dir,
             cfg,
             disk,
+            loader,
+            slots,
             power_ons: std::cell::Cell::new(0),
         })
     }
@@ -583,6 +635,7 @@ pub fn bench_boot_paths(runs: usize) -> Result<Vec<(BootPath, Vec<PathSample>)>,
         paths_.iter().map(|p| (*p, Vec::new())).collect();
     for i in 0..runs {
         for (k, (p, bed)) in beds.iter().enumerate() {
+            bed.reset_boot_state()?;
             let r = bed.boot()?;
             let first = r.boots.first().ok_or_else(|| {
                 HarnessError::Setup(format!("{p:?}: no boot seen: {}", r.describe()))

@@ -484,22 +484,11 @@ impl Run {
 /// a boot marker, e.g. firmware that found nothing to boot).
 pub fn run_boots(cfg: &VmConfig, dir: &Path) -> Result<Run, HarnessError> {
     let w = watch(cfg, dir)?;
-    let marker = cfg.boot_marker().as_bytes();
-    let mut offsets = Vec::new();
-    let mut i = 0;
-    while let Some(p) = find(&w.console[i..], marker) {
-        offsets.push(i + p);
-        i += p + marker.len();
-    }
-    let mut end = w.console.len();
-    if w.boot_limit_reached {
-        // The boot that started past the limit is not one of the run's.
-        let limit = cfg.follow_reboots.unwrap_or(0) as usize;
-        if let Some(e) = offsets.get(limit) {
-            end = *e;
-        }
-        offsets.truncate(limit);
-    }
+    let limit = match (w.boot_limit_reached, cfg.follow_reboots) {
+        (true, Some(n)) => Some(n as usize),
+        _ => None,
+    };
+    let (offsets, end) = boot_starts(&w.console, cfg.boot_marker().as_bytes(), limit);
     let time_of = |off: usize| {
         w.arrivals
             .iter()
@@ -575,6 +564,26 @@ fn outcome(
         wall,
         timed_out,
     }
+}
+
+/// Where each boot starts in `console` (each occurrence of `marker`), and where the last
+/// counted boot ends: with `limit` (the boot limit was reached) the boots past it are
+/// left out and the last one ends where the next began.
+fn boot_starts(console: &[u8], marker: &[u8], limit: Option<usize>) -> (Vec<usize>, usize) {
+    let mut offsets = Vec::new();
+    let mut i = 0;
+    while let Some(p) = find(&console[i..], marker) {
+        offsets.push(i + p);
+        i += p + marker.len();
+    }
+    let mut end = console.len();
+    if let Some(limit) = limit {
+        if let Some(e) = offsets.get(limit) {
+            end = *e;
+        }
+        offsets.truncate(limit);
+    }
+    (offsets, end)
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
@@ -777,6 +786,63 @@ mod tests {
         assert!(r.is_some());
         assert_eq!(classify("", true, None).0, Verdict::Timeout);
         assert_eq!(classify("x", false, Some(1)).0, Verdict::Exited(Some(1)));
+    }
+
+    #[test]
+    fn counter_counts_each_occurrence_once_as_the_buffer_grows() {
+        let mut c = Counter::new("Linux version ");
+        let mut buf = b"xx Linux ver".to_vec();
+        assert_eq!(c.update(&buf), 0);
+        buf.extend_from_slice(b"sion 6.1\nLinux version 6.1\n");
+        assert_eq!(c.update(&buf), 2);
+        assert_eq!(c.update(&buf), 2);
+        buf.extend_from_slice(b"Linux version");
+        assert_eq!(c.update(&buf), 2);
+        buf.push(b' ');
+        assert_eq!(c.update(&buf), 3);
+    }
+
+    #[test]
+    fn boots_split_at_their_markers() {
+        let c = b"fw M1 a M2 b M3 c";
+        assert_eq!(boot_starts(c, b"M", None), (vec![3, 8, 13], c.len()));
+        assert_eq!(boot_starts(c, b"M", Some(2)), (vec![3, 8], 13));
+        assert_eq!(boot_starts(b"nothing", b"M", None), (vec![], 7));
+    }
+
+    #[test]
+    fn command_line_for_firmware_reboots_and_throttling() {
+        let args = |c: &VmConfig| -> Vec<String> {
+            c.command(Path::new("/c.log"))
+                .get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        };
+        let mut c = VmConfig::new(Path::new("/k"), Path::new("/i"));
+        c.disks.push("/d.img".into());
+        let a = args(&c);
+        assert!(a.contains(&"-no-reboot".to_string()));
+        assert!(a.contains(&"-kernel".to_string()));
+        assert_eq!(c.boot_marker(), KERNEL_BOOT_MARKER);
+        c.firmware = Some(crate::firmware::Ovmf {
+            code: "/code.fd".into(),
+            vars: "/vars.fd".into(),
+        });
+        c.follow_reboots = Some(2);
+        c.throttle = Some(Throttle {
+            bps_write: Some(4096),
+            iops_write: None,
+        });
+        let a = args(&c);
+        assert!(!a.contains(&"-no-reboot".to_string()));
+        assert!(!a.contains(&"-kernel".to_string()));
+        assert!(a.contains(&"if=pflash,format=raw,unit=0,readonly=on,file=/code.fd".to_string()));
+        assert!(a.contains(&"if=pflash,format=raw,unit=1,file=/vars.fd".to_string()));
+        assert!(a.contains(
+            &"file=/d.img,format=raw,if=none,id=d0,cache=unsafe,throttling.bps-write=4096"
+                .to_string()
+        ));
+        assert_eq!(c.boot_marker(), FIRMWARE_BOOT_MARKER);
     }
 
     #[test]

@@ -84,6 +84,9 @@ fn grub_boots_slot_a_from_grubenv_and_saves_the_try() {
     assert_eq!(var(&env, "A_TRY"), "1");
     assert_eq!(var(&env, "B_OK"), "1");
     assert_eq!(var(&env, "B_TRY"), "0");
+    // The bed puts the initial state back in place (as GRUB's save_env writes it).
+    bed.reset_boot_state().unwrap();
+    assert_eq!(var(&env_of(&bed), "A_TRY"), "0");
 }
 
 #[test]
@@ -181,6 +184,9 @@ fn systemd_boot_boots_slot_a_and_counts_the_try_on_the_esp() {
         "{}",
         o.describe()
     );
+    bed.reset_boot_state().unwrap();
+    let entries = bed.esp().unwrap().list("/loader/entries").unwrap();
+    assert_eq!(entries, ["slot-a+3.conf", "slot-b+3.conf"]);
 }
 
 #[test]
