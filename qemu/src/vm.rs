@@ -488,7 +488,7 @@ pub fn run_boots(cfg: &VmConfig, dir: &Path) -> Result<Run, HarnessError> {
         (true, Some(n)) => Some(n as usize),
         _ => None,
     };
-    let (offsets, end) = boot_starts(&w.console, cfg.boot_marker().as_bytes(), limit);
+    let (mut offsets, end) = boot_starts(&w.console, cfg.boot_marker().as_bytes(), limit);
     let time_of = |off: usize| {
         w.arrivals
             .iter()
