@@ -533,11 +533,7 @@ impl Bed {
     /// Powers the node on (the disk and the firmware's variables as the last power-on
     /// left them) and returns every boot of the run; logs go to `<dir>/power-<n>/`.
     pub fn boot(&self) -> Result<Run, HarnessError> {
-        let n = self.power_ons.get() + 1;
-        self.power_ons.set(n);
-        let d = self.dir.join(format!("power-{n}"));
-        std::fs::create_dir_all(&d).map_err(|e| HarnessError::io(&d, e))?;
-        vm::run_boots(&self.cfg, &d)
+        self.boot_with(|_| {})
     }
 
     /// [`Bed::boot`] with `cfg` changed for this power-on only (a power cut, say).
@@ -556,10 +552,6 @@ impl Drop for Bed {
     fn drop(&mut self) {
         if std::env::var_os("VALIDATOR_KEEP_RUNS").is_none() {
             paths::remove_images(&self.dir);
-            for slot in Slot::ALL {
-                paths::remove_images(&self.dir.join(format!("slot-{slot}")));
-            }
-            let _ = std::fs::remove_dir_all(self.dir.join("esp-files"));
         }
     }
 }

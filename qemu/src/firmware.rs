@@ -436,9 +436,18 @@ impl Esp {
 
     /// `::/path` for an absolute ESP path.
     fn mpath(&self, path: &str) -> Result<String, HarnessError> {
-        if !path.starts_with('/') || path.contains('\0') {
+        if !path.starts_with('/') {
             return Err(HarnessError::Setup(format!(
                 "ESP path {path:?}: must be absolute"
+            )));
+        }
+        // mtools expands wildcards itself; a path names one file.
+        if let Some(c) = path
+            .chars()
+            .find(|c| c.is_control() || matches!(c, '*' | '?' | '['))
+        {
+            return Err(HarnessError::Setup(format!(
+                "ESP path {path:?}: {c:?} is not allowed"
             )));
         }
         Ok(format!("::{path}"))
@@ -696,6 +705,7 @@ mod tests {
         assert_eq!(esp.read(GRUBENV_PATH).unwrap().len(), 1024);
         assert!(esp.read("/nope").is_err());
         assert!(esp.read("relative").is_err());
+        assert!(esp.read("/EFI/BOOT/*").is_err());
         // One slot's own options cannot be expressed under GRUB.
         spec.slots[0].options = "x=1".into();
         let err = build_esp(&spec, &img, &dir.join("scratch")).unwrap_err();
