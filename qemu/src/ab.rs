@@ -253,6 +253,8 @@ pub struct Boot {
     pub follow_reboots: Option<u32>,
     pub kill_at: Option<KillAt>,
     pub throttle: Option<Throttle>,
+    /// The console text that starts a boot ([`VmConfig::split_at`]).
+    pub split_at: Option<String>,
 }
 
 impl Boot {
@@ -269,6 +271,7 @@ impl Boot {
         }
         cfg.kill_at = self.kill_at.clone();
         cfg.throttle = self.throttle;
+        cfg.split_at = self.split_at.clone();
     }
 }
 
@@ -528,6 +531,36 @@ impl Bed {
                 Ok(())
             }
         }
+    }
+
+    /// Copies the disk and the firmware's variable store to `<dir>/saved-<name>/`, so a
+    /// series of trials can start each from the same state ([`Bed::restore`]).
+    pub fn save(&self, name: &str) -> Result<(), HarnessError> {
+        let to = self.dir.join(format!("saved-{name}"));
+        std::fs::create_dir_all(&to).map_err(|e| HarnessError::io(&to, e))?;
+        for f in self.state_files() {
+            let dst = to.join(f.file_name().unwrap_or_default());
+            std::fs::copy(&f, &dst).map_err(|e| HarnessError::io(&f, e))?;
+        }
+        Ok(())
+    }
+
+    /// Puts back the disk and variable store [`Bed::save`] copied under `name`.
+    pub fn restore(&self, name: &str) -> Result<(), HarnessError> {
+        let from = self.dir.join(format!("saved-{name}"));
+        for f in self.state_files() {
+            let src = from.join(f.file_name().unwrap_or_default());
+            std::fs::copy(&src, &f).map_err(|e| HarnessError::io(&src, e))?;
+        }
+        Ok(())
+    }
+
+    fn state_files(&self) -> Vec<PathBuf> {
+        let mut v = vec![self.disk.clone()];
+        if let Some(fw) = &self.cfg.firmware {
+            v.push(fw.vars.clone());
+        }
+        v
     }
 
     /// Powers the node on (the disk and the firmware's variables as the last power-on

@@ -518,6 +518,17 @@ impl Esp {
         Ok(())
     }
 
+    /// Deletes file `path`.
+    pub fn remove(&self, path: &str) -> Result<(), HarnessError> {
+        disk::run(
+            mtools("mdel")
+                .arg("-i")
+                .arg(self.target())
+                .arg(self.mpath(path)?),
+        )?;
+        Ok(())
+    }
+
     /// Rewrites the clusters file `path` already has with `bytes` (the same length), in
     /// place, as GRUB's `save_env` does: no new allocation, no directory change.
     pub fn overwrite_in_place(&self, path: &str, bytes: &[u8]) -> Result<(), HarnessError> {
@@ -706,6 +717,12 @@ mod tests {
         assert!(esp.read("/nope").is_err());
         assert!(esp.read("relative").is_err());
         assert!(esp.read("/EFI/BOOT/*").is_err());
+        esp.rename("/EFI/BOOT/node.cfg", "old.cfg").unwrap();
+        esp.remove("/EFI/BOOT/old.cfg").unwrap();
+        assert_eq!(
+            esp.list("/EFI/BOOT").unwrap(),
+            ["BOOTX64.EFI", "grub.cfg", "grubenv"]
+        );
         // One slot's own options cannot be expressed under GRUB.
         spec.slots[0].options = "x=1".into();
         let err = build_esp(&spec, &img, &dir.join("scratch")).unwrap_err();

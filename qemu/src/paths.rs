@@ -122,7 +122,7 @@ pub fn remove_images(dir: &Path) {
             let _ = std::fs::remove_file(&p);
         } else if name == "rootfs" || name == "tpm-state" || name == "esp-files" {
             let _ = std::fs::remove_dir_all(&p);
-        } else if name.starts_with("slot-") && p.is_dir() {
+        } else if (name.starts_with("slot-") || name.starts_with("saved-")) && p.is_dir() {
             // An A/B node's slot directories (crate::ab).
             remove_images(&p);
         }

@@ -72,6 +72,9 @@ pub struct VmConfig {
     pub kill_at: Option<KillAt>,
     /// Throttle writes to every disk.
     pub throttle: Option<Throttle>,
+    /// The console text that starts a boot, instead of [`VmConfig::boot_marker`]'s
+    /// default (e.g. [`KERNEL_BOOT_MARKER`] under firmware to count kexec'd kernels too).
+    pub split_at: Option<String>,
 }
 
 /// A power cut: SIGKILL to QEMU's process group `delay` after the `nth` (1-based)
@@ -131,6 +134,7 @@ impl VmConfig {
             follow_reboots: None,
             kill_at: None,
             throttle: None,
+            split_at: None,
         }
     }
 
@@ -141,9 +145,13 @@ impl VmConfig {
         c
     }
 
-    /// The console text each boot starts with (see [`FIRMWARE_BOOT_MARKER`]).
-    pub fn boot_marker(&self) -> &'static str {
-        if self.firmware.is_some() {
+    /// The console text each boot starts with: [`VmConfig::split_at`], else
+    /// [`FIRMWARE_BOOT_MARKER`] under firmware (a kexec is then no new boot), else
+    /// [`KERNEL_BOOT_MARKER`].
+    pub fn boot_marker(&self) -> &str {
+        if let Some(m) = &self.split_at {
+            m
+        } else if self.firmware.is_some() {
             FIRMWARE_BOOT_MARKER
         } else {
             KERNEL_BOOT_MARKER

@@ -87,6 +87,15 @@ fn grub_boots_slot_a_from_grubenv_and_saves_the_try() {
     // The bed puts the initial state back in place (as GRUB's save_env writes it).
     bed.reset_boot_state().unwrap();
     assert_eq!(var(&env_of(&bed), "A_TRY"), "0");
+    // A saved disk comes back as it was.
+    bed.save("fresh").unwrap();
+    bed.esp()
+        .unwrap()
+        .grubenv_set(&bed.dir, &[("A_OK", "0")])
+        .unwrap();
+    assert_eq!(var(&env_of(&bed), "A_OK"), "0");
+    bed.restore("fresh").unwrap();
+    assert_eq!(var(&env_of(&bed), "A_OK"), "1");
 }
 
 #[test]
