@@ -308,3 +308,27 @@ fn power_cut_during_esp_writes_leaves_a_usable_disk() {
     assert_eq!(ab::grub_slot(&again.boots[0]), Some(Slot::B));
     assert_slot_root(&again.boots[0], Slot::B);
 }
+
+/// A slot's own variant reaches that slot's image only: slot A's initramfs carries a
+/// tampered module and stops; slot B's, booted directly on the same kind of node, passes.
+#[test]
+fn slot_variants_reach_only_their_slot() {
+    for (slot, tampered) in [(Slot::A, true), (Slot::B, false)] {
+        let mut s = Scenario::two_slots(BootPath::Direct, Roots::Plain).unwrap();
+        let two = s.boot.slots.as_mut().unwrap();
+        two.a.tampered_modules.push("virtio_blk".into());
+        two.direct_slot = slot;
+        let o = s.run_checked();
+        if tampered {
+            let r = o.stopped();
+            assert!(
+                r.image_id.as_deref().unwrap_or_default().ends_with("-A"),
+                "{r:?}"
+            );
+            let reason = r.reason.as_deref().unwrap_or_default();
+            assert!(reason.contains("virtio_blk"), "{reason}");
+        } else {
+            assert_slot_root(&o, slot);
+        }
+    }
+}
