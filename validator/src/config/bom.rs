@@ -466,6 +466,13 @@ pub struct Slot {
 }
 
 impl Slot {
+    /// A `[slot]` section from its TOML body (defaults for what it omits), checked.
+    pub fn from_toml(text: &str) -> Result<Slot, String> {
+        let s: Slot = toml::from_str(text).map_err(|e| e.message().to_string())?;
+        s.check()?;
+        Ok(s)
+    }
+
     /// The checks the init relies on: absolute ESP paths without `..`, an entry id for
     /// each slot, a usable bound, root templates that name a partition.
     pub fn check(&self) -> Result<(), String> {

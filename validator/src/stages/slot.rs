@@ -230,59 +230,22 @@ pub(crate) fn open_dir(
     slot: SlotName,
     dir: PathBuf,
 ) -> Result<Runtime, String> {
-    let mut rt = Runtime {
-        cfg: cfg.clone(),
-        slot,
-        esp_dir: dir,
-        grub: None,
-        entries: BTreeMap::new(),
-        state: State::default(),
-        generation: 0,
-        next_copy: 0,
-        state_ok: false,
-        over_bound: false,
-    };
-    let mut problems = Vec::new();
-    match cfg.bootloader {
-        Bootloader::Grub => match read_grubenv(&rt) {
-            Ok(env) => {
-                facts.before = grub_view(&env);
-                rt.grub = Some(env);
-            }
-            Err(e) => problems.push(e),
-        },
-        Bootloader::SystemdBoot => {
-            mount_efivarfs(ctx);
-            match read_entries(&rt) {
-                Ok(found) => {
-                    facts.before = found
-                        .iter()
-                        .map(|(s, n)| (s.as_str().to_string(), n.file_name()))
-                        .collect();
-                    rt.entries = found;
-                }
-                Err(e) => problems.push(e),
-            }
-            if let Some(p) = loader_boot_count_path(ctx) {
-                facts.before.insert("LoaderBootCountPath".into(), p);
-            }
+    if cfg.bootloader == Bootloader::SystemdBoot {
+        mount_efivarfs(ctx);
+    }
+    let loaded = Runtime::load(cfg, slot, dir, true);
+    let mut rt = loaded.runtime;
+    let mut problems = loaded.problems;
+    facts.before = loaded.view;
+    if cfg.bootloader == Bootloader::SystemdBoot {
+        if let Some(p) = loader_boot_count_path(ctx) {
+            facts.before.insert("LoaderBootCountPath".into(), p);
         }
     }
-    match read_state(&rt) {
-        Ok((copies, created)) => {
-            if created {
-                ctx.facts
-                    .warnings
-                    .push("slot: created a new state record on the ESP".into());
-            }
-            if let Some((_, r)) = slotstate::newest(&copies) {
-                rt.state = r.state.clone();
-                rt.generation = r.generation;
-            }
-            rt.next_copy = slotstate::next_copy(&copies);
-            rt.state_ok = true;
-        }
-        Err(e) => problems.push(e),
+    if loaded.created {
+        ctx.facts
+            .warnings
+            .push("slot: created a new state record on the ESP".into());
     }
     facts.previous = previous(ctx, &rt);
     facts.consecutive_failures = rt.state.consecutive_failures;
@@ -314,6 +277,131 @@ pub(crate) fn open_dir(
     Ok(rt)
 }
 
+/// What [`Runtime::load`] found.
+#[derive(Debug)]
+pub struct Loaded {
+    pub runtime: Runtime,
+    /// The boot loader's view (grubenv variables or entry file names).
+    pub view: BTreeMap<String, String>,
+    /// What could not be read (the rest is still usable).
+    pub problems: Vec<String>,
+    /// Whether our record was created just now.
+    pub created: bool,
+}
+
+/// The slots as an operator's tool reports them.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub bootloader: Bootloader,
+    /// The boot loader's view (grubenv variables or entry file names).
+    pub bootloader_state: BTreeMap<String, String>,
+    /// Our record (newest valid copy) and its generation.
+    pub record: Option<State>,
+    pub generation: u64,
+    pub problems: Vec<String>,
+}
+
+impl Runtime {
+    /// Reads the boot loader's state and our record from the ESP mounted at `dir`,
+    /// creating the record's two copies when `create` and they are missing. Nothing is
+    /// counted or written otherwise.
+    pub fn load(cfg: &Slot, slot: SlotName, dir: PathBuf, create: bool) -> Loaded {
+        let mut rt = Runtime {
+            cfg: cfg.clone(),
+            slot,
+            esp_dir: dir,
+            grub: None,
+            entries: BTreeMap::new(),
+            state: State::default(),
+            generation: 0,
+            next_copy: 0,
+            state_ok: false,
+            over_bound: false,
+        };
+        let mut problems = Vec::new();
+        let mut view = BTreeMap::new();
+        match cfg.bootloader {
+            Bootloader::Grub => match read_grubenv(&rt) {
+                Ok(env) => {
+                    view = grub_view(&env);
+                    rt.grub = Some(env);
+                }
+                Err(e) => problems.push(e),
+            },
+            Bootloader::SystemdBoot => match read_entries(&rt) {
+                Ok(found) => {
+                    view = found
+                        .iter()
+                        .map(|(s, n)| (s.as_str().to_string(), n.file_name()))
+                        .collect();
+                    rt.entries = found;
+                }
+                Err(e) => problems.push(e),
+            },
+        }
+        let mut created = false;
+        match read_state(&rt, create) {
+            Ok((copies, c)) => {
+                created = c;
+                if let Some((_, r)) = slotstate::newest(&copies) {
+                    rt.state = r.state.clone();
+                    rt.generation = r.generation;
+                }
+                rt.next_copy = slotstate::next_copy(&copies);
+                rt.state_ok = true;
+            }
+            Err(e) => problems.push(e),
+        }
+        Loaded {
+            runtime: rt,
+            view,
+            problems,
+            created,
+        }
+    }
+
+    /// The status report of what was loaded.
+    pub fn status(&self, view: BTreeMap<String, String>, problems: Vec<String>) -> Status {
+        Status {
+            bootloader: self.cfg.bootloader,
+            bootloader_state: view,
+            record: self.state_ok.then(|| self.state.clone()),
+            generation: self.generation,
+            problems,
+        }
+    }
+
+    /// Marks slot `s` good or bad in the boot loader's state and in our record, as the
+    /// post-boot service (`validator slot mark-good`) or an operator does.
+    pub fn mark_slot(&mut self, s: SlotName, good: bool) -> Result<String, String> {
+        mark(self, s, good)?;
+        let mut done = format!("marked {s} {}", if good { "good" } else { "bad" });
+        if self.state_ok {
+            let rec = self.state.slots.entry(s.as_str().to_string()).or_default();
+            rec.good = Some(good);
+            if good {
+                rec.attempts = 0;
+                self.state.consecutive_failures = 0;
+            }
+            write_state(self)?;
+            done.push_str(" (boot loader and record)");
+        }
+        Ok(done)
+    }
+
+    /// The boot loader's view now.
+    pub fn view(&self) -> BTreeMap<String, String> {
+        match self.cfg.bootloader {
+            Bootloader::Grub => self.grub.as_ref().map(grub_view).unwrap_or_default(),
+            Bootloader::SystemdBoot => self
+                .entries
+                .iter()
+                .map(|(s, n)| (s.as_str().to_string(), n.file_name()))
+                .collect(),
+        }
+    }
+}
+
 fn esp_path(rt: &Runtime, p: &str) -> PathBuf {
     rt.esp_dir.join(p.trim_start_matches('/'))
 }
@@ -322,7 +410,7 @@ fn read_grubenv(rt: &Runtime) -> Result<GrubEnv, String> {
     let p = esp_path(rt, &rt.cfg.grubenv);
     let bytes = read_limited(&p, crate::formats::grubenv::MAX_SIZE as u64)
         .map_err(|e| format!("grubenv: {e}"))?;
-    GrubEnv::parse(&bytes).map_err(|e| format!("{}: {e} (left alone)", rt.cfg.grubenv))
+    GrubEnv::parse(&bytes).map_err(|e| format!("{}: {e} (left alone)", p.display()))
 }
 
 fn grub_view(env: &GrubEnv) -> BTreeMap<String, String> {
@@ -405,9 +493,15 @@ fn copy_path(rt: &Runtime, i: usize) -> PathBuf {
 }
 
 /// Reads both copies, creating them (zero-filled, fixed size) when the directory is new.
-fn read_state(rt: &Runtime) -> Result<([Result<Record, StateError>; 2], bool), String> {
+fn read_state(
+    rt: &Runtime,
+    create: bool,
+) -> Result<([Result<Record, StateError>; 2], bool), String> {
     let dir = esp_path(rt, &rt.cfg.state_dir);
     let mut created = false;
+    if !dir.exists() && !create {
+        return Err(format!("no state record at {}", dir.display()));
+    }
     if !dir.exists() {
         std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
         created = true;
@@ -421,7 +515,7 @@ fn read_state(rt: &Runtime) -> Result<([Result<Record, StateError>; 2], bool), S
     };
     for i in 0..2 {
         let p = copy_path(rt, i);
-        if !p.exists() {
+        if !p.exists() && create {
             let f = std::fs::File::create(&p).map_err(|e| format!("{}: {e}", p.display()))?;
             f.set_len(slotstate::FILE_SIZE as u64)
                 .and_then(|()| f.sync_all())
@@ -683,14 +777,7 @@ pub fn act(
         rec.good = Some(false);
     }
     note(write_state(rt), "recorded the decision".into());
-    let after = match rt.cfg.bootloader {
-        Bootloader::Grub => rt.grub.as_ref().map(grub_view).unwrap_or_default(),
-        Bootloader::SystemdBoot => rt
-            .entries
-            .iter()
-            .map(|(s, n)| (s.as_str().to_string(), n.file_name()))
-            .collect(),
-    };
+    let after = rt.view();
     if let Some(p) = plan.as_mut() {
         p.cmdline = target_cmdline(ctx, p.target);
     }
@@ -819,7 +906,12 @@ mod tests {
         std::fs::create_dir_all(d.join("EFI/BOOT")).unwrap();
         let env = d.join("EFI/BOOT/grubenv");
         let tool = "/usr/bin/grub-editenv";
-        assert!(std::process::Command::new(tool).arg(&env).arg("create").status().unwrap().success());
+        assert!(std::process::Command::new(tool)
+            .arg(&env)
+            .arg("create")
+            .status()
+            .unwrap()
+            .success());
         let mut c = std::process::Command::new(tool);
         c.arg(&env).arg("set").args(vars);
         assert!(c.status().unwrap().success());
@@ -842,7 +934,14 @@ mod tests {
         ctx.facts.bom_sha256 = Some(bom_sha.into());
         ctx.cmdline = format!("console=ttyS0 validator.slot={slot} quiet");
         let mut facts = SlotFacts::default();
-        let rt = open_dir(&mut ctx, &cfg(Bootloader::Grub), &mut facts, slot, d.to_path_buf()).unwrap();
+        let rt = open_dir(
+            &mut ctx,
+            &cfg(Bootloader::Grub),
+            &mut facts,
+            slot,
+            d.to_path_buf(),
+        )
+        .unwrap();
         ctx.slot = Some(rt);
         ctx.facts.slot = Some(facts.clone());
         (ctx, facts)
@@ -854,13 +953,26 @@ mod tests {
     /// that one fails too there is no fallback left.
     #[test]
     fn grub_slots_good_then_fallback_then_both_bad() {
-        let d = esp("grub", &["ORDER=A B", "A_OK=1", "A_TRY=1", "B_OK=1", "B_TRY=0"]);
+        let d = esp(
+            "grub",
+            &["ORDER=A B", "A_OK=1", "A_TRY=1", "B_OK=1", "B_TRY=0"],
+        );
         let (mut ctx, facts) = boot(&d, SlotName::A, "aaa");
         assert_eq!(facts.attempts, 1);
         assert_eq!(facts.before.get("A_TRY").map(String::as_str), Some("1"));
         assert_eq!(fallback_target(&ctx), Some(SlotName::B));
-        assert!(act(&mut ctx, Decision::Pass, None, None, "{\"decision\":\"pass\"}").is_none());
-        assert_eq!(grub_list(&d), "ORDER=A B\nA_OK=1\nA_TRY=0\nB_OK=1\nB_TRY=0\n");
+        assert!(act(
+            &mut ctx,
+            Decision::Pass,
+            None,
+            None,
+            "{\"decision\":\"pass\"}"
+        )
+        .is_none());
+        assert_eq!(
+            grub_list(&d),
+            "ORDER=A B\nA_OK=1\nA_TRY=0\nB_OK=1\nB_TRY=0\n"
+        );
         // Next boot of A: GRUB set A_TRY=1 again; now the image is bad.
         assert!(std::process::Command::new("/usr/bin/grub-editenv")
             .arg(d.join("EFI/BOOT/grubenv"))
@@ -882,20 +994,36 @@ mod tests {
         assert_eq!(plan.kernel, d.join("B/vmlinuz"));
         assert_eq!(plan.cmdline, "validator.slot=B console=ttyS0 quiet");
         // A demoted, B's try used for the kexec (as GRUB would before booting it).
-        assert_eq!(grub_list(&d), "ORDER=A B\nA_OK=0\nA_TRY=0\nB_OK=1\nB_TRY=1\n");
+        assert_eq!(
+            grub_list(&d),
+            "ORDER=A B\nA_OK=0\nA_TRY=0\nB_OK=1\nB_TRY=1\n"
+        );
         let f = ctx.facts.slot.as_ref().unwrap();
         assert!(f.action.as_deref().unwrap().contains("demoted A"), "{f:?}");
         // B's boot (after a reboot: no carried report) finds A's failure in the record.
         let (mut ctx, facts) = boot(&d, SlotName::B, "bbb");
         let prev = facts.previous.expect("A's failure");
         assert_eq!((prev.slot.as_str(), prev.via.as_str()), ("A", "reboot"));
-        assert_eq!(prev.reason.as_deref(), Some("modules: module gate refused: virtio_blk"));
+        assert_eq!(
+            prev.reason.as_deref(),
+            Some("modules: module gate refused: virtio_blk")
+        );
         assert_eq!(prev.report.unwrap()["decision"], "fallback");
         assert_eq!(facts.consecutive_failures, 1);
         // B is bad too: A is no longer offered: both bad, no fallback.
         assert_eq!(fallback_target(&ctx), None);
-        assert!(act(&mut ctx, Decision::Stop, Some(Fault::Image), Some("x"), "{}").is_none());
-        assert_eq!(grub_list(&d), "ORDER=A B\nA_OK=0\nA_TRY=0\nB_OK=0\nB_TRY=0\n");
+        assert!(act(
+            &mut ctx,
+            Decision::Stop,
+            Some(Fault::Image),
+            Some("x"),
+            "{}"
+        )
+        .is_none());
+        assert_eq!(
+            grub_list(&d),
+            "ORDER=A B\nA_OK=0\nA_TRY=0\nB_OK=0\nB_TRY=0\n"
+        );
         std::fs::remove_dir_all(&d).unwrap();
     }
 
@@ -903,7 +1031,10 @@ mod tests {
     /// `max_boots` failed boots in a row no fallback is offered, whatever GRUB says.
     #[test]
     fn the_record_bounds_failed_boots() {
-        let d = esp("bound", &["ORDER=A B", "A_OK=1", "A_TRY=0", "B_OK=1", "B_TRY=0"]);
+        let d = esp(
+            "bound",
+            &["ORDER=A B", "A_OK=1", "A_TRY=0", "B_OK=1", "B_TRY=0"],
+        );
         for n in 0..3 {
             let (mut ctx, facts) = boot(&d, SlotName::A, "aaa");
             assert_eq!(facts.consecutive_failures, n);
@@ -928,7 +1059,10 @@ mod tests {
         bytes[n - 1] = b'x';
         std::fs::write(&env, &bytes).unwrap();
         let (mut ctx, facts) = boot(&d, SlotName::A, "aaa");
-        assert!(facts.error.as_deref().unwrap().contains("left alone"), "{facts:?}");
+        assert!(
+            facts.error.as_deref().unwrap().contains("left alone"),
+            "{facts:?}"
+        );
         assert_eq!(fallback_target(&ctx), None);
         act(&mut ctx, Decision::Pass, None, None, "{}");
         assert_eq!(std::fs::read(&env).unwrap(), bytes, "untouched");
