@@ -1,8 +1,9 @@
 //! The A/B test bed, end to end with the real boot loaders: OVMF + an unmodified GRUB
 //! (`grub-mkstandalone`) reading and writing `grubenv` on a FAT ESP through the shipped
 //! `grub.cfg`, OVMF + Debian's systemd-boot renaming its counted entry, reboots followed
-//! and counted, and a power cut at a console marker. The init here does not know
-//! `validator.slot=` yet: it warns about the unknown key and boots on.
+//! and counted, and a power cut at a console marker. The slots' BOMs carry no `[slot]`
+//! section, so the init's slot stage stays off: these tests prove the bed (the boot
+//! loaders' own state changes, reboots, cuts), not the gate's slot handling.
 
 use std::time::Duration;
 
@@ -62,7 +63,7 @@ fn grub_boots_slot_a_from_grubenv_and_saves_the_try() {
     );
     assert_slot_root(o, Slot::A);
     let r = o.report.as_ref().unwrap();
-    // The init mounted nothing FAT yet, but the modules it needs for the ESP loaded.
+    // The modules the init needs to mount the ESP are in the slot's BOM and loaded.
     for m in ab::ESP_MODULES {
         assert!(
             r.modules
@@ -72,11 +73,6 @@ fn grub_boots_slot_a_from_grubenv_and_saves_the_try() {
             r.modules
         );
     }
-    assert!(
-        r.warnings.iter().any(|w| w.contains("validator.slot")),
-        "{:?}",
-        r.warnings
-    );
     // GRUB's save_env rewrote grubenv on the FAT ESP; grub-editenv reads it back.
     let env = env_of(&bed);
     assert_eq!(var(&env, "ORDER"), "A B");
