@@ -20,8 +20,10 @@
 //! systemd-boot entries) each slot also gets the options that name its own root
 //! ([`Roots::slot_options`]) and its [`SlotImage::options`]. GRUB's shipped `grub.cfg`
 //! gives both slots the same line (from `node.cfg`), so there the slot's root must follow
-//! from `validator.slot=` or from the slot's BOM ([`Roots::Verity`] with
-//! `RootHashSource::Bom`: the initramfs pins its root hash, which names its partitions).
+//! from `validator.slot=` and the BOM's `[slot]` templates (`root =
+//! "PARTLABEL=root-{slot}"`, `verity_sig = "PARTLABEL=root-{slot}-sig"`), or from the
+//! slot's BOM alone ([`Roots::Verity`] with `RootHashSource::Bom`: the initramfs pins its
+//! root hash, which names its partitions).
 //!
 //! Limits: x86-64 only; both slots use one verity signing key each (made per slot);
 //! the ESP always holds both slots; TPM state does not survive a power-off.
@@ -101,7 +103,8 @@ pub enum BootPath {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Roots {
     /// Plain ext4 labelled `root-A` / `root-B`, named by `root=PARTLABEL=root-<slot>`
-    /// where the boot path carries per-slot options (direct, systemd-boot).
+    /// where the boot path carries per-slot options (direct, systemd-boot); under GRUB
+    /// only a BOM `[slot] root` template names it.
     Plain,
     /// A dm-verity root per slot (DPS partition types, labels `root-A`, `root-A-verity`,
     /// `root-A-sig`); the trusted root hash comes from the signature partition (named by
