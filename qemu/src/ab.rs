@@ -592,7 +592,51 @@ impl Drop for Bed {
     }
 }
 
+impl TwoSlots {
+    /// Puts the gate's `[slot]` section into both slots' BOMs: the init's slot handling is
+    /// on.
+    pub fn with_gate(&mut self, cfg: &vbom::Slot) {
+        self.a.bom.slot = Some(cfg.clone());
+        self.b.bom.slot = Some(cfg.clone());
+    }
+}
+
+/// The gate's `[slot]` section for a node booted by `path` with `roots`: the boot loader,
+/// and the slot's root named by template where the boot loader gives both slots one
+/// command line (GRUB).
+pub fn gate_config(path: BootPath, roots: Roots) -> vbom::Slot {
+    let mut toml = String::new();
+    if path == BootPath::SystemdBoot {
+        toml.push_str("bootloader = \"systemd-boot\"\n");
+    }
+    match roots {
+        Roots::Plain => toml.push_str("root = \"PARTLABEL=root-{slot}\"\n"),
+        Roots::Verity(RootHashSource::Signature) => {
+            toml.push_str("verity_sig = \"PARTLABEL=root-{slot}-sig\"\n")
+        }
+        Roots::Verity(RootHashSource::Bom) => {}
+    }
+    // The test bed's own configuration: a bad value here is a bug of the test bed.
+    match vbom::Slot::from_toml(&toml) {
+        Ok(c) => c,
+        Err(e) => panic!("test bed [slot] section {toml:?}: {e}"),
+    }
+}
+
 impl Scenario {
+    /// The A/B node with the gate's slot handling on ([`gate_config`]): plain roots for
+    /// speed, the other scenario settings as [`Scenario::two_slots`].
+    pub fn ab_gate(path: BootPath, roots: Roots) -> Result<Scenario, HarnessError> {
+        let mut s = Scenario::two_slots(path, roots)?;
+        let cfg = gate_config(path, roots);
+        if let Some(two) = s.boot.slots.as_mut() {
+            two.with_gate(&cfg);
+        }
+        // Kexec'd kernels count as boots too.
+        s.boot.split_at = Some("Linux version ".into());
+        Ok(s)
+    }
+
     /// The A/B node: both slots from the example BOM ([`TwoSlots::new`]) with `roots`,
     /// booted by `path`; the command line common to both slots stops with a power-off.
     pub fn two_slots(path: BootPath, roots: Roots) -> Result<Scenario, HarnessError> {
