@@ -759,3 +759,69 @@ pub fn bench_boot_paths(runs: usize) -> Result<Vec<(BootPath, Vec<PathSample>)>,
     }
     Ok(all)
 }
+
+/// Time to recover from a bad image: host seconds from the bad slot's kernel start to the
+/// good slot's root init, by kexec and by a reboot through OVMF and GRUB.
+#[derive(Debug, Clone, Default)]
+pub struct Recovery {
+    pub kexec: Vec<f64>,
+    pub reboot: Vec<f64>,
+}
+
+/// Boots the A/B node whose slot A has an image fault `runs` times each way (kexec, and
+/// reboot through OVMF + GRUB), in turn, from the same boot-loader state; prints each run
+/// and the medians with their ratio.
+pub fn bench_recover(runs: usize) -> Result<Recovery, HarnessError> {
+    use crate::scenario::Name;
+    let beds = [
+        ("kexec", Scenario::named(Name::AbImageFault)?.bed()?),
+        ("reboot", Scenario::named(Name::AbImageFaultReboot)?.bed()?),
+    ];
+    let mut out = Recovery::default();
+    for i in 0..runs.max(1) {
+        for (how, bed) in &beds {
+            bed.reset_boot_state()?;
+            let r = bed.boot()?;
+            let fail = |why: &str| HarnessError::Setup(format!("{how}: {why}: {}", r.describe()));
+            if r.boots.len() != 2 {
+                return Err(fail("not two kernel boots"));
+            }
+            if root_slot(r.boots.last().ok_or_else(|| fail("no boot"))?) != Some(Slot::B) {
+                return Err(fail("slot B's root was not reached"));
+            }
+            let start = r
+                .seen_at(0, vm::KERNEL_BOOT_MARKER)
+                .ok_or_else(|| fail("no kernel start"))?;
+            let root = r
+                .seen_at(1, crate::rootfs::MARKER)
+                .ok_or_else(|| fail("no root marker"))?;
+            let secs = root.saturating_sub(start).as_secs_f64();
+            let why = r
+                .boots
+                .first()
+                .and_then(|o| o.report.as_ref())
+                .and_then(|rep| rep.reason.clone())
+                .unwrap_or_default();
+            println!(
+                "run {}: {how}: {secs:.2} s from slot A's kernel to slot B's root",
+                i + 1
+            );
+            println!("  slot A: {why}");
+            match *how {
+                "kexec" => out.kexec.push(secs),
+                _ => out.reboot.push(secs),
+            }
+        }
+    }
+    let (k, b) = (
+        crate::bench::median(&out.kexec),
+        crate::bench::median(&out.reboot),
+    );
+    println!(
+        "time to recover (bad slot's kernel start -> good slot's root init), host seconds, median of {runs}, {:?}",
+        vm::Accel::from_env()
+    );
+    println!("by kexec                 {k:>7.2} s   1.00");
+    println!("by reboot (OVMF + GRUB)  {b:>7.2} s  {:>5.2}", b / k);
+    Ok(out)
+}

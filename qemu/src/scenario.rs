@@ -39,6 +39,7 @@ pub enum Name {
     AbNoTpm,
     SdbootGood,
     SdbootImageFault,
+    Node,
 }
 
 impl Name {
@@ -69,6 +70,7 @@ impl Name {
         Name::AbNoTpm,
         Name::SdbootGood,
         Name::SdbootImageFault,
+        Name::Node,
     ];
 
     /// The name on the command line and in run directories.
@@ -99,6 +101,7 @@ impl Name {
             Name::AbNoTpm => "ab-no-tpm",
             Name::SdbootGood => "sdboot-good",
             Name::SdbootImageFault => "sdboot-image-fault",
+            Name::Node => "node",
         }
     }
 
@@ -309,6 +312,17 @@ impl Scenario {
                 }
                 // The slot that takes over by kexec shows its TPM's view and our log.
                 s.root_tpm_tools = name == Name::AbImageFault;
+            }
+            Name::Node => {
+                // The real node: OVMF + GRUB, slot A, signed verity roots, the module
+                // gate, the TPM with tpm2-tools in the root.
+                use crate::ab::{BootPath, Roots};
+                s = Scenario::ab_gate(
+                    BootPath::Grub,
+                    Roots::Verity(validator::config::bom::RootHashSource::Signature),
+                )?;
+                s.name = name.as_str().into();
+                s.root_tpm_tools = true;
             }
             Name::SdbootGood | Name::SdbootImageFault => {
                 use crate::ab::{BootPath, Roots};
