@@ -35,6 +35,12 @@ fn le32(b: &[u8], o: usize) -> Option<u32> {
 
 /// Returns the uncompressed vmlinux ELF of a bzImage, or the input if it already is one.
 pub fn vmlinux(image: &[u8]) -> Result<Vec<u8>, VmlinuzError> {
+    vmlinux_limited(image, MAX_VMLINUX)
+}
+
+/// [`vmlinux`] with the payload's decompressed size limited to `limit` bytes (the fuzz
+/// target uses a small one).
+pub fn vmlinux_limited(image: &[u8], limit: usize) -> Result<Vec<u8>, VmlinuzError> {
     if image.starts_with(b"\x7fELF") {
         let et = image.get(16..18).map(|b| u16::from_le_bytes([b[0], b[1]]));
         if et != Some(goblin::elf::header::ET_EXEC) {
@@ -69,13 +75,13 @@ pub fn vmlinux(image: &[u8]) -> Result<Vec<u8>, VmlinuzError> {
         .and_then(|s| image.get(s..s.checked_add(len)?))
         .ok_or_else(|| VmlinuzError::NotKernel("payload lies outside the file".into()))?;
     let elf = if payload.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
-        compress::xz(payload, MAX_VMLINUX)?
+        compress::xz(payload, limit)?
     } else if payload.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        compress::zstd(payload, MAX_VMLINUX)?
+        compress::zstd(payload, limit)?
     } else if payload.starts_with(&[0x1f, 0x8b]) {
-        compress::gzip(payload, MAX_VMLINUX)?
+        compress::gzip(payload, limit)?
     } else if payload.starts_with(&[0x02, 0x21, 0x4c, 0x18]) {
-        compress::lz4_legacy(payload, MAX_VMLINUX)?
+        compress::lz4_legacy(payload, limit)?
     } else if payload.starts_with(b"BZh") {
         return Err(VmlinuzError::UnsupportedCompression("bzip2"));
     } else if payload.starts_with(&[0x89, b'L', b'Z', b'O']) {

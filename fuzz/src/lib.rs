@@ -1,0 +1,611 @@
+//! The fuzz targets' entry points: one function per parser of untrusted input, each taking
+//! the fuzzer's bytes, running the parser and, where the format has one, its round trip
+//! (grubenv set/delete, slot state encode/decode, newc writer against the cpio reader,
+//! `Module.symvers` text, event logs, CEL-JSON, verity superblocks, BOM TOML, BLS names).
+//!
+//! Contract: a function returns normally for every input; a panic is a finding, either
+//! the parser's own or a broken invariant asserted here (a round trip that does not give
+//! back what went in, a verdict that passes what it must refuse). The same functions run
+//! under libFuzzer (`fuzz/fuzz_targets/<name>.rs`, built with `cargo +nightly fuzz`) and,
+//! without libFuzzer, over the committed inputs under `fuzz/regressions/<name>/` in the
+//! stable test suite (`validator/tests/fuzz_regressions.rs` includes this file), so a
+//! fixed finding stays fixed in CI. [`TARGETS`] is the one list of names.
+//!
+//! Inputs that need more than one part (a certificate and a signature, a grubenv block
+//! and the edits to make) are framed as described at each function, so a seed is still a
+//! real file with a small prefix or suffix.
+//!
+//! Current limits: decompression and kernel-image targets use small output limits
+//! ([`OUTPUT_LIMIT`]) so a decompression bomb is a refusal, not an out-of-memory; the TPM
+//! target withholds the "busy" response codes the client retries after a sleep (they
+//! would stall the fuzzer), so the retry loop itself is not fuzzed.
+
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::time::Duration;
+
+use validator::formats;
+use validator::trust::{Cert, TrustStore};
+
+/// Output limit of the decompressors and the kernel-image target: small enough that a
+/// bomb stops early, large enough for a real module or a cut kernel payload.
+pub const OUTPUT_LIMIT: usize = 16 << 20;
+
+/// Every target: its name (the fuzz target's, the corpus and regression directory's) and
+/// its entry point.
+pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+    ("cmdline", cmdline),
+    ("bom", bom),
+    ("cpio", cpio),
+    ("modinfo", modinfo),
+    ("modsig", modsig),
+    ("pkcs7", pkcs7),
+    ("x509", x509),
+    ("vmlinuz", vmlinuz),
+    ("verity_superblock", verity_superblock),
+    ("verity_sig", verity_sig),
+    ("gpt", gpt),
+    ("tpm_response", tpm_response),
+    ("eventlog", eventlog),
+    ("cel", cel),
+    ("grubenv", grubenv),
+    ("bls", bls),
+    ("slotstate", slotstate),
+    ("compress", compress),
+    ("kmod_index", kmod_index),
+    ("symvers", symvers),
+];
+
+/// The entry point of `name`.
+pub fn target(name: &str) -> Option<fn(&[u8])> {
+    TARGETS.iter().find(|(n, _)| *n == name).map(|(_, f)| *f)
+}
+
+/// `[u16 little-endian length][certificate DER][rest]`: a trust store holding that
+/// certificate when it parses (else an empty store), and the rest. Without a full prefix
+/// the store is empty and the rest is everything.
+fn framed_store(data: &[u8]) -> (TrustStore, &[u8]) {
+    let mut store = TrustStore::new();
+    let Some((len, rest)) = data.split_first_chunk::<2>() else {
+        return (store, data);
+    };
+    let len = usize::from(u16::from_le_bytes(*len));
+    let Some((der, rest)) = rest.split_at_checked(len) else {
+        return (store, data);
+    };
+    if let Ok(c) = Cert::from_der(der, "fuzz") {
+        store.add(c);
+    }
+    (store, rest)
+}
+
+/// Kernel command line: the kernel's splitting and our keys.
+pub fn cmdline(data: &[u8]) {
+    let line = String::from_utf8_lossy(data);
+    let split = validator::config::cmdline::split(&line);
+    let args = validator::config::cmdline::BootArgs::parse(&line);
+    // The arguments after `--` are the same whichever way the line is read.
+    assert_eq!(args.init_args, split.init_args);
+}
+
+/// BOM: parse, and a parsed BOM written back as TOML parses to the same BOM.
+pub fn bom(data: &[u8]) {
+    let Ok(loaded) = validator::config::bom::parse(data, Path::new("fuzz.toml")) else {
+        return;
+    };
+    let text = loaded
+        .bom
+        .to_toml()
+        .unwrap_or_else(|e| panic!("a parsed BOM does not serialise: {e}"));
+    match validator::config::bom::parse(text.as_bytes(), Path::new("again.toml")) {
+        Ok(again) => assert_eq!(again.bom, loaded.bom, "BOM changed through TOML:\n{text}"),
+        Err(e) => panic!("a parsed BOM written back does not parse: {e}\n{text}"),
+    }
+}
+
+/// The initramfs reader (`mkinitramfs list`), then what it read written again by both
+/// newc writers (mkinitramfs' and the validator's kexec one) and read back.
+pub fn cpio(data: &[u8]) {
+    let Ok(entries) = mkinitramfs::cpio::read(data) else {
+        return;
+    };
+    // mkinitramfs' writer: every entry with a clean path and a kind it writes.
+    let mut archive = mkinitramfs::cpio::Archive::new();
+    let mut newc = formats::newc::Writer::new();
+    let mut files = std::collections::BTreeMap::new();
+    for e in &entries {
+        use mkinitramfs::cpio::{Entry, Kind};
+        let kind = match e.mode & 0o170000 {
+            0o040000 => Kind::Dir,
+            0o100000 => Kind::File(e.data.clone()),
+            0o120000 => match String::from_utf8(e.data.clone()) {
+                Ok(t) => Kind::Symlink(t),
+                Err(_) => continue,
+            },
+            0o020000 => Kind::CharDev {
+                major: e.rdev.0,
+                minor: e.rdev.1,
+            },
+            0o060000 => Kind::BlockDev {
+                major: e.rdev.0,
+                minor: e.rdev.1,
+            },
+            _ => continue,
+        };
+        let regular = matches!(kind, Kind::File(_));
+        if archive
+            .add(
+                &e.path,
+                Entry {
+                    kind,
+                    perm: e.mode & 0o7777,
+                },
+            )
+            .is_ok()
+            && regular
+        {
+            files.insert(e.path.trim_start_matches('/').to_string(), e.data.clone());
+        }
+    }
+    let written = archive.write(0);
+    let back = mkinitramfs::cpio::read(&written)
+        .unwrap_or_else(|e| panic!("mkinitramfs' own archive does not read back: {e}"));
+    let mut got = std::collections::BTreeMap::new();
+    for e in &back {
+        if e.mode & 0o170000 == 0o100000 {
+            got.insert(e.path.clone(), e.data.clone());
+        }
+    }
+    assert_eq!(
+        got, files,
+        "regular files changed through mkinitramfs' writer"
+    );
+    // The validator's writer: the same regular files.
+    for (path, data) in &files {
+        newc.file(path, data);
+    }
+    let back = mkinitramfs::cpio::read(&newc.finish())
+        .unwrap_or_else(|e| panic!("the kexec newc archive does not read back: {e}"));
+    let got: std::collections::BTreeMap<String, Vec<u8>> =
+        back.into_iter().map(|e| (e.path, e.data)).collect();
+    assert_eq!(got, files, "regular files changed through the kexec writer");
+}
+
+/// A module's ELF: `.modinfo`, `__versions`, the exports, and the gate's whole check with
+/// an empty trust store, which must never pass a module when signatures are required.
+pub fn modinfo(data: &[u8]) {
+    use validator::stages::modules::gate::{Gate, Policy};
+    let _ = formats::kmod::modinfo::parse_elf(data);
+    let _ = formats::kmod::modinfo::exports(data);
+    let gate = Gate {
+        policy: Policy {
+            require_signature: true,
+            ..Policy::default()
+        },
+        symvers: Some(formats::kmod::symvers::Symvers::default()),
+        ..Gate::default()
+    };
+    let (v, _) = gate.check("fuzz", "fuzz.ko", data);
+    assert!(!v.pass, "a module passed with an empty trust store: {v:?}");
+}
+
+/// A signed module with `[u16 len][certificate DER]` in front: the trailer, the PKCS#7,
+/// the detached verification against a store holding that certificate, and the gate's
+/// check with that store, which may pass only what verified.
+pub fn modsig(data: &[u8]) {
+    use validator::stages::modules::gate::{Gate, Policy};
+    let (store, module) = framed_store(data);
+    let verified = match formats::kmod::sig::split(module) {
+        Ok(s) => {
+            let _ = formats::pkcs7::parse(s.pkcs7);
+            validator::trust::pkcs7::verify_detached(s.pkcs7, s.body, &store).is_ok()
+        }
+        Err(_) => false,
+    };
+    let gate = Gate {
+        trust: store,
+        policy: Policy {
+            require_signature: true,
+            ..Policy::default()
+        },
+        ..Gate::default()
+    };
+    let (v, _) = gate.check("fuzz", "fuzz.ko", module);
+    assert!(
+        !v.pass || verified,
+        "the gate passed a module whose signature does not verify: {v:?}"
+    );
+}
+
+/// A PKCS#7 signature on its own: parse, and verify it over empty content with no trust.
+pub fn pkcs7(data: &[u8]) {
+    if let Ok(signers) = formats::pkcs7::parse(data) {
+        for s in &signers {
+            let _ = s.key_id();
+        }
+    }
+    assert!(
+        validator::trust::pkcs7::verify_detached(data, b"", &TrustStore::new()).is_err(),
+        "a signature verified against an empty trust store"
+    );
+}
+
+/// X.509: a DER certificate, PEM text, and a trust store's reading of either.
+pub fn x509(data: &[u8]) {
+    if let Ok(c) = Cert::from_der(data, "fuzz") {
+        let _ = c.label();
+    }
+    let _ = validator::trust::pem_certificates(&String::from_utf8_lossy(data));
+    let mut store = TrustStore::new();
+    let _ = store.add_bytes(data, "fuzz");
+}
+
+/// A kernel image: bzImage or vmlinux, payload decompressed up to [`OUTPUT_LIMIT`], then
+/// release, vermagic, exported CRCs and built-in certificates.
+pub fn vmlinuz(data: &[u8]) {
+    let Ok(elf) = formats::vmlinuz::vmlinux_limited(data, OUTPUT_LIMIT) else {
+        return;
+    };
+    assert!(elf.len() <= OUTPUT_LIMIT.max(data.len()));
+    // `from_image` of an ELF does not decompress: the same reads the gate makes.
+    let _ = formats::vmlinuz::KernelFacts::from_image(&elf);
+    let _ = formats::vmlinuz::builtin_certs(&elf);
+}
+
+/// A dm-verity superblock: parse, encode back (same parameters), the tree geometry, and a
+/// verification of the input as both data and hash device when small enough.
+pub fn verity_superblock(data: &[u8]) {
+    use formats::verity::{superblock, tree};
+    let Ok(p) = superblock::parse(data) else {
+        return;
+    };
+    let again = superblock::parse(&superblock::encode(&p))
+        .unwrap_or_else(|e| panic!("an encoded superblock does not parse: {e}"));
+    assert_eq!(again, p, "superblock changed through encode");
+    for (offset, with_sb) in [(0, true), (4096, false)] {
+        let Ok(g) = tree::Geometry::new(&p, offset, with_sb) else {
+            continue;
+        };
+        if g.hash_end() <= data.len() as u64 && g.data_end() <= 1 << 20 {
+            let dev = Mem(data);
+            let root = vec![0u8; p.algorithm.digest_size()];
+            let _ = tree::verify(
+                &dev,
+                data.len() as u64,
+                &dev,
+                data.len() as u64,
+                &g,
+                &root,
+                1,
+            );
+            let _ = tree::top_matches(&dev, &g, &root);
+        }
+    }
+}
+
+/// `root-verity-sig` JSON with `[u16 len][certificate DER]` in front: parse, and verify
+/// against a store holding that certificate.
+pub fn verity_sig(data: &[u8]) {
+    let (store, json) = framed_store(data);
+    if let Ok(sig) = formats::verity::sig::parse(json) {
+        let _ = validator::trust::rootsig::verify(&sig, &store);
+    }
+}
+
+/// Bytes read at offsets, as a disk image in memory.
+struct Mem<'a>(&'a [u8]);
+
+impl FileExt for Mem<'_> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+        let start = usize::try_from(offset)
+            .ok()
+            .filter(|o| *o <= self.0.len())
+            .unwrap_or(self.0.len());
+        let rest = self.0.get(start..).unwrap_or_default();
+        let n = rest.len().min(buf.len());
+        buf[..n].copy_from_slice(&rest[..n]);
+        Ok(n)
+    }
+
+    fn write_at(&self, _buf: &[u8], _offset: u64) -> std::io::Result<usize> {
+        Err(std::io::Error::other("read-only"))
+    }
+}
+
+/// GPT: a header from the first two sectors, its entries, and the whole table read from
+/// the input as a disk of 512- and 4096-byte sectors.
+pub fn gpt(data: &[u8]) {
+    for sector in [512usize, 4096] {
+        if let Some(s) = data.get(sector..) {
+            if let Ok(h) = formats::gpt::parse_header(s.get(..sector).unwrap_or(s)) {
+                let _ = formats::gpt::parse_entries(&h, data);
+            }
+        }
+        let size = data.len() as u64;
+        if let Ok(t) = formats::gpt::read_table(&Mem(data), size, sector as u64, Path::new("fuzz"))
+        {
+            // Every partition the table gives lies on the disk (the kernel's is_pte_valid).
+            let last = size / sector as u64 - 1;
+            for p in &t.partitions {
+                assert!(
+                    p.first_lba <= p.last_lba && p.last_lba <= last,
+                    "partition {} ({}..{}) on a disk of LBAs 0..={last}",
+                    p.number,
+                    p.first_lba,
+                    p.last_lba
+                );
+            }
+        }
+    }
+}
+
+/// TPM responses: the input is the TPM's answers back to back (each as long as its
+/// header's size field says), handed to our client for the commands the boot sends.
+pub fn tpm_response(data: &[u8]) {
+    use formats::tpm::{HashAlg, ResponseCode, TpmError};
+    use validator::sys::tpm::{Tpm, Transport};
+
+    struct Script<'a>(&'a [u8]);
+    impl Transport for Script<'_> {
+        fn transact(&mut self, _cmd: &[u8], _timeout: Duration) -> Result<Vec<u8>, TpmError> {
+            let channel = |why: &str| TpmError::Channel {
+                endpoint: "fuzz".into(),
+                why: why.into(),
+            };
+            if self.0.is_empty() {
+                return Err(channel("no more responses"));
+            }
+            let size = self
+                .0
+                .get(2..6)
+                .map_or(self.0.len(), |b| {
+                    u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize
+                })
+                .clamp(1, self.0.len());
+            let (resp, rest) = self.0.split_at(size);
+            self.0 = rest;
+            let rc = resp
+                .get(6..10)
+                .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]));
+            if ResponseCode(rc).is_retryable() {
+                // The client would sleep before retrying: keep the fuzzer fast.
+                return Err(channel("busy code withheld"));
+            }
+            Ok(resp.to_vec())
+        }
+    }
+
+    let mut tpm = Tpm::new(Script(data));
+    let _ = tpm.startup_clear();
+    let banks = match tpm.get_pcr_banks() {
+        Ok(b) => {
+            for (i, x) in b.iter().enumerate() {
+                assert!(!b[..i].contains(x), "bank {x} listed twice: {b:?}");
+            }
+            b
+        }
+        Err(_) => vec![HashAlg::Sha256],
+    };
+    let check = |r: Result<Vec<(HashAlg, Vec<u8>)>, TpmError>, banks: &[HashAlg]| {
+        if let Ok(values) = r {
+            assert_eq!(values.len(), banks.len());
+            for ((alg, v), want) in values.iter().zip(banks) {
+                assert_eq!(alg, want);
+                assert_eq!(v.len(), alg.size(), "{alg} value of {} bytes", v.len());
+            }
+        }
+    };
+    check(tpm.pcr_read(0, &banks), &banks);
+    let digests: Vec<(HashAlg, Vec<u8>)> = banks.iter().map(|b| (*b, b.digest(b"fuzz"))).collect();
+    let _ = tpm.pcr_extend(11, &digests);
+    check(tpm.pcr_read(11, &banks), &banks);
+}
+
+/// The TCG crypto-agile binary event log: parse, replay, and the log written back parses
+/// to the same log and replays to the same values.
+pub fn eventlog(data: &[u8]) {
+    use formats::tpm::eventlog::EventLog;
+    let Ok(log) = EventLog::parse(data) else {
+        return;
+    };
+    let values = log.replay();
+    let again = EventLog::parse(&log.to_bytes())
+        .unwrap_or_else(|e| panic!("a parsed event log written back does not parse: {e}"));
+    assert_eq!(again, log, "event log changed through to_bytes");
+    assert_eq!(again.replay(), values);
+}
+
+/// systemd's CEL-JSON log: parse, replay, and the records written back parse the same.
+pub fn cel(data: &[u8]) {
+    use formats::tpm::cel;
+    let Ok(records) = cel::parse(data) else {
+        return;
+    };
+    let values = cel::replay(&records);
+    let bytes: Vec<u8> = records.iter().flat_map(|r| r.to_bytes()).collect();
+    let again = cel::parse(&bytes)
+        .unwrap_or_else(|e| panic!("parsed CEL records written back do not parse: {e}"));
+    assert_eq!(again, records, "CEL records changed through to_bytes");
+    assert_eq!(cel::replay(&again), values);
+}
+
+/// The GRUB environment block, then edits: the input is the block, a NUL byte, and edit
+/// lines (`sNAME=VALUE` sets, `dNAME` deletes). After each edit that succeeds the block
+/// keeps its size, parses again, and reads back as the edit says: the first line of that
+/// name changed (or appended, or removed), every other variable as it was.
+pub fn grubenv(data: &[u8]) {
+    use formats::grubenv::GrubEnv;
+    let (block, edits) = match data.iter().rposition(|&b| b == 0) {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &[][..]),
+    };
+    let Ok(mut env) = GrubEnv::parse(block) else {
+        return;
+    };
+    let size = env.as_bytes().len();
+    assert_eq!(env.as_bytes(), block);
+    for line in String::from_utf8_lossy(edits).split('\n') {
+        let before = env.vars();
+        let mut expect = before.clone();
+        let result = if let Some(set) = line.strip_prefix('s') {
+            let (name, value) = set.split_once('=').unwrap_or((set, ""));
+            match expect.iter_mut().find(|(n, _)| n == name) {
+                Some(v) => v.1 = value.to_string(),
+                None => expect.push((name.to_string(), value.to_string())),
+            }
+            env.set(name, value).map(|()| Some((name, value)))
+        } else if let Some(name) = line.strip_prefix('d') {
+            if let Some(i) = expect.iter().position(|(n, _)| n == name) {
+                expect.remove(i);
+            }
+            env.delete(name).map(|()| None)
+        } else {
+            continue;
+        };
+        assert_eq!(env.as_bytes().len(), size, "the block changed size");
+        let again = GrubEnv::parse(env.as_bytes())
+            .unwrap_or_else(|e| panic!("an edited block does not parse: {e}"));
+        assert_eq!(again, env);
+        match result {
+            Ok(set) => {
+                assert_eq!(env.vars(), expect, "edit {line:?}");
+                if let Some((name, value)) = set {
+                    assert_eq!(env.get(name).as_deref(), Some(value), "edit {line:?}");
+                }
+            }
+            // A refused edit leaves the block as it was.
+            Err(_) => assert_eq!(
+                env.vars(),
+                before,
+                "refused edit {line:?} changed the block"
+            ),
+        }
+    }
+}
+
+/// Boot Loader Specification entries: the file name with its boot counters (the input's
+/// first line), the entry file, and the EFI variable holding the booted entry's path.
+pub fn bls(data: &[u8]) {
+    use formats::bls::{efivar_utf16, Entry, EntryName};
+    let _ = efivar_utf16(data, "fuzz");
+    let _ = Entry::parse(data, "fuzz.conf");
+    let text = String::from_utf8_lossy(data);
+    let first = text.split('\n').next().unwrap_or("");
+    let Ok(name) = EntryName::parse(first) else {
+        return;
+    };
+    let again = EntryName::parse(&name.file_name())
+        .unwrap_or_else(|e| panic!("{:?} does not parse again: {e}", name.file_name()));
+    assert_eq!(again, name, "entry name changed through file_name");
+    let bad = EntryName::parse(&name.marked_bad().file_name())
+        .unwrap_or_else(|e| panic!("the bad mark of {first:?} does not parse: {e}"));
+    assert!(bad.bad() && bad.id == name.id && bad.done == name.done);
+    // Marking good drops the counters; an id that itself ends in `+N` reads back as a
+    // counter (systemd-boot reads such a name the same way), so only other ids round-trip.
+    let good = EntryName::parse(&name.marked_good().file_name())
+        .unwrap_or_else(|e| panic!("the good mark of {first:?} does not parse: {e}"));
+    if EntryName::parse(&format!("{}.conf", name.id)).is_ok_and(|n| !n.counting()) {
+        assert!(
+            !good.counting() && good.id == name.id,
+            "{first:?} marked good: {good:?}"
+        );
+    }
+}
+
+/// Our A/B state record: decode, encode back, decode again to the same record; the
+/// choice between two copies.
+pub fn slotstate(data: &[u8]) {
+    use formats::slotstate::{decode, encode, newest, next_copy, FILE_SIZE};
+    let r = decode(data);
+    if let Ok(rec) = &r {
+        let bytes = encode(rec, FILE_SIZE)
+            .unwrap_or_else(|e| panic!("a decoded record does not encode: {e}"));
+        let again =
+            decode(&bytes).unwrap_or_else(|e| panic!("an encoded record does not decode: {e}"));
+        assert_eq!(&again, rec, "state record changed through encode");
+    }
+    let copies = [r, decode(data.get(data.len() / 2..).unwrap_or_default())];
+    let n = next_copy(&copies);
+    if let Some((i, _)) = newest(&copies) {
+        assert_ne!(i, n, "the next write would overwrite the newest copy");
+    }
+}
+
+/// Decompression: the first byte picks the format (xz, zstd, gzip, legacy LZ4, then the
+/// module file formats), the rest is the stream; output is limited to [`OUTPUT_LIMIT`].
+pub fn compress(data: &[u8]) {
+    use formats::compress as c;
+    use formats::kmod::modinfo::Compression;
+    let Some((&which, input)) = data.split_first() else {
+        return;
+    };
+    let out = match which % 4 {
+        0 => c::xz(input, OUTPUT_LIMIT),
+        1 => c::zstd(input, OUTPUT_LIMIT),
+        2 => c::gzip(input, OUTPUT_LIMIT),
+        _ => c::lz4_legacy(input, OUTPUT_LIMIT),
+    };
+    if let Ok(o) = out {
+        assert!(o.len() <= OUTPUT_LIMIT, "{} bytes out", o.len());
+    }
+    // What a module file's name selects (the gate's path for .ko.xz/.zst/.gz), only for
+    // inputs too small to expand past the limit.
+    if input.len() < 4096 {
+        let comp = [Compression::Xz, Compression::Zstd, Compression::Gzip][usize::from(which) % 3];
+        let _ = formats::kmod::modinfo::decompress(input, comp);
+    }
+}
+
+/// The module index (`modules.dep`, `modules.softdep`, `modules.builtin`, a `softdep=`
+/// value), and the texts we write back read as the index they came from.
+pub fn kmod_index(data: &[u8]) {
+    use formats::kmod::index::{self, Index};
+    let text = String::from_utf8_lossy(data);
+    let _ = index::parse_builtin(&text);
+    let _ = index::parse_softdep_value(&text);
+    for line in text.lines() {
+        let _ = index::name_of_path(line);
+    }
+    if let Ok(entries) = index::parse_dep(&text, Path::new("modules.dep")) {
+        let ix = Index {
+            entries: entries.clone(),
+            ..Index::default()
+        };
+        let again = index::parse_dep(&ix.dep_text(), Path::new("again.dep"))
+            .unwrap_or_else(|e| panic!("written modules.dep does not parse: {e}"));
+        assert_eq!(again.len(), entries.len());
+        for (name, e) in &entries {
+            let a = again
+                .get(name)
+                .unwrap_or_else(|| panic!("{name} lost through dep_text"));
+            assert_eq!(a.path, e.path);
+            let known: Vec<&String> = e.deps.iter().filter(|d| entries.contains_key(*d)).collect();
+            assert_eq!(a.deps.iter().collect::<Vec<_>>(), known, "deps of {name}");
+        }
+    }
+    if let Ok(soft) = index::parse_softdep(&text, Path::new("modules.softdep")) {
+        let ix = Index {
+            softdeps: soft.clone(),
+            ..Index::default()
+        };
+        let again = index::parse_softdep(&ix.softdep_text(), Path::new("again.softdep"))
+            .unwrap_or_else(|e| panic!("written modules.softdep does not parse: {e}"));
+        let kept: std::collections::BTreeMap<_, _> = soft
+            .into_iter()
+            .filter(|(_, s)| !s.pre.is_empty() || !s.post.is_empty())
+            .collect();
+        assert_eq!(again, kept);
+    }
+}
+
+/// `Module.symvers`: parse, and the table written back parses to the same table.
+pub fn symvers(data: &[u8]) {
+    use formats::kmod::symvers::Symvers;
+    let Ok(table) = Symvers::parse(&String::from_utf8_lossy(data)) else {
+        return;
+    };
+    let text = table.to_text();
+    let again = Symvers::parse(&text)
+        .unwrap_or_else(|e| panic!("written Module.symvers does not parse: {e}"));
+    assert_eq!(again, table, "symbol table changed through to_text");
+}
