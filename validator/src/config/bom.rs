@@ -520,6 +520,22 @@ impl Slot {
         Ok(())
     }
 
+    /// Slot `s`'s root and `root-verity-sig` partitions from the templates (for the
+    /// storage stage, when the command line does not name them).
+    pub fn root_specs(
+        &self,
+        s: SlotName,
+    ) -> (
+        Option<crate::config::cmdline::RootSpec>,
+        Option<crate::config::cmdline::RootSpec>,
+    ) {
+        use crate::config::cmdline::parse_root;
+        (
+            self.root.as_deref().map(|t| parse_root(&s.fill(t))),
+            self.verity_sig.as_deref().map(|t| parse_root(&s.fill(t))),
+        )
+    }
+
     /// The ESP path of slot `s`'s kernel, initramfs, or the state directory.
     pub fn path(&self, template: &str, s: SlotName) -> String {
         s.fill(template)
