@@ -8,11 +8,15 @@
 //!
 //! Current limits: x86-64 only where the format is architecture-specific (bzImage, the
 //! 64-bit module layout, DPS partition types).
+//!
+//! [`sysfs`] parses the values the preflight reads from sysfs, procfs and the root's
+//! dpkg database (PCI ids, link speeds, InfiniBand ports, NVIDIA procfs).
 
 pub mod compress;
 pub mod gpt;
 pub mod kmod;
 pub mod pkcs7;
+pub mod sysfs;
 pub mod tpm;
 pub mod verity;
 pub mod vmlinuz;
