@@ -250,7 +250,7 @@ pub struct IbRate {
 impl IbRate {
     /// The rate in Gb/s as the kernel prints it (`400`, `2.5`).
     pub fn gbps(&self) -> String {
-        if self.tenth_gbps % 10 == 0 {
+        if self.tenth_gbps.is_multiple_of(10) {
             format!("{}", self.tenth_gbps / 10)
         } else {
             format!("{}.{}", self.tenth_gbps / 10, self.tenth_gbps % 10)
