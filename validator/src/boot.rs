@@ -3,7 +3,7 @@
 //! stage's error carries its fault class, and the decision reads only that.
 //!
 //! The flow: `start`, `measure`, `modules`, `storage`, `verity` (when the BOM asks for a
-//! verified root), `mount`, `critical` (with verity), `handover`. A failed stage stops the
+//! verified root), `mount`, `critical` (with verity), `preflight`, `handover`. A failed stage stops the
 //! flow; the measurements are finished and the report is printed and written either way;
 //! a pass hands over with `switch_root`, a stop ends in the command line's
 //! `validator.on_stop` action. Nothing here returns to the caller.
@@ -65,6 +65,7 @@ fn run_stages(ctx: &mut Context, report: &mut Report) -> bool {
         && (!verity(ctx) || stage(ctx, report, Stage::Verity, verity::run))
         && stage(ctx, report, Stage::Mount, mount::run)
         && (!verity(ctx) || stage(ctx, report, Stage::Critical, critical::run))
+        && stage(ctx, report, Stage::Preflight, preflight::run)
         && stage(ctx, report, Stage::Handover, handover::run)
 }
 

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::stages::measure::TpmReport;
 use crate::stages::modules::taint::TaintReport;
 use crate::stages::modules::ModuleReport;
+use crate::stages::preflight::PreflightReport;
 use crate::stages::storage::RootReport;
 use crate::stages::verity::VerityReport;
 pub use crate::stages::Fault;
@@ -71,6 +72,9 @@ pub struct Report {
     pub verity: Option<VerityReport>,
     /// Measurements: PCR values we extended, TPM commands and time, logs.
     pub tpm: Option<TpmReport>,
+    /// The preflight's checks and the hardware facts behind them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preflight: Option<PreflightReport>,
     pub decision: Decision,
     pub fault: Option<Fault>,
     pub reason: Option<String>,
@@ -93,6 +97,7 @@ impl Report {
             taint: None,
             verity: None,
             tpm: None,
+            preflight: None,
             decision: Decision::Pass,
             fault: None,
             reason: None,
@@ -119,6 +124,7 @@ impl Report {
         self.taint.clone_from(&facts.taint);
         self.verity.clone_from(&facts.verity);
         self.tpm.clone_from(&facts.tpm);
+        self.preflight.clone_from(&facts.preflight);
         for w in &facts.warnings {
             if !self.warnings.contains(w) {
                 self.warnings.push(w.clone());

@@ -1,6 +1,6 @@
 //! Layer 6: the boot stages, one module per stage, named as the report names them, in
 //! run order: [`start`], [`measure`], [`modules`], [`storage`], [`verity`], [`mount`],
-//! [`critical`], [`handover`].
+//! [`critical`], [`preflight`], [`handover`].
 //!
 //! Contract: a stage is `run(&mut Context) -> Result<String, E>`: it reads what earlier
 //! stages left in the [`Context`], adds its own facts to [`Context::facts`], and returns a
@@ -10,13 +10,14 @@
 //! (`/sys`, `/proc`, `/dev`, `/run`, the new root, the initramfs) from [`Roots`], so each
 //! runs against a fixture tree as well as on a node.
 //!
-//! Current limits: no `slot` and no `preflight` stage yet.
+//! Current limits: no `slot` stage yet.
 
 pub mod critical;
 pub mod handover;
 pub mod measure;
 pub mod modules;
 pub mod mount;
+pub mod preflight;
 pub mod start;
 pub mod storage;
 pub mod verity;
@@ -68,12 +69,13 @@ pub enum Stage {
     Verity,
     Mount,
     Critical,
+    Preflight,
     Handover,
 }
 
 impl Stage {
     /// Every stage in run order.
-    pub const ALL: [Stage; 8] = [
+    pub const ALL: [Stage; 9] = [
         Stage::Start,
         Stage::Measure,
         Stage::Modules,
@@ -81,6 +83,7 @@ impl Stage {
         Stage::Verity,
         Stage::Mount,
         Stage::Critical,
+        Stage::Preflight,
         Stage::Handover,
     ];
 
@@ -94,6 +97,7 @@ impl Stage {
             Stage::Verity => "verity",
             Stage::Mount => "mount",
             Stage::Critical => "critical",
+            Stage::Preflight => "preflight",
             Stage::Handover => "handover",
         }
     }
@@ -140,6 +144,8 @@ pub struct Facts {
     pub taint: Option<modules::taint::TaintReport>,
     pub verity: Option<verity::VerityReport>,
     pub tpm: Option<measure::TpmReport>,
+    /// What the preflight checked and found.
+    pub preflight: Option<preflight::PreflightReport>,
     /// Problems that did not stop the boot.
     pub warnings: Vec<String>,
 }
