@@ -10,7 +10,9 @@
 //! timeout) with the log path. The process group is killed at the end, whatever happened.
 //!
 //! [`verity`] makes signed DPS verity roots, [`tpmcheck`] reads what the test root printed
-//! about its TPM, [`bench`] runs the boot benchmark against Debian's initramfs.
+//! about its TPM, [`bench`] runs the boot benchmark against Debian's initramfs and the
+//! floor ([`floor`]: a busybox initramfs that only loads the same modules and mounts the
+//! same root).
 //!
 //! Current limits: x86-64 guests only; TCG by default (`VALIDATOR_ACCEL=kvm` switches);
 //! one vCPU unless a config says more; SeaBIOS (no OVMF/GRUB yet); kernels come from
@@ -18,6 +20,7 @@
 
 pub mod bench;
 pub mod disk;
+pub mod floor;
 pub mod paths;
 pub mod rootfs;
 pub mod scenario;

@@ -2,7 +2,7 @@
 
 use std::process::ExitCode;
 
-use qemu::scenario::{Scenario, NAMES};
+use qemu::scenario::{Name, Scenario};
 use qemu::vm::Verdict;
 
 fn usage() -> String {
@@ -11,7 +11,11 @@ fn usage() -> String {
          \x20 qemu-harness bench [RUNS] [DEBIAN_INITRD] [CPUS,...]\n\
          \x20                                boot ours and Debian's initramfs alternately; print medians\n\
          scenarios: {}\nenvironment: VALIDATOR_ACCEL=tcg|kvm, VALIDATOR_VM_TIMEOUT=seconds, VALIDATOR_INIT=path\n",
-        NAMES.join(", ")
+        Name::ALL
+            .iter()
+            .map(|n| n.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     )
 }
 
@@ -40,6 +44,11 @@ fn main() -> ExitCode {
             eprint!("{}", usage());
             return ExitCode::from(2);
         }
+    };
+    let Some(name) = Name::parse(name) else {
+        eprintln!("qemu-harness: unknown scenario {name}");
+        eprint!("{}", usage());
+        return ExitCode::from(2);
     };
     let outcome = match Scenario::named(name).and_then(|s| s.run()) {
         Ok(o) => o,

@@ -12,10 +12,14 @@
 //! [`sysfs`] parses the values the preflight reads from sysfs, procfs and the root's
 //! dpkg database (PCI ids, link speeds, InfiniBand ports, NVIDIA procfs).
 
+pub mod bls;
 pub mod compress;
 pub mod gpt;
+pub mod grubenv;
 pub mod kmod;
+pub mod newc;
 pub mod pkcs7;
+pub mod slotstate;
 pub mod sysfs;
 pub mod tpm;
 pub mod verity;

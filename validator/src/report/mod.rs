@@ -13,9 +13,10 @@ use crate::stages::measure::TpmReport;
 use crate::stages::modules::taint::TaintReport;
 use crate::stages::modules::ModuleReport;
 use crate::stages::preflight::PreflightReport;
+use crate::stages::slot::SlotFacts;
 use crate::stages::storage::RootReport;
 use crate::stages::verity::VerityReport;
-pub use crate::stages::Fault;
+pub use crate::stages::{Decision, Fault};
 use crate::stages::{Facts, Stage};
 
 /// Schema identifier carried by every report.
@@ -42,16 +43,6 @@ pub struct StageReport {
     pub detail: Option<String>,
 }
 
-/// What the boot does next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Decision {
-    /// Hand over to the real root.
-    Pass,
-    /// Stop in a safe state with this report on the console.
-    Stop,
-}
-
 /// The health report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -75,6 +66,10 @@ pub struct Report {
     /// The preflight's checks and the hardware facts behind them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preflight: Option<PreflightReport>,
+    /// The A/B slots: which booted, their state before and after, the fallback that led
+    /// here (with that boot's report).
+    #[serde(default)]
+    pub slot: Option<SlotFacts>,
     pub decision: Decision,
     pub fault: Option<Fault>,
     pub reason: Option<String>,
@@ -98,6 +93,7 @@ impl Report {
             verity: None,
             tpm: None,
             preflight: None,
+            slot: None,
             decision: Decision::Pass,
             fault: None,
             reason: None,
@@ -125,6 +121,7 @@ impl Report {
         self.verity.clone_from(&facts.verity);
         self.tpm.clone_from(&facts.tpm);
         self.preflight.clone_from(&facts.preflight);
+        self.slot.clone_from(&facts.slot);
         for w in &facts.warnings {
             if !self.warnings.contains(w) {
                 self.warnings.push(w.clone());

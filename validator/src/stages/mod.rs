@@ -1,6 +1,6 @@
 //! Layer 6: the boot stages, one module per stage, named as the report names them, in
-//! run order: [`start`], [`measure`], [`modules`], [`storage`], [`verity`], [`mount`],
-//! [`critical`], [`preflight`], [`handover`].
+//! run order: [`start`], [`measure`], [`modules`], [`slot`], [`storage`], [`verity`],
+//! [`mount`], [`critical`], [`preflight`], [`handover`].
 //!
 //! Contract: a stage is `run(&mut Context) -> Result<String, E>`: it reads what earlier
 //! stages left in the [`Context`], adds its own facts to [`Context::facts`], and returns a
@@ -9,8 +9,6 @@
 //! from the call site, and the decision reads only that class. Stages take every root
 //! (`/sys`, `/proc`, `/dev`, `/run`, the new root, the initramfs) from [`Roots`], so each
 //! runs against a fixture tree as well as on a node.
-//!
-//! Current limits: no `slot` stage yet.
 
 pub mod critical;
 pub mod handover;
@@ -18,6 +16,7 @@ pub mod measure;
 pub mod modules;
 pub mod mount;
 pub mod preflight;
+pub mod slot;
 pub mod start;
 pub mod storage;
 pub mod verity;
@@ -53,6 +52,39 @@ impl Fault {
     }
 }
 
+/// What the boot does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    /// Hand over to the real root; the slot is good.
+    Pass,
+    /// Hand over, but the hardware is not what the BOM promises: the fleet drains the
+    /// node; the slot is not burned.
+    Quarantine,
+    /// The image is bad: demote this slot and boot the other one (kexec or reboot).
+    Fallback,
+    /// Stop in a safe state with the report on the console (no usable root, both slots
+    /// bad, the bound on failed boots reached, or a platform fault the policy stops on).
+    Stop,
+}
+
+impl Decision {
+    /// The word the report, the log and the measurement use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Pass => "pass",
+            Decision::Quarantine => "quarantine",
+            Decision::Fallback => "fallback",
+            Decision::Stop => "stop",
+        }
+    }
+
+    /// Whether the boot goes on into the real root.
+    pub fn hands_over(self) -> bool {
+        matches!(self, Decision::Pass | Decision::Quarantine)
+    }
+}
+
 /// A stage error that knows its fault class.
 pub trait Classified: std::error::Error {
     fn fault(&self) -> Fault;
@@ -65,6 +97,7 @@ pub enum Stage {
     Start,
     Measure,
     Modules,
+    Slot,
     Storage,
     Verity,
     Mount,
@@ -75,10 +108,11 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage in run order.
-    pub const ALL: [Stage; 9] = [
+    pub const ALL: [Stage; 10] = [
         Stage::Start,
         Stage::Measure,
         Stage::Modules,
+        Stage::Slot,
         Stage::Storage,
         Stage::Verity,
         Stage::Mount,
@@ -93,6 +127,7 @@ impl Stage {
             Stage::Start => "start",
             Stage::Measure => "measure",
             Stage::Modules => "modules",
+            Stage::Slot => "slot",
             Stage::Storage => "storage",
             Stage::Verity => "verity",
             Stage::Mount => "mount",
@@ -146,6 +181,7 @@ pub struct Facts {
     pub tpm: Option<measure::TpmReport>,
     /// What the preflight checked and found.
     pub preflight: Option<preflight::PreflightReport>,
+    pub slot: Option<slot::SlotFacts>,
     /// Problems that did not stop the boot.
     pub warnings: Vec<String>,
 }
@@ -164,6 +200,8 @@ pub struct Context {
     /// The trust store the module gate loaded, reused by the verity stage.
     pub trust: Option<TrustStore>,
     pub verity_parts: Option<storage::verity_parts::Parts>,
+    /// The A/B state, when the BOM has a `[slot]` section and it could be read.
+    pub slot: Option<slot::Runtime>,
     pub facts: Facts,
 }
 
@@ -178,6 +216,7 @@ impl Context {
             measurer: None,
             trust: None,
             verity_parts: None,
+            slot: None,
             facts: Facts::default(),
         }
     }
