@@ -334,7 +334,7 @@ pub fn check(roots: &HwRoots, bom: &Bom, opts: &Options, report: &mut PreflightR
             let waited = start.elapsed();
             report.waited_ms = u64::try_from(waited.as_millis()).unwrap_or(u64::MAX);
             let note = |mut c: Check| {
-                if c.failed() && !waited.is_zero() {
+                if c.failed() && !opts.link_wait.is_zero() {
                     c.detail
                         .push_str(&format!(" (after waiting {:.1} s)", waited.as_secs_f64()));
                 }

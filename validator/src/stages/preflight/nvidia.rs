@@ -134,6 +134,7 @@ pub fn check(roots: &HwRoots, bom: &Bom, inv: &Inventory, report: &mut Preflight
                 wrong_model.join(", ")
             ),
         ),
+        _ if gpus.is_empty() => Check::pass("gpus", "no NVIDIA GPU on PCI, as the BOM says"),
         _ => Check::pass(
             "gpus",
             format!("{} NVIDIA GPU(s) on PCI: {listed}", gpus.len()),
