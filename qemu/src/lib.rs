@@ -21,6 +21,7 @@
 pub mod bench;
 pub mod disk;
 pub mod floor;
+pub mod hw;
 pub mod paths;
 pub mod rootfs;
 pub mod scenario;

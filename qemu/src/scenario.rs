@@ -31,6 +31,8 @@ pub enum Name {
     TpmSha384,
     NoTpm,
     TpmKilled,
+    PreflightNvidia,
+    PreflightPcie,
 }
 
 impl Name {
@@ -53,6 +55,8 @@ impl Name {
         Name::TpmSha384,
         Name::NoTpm,
         Name::TpmKilled,
+        Name::PreflightNvidia,
+        Name::PreflightPcie,
     ];
 
     /// The name on the command line and in run directories.
@@ -75,6 +79,8 @@ impl Name {
             Name::TpmSha384 => "tpm-sha384",
             Name::NoTpm => "no-tpm",
             Name::TpmKilled => "tpm-killed",
+            Name::PreflightNvidia => "preflight-nvidia",
+            Name::PreflightPcie => "preflight-pcie",
         }
     }
 
@@ -117,6 +123,12 @@ pub struct Scenario {
     /// Put tpm2-tools in the root and have its init print `tpm2_pcrread`, `tpm2_eventlog`
     /// and the binary log (base64) between markers.
     pub root_tpm_tools: bool,
+    /// Drivers on the root for the preflight (`modules.root`), indexed by `depmod`.
+    pub root_modules: Option<crate::hw::RootModules>,
+    /// Emulated devices beyond the disks (NVMe behind a set link, VGA).
+    pub devices: Vec<crate::hw::Device>,
+    /// VM memory (default: `VmConfig`'s).
+    pub memory_mib: Option<u32>,
 }
 
 /// Shell the root's init runs to show the TPM's view and our logs.
@@ -156,6 +168,9 @@ impl Scenario {
             tpm_banks: Some(vec!["sha1".into(), "sha256".into()]),
             kill_tpm_on: None,
             root_tpm_tools: false,
+            root_modules: None,
+            devices: Vec::new(),
+            memory_mib: None,
         })
     }
 
@@ -246,6 +261,9 @@ impl Scenario {
                 s.cmdline
                     .push_str(" validator.test_panic=modules validator.on_panic=poweroff");
             }
+            Name::PreflightNvidia | Name::PreflightPcie => {
+                crate::hw::preflight_scenario(&mut s, name)?
+            }
         }
         Ok(s)
     }
@@ -256,6 +274,9 @@ impl Scenario {
         if let Some(variant) = self.verity {
             let rootdir = dir.join("rootfs");
             crate::rootfs::build(&rootdir, &self.root_extra)?;
+            if let Some(m) = &self.root_modules {
+                crate::hw::install_root_modules(&rootdir, &self.kernel, m)?;
+            }
             let img = crate::verity::build(&rootdir, dir, variant)?;
             // The BOM trusts `trusted.pem` (its path is relative to the BOM).
             if img.cert != dir.join("trusted.pem") {
@@ -315,6 +336,9 @@ impl Scenario {
                 extra.push_str(TPM_ROOT_SCRIPT);
             }
             crate::rootfs::build(&rootdir, &extra)?;
+            if let Some(m) = &self.root_modules {
+                crate::hw::install_root_modules(&rootdir, &self.kernel, m)?;
+            }
             if self.root_tpm_tools {
                 crate::rootfs::add_host_programs(
                     &rootdir,
@@ -330,6 +354,11 @@ impl Scenario {
         }
         cfg.tpm = self.tpm_banks.clone();
         cfg.kill_tpm_on = self.kill_tpm_on.clone();
+        cfg.extra_args
+            .extend(crate::hw::qemu_args(&self.devices, dir)?);
+        if let Some(m) = self.memory_mib {
+            cfg.memory_mib = m;
+        }
         Ok(cfg)
     }
 

@@ -238,6 +238,9 @@ pub struct Hardware {
     /// Least negotiated PCIe speed / width of every mlx5 PCI function.
     pub nic_link_min_speed: Option<MinLinkSpeed>,
     pub nic_link_min_width: Option<u32>,
+    /// Least negotiated PCIe speed / width of every NVMe controller.
+    pub nvme_link_min_speed: Option<MinLinkSpeed>,
+    pub nvme_link_min_width: Option<u32>,
     /// How long the preflight waits for ports to become active and NVMe controllers to
     /// come up, in seconds (default 60).
     pub link_wait_s: Option<u32>,
@@ -285,6 +288,7 @@ pub fn validate(h: &Hardware) -> Result<(), Invalid> {
     for (key, w) in [
         ("gpu_link_min_width", h.gpu_link_min_width),
         ("nic_link_min_width", h.nic_link_min_width),
+        ("nvme_link_min_width", h.nvme_link_min_width),
     ] {
         if let Some(w) = w {
             if !matches!(w, 1 | 2 | 4 | 8 | 12 | 16 | 32) {

@@ -7,9 +7,11 @@
 //! as numbers (`32.0 GT/s PCIe` and `32 GT/s` are equal); `Unknown` and width 0 mean the
 //! link is down.
 //!
-//! `gpu-links` / `nic-links` (hardware): every GPU (NIC) link at or above the BOM's
-//! `gpu_link_min_*` (`nic_link_min_*`); without a BOM minimum, a downtrained link is a
-//! warning. `links` reports the other roles' downtrained links as warnings.
+//! `gpu-links` / `nic-links` / `nvme-links` (hardware): every GPU (NIC, NVMe) link at or
+//! above the BOM's `gpu_link_min_*` (`nic_link_min_*`, `nvme_link_min_*`); without a BOM
+//! minimum, a downtrained link is a warning. `nvswitch-links` reports downtrained NVSwitch
+//! links as warnings. A link below its upstream port's capability but at the device's own
+//! is reported in the facts (`below_port`), not judged.
 //! `aer` (hardware): non-fatal or fatal AER errors on any of these functions fail;
 //! correctable ones are a warning.
 
@@ -42,6 +44,11 @@ pub struct LinkFact {
     pub port_max_width: Option<u32>,
     /// Running below what both ends can do.
     pub downtrained: bool,
+    /// Running below what the upstream port can do (the device's own capability may be
+    /// the limit: a Gen4 drive in a Gen5 slot, or QEMU's emulated endpoints, which all
+    /// advertise 2.5 GT/s x1).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub below_port: bool,
 }
 
 /// One device's AER counters (totals of error messages).
@@ -80,6 +87,7 @@ fn read_link(d: &PciDevice, role: Role) -> Result<Option<Link>, Issue> {
     let mut cap_speed = max_speed;
     let mut cap_width = max_width;
     let (mut port_max_speed, mut port_max_width) = (None, None);
+    let mut port_max_speed_v = None;
     if let Some((addr, pdir)) = d.upstream() {
         if pdir.join("max_link_speed").exists() {
             let ps = parse_value(&pdir.join("max_link_speed"), sysfs::link_speed)?;
@@ -91,11 +99,17 @@ fn read_link(d: &PciDevice, role: Role) -> Result<Option<Link>, Issue> {
             if pw > 0 && pw < 255 {
                 cap_width = cap_width.min(pw);
             }
+            port_max_speed_v = ps;
             port_max_speed = ps.map(|s| s.to_string());
             port_max_width = Some(pw);
             port = Some(addr);
         }
     }
+    let below_port = match (speed, port_max_speed_v, port_max_width) {
+        (Some(s), Some(ps), _) if s < ps => true,
+        (_, _, Some(pw)) if pw > 0 && pw < 255 && width < pw => true,
+        _ => false,
+    };
     let down = speed.is_none() || width == 0;
     let slow = matches!((speed, cap_speed), (Some(s), Some(c)) if s < c);
     let narrow = max_width != 255 && width < cap_width;
@@ -111,6 +125,7 @@ fn read_link(d: &PciDevice, role: Role) -> Result<Option<Link>, Issue> {
             port_max_speed,
             port_max_width,
             downtrained: down || slow || narrow,
+            below_port,
         },
         speed,
     }))
@@ -270,9 +285,16 @@ pub fn check(hw: &Hardware, inv: &Inventory, report: &mut PreflightReport) {
         hw.nic_link_min_width,
     ));
     report.checks.push(for_roles(
-        "links",
-        &[Role::NvSwitch, Role::Nvme],
-        "NVSwitch/NVMe",
+        "nvme-links",
+        &[Role::Nvme],
+        "NVMe",
+        hw.nvme_link_min_speed,
+        hw.nvme_link_min_width,
+    ));
+    report.checks.push(for_roles(
+        "nvswitch-links",
+        &[Role::NvSwitch],
+        "NVSwitch",
         None,
         None,
     ));
