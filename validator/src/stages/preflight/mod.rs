@@ -123,6 +123,10 @@ pub struct PreflightReport {
     pub modules: Vec<super::modules::ModuleReport>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<nvidia::GpuFact>,
+    /// Display controllers that are not NVIDIA GPUs (`0000:00:01.0 1234:1111`): on PCI,
+    /// not counted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_displays: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nvswitches: Vec<nvidia::NvSwitchFact>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -80,7 +80,13 @@ pub fn check(roots: &HwRoots, bom: &Bom, inv: &Inventory, report: &mut Preflight
     let switches = inv.of(Role::NvSwitch);
     let procdir = roots.proc.join("driver/nvidia");
 
-    // On PCI.
+    // On PCI. Another vendor's display controller is no GPU of ours.
+    report.other_displays = inv
+        .devices
+        .iter()
+        .filter(|(d, r)| *r != Role::Gpu && d.class >> 16 == 0x03)
+        .map(|(d, _)| format!("{} {} class {:#08x}", d.address, d.id, d.class))
+        .collect();
     let mut facts: Vec<GpuFact> = gpus
         .iter()
         .map(|d| GpuFact {

@@ -78,11 +78,15 @@ fn speeds(dir: &Path) -> Result<(Option<LinkSpeed>, u32, Option<LinkSpeed>, u32)
 }
 
 fn read_link(d: &PciDevice, role: Role) -> Result<Option<Link>, Issue> {
-    // Conventional PCI and some integrated functions have no link files.
+    // Conventional PCI functions have no link files.
     if !d.dir.join("current_link_speed").exists() {
         return Ok(None);
     }
     let (speed, width, max_speed, max_width) = speeds(&d.dir)?;
+    // No link at all (a root-complex integrated endpoint: `Unknown` and 255).
+    if max_speed.is_none() && matches!(max_width, 0 | 255) {
+        return Ok(None);
+    }
     let mut port = None;
     let mut cap_speed = max_speed;
     let mut cap_width = max_width;
