@@ -466,3 +466,43 @@ pub fn run(ctx: &mut Context) -> Result<String, PreflightError> {
         Some(e) => Err(e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report(checks: Vec<Check>) -> PreflightReport {
+        PreflightReport {
+            checks,
+            ..PreflightReport::default()
+        }
+    }
+
+    #[test]
+    fn image_faults_decide_first_then_run_order() {
+        let hw = Check::fail("gpus", Fault::Hardware, "7 of 8");
+        let img = Check::fail("fabric-manager", Fault::Image, "570.124.06");
+        let plat = Check::fail("x", Fault::Platform, "p");
+        let ok = Check::pass("nvme", "2 live");
+        let warn = Check::warn("aer", "correctable");
+        assert!(report(vec![ok.clone(), warn.clone()]).decide().is_none());
+        let r = report(vec![ok.clone(), hw.clone(), img.clone()]);
+        let (f, c) = r.decide().unwrap();
+        assert_eq!((f, c.name.as_str()), (Fault::Image, "fabric-manager"));
+        let e = PreflightError::from_report(&r).unwrap();
+        assert_eq!(e.fault(), Fault::Image);
+        assert_eq!(
+            e.to_string(),
+            "fabric-manager: 570.124.06 (and 1 more failed check(s))"
+        );
+        let r = report(vec![plat.clone(), hw.clone()]);
+        assert_eq!(r.decide().unwrap().0, Fault::Platform);
+        let r = report(vec![hw, plat, warn]);
+        let e = PreflightError::from_report(&r).unwrap();
+        assert_eq!(
+            (e.fault(), e.to_string().as_str()),
+            (Fault::Hardware, "gpus: 7 of 8 (and 1 more failed check(s))")
+        );
+        assert!(PreflightError::from_report(&report(vec![ok])).is_none());
+    }
+}
