@@ -283,3 +283,52 @@ fn gate_modules_judges_the_real_nvidia_driver_on_a_root() {
     );
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+#[test]
+fn capture_node_keeps_every_verdict() {
+    // scripts/capture-node over each fixture variant (standing in for a live node): the
+    // capture must hold every file the checks read, so both verdicts agree.
+    let variants = std::fs::read_dir(ws().join("validator/tests/fixtures/hw")).unwrap();
+    let mut n = 0;
+    for v in variants
+        .filter_map(Result::ok)
+        .filter(|e| e.path().is_dir())
+    {
+        let d = v.path();
+        let out = common::tmpdir(&format!("capture-{}", v.file_name().to_string_lossy()));
+        std::fs::remove_dir_all(&out).unwrap();
+        let o = Command::new("python3")
+            .arg(ws().join("scripts/capture-node"))
+            .arg(&out)
+            .arg("--sysfs")
+            .arg(d.join("sys"))
+            .arg("--procfs")
+            .arg(d.join("proc"))
+            .arg("--root")
+            .arg(d.join("root"))
+            .arg("--validator")
+            .arg(env!("CARGO_BIN_EXE_validator"))
+            .arg("--bom")
+            .arg(h200())
+            .output()
+            .expect("python3 runs scripts/capture-node");
+        let text =
+            String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{}: {text}", d.display());
+        assert!(
+            text.contains("\nlive:") && text.contains("\ncapture:"),
+            "{text}"
+        );
+        // Serials and GPU UUIDs are replaced.
+        let gpus = out.join("proc/driver/nvidia/gpus");
+        if let Ok(rd) = std::fs::read_dir(&gpus) {
+            for g in rd.filter_map(Result::ok) {
+                let info = std::fs::read_to_string(g.path().join("information")).unwrap();
+                assert!(info.contains("GPU UUID: \t GPU-fa4e"), "{info}");
+            }
+        }
+        std::fs::remove_dir_all(&out).unwrap();
+        n += 1;
+    }
+    assert_eq!(n, 20);
+}
