@@ -31,6 +31,15 @@ pub enum Name {
     TpmSha384,
     NoTpm,
     TpmKilled,
+    AbGood,
+    AbImageFault,
+    AbImageFaultReboot,
+    AbCorruptRoot,
+    AbBothBad,
+    AbNoTpm,
+    SdbootGood,
+    SdbootImageFault,
+    Node,
     PreflightNvidia,
     PreflightPcie,
 }
@@ -55,6 +64,15 @@ impl Name {
         Name::TpmSha384,
         Name::NoTpm,
         Name::TpmKilled,
+        Name::AbGood,
+        Name::AbImageFault,
+        Name::AbImageFaultReboot,
+        Name::AbCorruptRoot,
+        Name::AbBothBad,
+        Name::AbNoTpm,
+        Name::SdbootGood,
+        Name::SdbootImageFault,
+        Name::Node,
         Name::PreflightNvidia,
         Name::PreflightPcie,
     ];
@@ -79,6 +97,15 @@ impl Name {
             Name::TpmSha384 => "tpm-sha384",
             Name::NoTpm => "no-tpm",
             Name::TpmKilled => "tpm-killed",
+            Name::AbGood => "ab-good",
+            Name::AbImageFault => "ab-image-fault",
+            Name::AbImageFaultReboot => "ab-image-fault-reboot",
+            Name::AbCorruptRoot => "ab-corrupt-root",
+            Name::AbBothBad => "ab-both-bad",
+            Name::AbNoTpm => "ab-no-tpm",
+            Name::SdbootGood => "sdboot-good",
+            Name::SdbootImageFault => "sdboot-image-fault",
+            Name::Node => "node",
             Name::PreflightNvidia => "preflight-nvidia",
             Name::PreflightPcie => "preflight-pcie",
         }
@@ -129,6 +156,9 @@ pub struct Scenario {
     pub devices: Vec<crate::hw::Device>,
     /// VM memory (default: `VmConfig`'s).
     pub memory_mib: Option<u32>,
+    /// The boot path (kernel direct, or OVMF with GRUB or systemd-boot), the A/B slots,
+    /// reboot following, power cuts and disk throttling ([`crate::ab::Boot`]).
+    pub boot: crate::ab::Boot,
 }
 
 /// Shell the root's init runs to show the TPM's view and our logs.
@@ -171,6 +201,7 @@ impl Scenario {
             root_modules: None,
             devices: Vec::new(),
             memory_mib: None,
+            boot: crate::ab::Boot::default(),
         })
     }
 
@@ -254,6 +285,71 @@ impl Scenario {
             Name::TpmKilled => {
                 s.kill_tpm_on = Some("stage modules: start".into());
             }
+            Name::AbGood
+            | Name::AbImageFault
+            | Name::AbImageFaultReboot
+            | Name::AbCorruptRoot
+            | Name::AbBothBad
+            | Name::AbNoTpm => {
+                use crate::ab::{BootPath, Roots};
+                let roots = if name == Name::AbCorruptRoot {
+                    Roots::Verity(validator::config::bom::RootHashSource::Bom)
+                } else {
+                    Roots::Plain
+                };
+                s = Scenario::ab_gate(BootPath::Grub, roots)?;
+                s.name = name.as_str().into();
+                s.boot.follow_reboots = Some(3);
+                if let Some(two) = s.boot.slots.as_mut() {
+                    match name {
+                        Name::AbImageFault | Name::AbImageFaultReboot => {
+                            two.a.tampered_modules.push("crc16".into());
+                        }
+                        Name::AbBothBad => {
+                            two.a.tampered_modules.push("crc16".into());
+                            two.b.tampered_modules.push("crc16".into());
+                        }
+                        Name::AbCorruptRoot => {
+                            two.a.verity = crate::verity::Variant::CorruptCritical;
+                        }
+                        _ => {}
+                    }
+                    if name == Name::AbImageFaultReboot {
+                        for b in [&mut two.a.bom, &mut two.b.bom] {
+                            if let Some(c) = b.slot.as_mut() {
+                                c.fallback = validator::config::bom::FallbackVia::Reboot;
+                            }
+                        }
+                    }
+                }
+                if name == Name::AbNoTpm {
+                    s.tpm_banks = None;
+                }
+                // The slot that takes over by kexec shows its TPM's view and our log.
+                s.root_tpm_tools = name == Name::AbImageFault;
+            }
+            Name::Node => {
+                // The real node: OVMF + GRUB, slot A, signed verity roots, the module
+                // gate, the TPM with tpm2-tools in the root.
+                use crate::ab::{BootPath, Roots};
+                s = Scenario::ab_gate(
+                    BootPath::Grub,
+                    Roots::Verity(validator::config::bom::RootHashSource::Signature),
+                )?;
+                s.name = name.as_str().into();
+                s.root_tpm_tools = true;
+            }
+            Name::SdbootGood | Name::SdbootImageFault => {
+                use crate::ab::{BootPath, Roots};
+                s = Scenario::ab_gate(BootPath::SystemdBoot, Roots::Plain)?;
+                s.name = name.as_str().into();
+                s.boot.follow_reboots = Some(3);
+                if name == Name::SdbootImageFault {
+                    if let Some(two) = s.boot.slots.as_mut() {
+                        two.a.tampered_modules.push("crc16".into());
+                    }
+                }
+            }
             Name::TamperedModule => {
                 s.tampered_modules.push("virtio_blk".into());
             }
@@ -270,6 +366,9 @@ impl Scenario {
 
     /// Builds the BOM file, initramfs and disk in `dir`; returns the VM to boot.
     pub fn prepare(&self, dir: &Path) -> Result<VmConfig, HarnessError> {
+        if self.boot.two_slots() {
+            return crate::ab::prepare(self, dir);
+        }
         let mut verity_parts = None;
         if let Some(variant) = self.verity {
             let rootdir = dir.join("rootfs");
@@ -293,35 +392,13 @@ impl Scenario {
                 .map_err(|e| HarnessError::Setup(format!("BOM as TOML: {e}")))?,
         )
         .map_err(|e| HarnessError::io(&bom_path, e))?;
-        let mut overrides = self.module_overrides.clone();
-        if !self.tampered_modules.is_empty() {
-            let tree = mkinitramfs::closure::KernelTree::open(&self.kernel.root)
-                .map_err(|e| HarnessError::Setup(e.to_string()))?;
-            for m in &self.tampered_modules {
-                let rel = tree
-                    .files
-                    .get(m)
-                    .ok_or_else(|| HarnessError::Setup(format!("no module {m} in the kernel")))?;
-                let src = tree.moddir.join(rel);
-                let mut bytes = std::fs::read(&src).map_err(|e| HarnessError::io(&src, e))?;
-                let body = validator::formats::kmod::sig::split(&bytes)
-                    .map(|s| s.body.len())
-                    .unwrap_or(bytes.len());
-                bytes[body / 2] ^= 0x01;
-                let out = dir.join(format!("tampered-{m}.ko"));
-                std::fs::write(&out, &bytes).map_err(|e| HarnessError::io(&out, e))?;
-                overrides.push((m.clone(), out));
-            }
-        }
-        let mut spec = mkinitramfs::Spec::new(&self.kernel.root, &bom_path, &paths::init_binary()?);
-        spec.extra_files = self.extra_initramfs_files.clone();
-        spec.mtime = 0;
-        // The build-time gate would refuse a tampered module; the boot-time gate is tested.
-        spec.gate = overrides.is_empty();
-        spec.module_overrides = overrides;
-        let built = mkinitramfs::build(&spec).map_err(|e| HarnessError::Setup(e.to_string()))?;
         let initrd = dir.join("initrd.img");
-        std::fs::write(&initrd, &built.bytes).map_err(|e| HarnessError::io(&initrd, e))?;
+        let extras = crate::initramfs::Extras {
+            files: self.extra_initramfs_files.clone(),
+            module_overrides: self.module_overrides.clone(),
+            tampered_modules: self.tampered_modules.clone(),
+        };
+        crate::initramfs::build(&self.kernel, &bom_path, &extras, &initrd, dir)?;
         let mut cfg = VmConfig::new(&self.kernel.vmlinuz, &initrd);
         cfg.append = self.cmdline.clone();
         if let Some(parts) = verity_parts {
@@ -359,6 +436,7 @@ impl Scenario {
         if let Some(m) = self.memory_mib {
             cfg.memory_mib = m;
         }
+        self.boot.apply(&mut cfg);
         Ok(cfg)
     }
 
