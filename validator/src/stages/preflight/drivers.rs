@@ -81,18 +81,23 @@ pub fn add_root_exports(
         let Some(entry) = index.entries.get(name) else {
             continue;
         };
-        let Ok(raw) = batch::read_file(&dir.join(&entry.path)) else {
-            continue;
-        };
-        let comp = modinfo::Compression::from_name(&entry.path);
-        let Ok(image) = modinfo::decompress(&raw, comp) else {
-            continue;
-        };
-        let body = sig::split(&image).map(|s| s.body).unwrap_or(&image);
-        for e in modinfo::exports(body).unwrap_or_default() {
-            table.insert(&e.symbol, e.crc, name, false);
+        // An exporter that cannot be read adds nothing: its importers then fail the gate
+        // on unknown symbols, and the exporter itself fails when its turn comes.
+        let exports = batch::read_file(&dir.join(&entry.path)).and_then(|raw| {
+            let comp = modinfo::Compression::from_name(&entry.path);
+            let image = modinfo::decompress(&raw, comp).map_err(|e| e.to_string())?;
+            let body = sig::split(&image).map(|s| s.body).unwrap_or(&image);
+            modinfo::exports(body).map_err(|e| e.to_string())
+        });
+        match exports {
+            Ok(list) => {
+                for e in list {
+                    table.insert(&e.symbol, e.crc, name, false);
+                }
+                read.push(name.to_string());
+            }
+            Err(why) => log::warn!("preflight: exports of {name}: {why}"),
         }
-        read.push(name.to_string());
     }
     read
 }
