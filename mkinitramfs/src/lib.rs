@@ -16,7 +16,9 @@
 //! node boots it.
 //!
 //! Current limits: no firmware files; softdep aliases are resolved by scanning module
-//! `alias=` entries; the CRC table covers the packed modules' imports only.
+//! `alias=` entries; the CRC table covers the packed modules' imports only, plus every
+//! symbol the kernel exports when the BOM has `modules.root` (drivers the preflight gates
+//! from the verified root).
 
 pub mod closure;
 pub mod cpio;
@@ -224,7 +226,12 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
         module_bytes.insert(name.clone(), bytes);
     }
     // The init only needs the CRCs of symbols the packed modules import.
-    symvers.map.retain(|sym, _| referenced.contains(sym));
+    // With root modules (gated by the preflight after the root is mounted) it needs the
+    // kernel's full table: what they import is not known when the initramfs is built.
+    let keep_kernel = !bom.bom.modules.root.is_empty();
+    symvers
+        .map
+        .retain(|sym, e| referenced.contains(sym) || (keep_kernel && e.module == "vmlinux"));
     if spec.gate {
         let mut policy = validator::stages::modules::gate::Policy::from_bom(&bom.bom);
         policy.kernel_vermagic = Some(vermagic.clone());

@@ -29,6 +29,7 @@ pub mod bench;
 pub mod disk;
 pub mod firmware;
 pub mod floor;
+pub mod hw;
 pub mod initramfs;
 pub mod paths;
 pub mod rootfs;

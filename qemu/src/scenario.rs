@@ -40,6 +40,8 @@ pub enum Name {
     SdbootGood,
     SdbootImageFault,
     Node,
+    PreflightNvidia,
+    PreflightPcie,
 }
 
 impl Name {
@@ -71,6 +73,8 @@ impl Name {
         Name::SdbootGood,
         Name::SdbootImageFault,
         Name::Node,
+        Name::PreflightNvidia,
+        Name::PreflightPcie,
     ];
 
     /// The name on the command line and in run directories.
@@ -102,6 +106,8 @@ impl Name {
             Name::SdbootGood => "sdboot-good",
             Name::SdbootImageFault => "sdboot-image-fault",
             Name::Node => "node",
+            Name::PreflightNvidia => "preflight-nvidia",
+            Name::PreflightPcie => "preflight-pcie",
         }
     }
 
@@ -144,6 +150,12 @@ pub struct Scenario {
     /// Put tpm2-tools in the root and have its init print `tpm2_pcrread`, `tpm2_eventlog`
     /// and the binary log (base64) between markers.
     pub root_tpm_tools: bool,
+    /// Drivers on the root for the preflight (`modules.root`), indexed by `depmod`.
+    pub root_modules: Option<crate::hw::RootModules>,
+    /// Emulated devices beyond the disks (NVMe behind a set link, VGA).
+    pub devices: Vec<crate::hw::Device>,
+    /// VM memory (default: `VmConfig`'s).
+    pub memory_mib: Option<u32>,
     /// The boot path (kernel direct, or OVMF with GRUB or systemd-boot), the A/B slots,
     /// reboot following, power cuts and disk throttling ([`crate::ab::Boot`]).
     pub boot: crate::ab::Boot,
@@ -186,6 +198,9 @@ impl Scenario {
             tpm_banks: Some(vec!["sha1".into(), "sha256".into()]),
             kill_tpm_on: None,
             root_tpm_tools: false,
+            root_modules: None,
+            devices: Vec::new(),
+            memory_mib: None,
             boot: crate::ab::Boot::default(),
         })
     }
@@ -342,6 +357,9 @@ impl Scenario {
                 s.cmdline
                     .push_str(" validator.test_panic=modules validator.on_panic=poweroff");
             }
+            Name::PreflightNvidia | Name::PreflightPcie => {
+                crate::hw::preflight_scenario(&mut s, name)?
+            }
         }
         Ok(s)
     }
@@ -355,6 +373,9 @@ impl Scenario {
         if let Some(variant) = self.verity {
             let rootdir = dir.join("rootfs");
             crate::rootfs::build(&rootdir, &self.root_extra)?;
+            if let Some(m) = &self.root_modules {
+                crate::hw::install_root_modules(&rootdir, &self.kernel, m)?;
+            }
             let img = crate::verity::build(&rootdir, dir, variant)?;
             // The BOM trusts `trusted.pem` (its path is relative to the BOM).
             if img.cert != dir.join("trusted.pem") {
@@ -392,6 +413,9 @@ impl Scenario {
                 extra.push_str(TPM_ROOT_SCRIPT);
             }
             crate::rootfs::build(&rootdir, &extra)?;
+            if let Some(m) = &self.root_modules {
+                crate::hw::install_root_modules(&rootdir, &self.kernel, m)?;
+            }
             if self.root_tpm_tools {
                 crate::rootfs::add_host_programs(
                     &rootdir,
@@ -407,6 +431,11 @@ impl Scenario {
         }
         cfg.tpm = self.tpm_banks.clone();
         cfg.kill_tpm_on = self.kill_tpm_on.clone();
+        cfg.extra_args
+            .extend(crate::hw::qemu_args(&self.devices, dir)?);
+        if let Some(m) = self.memory_mib {
+            cfg.memory_mib = m;
+        }
         self.boot.apply(&mut cfg);
         Ok(cfg)
     }

@@ -50,7 +50,15 @@ fn good_boot_loads_modules_itself_and_switches_root() {
     assert!(root.read_only);
     assert_eq!(
         r.stage_names(),
-        ["start", "measure", "modules", "storage", "mount", "handover"]
+        [
+            "start",
+            "measure",
+            "modules",
+            "storage",
+            "mount",
+            "preflight",
+            "handover"
+        ]
     );
     assert!(r.stages.iter().all(|s| s.status == StageStatus::Ok));
     // The BOM digest is the digest of the BOM file that went into the initramfs.

@@ -10,6 +10,7 @@
 //! completions and man pages. The PID-1 init does not link this crate.
 
 mod out;
+mod preflight;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -20,7 +21,7 @@ use out::Out;
 use validator::util::fs::read_limited;
 
 /// Largest kernel image read (`--vmlinuz`).
-const VMLINUZ_MAX: u64 = 256 << 20;
+pub(crate) const VMLINUZ_MAX: u64 = 256 << 20;
 /// Largest `Module.symvers` read.
 const SYMVERS_MAX: u64 = 64 << 20;
 /// Largest TPM event log read.
@@ -62,6 +63,10 @@ enum Cmd {
     /// A/B slots: the boot loader's state and our record on the ESP.
     #[command(subcommand)]
     Slot(SlotCmd),
+    /// Check the hardware the BOM promises from sysfs, procfs and the root: the boot's
+    /// preflight checks, usable on a live node as a post-boot health check.
+    #[command(after_help = EXIT_CODES)]
+    Preflight(preflight::PreflightArgs),
     /// Show how a kernel command line is read (default: /proc/cmdline).
     Cmdline {
         /// The command line (its words are joined with spaces).
@@ -267,7 +272,7 @@ enum BomCmd {
 
 /// A usage or input problem: exit status 2.
 #[derive(Debug)]
-struct Usage(String);
+pub(crate) struct Usage(pub(crate) String);
 
 impl<E: std::fmt::Display> From<E> for Usage {
     fn from(e: E) -> Usage {
@@ -275,7 +280,7 @@ impl<E: std::fmt::Display> From<E> for Usage {
     }
 }
 
-type Res = Result<bool, Usage>;
+pub(crate) type Res = Result<bool, Usage>;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -318,6 +323,7 @@ fn run(cmd: Cmd, out: &mut Out) -> Res {
             Ok(true)
         }
         Cmd::Slot(c) => slot(c, out),
+        Cmd::Preflight(a) => preflight::run(a, out),
         Cmd::Cmdline { line } => cmdline(line, out),
         Cmd::Gpt { disk } => {
             let t = validator::sys::read_gpt(&disk, 512)?;
@@ -379,7 +385,7 @@ fn man(dir: Option<PathBuf>, out: &mut Out) -> Res {
     Ok(true)
 }
 
-fn load_kernel(path: &Path) -> Result<validator::formats::vmlinuz::KernelFacts, Usage> {
+pub(crate) fn load_kernel(path: &Path) -> Result<validator::formats::vmlinuz::KernelFacts, Usage> {
     let img = read_limited(path, VMLINUZ_MAX)?;
     validator::formats::vmlinuz::KernelFacts::from_image(&img)
         .map_err(|e| Usage(format!("{}: {e}", path.display())))

@@ -147,6 +147,10 @@ pub struct Modules {
     /// Modules the init loads, in this order (each after its dependencies).
     #[serde(default)]
     pub load: Vec<ModuleName>,
+    /// Drivers that live on the verified root (`/lib/modules/<release>` there): gated
+    /// and loaded by the preflight, after the root is mounted (nvidia, mlx5_ib ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub root: Vec<ModuleName>,
 }
 
 checked_string!(
@@ -302,15 +306,8 @@ pub struct Policy {
     pub trust: Vec<String>,
 }
 
-/// The hardware the image expects on the node.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Hardware {
-    pub gpus: Option<u32>,
-    pub nvswitches: Option<u32>,
-    pub nvme: Option<u32>,
-    pub mlx5_ports: Option<u32>,
-}
+/// The hardware the image expects on the node (`[hardware]`, see [`super::hardware`]).
+pub use super::hardware::Hardware;
 
 /// An A/B slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -657,13 +654,20 @@ pub fn parse(bytes: &[u8], path: &Path) -> Result<LoadedBom, BomError> {
         }
     }
     let mut seen = std::collections::BTreeSet::new();
-    for m in &bom.modules.load {
+    for m in bom.modules.load.iter().chain(&bom.modules.root) {
         if !seen.insert(m.normalized()) {
             let line = text
-                .find(&format!("\"{}\"", m.0))
+                .rfind(&format!("\"{}\"", m.0))
                 .map_or(1, |o| line_of(text, o));
             return Err(invalid(line, format!("module {} is listed twice", m.0)));
         }
+    }
+    if let Err(e) = super::hardware::validate(&bom.hardware) {
+        let line = text
+            .lines()
+            .position(|l| l.trim_start().starts_with(e.key))
+            .map_or(1, |i| i + 1);
+        return Err(invalid(line, e.message));
     }
     Ok(LoadedBom {
         bom,

@@ -239,7 +239,10 @@ impl Loader {
         }
         let Some(entry) = self.index.entries.get(name).cloned() else {
             let mut r = ModuleReport::new(name, ModStatus::Skipped);
-            r.message = Some("not in the initramfs module index (modules.dep)".into());
+            r.message = Some(format!(
+                "not in the module index ({})",
+                self.dir.join("modules.dep").display()
+            ));
             return self.preset(name, softdep, post_of, r);
         };
         let soft = self.index.softdeps.get(name).cloned().unwrap_or_default();
