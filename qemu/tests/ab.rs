@@ -259,6 +259,36 @@ fn both_slots_bad_stop_within_two_boots_and_never_loop() {
     );
 }
 
+/// A hardware fault with a usable root (slot A's BOM promises four NVMe controllers; the
+/// VM has none) boots on as quarantine, and the slot is not burned: it is marked good.
+#[test]
+fn hardware_fault_boots_on_as_quarantine_without_burning_the_slot() {
+    let bed = bed(Name::AbHardwareFault);
+    let run = bed.boot().unwrap();
+    no_kernel_panic(&run);
+    assert_eq!(run.boots.len(), 1, "{}", run.describe());
+    let o = &run.boots[0];
+    assert_eq!(o.verdict, Verdict::RootInitReached, "{}", o.describe());
+    assert_eq!(ab::root_slot(o), Some(Slot::A));
+    let r = report(o);
+    assert_eq!(
+        (r.decision, r.fault),
+        (Decision::Quarantine, Some(Fault::Hardware))
+    );
+    assert!(
+        r.reason.as_deref().unwrap().starts_with("preflight:"),
+        "{:?}",
+        r.reason
+    );
+    assert!(
+        r.reason.as_deref().unwrap().contains("nvme"),
+        "{:?}",
+        r.reason
+    );
+    assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
+    assert_eq!(record(&bed).slots["A"].good, Some(true));
+}
+
 /// A platform fault (the BOM requires a TPM; the VM has none) stops by the default
 /// policy and does not demote the slot: the image is not to blame.
 #[test]
