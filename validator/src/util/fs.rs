@@ -86,8 +86,19 @@ pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
     read_file_limited(f, path, limit)
 }
 
-/// Reads an opened file to its end, refusing more than `limit` bytes.
+/// Reads an opened file to its end, refusing more than `limit` bytes (a regular file
+/// whose size already exceeds the limit is refused before any byte is read).
 pub fn read_file_limited(f: File, path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
+    let meta = f.metadata().map_err(|source| InputError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if meta.is_file() && meta.len() > limit {
+        return Err(InputError::TooLarge {
+            path: path.to_path_buf(),
+            limit,
+        });
+    }
     let mut buf = Vec::new();
     f.take(limit.saturating_add(1))
         .read_to_end(&mut buf)
