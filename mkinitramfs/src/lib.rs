@@ -220,10 +220,12 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
         }
         if let Ok(elf) = validator::formats::kmod::modinfo::parse_elf(body) {
             referenced.extend(elf.versions.into_iter().map(|v| v.symbol));
+            referenced.extend(elf.undefined.into_iter().map(|u| u.name));
         }
         module_bytes.insert(name.clone(), bytes);
     }
-    // The init only needs the CRCs of symbols the packed modules import.
+    // The init only needs the CRCs of symbols the packed modules import (their undefined
+    // symbols and `__versions` records, `module_layout` included).
     symvers.map.retain(|sym, _| referenced.contains(sym));
     if spec.gate {
         let mut policy = validator::stages::modules::gate::Policy::from_bom(&bom.bom);
