@@ -15,7 +15,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{from_hex, replay_extend, to_hex, HashAlg, PcrValues};
+use super::{from_hex, replay_extend, to_hex, HashAlg, PcrValues, PCR_COUNT};
 
 const RS: u8 = 0x1E;
 const LF: u8 = 0x0A;
@@ -133,6 +133,13 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<CelRecord>, CelError> {
         }
         let rec: JsonRecord = serde_json::from_slice(&text[..trimmed_len - 1])
             .map_err(|e| invalid(format!("bad JSON: {e}")))?;
+        if rec.pcr >= PCR_COUNT {
+            return Err(invalid(format!(
+                "PCR index {} does not exist (0-{})",
+                rec.pcr,
+                PCR_COUNT - 1
+            )));
+        }
         let mut digests: Vec<(HashAlg, Vec<u8>)> = Vec::with_capacity(rec.digests.len());
         for d in rec.digests {
             let Some(h) = HashAlg::from_name(&d.hash_alg) else {
@@ -271,6 +278,14 @@ mod tests {
         assert!(bad(s.replace(&hex, "00")).contains("sha1 digest has 1 bytes, expected 20"));
         assert!(bad(s.replace("\"pcr\":9", "\"pcr\":-1")).contains("bad JSON"));
         assert!(bad(s.replace("\"pcr\":9,", "")).contains("missing field `pcr`"));
+        for pcr in ["24", "4294967295"] {
+            assert_eq!(
+                bad(s.replace("\"pcr\":9", &format!("\"pcr\":{pcr}"))),
+                format!(
+                    "measurement log: record 0 at byte 0: PCR index {pcr} does not exist (0-23)"
+                )
+            );
+        }
         let e = bad(format!("junk{s}"));
         assert_eq!(
             e,
