@@ -512,7 +512,17 @@ fn verity_verify(a: VerityVerify, out: &mut Out) -> Res {
         validator::sys::file_size(f).map_err(|e| Usage(format!("{}: {e}", p.display())))
     };
     let (dsize, hsize) = (size(&df, &a.data)?, size(&hf, &a.hash)?);
+    let data_name = a.data.display().to_string();
     let hash_name = a.hash.display().to_string();
+    // A tree error is about one of the two files: name it.
+    let tree_err = |e: tree::TreeError| {
+        let name = match &e {
+            tree::TreeError::Read { device: "data", .. }
+            | tree::TreeError::TooSmall { device: "data", .. } => &data_name,
+            _ => &hash_name,
+        };
+        Usage(format!("{name}: {e}"))
+    };
     if a.hash_offset >= hsize {
         return Err(Usage(format!(
             "{hash_name}: --hash-offset {} is beyond its end ({hsize} bytes)",
@@ -521,10 +531,15 @@ fn verity_verify(a: VerityVerify, out: &mut Out) -> Res {
     }
     let mut sb = vec![0u8; superblock::SIZE];
     use std::os::unix::fs::FileExt;
-    let n = hf
-        .read_at(&mut sb, a.hash_offset)
-        .map_err(|e| Usage(format!("{hash_name}: {e}")))?;
+    let n = hf.read_at(&mut sb, a.hash_offset).map_err(|e| {
+        Usage(format!(
+            "{hash_name}: superblock at offset {}: {e}",
+            a.hash_offset
+        ))
+    })?;
+    // data_blocks 0 in the superblock: the whole data device, as veritysetup reads it.
     let params = superblock::parse(sb.get(..n).unwrap_or_default())
+        .and_then(|p| p.resolve_data_blocks(dsize))
         .map_err(|e| Usage(format!("{hash_name}: {e}")))?;
     let (root, signer) = match (&a.root_hash, &a.sig) {
         (Some(h), None) => (
@@ -552,15 +567,13 @@ fn verity_verify(a: VerityVerify, out: &mut Out) -> Res {
             params.algorithm.digest_size()
         )));
     }
-    let g = tree::Geometry::new(&params, a.hash_offset, true)
-        .map_err(|e| Usage(format!("{hash_name}: {e}")))?;
+    let g = tree::Geometry::new(&params, a.hash_offset, true).map_err(tree_err)?;
     let threads = a.threads.map_or_else(
         || std::thread::available_parallelism().map_or(1, |n| n.get()),
         usize::from,
     );
     let start = std::time::Instant::now();
-    let v = tree::verify(&df, dsize, &hf, hsize, &g, &root, threads)
-        .map_err(|e| Usage(format!("{} / {hash_name}: {e}", a.data.display())))?;
+    let v = tree::verify(&df, dsize, &hf, hsize, &g, &root, threads).map_err(tree_err)?;
     let secs = start.elapsed().as_secs_f64();
     let gbs = v.data_bytes as f64 / 1e9 / secs.max(1e-9);
     if a.json {
