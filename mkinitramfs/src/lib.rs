@@ -15,11 +15,37 @@
 //! packed module must pass the gate at build time, so a bad module is caught before any
 //! node boots it.
 //!
+//! Every input is read through [`validator::util::fs::read_limited`] (no FIFO, directory
+//! or device; at most the size in [`limits`]), and [`unpack`] reads an initramfs back as
+//! the kernel does.
+//!
 //! Current limits: no firmware files; softdep aliases are resolved by scanning module
 //! `alias=` entries; the CRC table covers the packed modules' imports only.
 
 pub mod closure;
 pub mod cpio;
+pub mod unpack;
+
+/// The largest input of each kind that mkinitramfs reads (a larger one is an error
+/// naming the file and the limit; the README lists them).
+pub mod limits {
+    /// The init binary (`--init`).
+    pub const INIT: u64 = 64 << 20;
+    /// The kernel image (`boot/vmlinuz-<release>`).
+    pub const VMLINUZ: u64 = 256 << 20;
+    /// A module file (the kernel tree's or a `--module-file`).
+    pub const MODULE: u64 = validator::stages::modules::batch::MAX_FILE;
+    /// An extra file (`--file`).
+    pub const EXTRA_FILE: u64 = 256 << 20;
+    /// `modules.builtin`, `modules.builtin.modinfo`.
+    pub const INDEX: u64 = 64 << 20;
+    /// A certificate named by the BOM's `policy.trust`.
+    pub const CERT: u64 = validator::trust::CERT_FILE_MAX;
+    /// An initramfs given to `list`.
+    pub const INITRAMFS: u64 = 1 << 30;
+    /// What `list` unpacks, all parts together.
+    pub const UNPACKED: usize = 1 << 30;
+}
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -35,6 +61,8 @@ pub enum BuildError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Input(#[from] validator::util::fs::InputError),
     #[error(transparent)]
     Bom(#[from] validator::config::bom::BomError),
     #[error("the BOM is for kernel {bom} but the kernel tree is {tree}")]
@@ -133,11 +161,8 @@ pub fn source_date_epoch() -> u32 {
         .unwrap_or(0)
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, BuildError> {
-    std::fs::read(path).map_err(|source| BuildError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+fn read(path: &Path, limit: u64) -> Result<Vec<u8>, BuildError> {
+    validator::util::fs::read_limited(path, limit).map_err(BuildError::Input)
 }
 
 /// Builds the archive described by `spec`.
@@ -163,7 +188,8 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
         path: vmlinuz.clone(),
         source,
     };
-    let vmlinux = validator::formats::vmlinuz::vmlinux(&read(&vmlinuz)?).map_err(kerr)?;
+    let vmlinux =
+        validator::formats::vmlinuz::vmlinux(&read(&vmlinuz, limits::VMLINUZ)?).map_err(kerr)?;
     let builtin = validator::formats::vmlinuz::builtin_certs(&vmlinux).map_err(kerr)?;
     let vermagic =
         validator::formats::vmlinuz::vermagic(&vmlinux, &tree.release).ok_or_else(|| {
@@ -189,7 +215,7 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        trust_files.push((format!("bom-{name}"), read(&p)?));
+        trust_files.push((format!("bom-{name}"), read(&p, limits::CERT)?));
     }
     let mut trust = validator::trust::TrustStore::new();
     for (name, bytes) in &trust_files {
@@ -205,7 +231,7 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
             .find(|(n, _)| validator::formats::kmod::normalize_name(n) == *name)
             .map(|(_, p)| p.clone())
             .unwrap_or_else(|| tree.moddir.join(rel));
-        let bytes = read(&src)?;
+        let bytes = read(&src, limits::MODULE)?;
         let image = validator::formats::kmod::modinfo::decompress(
             &bytes,
             validator::formats::kmod::modinfo::Compression::from_name(rel),
@@ -267,8 +293,8 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
             perm: 0o600,
         },
     )?;
-    a.file("init", read(&spec.init)?, 0o755)?;
-    a.file("etc/validator/bom.toml", read(&spec.bom)?, 0o644)?;
+    a.file("init", read(&spec.init, limits::INIT)?, 0o755)?;
+    a.file("etc/validator/bom.toml", bom.bytes.clone(), 0o644)?;
     let mdir = format!("lib/modules/{}", tree.release);
     a.dir(&mdir)?;
     for (name, rel) in &clo.files {
@@ -300,7 +326,11 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     )?;
     let builtin = tree.moddir.join("modules.builtin");
     if builtin.exists() {
-        a.file(&format!("{mdir}/modules.builtin"), read(&builtin)?, 0o644)?;
+        a.file(
+            &format!("{mdir}/modules.builtin"),
+            read(&builtin, limits::INDEX)?,
+            0o644,
+        )?;
     }
     for (src, dst) in &spec.extra_files {
         let perm = {
@@ -314,7 +344,7 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
                 .mode()
                 & 0o7777
         };
-        a.file(dst, read(src)?, perm)?;
+        a.file(dst, read(src, limits::EXTRA_FILE)?, perm)?;
     }
     let raw = a.write(spec.mtime);
     let bytes = compress(&raw, spec.compress).map_err(BuildError::Compress)?;
@@ -338,19 +368,5 @@ pub fn compress(raw: &[u8], c: Compress) -> std::io::Result<Vec<u8>> {
             e.finish()
         }
         Compress::Zstd => zstd::encode_all(raw, 19),
-    }
-}
-
-/// Decompresses an initramfs by its magic (gzip, zstd, or none).
-pub fn decompress(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    if bytes.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(bytes).read_to_end(&mut out)?;
-        Ok(out)
-    } else if bytes.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        zstd::decode_all(bytes)
-    } else {
-        Ok(bytes.to_vec())
     }
 }

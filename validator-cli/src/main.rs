@@ -9,15 +9,13 @@
 //! still the verdict. `validator completions SHELL` and `validator man` generate shell
 //! completions and man pages. The PID-1 init does not link this crate.
 
-mod out;
-
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
-use out::Out;
 use validator::util::fs::read_limited;
+use validator::util::out::Out;
 
 /// Largest kernel image read (`--vmlinuz`).
 const VMLINUZ_MAX: u64 = 256 << 20;
@@ -227,7 +225,7 @@ type Res = Result<bool, Usage>;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut out = Out::stdout();
-    let r = run(cli.cmd, &mut out).and_then(|ok| out.flush().map(|()| ok));
+    let r = run(cli.cmd, &mut out).and_then(|ok| out.flush().map(|()| ok).map_err(Usage::from));
     match r {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),

@@ -4,13 +4,15 @@
 //! either case in, strict: odd lengths and non-hex digits are refused); [`le`] reads
 //! little- and big-endian integers at an offset through zerocopy, returning `None` past
 //! the end instead of panicking; [`fs`] writes files atomically and reads untrusted input
-//! with a size limit and a file-type check.
+//! with a size limit and a file-type check; [`out`] is standard output for the
+//! command-line tools (a closed pipe ends the output quietly).
 //!
 //! Current limits: nothing here knows about any format or policy; callers attach the
 //! context (path, field) to the `None`s and errors they get back.
 
 pub mod fs;
 pub mod le;
+pub mod out;
 
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
