@@ -53,7 +53,7 @@ pub fn unpack(bytes: &[u8], limit: usize) -> Result<Vec<ListedEntry>, UnpackErro
             pos += 1;
             continue;
         }
-        if b == b'0' && pos % 4 == 0 {
+        if b == b'0' && pos.is_multiple_of(4) {
             let a = cpio::read_archive(bytes, pos).map_err(|source| UnpackError::Cpio {
                 offset: pos,
                 source,
@@ -117,7 +117,7 @@ fn archives_in(
             off += 1;
             continue;
         }
-        if off % 4 != 0 {
+        if !off.is_multiple_of(4) {
             let what = if b == b'0' {
                 "an archive does not start at a 4-byte boundary (broken padding)"
             } else {

@@ -72,7 +72,8 @@ enum Cmd {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Write man pages: validator.1 on stdout, or one page per command into DIR.
+    /// Write man pages: validator.1 on stdout, or one page per command into DIR (all or
+    /// none).
     Man {
         /// Directory for validator.1 and validator-<command>.1 pages.
         #[arg(long, value_name = "DIR")]
@@ -314,11 +315,17 @@ fn man(dir: Option<PathBuf>, out: &mut Out) -> Res {
         }
     }
     walk("validator", &top, &mut pages);
+    let mut rendered = Vec::new();
     for (name, cmd) in pages {
-        let f = dir.join(format!("{name}.1"));
-        validator::util::fs::write_atomic(&f, &render(cmd)?)
-            .map_err(|e| Usage(format!("{}: {e}", f.display())))?;
-        out.line(&f.display().to_string())?;
+        rendered.push((format!("{name}.1"), render(cmd)?));
+    }
+    let files: Vec<(String, &[u8])> = rendered
+        .iter()
+        .map(|(n, b)| (n.clone(), b.as_slice()))
+        .collect();
+    write_all_or_nothing(&dir, &files)?;
+    for (n, _) in &files {
+        out.line(&dir.join(n).display().to_string())?;
     }
     Ok(true)
 }
@@ -336,15 +343,21 @@ fn keys_extract(path: &Path, dir: Option<PathBuf>, out: &mut Out) -> Res {
         validator::formats::vmlinuz::vmlinux(&img).map_err(|e| Usage(format!("{name}: {e}")))?;
     let certs = validator::formats::vmlinuz::builtin_certs(&elf)
         .map_err(|e| Usage(format!("{name}: {e}")))?;
-    // Parse every certificate before writing any, so a bad one leaves nothing behind.
+    // Parse every certificate before writing any, so a bad one leaves nothing behind. A
+    // key of a type the trust store cannot use is skipped, with a warning naming it.
     let mut parsed = Vec::new();
-    for der in &certs {
-        let c = validator::trust::Cert::from_der(der, &name)?;
-        parsed.push((c, der));
+    for (i, der) in certs.iter().enumerate() {
+        match validator::trust::Cert::from_der(der, &format!("{name}: built-in certificate {i}")) {
+            Ok(c) => parsed.push((i, c, der)),
+            Err(e @ validator::trust::TrustError::UnsupportedKey { .. }) => {
+                eprintln!("validator: warning: {e}; skipped");
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
     let mut lines = Vec::new();
     let mut files = Vec::new();
-    for (i, (c, der)) in parsed.iter().enumerate() {
+    for (i, c, der) in &parsed {
         let fp = validator::util::hex(&c.sha256);
         lines.push(format!(
             "{} serial {} key {} sha256 {fp}",
@@ -354,27 +367,79 @@ fn keys_extract(path: &Path, dir: Option<PathBuf>, out: &mut Out) -> Res {
         ));
         files.push((
             format!("builtin-{i}-{}.der", fp.get(..16).unwrap_or(&fp)),
-            *der,
+            der.as_slice(),
         ));
     }
     if let Some(dir) = dir {
-        std::fs::create_dir_all(&dir).map_err(|e| Usage(format!("{}: {e}", dir.display())))?;
-        let mut written: Vec<PathBuf> = Vec::new();
-        for (f, der) in &files {
-            let p = dir.join(f);
-            if let Err(e) = validator::util::fs::write_atomic(&p, der) {
-                for w in &written {
-                    let _ = std::fs::remove_file(w);
-                }
-                return Err(Usage(format!("{}: {e}", p.display())));
-            }
-            written.push(p);
-        }
+        write_all_or_nothing(&dir, &files)?;
     }
     for l in lines {
         out.line(&l)?;
     }
     Ok(true)
+}
+
+/// Writes every `(name, bytes)` into `dir`, or none: each is first written and synced
+/// under a temporary name, then all are renamed into place; on a failure the temporary
+/// files, and the directories this call created, are removed again.
+fn write_all_or_nothing(dir: &Path, files: &[(String, &[u8])]) -> Result<(), Usage> {
+    use std::io::Write;
+    let err = |p: &Path, e: std::io::Error| Usage(format!("{}: {e}", p.display()));
+    // A target that exists and is not a regular file would fail the rename: refuse first.
+    for (f, _) in files {
+        let p = dir.join(f);
+        if let Ok(m) = std::fs::symlink_metadata(&p) {
+            if !m.is_file() {
+                return Err(Usage(format!(
+                    "{}: exists and is not a regular file",
+                    p.display()
+                )));
+            }
+        }
+    }
+    // The directories to create, outermost first, so they can be removed on failure.
+    let mut created: Vec<PathBuf> = dir
+        .ancestors()
+        .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+        .map(Path::to_path_buf)
+        .collect();
+    created.reverse();
+    let undo = |temps: &[PathBuf], created: &[PathBuf]| {
+        for t in temps {
+            let _ = std::fs::remove_file(t);
+        }
+        for d in created.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    };
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        undo(&[], &created);
+        return Err(err(dir, e));
+    }
+    let mut temps = Vec::new();
+    for (f, bytes) in files {
+        let tmp = dir.join(format!(".{f}.tmp"));
+        let r = std::fs::File::create(&tmp).and_then(|mut h| {
+            h.write_all(bytes)?;
+            h.sync_all()
+        });
+        temps.push(tmp.clone());
+        if let Err(e) = r {
+            undo(&temps, &created);
+            return Err(err(&tmp, e));
+        }
+    }
+    for (i, ((f, _), tmp)) in files.iter().zip(&temps).enumerate() {
+        let p = dir.join(f);
+        if let Err(e) = std::fs::rename(tmp, &p) {
+            undo(temps.get(i..).unwrap_or_default(), &[]);
+            return Err(err(&p, e));
+        }
+    }
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
 }
 
 fn modules_check(a: ModulesCheck, out: &mut Out) -> Res {
@@ -444,6 +509,19 @@ fn modules_check(a: ModulesCheck, out: &mut Out) -> Res {
         symvers: table,
         policy,
     };
+    // A named path must be a module file or a directory to search; anything else (a FIFO,
+    // a device, nothing) is unusable input.
+    for p in &a.paths {
+        let m = std::fs::metadata(p).map_err(|e| Usage(format!("{}: {e}", p.display())))?;
+        if !m.is_dir() {
+            if let Some(kind) = validator::util::fs::kind_of(m.file_type()) {
+                return Err(Usage(format!(
+                    "{}: is a {kind}, not a module file or directory",
+                    p.display()
+                )));
+            }
+        }
+    }
     let files = batch::collect(&a.paths)?;
     if files.is_empty() {
         return Err(Usage(format!(

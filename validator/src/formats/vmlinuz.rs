@@ -30,8 +30,13 @@ pub enum VmlinuzError {
 /// Largest decompressed kernel we accept.
 pub const MAX_VMLINUX: usize = 1 << 30;
 
-/// Returns the uncompressed vmlinux ELF of a bzImage, or the input if it already is one.
+/// Returns the uncompressed vmlinux ELF of a bzImage, or the input if it already is one;
+/// a payload that decompresses to more than [`MAX_VMLINUX`] bytes is an error.
 pub fn vmlinux(image: &[u8]) -> Result<Vec<u8>, VmlinuzError> {
+    vmlinux_limited(image, MAX_VMLINUX)
+}
+
+fn vmlinux_limited(image: &[u8], limit: usize) -> Result<Vec<u8>, VmlinuzError> {
     if image.starts_with(b"\x7fELF") {
         if u16_le(image, 16) != Some(goblin::elf::header::ET_EXEC) {
             return Err(VmlinuzError::NotKernel(
@@ -74,13 +79,13 @@ pub fn vmlinux(image: &[u8]) -> Result<Vec<u8>, VmlinuzError> {
     // The build appends the decompressed size after the stream: the first stream is the
     // kernel, what follows it is not read.
     let elf = if payload.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
-        compress::xz_stream(payload, MAX_VMLINUX)?.data
+        compress::xz_stream(payload, limit)?.data
     } else if payload.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        compress::zstd_frame(payload, MAX_VMLINUX)?.data
+        compress::zstd_frame(payload, limit)?.data
     } else if payload.starts_with(&[0x1f, 0x8b]) {
-        compress::gzip_member(payload, MAX_VMLINUX)?.data
+        compress::gzip_member(payload, limit)?.data
     } else if payload.starts_with(&[0x02, 0x21, 0x4c, 0x18]) {
-        compress::lz4_legacy(payload, MAX_VMLINUX)?
+        compress::lz4_legacy(payload, limit)?
     } else if payload.starts_with(b"BZh") {
         return Err(VmlinuzError::UnsupportedCompression("bzip2"));
     } else if payload.starts_with(&[0x89, b'L', b'Z', b'O']) {
@@ -370,6 +375,35 @@ mod tests {
             );
         }
         assert!(exported_crcs(b"\x7fELF\x02\x01\x01").is_err());
+    }
+
+    /// A payload that decompresses beyond the limit stops there (a decompression bomb).
+    #[test]
+    fn payload_bombs_stop_at_the_limit() {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut e, &vec![0u8; 1 << 20]).unwrap();
+        let gz = e.finish().unwrap();
+        let mut img = vec![0u8; 0x400];
+        img[0x1f1] = 1; // one setup sector: the payload offset counts from 0x400
+        img[0x202..0x206].copy_from_slice(b"HdrS");
+        img[0x206..0x208].copy_from_slice(&0x020fu16.to_le_bytes());
+        img[0x248..0x24c].copy_from_slice(&0u32.to_le_bytes());
+        img[0x24c..0x250].copy_from_slice(&(gz.len() as u32).to_le_bytes());
+        img.extend_from_slice(&gz);
+        assert_eq!(
+            vmlinux_limited(&img, 1000),
+            Err(VmlinuzError::Decompress(
+                compress::DecompressError::TooLarge {
+                    format: "gzip",
+                    limit: 1000
+                }
+            ))
+        );
+        // Within the limit it decompresses (and is then refused: zeros are no ELF).
+        assert!(matches!(
+            vmlinux_limited(&img, 2 << 20),
+            Err(VmlinuzError::NotKernel(_))
+        ));
     }
 
     #[test]

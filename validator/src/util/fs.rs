@@ -36,7 +36,8 @@ impl InputError {
     }
 }
 
-fn kind_of(t: std::fs::FileType) -> Option<&'static str> {
+/// What a file type is, in words, unless it is a regular file.
+pub fn kind_of(t: std::fs::FileType) -> Option<&'static str> {
     if t.is_file() {
         None
     } else if t.is_dir() {

@@ -160,5 +160,6 @@ pub fn read_file(path: &Path) -> Result<Vec<u8>, String> {
             meta.len()
         ));
     }
-    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+    let f = crate::util::fs::open_input(path, false).map_err(|e| e.to_string())?;
+    crate::util::fs::read_file_limited(f, path, MAX_FILE).map_err(|e| e.to_string())
 }
