@@ -648,3 +648,54 @@ fn gzip_cli(data: &[u8]) -> Vec<u8> {
     assert!(out.status.success());
     out.stdout
 }
+
+/// A module signed with a P-521 key (which 6.12 kernels accept): the gate verifies it
+/// when the certificate is trusted.
+#[test]
+fn p521_signed_modules_pass_when_trusted() {
+    let k61 = facts("default");
+    let dir = tmpdir("p521");
+    let key = dir.join("p521.key");
+    let der = dir.join("p521.der");
+    run(Command::new("openssl")
+        .args([
+            "req",
+            "-new",
+            "-x509",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=fleet test p521",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:secp521r1",
+            "-outform",
+            "DER",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&der));
+    let m = unsigned_module(&dir, "crc16");
+    run(Command::new(sign_file())
+        .arg("sha512")
+        .arg(&key)
+        .arg(&der)
+        .arg(&m));
+    let bytes = std::fs::read(&m).unwrap();
+    let mut trust = store(&k61.certs);
+    trust.add_path(&der).unwrap();
+    assert_eq!(trust.certs.last().unwrap().key.describe(), "ecdsa-p521");
+    let (v, _) = gate(&k61, trust).check("crc16", "crc16.ko", &bytes);
+    assert!(v.pass, "{:?}", v.reasons);
+    assert_eq!(v.sig_hashalgo.as_deref(), Some("sha512"));
+    // A changed body byte: the P-521 signature no longer verifies.
+    let mut bad = bytes.clone();
+    bad[100] ^= 1;
+    let mut trust = store(&k61.certs);
+    trust.add_path(&der).unwrap();
+    let (v, _) = gate(&k61, trust).check("crc16", "crc16.ko", &bad);
+    assert!(v.has("bad-signature"), "{:?}", v.reasons);
+}

@@ -87,9 +87,10 @@ fn xz_reason(e: &xz4rust::XzError) -> String {
         E::IndexCrc32Mismatch(..) | E::CorruptedDataInBlockIndex => {
             "the block index is corrupted".into()
         }
-        E::DictionaryOverflow | E::DictionaryTooLarge(_) => {
-            "the stream needs a dictionary larger than 1 GiB".into()
+        E::DictionaryOverflow => {
+            "corrupted data (a match refers to data before the start of the output)".into()
         }
+        E::DictionaryTooLarge(_) => "the stream needs a dictionary larger than 1 GiB".into(),
         E::UnsupportedCheckType(t) => format!("unsupported integrity check type {t}"),
         E::UnsupportedBcjFilter(f) => format!("unsupported filter {f:#x}"),
         E::UnsupportedStreamHeaderOption | E::UnsupportedBlockHeaderOption => {
