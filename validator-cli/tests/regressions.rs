@@ -82,7 +82,7 @@ fn fake_vmlinux(certs: &[Vec<u8>]) -> Vec<u8> {
         v.extend_from_slice(c);
     }
     let len = (v.len() - start) as u64;
-    while v.len() % 8 != 0 {
+    while !v.len().is_multiple_of(8) {
         v.push(0);
     }
     v.extend_from_slice(&len.to_le_bytes());
@@ -90,7 +90,7 @@ fn fake_vmlinux(certs: &[Vec<u8>]) -> Vec<u8> {
     v
 }
 
-/// 1. Non-UTF-8 arguments are paths like any other.
+/// Item 1: Non-UTF-8 arguments are paths like any other.
 #[test]
 fn item01_non_utf8_paths_do_not_panic() {
     let dir = tmpdir("reg01");
@@ -106,7 +106,7 @@ fn item01_non_utf8_paths_do_not_panic() {
     assert!(r.stderr.contains("nothing-here"), "{}", r.stderr);
 }
 
-/// 2. A closed stdout ends the output, not the command: no "failed printing to stdout",
+/// Item 2: A closed stdout ends the output, not the command: no "failed printing to stdout",
 /// and the exit status is still the verdict.
 #[test]
 fn item02_closed_stdout_is_quiet() {
@@ -171,7 +171,7 @@ fn item02_closed_stdout_is_quiet() {
     }
 }
 
-/// 3. A vmlinuz truncated inside the setup header's version field (518 or 519 bytes).
+/// Item 3: A vmlinuz truncated inside the setup header's version field (518 or 519 bytes).
 #[test]
 fn item03_vmlinuz_cut_in_the_setup_header() {
     let dir = tmpdir("reg03");
@@ -213,7 +213,7 @@ fn item03_vmlinuz_cut_in_the_setup_header() {
     }
 }
 
-/// 4. A FIFO with no writer, /dev/zero, and oversized files: refused by type or size
+/// Item 4: A FIFO with no writer, /dev/zero, and oversized files: refused by type or size
 /// before anything is read (every other input file is covered by the generated-input
 /// test).
 #[test]
@@ -276,7 +276,7 @@ fn item04_fifos_devices_and_size_limits() {
     );
 }
 
-/// 7. Checking no module at all is a usage error, not a pass.
+/// Item 7: Checking no module at all is a usage error, not a pass.
 #[test]
 fn item07_modules_check_of_nothing_is_a_usage_error() {
     let dir = tmpdir("reg07");
@@ -286,7 +286,7 @@ fn item07_modules_check_of_nothing_is_a_usage_error() {
     assert!(r.stderr.contains("no module files"), "{}", r.stderr);
 }
 
-/// 8. `tpm replay`: unknown options and extra arguments are usage errors; a CEL-JSON log
+/// Item 8: `tpm replay`: unknown options and extra arguments are usage errors; a CEL-JSON log
 /// that starts with whitespace is read as CEL-JSON; PCR indexes above 23 are refused.
 #[test]
 fn item08_tpm_replay_arguments_and_logs() {
@@ -329,7 +329,7 @@ fn item08_tpm_replay_arguments_and_logs() {
     );
 }
 
-/// 11. keys extract: all or nothing, `-o` needs a value, P-521 keys are read, other
+/// Item 11: keys extract: all or nothing, `-o` needs a value, P-521 keys are read, other
 /// unsupported keys are skipped with a warning naming them.
 #[test]
 fn item11_keys_extract_all_or_nothing_and_p521() {
@@ -402,7 +402,7 @@ fn item11_keys_extract_all_or_nothing_and_p521() {
     );
 }
 
-/// 12-14. `bom check` refuses what the init would, on the key's own line, with a
+/// Item 12-14: `bom check` refuses what the init would, on the key's own line, with a
 /// message even for control characters.
 #[test]
 fn item12_to_14_bom_check_refuses_what_no_boot_could_use() {
@@ -436,7 +436,7 @@ fn item12_to_14_bom_check_refuses_what_no_boot_could_use() {
     }
 }
 
-/// 15, 16, 18. Messages: an unsupported trust key names the --trust file and the curve;
+/// Item 15, 16, 18: Messages: an unsupported trust key names the --trust file and the curve;
 /// a corrupted .ko.xz gets words, not a decoder's type name.
 #[test]
 fn item16_18_messages_name_what_and_where() {
@@ -489,7 +489,7 @@ fn item16_18_messages_name_what_and_where() {
     );
 }
 
-/// 17. Verity errors name the file; a huge --hash-offset is explained.
+/// Item 17: Verity errors name the file; a huge --hash-offset is explained.
 #[test]
 fn item17_verity_errors_name_the_file() {
     let dir = tmpdir("reg17");
