@@ -65,10 +65,16 @@ pub enum BuildError {
     Input(#[from] validator::util::fs::InputError),
     #[error(transparent)]
     Bom(#[from] validator::config::bom::BomError),
-    #[error("the BOM is for kernel {bom} but the kernel tree is {tree}")]
-    ReleaseMismatch { bom: String, tree: String },
+    #[error("{path}: the BOM is for kernel {bom} but the kernel tree is {tree}")]
+    ReleaseMismatch {
+        path: PathBuf,
+        bom: String,
+        tree: String,
+    },
     #[error(transparent)]
     Closure(#[from] ClosureError),
+    #[error("{bom}: the modules to pack (modules.load and --module): {source}")]
+    ModuleClosure { bom: PathBuf, source: ClosureError },
     #[error(transparent)]
     Cpio(#[from] CpioError),
     #[error("compression: {0}")]
@@ -86,6 +92,8 @@ pub enum BuildError {
     Trust(#[from] validator::trust::TrustError),
     #[error("the module gate refuses {}", .0.join("; "))]
     Gate(Vec<String>),
+    #[error("{0}: the init is empty")]
+    EmptyInit(PathBuf),
 }
 
 /// Output compression.
@@ -171,13 +179,17 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     let tree = KernelTree::open(&spec.kernel)?;
     if bom.bom.kernel.release.as_str() != tree.release {
         return Err(BuildError::ReleaseMismatch {
+            path: spec.bom.clone(),
             bom: bom.bom.kernel.release.to_string(),
             tree: tree.release.clone(),
         });
     }
     let mut names: Vec<String> = bom.bom.modules.load.iter().map(|m| m.0.clone()).collect();
     names.extend(spec.extra_modules.iter().cloned());
-    let clo = closure::closure(&tree, &names)?;
+    let clo = closure::closure(&tree, &names).map_err(|source| BuildError::ModuleClosure {
+        bom: spec.bom.clone(),
+        source,
+    })?;
 
     // The gate's inputs: what the kernel image says about itself, and the trust store.
     let vmlinuz = tree
@@ -293,7 +305,11 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
             perm: 0o600,
         },
     )?;
-    a.file("init", read(&spec.init, limits::INIT)?, 0o755)?;
+    let init = read(&spec.init, limits::INIT)?;
+    if init.is_empty() {
+        return Err(BuildError::EmptyInit(spec.init.clone()));
+    }
+    a.file("init", init, 0o755)?;
     a.file("etc/validator/bom.toml", bom.bytes.clone(), 0o644)?;
     let mdir = format!("lib/modules/{}", tree.release);
     a.dir(&mdir)?;

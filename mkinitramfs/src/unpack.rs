@@ -41,10 +41,16 @@ pub enum UnpackError {
     },
     #[error("the archives unpack to more than {limit} bytes")]
     TooLarge { limit: usize },
+    #[error("no archive in it (empty, or only zero bytes)")]
+    Empty,
 }
 
-/// Reads every archive of an initramfs image; `limit` bounds the decompressed total.
+/// Reads every archive of an initramfs image; `limit` bounds the decompressed total. An
+/// input with no archive at all (empty, or zeros) is an error.
 pub fn unpack(bytes: &[u8], limit: usize) -> Result<Vec<ListedEntry>, UnpackError> {
+    if bytes.iter().all(|&b| b == 0) {
+        return Err(UnpackError::Empty);
+    }
     let mut out = Vec::new();
     let mut pos = 0usize;
     let mut unpacked = 0usize;

@@ -500,12 +500,8 @@ fn modules_check(a: ModulesCheck, out: &mut Out) -> Res {
         };
     }
     policy.release = release;
-    let mut store = validator::trust::TrustStore::new();
-    for t in &a.trust {
-        store.add_path(t)?;
-    }
     let g = gate::Gate {
-        trust: store,
+        trust: trust_store(&a.trust)?,
         symvers: table,
         policy,
     };
@@ -579,6 +575,21 @@ fn modules_check(a: ModulesCheck, out: &mut Out) -> Res {
     Ok(failed == 0)
 }
 
+/// The trust store of `--trust` paths; a path that adds no certificate (an empty
+/// directory) is an error, not silently no trust.
+fn trust_store(paths: &[PathBuf]) -> Result<validator::trust::TrustStore, Usage> {
+    let mut store = validator::trust::TrustStore::new();
+    for t in paths {
+        if store.add_path(t)? == 0 {
+            return Err(Usage(format!(
+                "{}: no certificate (*.der, *.pem, *.crt, *.x509) in this directory",
+                t.display()
+            )));
+        }
+    }
+    Ok(store)
+}
+
 fn verity_verify(a: VerityVerify, out: &mut Out) -> Res {
     use validator::formats::verity::{sig, superblock, tree};
     let open =
@@ -625,12 +636,16 @@ fn verity_verify(a: VerityVerify, out: &mut Out) -> Res {
         (None, Some(f)) => {
             let bytes = read_limited(f, ROOT_SIG_MAX)?;
             let s = sig::parse(&bytes).map_err(|e| Usage(format!("{}: {e}", f.display())))?;
-            let mut store = validator::trust::TrustStore::new();
-            for t in &a.trust {
-                store.add_path(t)?;
-            }
-            let who = validator::trust::rootsig::verify(&s, &store)
-                .map_err(|e| Usage(format!("{}: {e}", f.display())))?;
+            let store = trust_store(&a.trust)?;
+            let who = validator::trust::rootsig::verify(&s, &store).map_err(|e| {
+                let trusted: Vec<String> =
+                    a.trust.iter().map(|t| t.display().to_string()).collect();
+                Usage(format!(
+                    "{}: {e} (trusted: {})",
+                    f.display(),
+                    trusted.join(", ")
+                ))
+            })?;
             (s.root_hash, Some(who))
         }
         _ => return Err(Usage("give exactly one of --root-hash and --sig".into())),
