@@ -353,7 +353,11 @@ pub fn closure(tree: &KernelTree, names: &[String]) -> Result<Closure, ClosureEr
         let mut order = Vec::new();
         w.load_order(name, &mut BTreeSet::new(), &mut order);
         order.reverse(); // kmod order: the one to load first comes last
-        let path = tree.files[name].clone();
+        let path = tree
+            .files
+            .get(name)
+            .cloned()
+            .ok_or_else(|| ClosureError::Unknown(name.clone()))?;
         out.files.insert(name.clone(), path.clone());
         out.index
             .entries

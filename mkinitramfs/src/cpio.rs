@@ -78,7 +78,7 @@ impl Archive {
         let p = clean(path)?;
         let mut parent = String::new();
         let comps: Vec<&str> = p.split('/').collect();
-        for c in &comps[..comps.len() - 1] {
+        for c in comps.split_last().map_or(&[][..], |(_, parents)| parents) {
             if !parent.is_empty() {
                 parent.push('/');
             }

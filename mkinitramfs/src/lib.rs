@@ -234,7 +234,8 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
         trust.add_bytes(bytes, name)?;
     }
     // The module files to pack (overrides replace the tree's file).
-    let mut module_bytes = std::collections::BTreeMap::new();
+    // (name, path in the tree, bytes), in the closure's order.
+    let mut module_files: Vec<(&String, &String, Vec<u8>)> = Vec::new();
     let mut referenced = std::collections::BTreeSet::new();
     for (name, rel) in &clo.files {
         let src = spec
@@ -260,7 +261,7 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
             referenced.extend(elf.versions.into_iter().map(|v| v.symbol));
             referenced.extend(elf.undefined.into_iter().map(|u| u.name));
         }
-        module_bytes.insert(name.clone(), bytes);
+        module_files.push((name, rel, bytes));
     }
     // The init only needs the CRCs of symbols the packed modules import (their undefined
     // symbols and `__versions` records, `module_layout` included).
@@ -273,11 +274,10 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
             symvers: Some(symvers.clone()),
             policy,
         };
-        let refused: Vec<String> = clo
-            .files
+        let refused: Vec<String> = module_files
             .iter()
-            .filter_map(|(name, rel)| {
-                let (v, _) = gate.check(name, rel, &module_bytes[name]);
+            .filter_map(|(name, rel, bytes)| {
+                let (v, _) = gate.check(name, rel, bytes);
                 (!v.pass).then(|| format!("{name}: {}", v.summary()))
             })
             .collect();
@@ -313,8 +313,8 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     a.file("etc/validator/bom.toml", bom.bytes.clone(), 0o644)?;
     let mdir = format!("lib/modules/{}", tree.release);
     a.dir(&mdir)?;
-    for (name, rel) in &clo.files {
-        a.file(&format!("{mdir}/{rel}"), module_bytes[name].clone(), 0o644)?;
+    for (_, rel, bytes) in module_files {
+        a.file(&format!("{mdir}/{rel}"), bytes, 0o644)?;
     }
     use validator::config::layout;
     for (name, bytes) in &trust_files {

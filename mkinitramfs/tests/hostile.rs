@@ -3,6 +3,14 @@
 //! (truncated, bit-flipped, empty) of every input file of `list` and `build`. Nothing
 //! may panic or hang, unusable input exits 2 naming the file, a failed build writes no
 //! output, and the layouts the kernel accepts are listed.
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 #[path = "../../validator/tests/common/mod.rs"]
 mod common;

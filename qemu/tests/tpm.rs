@@ -1,5 +1,13 @@
 //! End-to-end measured boot with swtpm: the TPM's PCRs, `tpm2_eventlog`'s replay of our
 //! binary log and `validator tpm replay` of it must agree, in every active bank.
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::collections::BTreeMap;
 use std::process::Command;

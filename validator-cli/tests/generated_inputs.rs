@@ -9,6 +9,14 @@
 //! Module files given to `modules check` are the subject of the check, not its
 //! configuration: an empty or oversized one is a FAIL verdict (exit 1) that names the
 //! module, a FIFO or a device is unusable input (exit 2).
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 #[path = "../../validator/tests/common/mod.rs"]
 mod common;

@@ -1,6 +1,14 @@
 //! Regression tests for the defects found by trying `validator` as a hostile user would:
 //! one test per finding (panics, hangs, verdicts looser than the kernel's, unclear
 //! errors), each reproducing the original command line.
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 #[path = "../../validator/tests/common/mod.rs"]
 mod common;

@@ -1,5 +1,13 @@
 //! `validator verity verify` against images made by the real `veritysetup format`, judged
 //! side by side with `veritysetup verify`.
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 #[path = "../../validator/tests/common/mod.rs"]
 mod common;

@@ -1,6 +1,14 @@
 //! The module gate against the real Debian kernels fetched by `scripts/provision`
 //! (6.1: RSA-4096, plain `.ko`; 6.12: ECDSA P-384, `.ko.xz`; cloud: another vermagic and
 //! key) and against modules signed with the kernel's own `sign-file`.
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod common;
 

@@ -74,9 +74,8 @@ macro_rules! checked_string {
 }
 
 fn version_like(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 128
-        && s.as_bytes()[0].is_ascii_alphanumeric()
+    s.len() <= 128
+        && s.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
         && s.bytes()
             .all(|c| c.is_ascii_alphanumeric() || b".+~_-:".contains(&c))
 }

@@ -464,8 +464,11 @@ impl TrustStore {
     pub fn by_issuer_serial(&self, issuer_der: &[u8], serial: &[u8]) -> Option<&Cert> {
         let strip = |s: &[u8]| -> Vec<u8> {
             let mut v = s;
-            while v.len() > 1 && v[0] == 0 {
-                v = &v[1..];
+            while let [0, rest @ ..] = v {
+                if rest.is_empty() {
+                    break;
+                }
+                v = rest;
             }
             v.to_vec()
         };

@@ -19,8 +19,11 @@ pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
-        s.push(char::from(DIGITS[usize::from(b >> 4)]));
-        s.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+        for d in [b >> 4, b & 0x0f] {
+            if let Some(&c) = DIGITS.get(usize::from(d)) {
+                s.push(char::from(c));
+            }
+        }
     }
     s
 }
@@ -51,7 +54,7 @@ pub fn unhex(s: &str) -> Option<Vec<u8>> {
 /// joined by `:`, without the sign-padding zero byte DER puts before a high first byte.
 pub fn colon_hex(bytes: &[u8]) -> String {
     let b = match bytes {
-        [0, rest @ ..] if !rest.is_empty() && rest[0] & 0x80 != 0 => rest,
+        [0, rest @ ..] if rest.first().is_some_and(|x| x & 0x80 != 0) => rest,
         _ => bytes,
     };
     b.iter()

@@ -1,5 +1,13 @@
 //! What the integration tests share: the provisioned kernels, scratch directories and a
 //! deterministic generator. (Each test crate uses a part of it.)
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};

@@ -93,31 +93,39 @@ impl<'a> Cursor<'a> {
     }
 
     fn bytes(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], EventLogError> {
-        if n > self.left() {
+        let Some(s) = self
+            .pos
+            .checked_add(n)
+            .and_then(|end| self.buf.get(self.pos..end))
+        else {
             return Err(EventLogError::Truncated {
                 offset: self.pos,
                 what,
                 need: n,
                 left: self.left(),
             });
-        }
-        let s = &self.buf[self.pos..self.pos + n];
+        };
         self.pos += n;
         Ok(s)
     }
 
+    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], EventLogError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.bytes(N, what)?);
+        Ok(a)
+    }
+
     fn u8(&mut self, what: &'static str) -> Result<u8, EventLogError> {
-        Ok(self.bytes(1, what)?[0])
+        let [b] = self.array(what)?;
+        Ok(b)
     }
 
     fn u16(&mut self, what: &'static str) -> Result<u16, EventLogError> {
-        let b = self.bytes(2, what)?;
-        Ok(u16::from_le_bytes([b[0], b[1]]))
+        Ok(u16::from_le_bytes(self.array(what)?))
     }
 
     fn u32(&mut self, what: &'static str) -> Result<u32, EventLogError> {
-        let b = self.bytes(4, what)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        Ok(u32::from_le_bytes(self.array(what)?))
     }
 }
 

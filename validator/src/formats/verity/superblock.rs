@@ -168,19 +168,22 @@ pub fn parse(b: &[u8]) -> Result<Params, SuperblockError> {
 
 /// Writes a superblock for `p` (used by tests and by tools that make images).
 pub fn encode(p: &Params) -> Vec<u8> {
-    let mut b = vec![0u8; SIZE];
-    b[0..8].copy_from_slice(SIGNATURE);
-    b[8..12].copy_from_slice(&1u32.to_le_bytes());
-    b[12..16].copy_from_slice(&p.hash_type.to_le_bytes());
-    b[16..32].copy_from_slice(&p.uuid);
-    let n = p.algorithm.name().as_bytes();
-    b[32..32 + n.len()].copy_from_slice(n);
-    b[64..68].copy_from_slice(&p.data_block_size.to_le_bytes());
-    b[68..72].copy_from_slice(&p.hash_block_size.to_le_bytes());
-    b[72..80].copy_from_slice(&p.data_blocks.to_le_bytes());
-    let salt = &p.salt[..p.salt.len().min(256)];
-    b[80..82].copy_from_slice(&(salt.len() as u16).to_le_bytes());
-    b[88..88 + salt.len()].copy_from_slice(salt);
+    let mut b = Vec::with_capacity(SIZE);
+    b.extend_from_slice(SIGNATURE);
+    b.extend_from_slice(&1u32.to_le_bytes());
+    b.extend_from_slice(&p.hash_type.to_le_bytes());
+    b.extend_from_slice(&p.uuid);
+    let mut alg = p.algorithm.name().as_bytes().to_vec();
+    alg.resize(32, 0);
+    b.extend_from_slice(&alg);
+    b.extend_from_slice(&p.data_block_size.to_le_bytes());
+    b.extend_from_slice(&p.hash_block_size.to_le_bytes());
+    b.extend_from_slice(&p.data_blocks.to_le_bytes());
+    let salt = p.salt.get(..p.salt.len().min(MAX_SALT)).unwrap_or_default();
+    b.extend_from_slice(&(salt.len() as u16).to_le_bytes());
+    b.resize(88, 0);
+    b.extend_from_slice(salt);
+    b.resize(SIZE, 0);
     b
 }
 

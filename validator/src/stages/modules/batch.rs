@@ -108,7 +108,7 @@ pub fn check_files(gate: &Gate, files: &[PathBuf], jobs: usize) -> Batch {
                 (v, None, Vec::new())
             }
         };
-        if let Ok(mut s) = slots[i].lock() {
+        if let Some(Ok(mut s)) = slots.get(i).map(|m| m.lock()) {
             *s = Some(result);
         }
     };

@@ -274,7 +274,7 @@ impl Gate {
                 let mut h = sha2::Sha256::new();
                 h.update(s.body);
                 let body_sha256 = h.clone().finalize().to_vec();
-                h.update(&image[s.body.len()..]);
+                h.update(image.get(s.body.len()..).unwrap_or_default());
                 v.image_sha256 = Some(crate::util::hex(&h.finalize()));
                 self.check_signature(s.pkcs7, s.body, Some(&body_sha256), &mut v)
             }
