@@ -1,7 +1,10 @@
-//! Initramfs benchmark: the same kernel and root disk booted alternately with Debian's own
-//! initramfs-tools image and with ours, timed from the kernel's "Run /init" to the root
-//! init's marker, both read from kernel log timestamps (the root's init writes its marker
-//! to `/dev/kmsg`), so both ends are on one clock. Medians and ratios are printed.
+//! Initramfs benchmark: the same kernel and root disk booted in turn with ours, with
+//! Debian's own initramfs-tools image and with the floor ([`crate::floor`]: busybox doing
+//! only `insmod` of the same modules, the mount and `switch_root`), timed from the
+//! kernel's "Run /init" to the root init's marker, both read from kernel log timestamps
+//! (the root's init writes its marker to `/dev/kmsg`), so both ends are on one clock.
+//! Medians and ratios are printed: ours/debian, and ours/floor (what our checks cost over
+//! what the kernel itself spends).
 
 use std::path::{Path, PathBuf};
 
@@ -64,12 +67,16 @@ pub fn debian_initrd(release: &str) -> PathBuf {
     PathBuf::from(format!("/boot/initrd.img-{release}"))
 }
 
-/// Runs the benchmark and prints its table; returns (ours, debian) samples.
-pub fn run(
-    runs: usize,
-    debian: Option<&Path>,
-    cpus: u32,
-) -> Result<(Vec<Sample>, Vec<Sample>), HarnessError> {
+/// The samples of one benchmark run.
+#[derive(Debug, Clone, Default)]
+pub struct Samples {
+    pub ours: Vec<Sample>,
+    pub debian: Vec<Sample>,
+    pub floor: Vec<Sample>,
+}
+
+/// Runs the benchmark and prints its table.
+pub fn run(runs: usize, debian: Option<&Path>, cpus: u32) -> Result<Samples, HarnessError> {
     let s = Scenario::good()?;
     let dir = crate::paths::run_dir("bench")?;
     let mut ours_cfg = s.prepare(&dir)?;
@@ -86,53 +93,69 @@ pub fn run(
     let mut deb_cfg = ours_cfg.clone();
     deb_cfg.initrd = deb.clone();
     deb_cfg.append = "root=PARTLABEL=root ro".into();
+    let mut floor_cfg = ours_cfg.clone();
+    floor_cfg.initrd = crate::floor::build(&s, &dir)?;
+    floor_cfg.append = String::new();
     let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
-    let (ours_size, deb_size) = (size(&ours_cfg.initrd), size(&deb));
-    let mut ours = Vec::new();
-    let mut debs = Vec::new();
+    let sizes = [size(&ours_cfg.initrd), size(&deb), size(&floor_cfg.initrd)];
+    let mut all = Samples::default();
     for i in 0..runs {
-        let d1 = dir.join(format!("ours-{i}"));
-        let d2 = dir.join(format!("debian-{i}"));
-        for d in [&d1, &d2] {
-            std::fs::create_dir_all(d).map_err(|e| HarnessError::io(d, e))?;
-        }
-        let o = sample(&vm::run(&ours_cfg, &d1)?)?;
-        let d = sample(&vm::run(&deb_cfg, &d2)?)?;
+        let one = |what: &str, cfg: &vm::VmConfig| -> Result<Sample, HarnessError> {
+            let d = dir.join(format!("{what}-{i}"));
+            std::fs::create_dir_all(&d).map_err(|e| HarnessError::io(&d, e))?;
+            sample(&vm::run(cfg, &d)?)
+        };
+        let o = one("ours", &ours_cfg)?;
+        let d = one("debian", &deb_cfg)?;
+        let f = one("floor", &floor_cfg)?;
         println!(
-            "run {}: ours {:.3} s (Run /init at {:.3}), debian {:.3} s (Run /init at {:.3})",
+            "run {}: ours {:.3} s, debian {:.3} s, floor {:.3} s (Run /init at {:.3} / {:.3} / {:.3})",
             i + 1,
             o.initramfs_time(),
-            o.run_init,
             d.initramfs_time(),
-            d.run_init
+            f.initramfs_time(),
+            o.run_init,
+            d.run_init,
+            f.run_init
         );
-        ours.push(o);
-        debs.push(d);
+        all.ours.push(o);
+        all.debian.push(d);
+        all.floor.push(f);
     }
-    let mo = median(&ours.iter().map(Sample::initramfs_time).collect::<Vec<_>>());
-    let md = median(&debs.iter().map(Sample::initramfs_time).collect::<Vec<_>>());
-    let mo_total = median(&ours.iter().map(|s| s.marker).collect::<Vec<_>>());
-    let md_total = median(&debs.iter().map(|s| s.marker).collect::<Vec<_>>());
+    let med = |v: &[Sample], f: fn(&Sample) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
+    let t = |v: &[Sample]| med(v, Sample::initramfs_time);
+    let total = |v: &[Sample]| med(v, |s| s.marker);
+    let (mo, md, mf) = (t(&all.ours), t(&all.debian), t(&all.floor));
+    let (to, td, tf) = (total(&all.ours), total(&all.debian), total(&all.floor));
     println!(
-        "kernel {} under {:?}, {runs} boots each, alternating",
+        "kernel {} under {:?}, {cpus} CPU(s), {runs} boots each, in turn",
         s.kernel.release, ours_cfg.accel
     );
-    println!("                      ours        debian      ours/debian");
+    println!("                      ours        debian      floor       ours/debian ours/floor");
     println!(
-        "Run /init -> root     {mo:>8.3} s  {md:>8.3} s  {:>8.3}",
-        mo / md
+        "Run /init -> root     {mo:>8.3} s  {md:>8.3} s  {mf:>8.3} s  {:>8.3}    {:>8.3}",
+        mo / md,
+        mo / mf
     );
     println!(
-        "boot -> root (total)  {mo_total:>8.3} s  {md_total:>8.3} s  {:>8.3}",
-        mo_total / md_total
+        "boot -> root (total)  {to:>8.3} s  {td:>8.3} s  {tf:>8.3} s  {:>8.3}    {:>8.3}",
+        to / td,
+        to / tf
+    );
+    let mb = |b: u64| b as f64 / 1e6;
+    println!(
+        "image size            {:>8.2} MB {:>8.2} MB {:>8.2} MB {:>8.3}    {:>8.3}",
+        mb(sizes[0]),
+        mb(sizes[1]),
+        mb(sizes[2]),
+        sizes[0] as f64 / sizes[1] as f64,
+        sizes[0] as f64 / sizes[2] as f64
     );
     println!(
-        "image size            {:>8.2} MB {:>8.2} MB {:>8.3}",
-        ours_size as f64 / 1e6,
-        deb_size as f64 / 1e6,
-        ours_size as f64 / deb_size as f64
+        "our checks cost       {:>8.3} s over the floor (Run /init -> root)",
+        mo - mf
     );
-    Ok((ours, debs))
+    Ok(all)
 }
 
 #[cfg(test)]

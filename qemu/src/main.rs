@@ -12,7 +12,7 @@
 
 use std::process::ExitCode;
 
-use qemu::scenario::{Scenario, NAMES};
+use qemu::scenario::{Name, Scenario};
 use qemu::vm::Verdict;
 
 fn usage() -> String {
@@ -20,8 +20,15 @@ fn usage() -> String {
         "usage:\n  qemu-harness run [SCENARIO]     boot a scenario (default: good) and print the report\n\
          \x20 qemu-harness bench [RUNS] [DEBIAN_INITRD] [CPUS,...]\n\
          \x20                                boot ours and Debian's initramfs alternately; print medians\n\
+         \x20 qemu-harness bench-boot-paths [RUNS]\n\
+         \x20                                boot one A/B node directly, via OVMF+GRUB and via\n\
+         \x20                                OVMF+systemd-boot in turn; print medians and ratios\n\
          scenarios: {}\nenvironment: VALIDATOR_ACCEL=tcg|kvm, VALIDATOR_VM_TIMEOUT=seconds, VALIDATOR_INIT=path\n",
-        NAMES.join(", ")
+        Name::ALL
+            .iter()
+            .map(|n| n.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     )
 }
 
@@ -46,10 +53,23 @@ fn main() -> ExitCode {
             }
             return ExitCode::SUCCESS;
         }
+        ["bench-boot-paths", rest @ ..] => {
+            let runs = rest.first().and_then(|r| r.parse().ok()).unwrap_or(3);
+            if let Err(e) = qemu::ab::bench_boot_paths(runs) {
+                eprintln!("qemu-harness: {e}");
+                return ExitCode::from(2);
+            }
+            return ExitCode::SUCCESS;
+        }
         _ => {
             eprint!("{}", usage());
             return ExitCode::from(2);
         }
+    };
+    let Some(name) = Name::parse(name) else {
+        eprintln!("qemu-harness: unknown scenario {name}");
+        eprint!("{}", usage());
+        return ExitCode::from(2);
     };
     let outcome = match Scenario::named(name).and_then(|s| s.run()) {
         Ok(o) => o,

@@ -46,21 +46,36 @@ pub fn kernel(name: &str) -> Result<Kernel, HarnessError> {
 }
 
 static BUILD: Mutex<Option<PathBuf>> = Mutex::new(None);
+static PRODUCTION: Mutex<Option<PathBuf>> = Mutex::new(None);
 
 /// The static init, built for `x86_64-unknown-linux-musl` in release mode with the
-/// `test-hooks` feature (the production init has none). `VALIDATOR_INIT`
-/// names a prebuilt one; otherwise it is (re)built once per process with cargo, into its
-/// own target directory so it never waits on the build lock of a running `cargo test`.
+/// `test-hooks` feature (the production init has none). `VALIDATOR_INIT` names a
+/// prebuilt one; otherwise it is (re)built once per process with cargo, into its own
+/// target directory so it never waits on the build lock of a running `cargo test`.
 pub fn init_binary() -> Result<PathBuf, HarnessError> {
     if let Ok(p) = std::env::var("VALIDATOR_INIT") {
         return Ok(PathBuf::from(p));
     }
-    let mut guard = BUILD.lock().unwrap_or_else(|p| p.into_inner());
+    build_init(&BUILD, "harness", &["--features", "test-hooks"])
+}
+
+/// The production init, built exactly as the README says (no features), into its own
+/// target directory.
+pub fn production_init() -> Result<PathBuf, HarnessError> {
+    build_init(&PRODUCTION, "production", &[])
+}
+
+fn build_init(
+    cache: &Mutex<Option<PathBuf>>,
+    dir: &str,
+    extra: &[&str],
+) -> Result<PathBuf, HarnessError> {
+    let mut guard = cache.lock().unwrap_or_else(|p| p.into_inner());
     if let Some(p) = guard.as_ref() {
         return Ok(p.clone());
     }
     let ws = workspace();
-    let target_dir = ws.join("target/harness");
+    let target_dir = ws.join("target").join(dir);
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = std::process::Command::new(cargo)
         .current_dir(&ws)
@@ -71,12 +86,11 @@ pub fn init_binary() -> Result<PathBuf, HarnessError> {
             "-q",
             "-p",
             "init",
-            "--features",
-            "test-hooks",
             "--target",
             "x86_64-unknown-linux-musl",
-            "--target-dir",
         ])
+        .args(extra)
+        .arg("--target-dir")
         .arg(&target_dir)
         .output()
         .map_err(|e| HarnessError::Setup(format!("cannot run cargo to build the init: {e}")))?;
@@ -106,7 +120,7 @@ pub fn run_dir(name: &str) -> Result<PathBuf, HarnessError> {
 }
 
 /// Removes the disk and filesystem images of a run directory (and the root tree they were
-/// made from), keeping logs.
+/// made from, and those of its `slot-*` directories), keeping logs.
 pub fn remove_images(dir: &Path) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
@@ -120,8 +134,11 @@ pub fn remove_images(dir: &Path) {
             && name != "initrd.img";
         if image || name == "root.sig" {
             let _ = std::fs::remove_file(&p);
-        } else if name == "rootfs" || name == "tpm-state" {
+        } else if name == "rootfs" || name == "tpm-state" || name == "esp-files" {
             let _ = std::fs::remove_dir_all(&p);
+        } else if (name.starts_with("slot-") || name.starts_with("saved-")) && p.is_dir() {
+            // An A/B node's slot directories (crate::ab).
+            remove_images(&p);
         }
     }
 }

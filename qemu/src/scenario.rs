@@ -11,26 +11,84 @@ use crate::paths::{self, Kernel};
 use crate::vm::{self, Outcome, VmConfig};
 use crate::HarnessError;
 
-/// The scenarios the CLI knows by name.
-pub const NAMES: &[&str] = &[
-    "good",
-    "no-root",
-    "bad-module",
-    "panic",
-    "tampered-module",
-    "verity",
-    "verity-corrupt",
-    "verity-bad-sig",
-    "verity-untrusted",
-    "verity-bad-superblock",
-    "verity-kernel-sig",
-    "verity-erofs",
-    "k612",
-    "tpm",
-    "tpm-sha384",
-    "no-tpm",
-    "tpm-killed",
-];
+/// The scenarios, by name: the one list the CLI, the tests and the README use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Name {
+    Good,
+    NoRoot,
+    BadModule,
+    Panic,
+    TamperedModule,
+    Verity,
+    VerityCorrupt,
+    VerityBadSig,
+    VerityUntrusted,
+    VerityBadSuperblock,
+    VerityKernelSig,
+    VerityErofs,
+    K612,
+    Tpm,
+    TpmSha384,
+    NoTpm,
+    TpmKilled,
+}
+
+impl Name {
+    /// Every scenario, in the README's order.
+    pub const ALL: &'static [Name] = &[
+        Name::Good,
+        Name::NoRoot,
+        Name::BadModule,
+        Name::Panic,
+        Name::TamperedModule,
+        Name::Verity,
+        Name::VerityCorrupt,
+        Name::VerityBadSig,
+        Name::VerityUntrusted,
+        Name::VerityBadSuperblock,
+        Name::VerityKernelSig,
+        Name::VerityErofs,
+        Name::K612,
+        Name::Tpm,
+        Name::TpmSha384,
+        Name::NoTpm,
+        Name::TpmKilled,
+    ];
+
+    /// The name on the command line and in run directories.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Name::Good => "good",
+            Name::NoRoot => "no-root",
+            Name::BadModule => "bad-module",
+            Name::Panic => "panic",
+            Name::TamperedModule => "tampered-module",
+            Name::Verity => "verity",
+            Name::VerityCorrupt => "verity-corrupt",
+            Name::VerityBadSig => "verity-bad-sig",
+            Name::VerityUntrusted => "verity-untrusted",
+            Name::VerityBadSuperblock => "verity-bad-superblock",
+            Name::VerityKernelSig => "verity-kernel-sig",
+            Name::VerityErofs => "verity-erofs",
+            Name::K612 => "k612",
+            Name::Tpm => "tpm",
+            Name::TpmSha384 => "tpm-sha384",
+            Name::NoTpm => "no-tpm",
+            Name::TpmKilled => "tpm-killed",
+        }
+    }
+
+    /// The scenario called `s`.
+    pub fn parse(s: &str) -> Option<Name> {
+        Name::ALL.iter().copied().find(|n| n.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Name {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// A boot to run.
 #[derive(Debug, Clone)]
@@ -59,6 +117,9 @@ pub struct Scenario {
     /// Put tpm2-tools in the root and have its init print `tpm2_pcrread`, `tpm2_eventlog`
     /// and the binary log (base64) between markers.
     pub root_tpm_tools: bool,
+    /// The boot path (kernel direct, or OVMF with GRUB or systemd-boot), the A/B slots,
+    /// reboot following, power cuts and disk throttling ([`crate::ab::Boot`]).
+    pub boot: crate::ab::Boot,
 }
 
 /// Shell the root's init runs to show the TPM's view and our logs.
@@ -98,57 +159,58 @@ impl Scenario {
             tpm_banks: Some(vec!["sha1".into(), "sha256".into()]),
             kill_tpm_on: None,
             root_tpm_tools: false,
+            boot: crate::ab::Boot::default(),
         })
     }
 
-    /// A scenario by name (see [`NAMES`]).
-    pub fn named(name: &str) -> Result<Scenario, HarnessError> {
+    /// A scenario by name.
+    pub fn named(name: Name) -> Result<Scenario, HarnessError> {
         let mut s = Scenario::good()?;
-        s.name = name.to_string();
+        s.name = name.as_str().to_string();
         match name {
-            "good" => {}
-            "no-root" => {
+            Name::Good => {}
+            Name::NoRoot => {
                 s.with_root_disk = false;
                 s.cmdline =
                     "root=PARTLABEL=root validator.on_stop=poweroff validator.root_timeout=3"
                         .into();
             }
-            "bad-module" => {
+            Name::BadModule => {
                 // Under TCG the CPU has no VMX, so kvm_intel's init fails with EOPNOTSUPP:
                 // a real module that the kernel refuses.
                 s.bom.modules.load.push(ModuleName("kvm_intel".into()));
             }
-            "verity"
-            | "verity-corrupt"
-            | "verity-bad-sig"
-            | "verity-untrusted"
-            | "verity-bad-superblock"
-            | "verity-kernel-sig"
-            | "verity-erofs" => {
+            Name::Verity
+            | Name::VerityCorrupt
+            | Name::VerityBadSig
+            | Name::VerityUntrusted
+            | Name::VerityBadSuperblock
+            | Name::VerityKernelSig
+            | Name::VerityErofs => {
                 use crate::verity::Variant;
                 s.verity = Some(match name {
-                    "verity" | "verity-kernel-sig" => Variant::Good,
-                    "verity-corrupt" => Variant::CorruptCritical,
-                    "verity-bad-sig" => Variant::BadSignature,
-                    "verity-untrusted" => Variant::UntrustedCert,
-                    "verity-erofs" => Variant::Erofs,
+                    Name::Verity | Name::VerityKernelSig => Variant::Good,
+                    Name::VerityCorrupt => Variant::CorruptCritical,
+                    Name::VerityBadSig => Variant::BadSignature,
+                    Name::VerityUntrusted => Variant::UntrustedCert,
+                    Name::VerityErofs => Variant::Erofs,
                     _ => Variant::BadSuperblock,
                 });
                 s.bom.modules.load.push(ModuleName("dm_verity".into()));
-                if name == "verity-erofs" {
+                if name == Name::VerityErofs {
                     s.bom.modules.load.push(ModuleName("erofs".into()));
                 }
                 s.bom.verity = Some(validator::config::bom::Verity {
                     // The good boot also carries every table option; a corruption must
                     // give EIO (the default) so the report can name the file.
-                    on_corruption: if name == "verity" {
+                    on_corruption: if name == Name::Verity {
                         validator::config::bom::OnCorruption::Restart
                     } else {
                         validator::config::bom::OnCorruption::Eio
                     },
-                    ignore_zero_blocks: name == "verity",
-                    check_at_most_once: name == "verity",
-                    kernel_signature: name == "verity-kernel-sig",
+                    ignore_zero_blocks: name == Name::Verity,
+                    check_at_most_once: name == Name::Verity,
+                    kernel_signature: name == Name::VerityKernelSig,
                     algorithm: Some(validator::config::bom::VerityAlgorithm("sha256".into())),
                     data_block_size: Some(4096),
                     hash_block_size: Some(4096),
@@ -161,38 +223,32 @@ impl Scenario {
                 s.bom.policy.trust.push("trusted.pem".into());
                 s.cmdline = "validator.on_stop=poweroff validator.root_timeout=30".into();
             }
-            "k612" => {
+            Name::K612 => {
                 // Debian's 6.12 kernel: ECDSA P-384 module signatures, .ko.xz modules the
                 // kernel decompresses itself (MODULE_INIT_COMPRESSED_FILE), virtio_pci
                 // built in.
                 s.kernel = paths::kernel("k612")?;
                 s.bom.kernel.release = validator::config::bom::Version(s.kernel.release.clone());
             }
-            "tpm" => {
+            Name::Tpm => {
                 s.root_tpm_tools = true;
             }
-            "tpm-sha384" => {
+            Name::TpmSha384 => {
                 s.root_tpm_tools = true;
                 s.tpm_banks = Some(vec!["sha256".into(), "sha384".into()]);
             }
-            "no-tpm" => {
+            Name::NoTpm => {
                 s.tpm_banks = None;
             }
-            "tpm-killed" => {
+            Name::TpmKilled => {
                 s.kill_tpm_on = Some("stage modules: start".into());
             }
-            "tampered-module" => {
+            Name::TamperedModule => {
                 s.tampered_modules.push("virtio_blk".into());
             }
-            "panic" => {
+            Name::Panic => {
                 s.cmdline
                     .push_str(" validator.test_panic=modules validator.on_panic=poweroff");
-            }
-            other => {
-                return Err(HarnessError::Setup(format!(
-                    "unknown scenario {other}; known: {}",
-                    NAMES.join(", ")
-                )))
             }
         }
         Ok(s)
@@ -200,6 +256,9 @@ impl Scenario {
 
     /// Builds the BOM file, initramfs and disk in `dir`; returns the VM to boot.
     pub fn prepare(&self, dir: &Path) -> Result<VmConfig, HarnessError> {
+        if self.boot.two_slots() {
+            return crate::ab::prepare(self, dir);
+        }
         let mut verity_parts = None;
         if let Some(variant) = self.verity {
             let rootdir = dir.join("rootfs");
@@ -220,35 +279,13 @@ impl Scenario {
                 .map_err(|e| HarnessError::Setup(format!("BOM as TOML: {e}")))?,
         )
         .map_err(|e| HarnessError::io(&bom_path, e))?;
-        let mut overrides = self.module_overrides.clone();
-        if !self.tampered_modules.is_empty() {
-            let tree = mkinitramfs::closure::KernelTree::open(&self.kernel.root)
-                .map_err(|e| HarnessError::Setup(e.to_string()))?;
-            for m in &self.tampered_modules {
-                let rel = tree
-                    .files
-                    .get(m)
-                    .ok_or_else(|| HarnessError::Setup(format!("no module {m} in the kernel")))?;
-                let src = tree.moddir.join(rel);
-                let mut bytes = std::fs::read(&src).map_err(|e| HarnessError::io(&src, e))?;
-                let body = validator::formats::kmod::sig::split(&bytes)
-                    .map(|s| s.body.len())
-                    .unwrap_or(bytes.len());
-                bytes[body / 2] ^= 0x01;
-                let out = dir.join(format!("tampered-{m}.ko"));
-                std::fs::write(&out, &bytes).map_err(|e| HarnessError::io(&out, e))?;
-                overrides.push((m.clone(), out));
-            }
-        }
-        let mut spec = mkinitramfs::Spec::new(&self.kernel.root, &bom_path, &paths::init_binary()?);
-        spec.extra_files = self.extra_initramfs_files.clone();
-        spec.mtime = 0;
-        // The build-time gate would refuse a tampered module; the boot-time gate is tested.
-        spec.gate = overrides.is_empty();
-        spec.module_overrides = overrides;
-        let built = mkinitramfs::build(&spec).map_err(|e| HarnessError::Setup(e.to_string()))?;
         let initrd = dir.join("initrd.img");
-        std::fs::write(&initrd, &built.bytes).map_err(|e| HarnessError::io(&initrd, e))?;
+        let extras = crate::initramfs::Extras {
+            files: self.extra_initramfs_files.clone(),
+            module_overrides: self.module_overrides.clone(),
+            tampered_modules: self.tampered_modules.clone(),
+        };
+        crate::initramfs::build(&self.kernel, &bom_path, &extras, &initrd, dir)?;
         let mut cfg = VmConfig::new(&self.kernel.vmlinuz, &initrd);
         cfg.append = self.cmdline.clone();
         if let Some(parts) = verity_parts {
@@ -278,6 +315,7 @@ impl Scenario {
         }
         cfg.tpm = self.tpm_banks.clone();
         cfg.kill_tpm_on = self.kill_tpm_on.clone();
+        self.boot.apply(&mut cfg);
         Ok(cfg)
     }
 
@@ -316,8 +354,44 @@ impl Scenario {
 }
 
 /// [`Scenario::named`] then [`Scenario::run_checked`].
-pub fn run_named(name: &str) -> Outcome {
+pub fn run_named(name: Name) -> Outcome {
     Scenario::named(name)
         .unwrap_or_else(|e| panic!("scenario {name}: {e}"))
         .run_checked()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README's scenario list is this enum, in this order.
+    #[test]
+    fn readme_lists_every_scenario() {
+        let readme = std::fs::read_to_string(paths::workspace().join("README.md")).unwrap();
+        let start = readme
+            .find("`scripts/demo NAME` boots another scenario:")
+            .expect("the README's scenario list");
+        let para = &readme[start..];
+        let para = &para[..para.find("\n\n").unwrap_or(para.len())];
+        let listed: Vec<&str> = para
+            .split('`')
+            .skip(3) // `scripts/demo NAME` itself
+            .step_by(2)
+            .filter(|w| {
+                Name::parse(w).is_some()
+                    || w.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            })
+            .collect();
+        let want: Vec<&str> = Name::ALL
+            .iter()
+            .filter(|n| **n != Name::Good)
+            .map(|n| n.as_str())
+            .collect();
+        assert_eq!(listed, want, "README scenario list vs qemu::scenario::Name");
+        for n in Name::ALL {
+            assert_eq!(Name::parse(n.as_str()), Some(*n));
+        }
+        assert_eq!(Name::parse("nope"), None);
+    }
 }

@@ -28,8 +28,32 @@ fn tool(cmd: &str, args: &[&str]) -> String {
 
 #[test]
 fn init_is_static() {
-    let init = paths::init_binary().unwrap();
-    let p = init.to_str().unwrap();
+    for init in [
+        paths::init_binary().unwrap(),
+        paths::production_init().unwrap(),
+    ] {
+        is_static(init.to_str().unwrap());
+    }
+}
+
+/// The production init carries no test hook; the test bed's does (so the check can fail).
+#[test]
+fn production_init_has_no_test_hook() {
+    let strings = |p: std::path::PathBuf| tool("strings", &[p.to_str().unwrap()]);
+    let prod = strings(paths::production_init().unwrap());
+    assert!(
+        !prod.contains("test_panic"),
+        "test_panic in the production init"
+    );
+    assert!(prod.contains("validator.on_panic") || prod.contains("on_panic"));
+    let hooked = strings(paths::init_binary().unwrap());
+    assert!(
+        hooked.contains("test_panic"),
+        "the test bed's init has its hook"
+    );
+}
+
+fn is_static(p: &str) {
     let l = tool("readelf", &["-lW", p]);
     assert!(l.contains("LOAD"), "{l}");
     assert!(

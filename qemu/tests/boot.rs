@@ -13,13 +13,15 @@ use validator::report::{Decision, Fault, StageStatus};
 use validator::stages::modules::ModStatus;
 use validator::stages::Stage;
 
-fn run(name: &str) -> qemu::vm::Outcome {
+use qemu::scenario::Name;
+
+fn run(name: Name) -> qemu::vm::Outcome {
     qemu::scenario::run_named(name)
 }
 
 #[test]
 fn good_boot_loads_modules_itself_and_switches_root() {
-    let o = run("good");
+    let o = run(Name::Good);
     assert_eq!(o.verdict, Verdict::RootInitReached, "{}", o.describe());
     let marker = o.marker.as_deref().unwrap_or_default();
     assert!(
@@ -77,7 +79,7 @@ fn good_boot_loads_modules_itself_and_switches_root() {
 
 #[test]
 fn absent_root_device_stops_cleanly_with_a_report() {
-    let o = run("no-root");
+    let o = run(Name::NoRoot);
     let r = o.stopped();
     let reason = r.reason.as_deref().unwrap();
     assert!(
@@ -96,7 +98,7 @@ fn absent_root_device_stops_cleanly_with_a_report() {
 
 #[test]
 fn module_the_kernel_refuses_is_named_with_its_errno() {
-    let o = run("bad-module");
+    let o = run(Name::BadModule);
     let r = o.stopped();
     let m = r.module("kvm_intel").expect("kvm_intel in report");
     assert_eq!(m.status, ModStatus::Failed);
@@ -113,7 +115,7 @@ fn module_the_kernel_refuses_is_named_with_its_errno() {
 
 #[test]
 fn forced_panic_is_logged_and_ends_the_vm_without_killing_init() {
-    let o = run("panic");
+    let o = run(Name::Panic);
     let line = o
         .console
         .lines()
@@ -131,7 +133,7 @@ fn forced_panic_is_logged_and_ends_the_vm_without_killing_init() {
 
 #[test]
 fn tampered_module_is_refused_before_the_kernel_sees_it() {
-    let o = run("tampered-module");
+    let o = run(Name::TamperedModule);
     let r = o.stopped();
     let m = r.module("virtio_blk").expect("virtio_blk in report");
     assert_eq!(m.status, ModStatus::Rejected, "{m:?}");
@@ -167,7 +169,7 @@ fn tampered_module_is_refused_before_the_kernel_sees_it() {
 /// virtio_pci reported as such.
 #[test]
 fn kernel_6_12_with_compressed_modules_and_ecdsa_signatures() {
-    let o = run("k612");
+    let o = run(Name::K612);
     let r = o.reached_root();
     assert!(
         r.kernel_release.as_deref().unwrap().starts_with("6.12."),
@@ -192,4 +194,27 @@ fn kernel_6_12_with_compressed_modules_and_ecdsa_signatures() {
         ),
         "{ext4:?}"
     );
+}
+
+/// The benchmark's floor (busybox: the same modules, the same root, no checks) reaches the
+/// same root init, so the bench compares like with like.
+#[test]
+fn benchmark_floor_initramfs_reaches_the_root() {
+    let s = qemu::scenario::Scenario::good().unwrap();
+    let dir = qemu::paths::run_dir("floor").unwrap();
+    let mut cfg = s.prepare(&dir).unwrap();
+    let (_, order) = qemu::floor::load_order(&s).unwrap();
+    assert!(
+        order.iter().any(|p| p.ends_with("ext4.ko"))
+            && order.iter().any(|p| p.ends_with("virtio_blk.ko")),
+        "{order:?}"
+    );
+    let pos = |n: &str| order.iter().position(|p| p.ends_with(n)).unwrap();
+    assert!(pos("jbd2.ko") < pos("ext4.ko"));
+    cfg.initrd = qemu::floor::build(&s, &dir).unwrap();
+    cfg.append = String::new();
+    let o = qemu::vm::run(&cfg, &dir).unwrap();
+    assert_eq!(o.verdict, Verdict::RootInitReached, "{}", o.describe());
+    assert!(o.report.is_none(), "the floor runs no checks");
+    assert!(o.kernel_time_of(qemu::rootfs::KMSG_MARKER).is_some());
 }

@@ -20,7 +20,9 @@ fn run_scenario(s: Scenario) -> qemu::vm::Outcome {
     s.run_checked()
 }
 
-fn run(name: &str) -> qemu::vm::Outcome {
+use qemu::scenario::Name;
+
+fn run(name: Name) -> qemu::vm::Outcome {
     qemu::scenario::run_named(name)
 }
 
@@ -39,7 +41,7 @@ fn validator_replay(log: &[u8], dir: &std::path::Path, name: &str) -> Listing {
                     "run",
                     "-q",
                     "-p",
-                    "validator",
+                    "validator-cli",
                     "--bin",
                     "validator",
                     "--",
@@ -60,7 +62,7 @@ fn validator_replay(log: &[u8], dir: &std::path::Path, name: &str) -> Listing {
     tpmcheck::parse_listing(&String::from_utf8_lossy(&out.stdout))
 }
 
-fn check_agreement(name: &str, banks: &[&str]) {
+fn check_agreement(name: Name, banks: &[&str]) -> qemu::vm::Outcome {
     let o = run(name);
     let r = o.reached_root();
     let tpm = r.tpm.as_ref().unwrap();
@@ -115,16 +117,60 @@ fn check_agreement(name: &str, banks: &[&str]) {
             );
         }
     }
+    o
 }
 
 #[test]
 fn log_replays_to_the_tpm_values_sha1_sha256() {
-    check_agreement("tpm", &["sha1", "sha256"]);
+    let o = check_agreement(Name::Tpm, &["sha1", "sha256"]);
+    measured_bom_is_the_bom_in_the_initramfs(&o);
+}
+
+/// The BOM event in the log carries the SHA-256 of the very bytes that were parsed: equal
+/// to the report's `bom_sha256` and to `sha256sum` of the BOM inside the initramfs.
+fn measured_bom_is_the_bom_in_the_initramfs(o: &qemu::vm::Outcome) {
+    use validator::formats::tpm::{eventlog::EventLog, HashAlg};
+    let r = o.reached_root();
+    let log = EventLog::parse(&tpmcheck::base64_section(&o.console, "TPM-LOG").unwrap()).unwrap();
+    let bom_events: Vec<_> = log
+        .events()
+        .iter()
+        .filter(|e| e.data.starts_with(b"bom:"))
+        .collect();
+    assert_eq!(bom_events.len(), 1, "one BOM measurement");
+    let e = bom_events[0];
+    assert_eq!(e.pcr, 13);
+    let measured = e
+        .digests
+        .iter()
+        .find(|(alg, _)| *alg == HashAlg::Sha256.alg_id())
+        .map(|(_, d)| validator::util::hex(d))
+        .unwrap();
+    assert_eq!(Some(&measured), r.bom_sha256.as_ref(), "log vs report");
+    let text = String::from_utf8_lossy(&e.data).into_owned();
+    assert!(text.ends_with(&format!("sha256:{measured}")), "{text}");
+    // The BOM as packed: extract it from the run's initramfs and hash it with sha256sum.
+    let run_dir = o.log_path.parent().unwrap();
+    let initrd = std::fs::read(run_dir.join("initrd.img")).unwrap();
+    let entries = mkinitramfs::unpack::unpack(&initrd, mkinitramfs::limits::UNPACKED).unwrap();
+    let bom = entries
+        .iter()
+        .find(|e| e.path == "etc/validator/bom.toml")
+        .expect("the BOM in the initramfs");
+    let f = run_dir.join("bom-from-initramfs.toml");
+    std::fs::write(&f, &bom.data).unwrap();
+    let out = Command::new("sha256sum").arg(&f).output().unwrap();
+    let sum = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        sum.split_whitespace().next(),
+        Some(measured.as_str()),
+        "sha256sum"
+    );
 }
 
 #[test]
 fn log_replays_to_the_tpm_values_sha256_sha384() {
-    check_agreement("tpm-sha384", &["sha256", "sha384"]);
+    check_agreement(Name::TpmSha384, &["sha256", "sha384"]);
 }
 
 fn pcr13(o: &qemu::vm::Outcome) -> String {
@@ -221,7 +267,7 @@ fn same_inputs_same_pcr_different_bom_or_module_different_pcr() {
 
 #[test]
 fn no_tpm_when_required_stops_with_a_platform_fault() {
-    let o = run("no-tpm");
+    let o = run(Name::NoTpm);
     let r = o.stopped();
     assert_eq!(r.fault, Some(Fault::Platform));
     let reason = r.reason.as_deref().unwrap();
@@ -236,7 +282,7 @@ fn no_tpm_when_required_stops_with_a_platform_fault() {
 
 #[test]
 fn tpm_dying_mid_boot_is_a_bounded_wait_then_the_policy() {
-    let o = run("tpm-killed");
+    let o = run(Name::TpmKilled);
     let r = o.stopped();
     assert_eq!(r.fault, Some(Fault::Platform), "{r:?}");
     let reason = r.reason.as_deref().unwrap();

@@ -12,13 +12,15 @@
 
 use validator::report::{Decision, Fault};
 
-fn run(name: &str) -> qemu::vm::Outcome {
+use qemu::scenario::Name;
+
+fn run(name: Name) -> qemu::vm::Outcome {
     qemu::scenario::run_named(name)
 }
 
 #[test]
 fn signed_verity_root_boots_with_status_v() {
-    let o = run("verity");
+    let o = run(Name::Verity);
     let r = o.reached_root();
     assert_eq!(r.decision, Decision::Pass, "{r:?}");
     let v = r.verity.as_ref().unwrap();
@@ -64,7 +66,7 @@ fn signed_verity_root_boots_with_status_v() {
 
 #[test]
 fn corrupted_block_in_a_critical_file_stops_before_switch_root() {
-    let o = run("verity-corrupt");
+    let o = run(Name::VerityCorrupt);
     let r = o.stopped();
     let reason = r.reason.as_deref().unwrap();
     assert!(
@@ -92,7 +94,7 @@ fn corrupted_block_in_a_critical_file_stops_before_switch_root() {
     );
 }
 
-fn refused_before_dm(name: &str, want: &str) {
+fn refused_before_dm(name: Name, want: &str) {
     let o = run(name);
     let r = o.stopped();
     let reason = r.reason.as_deref().unwrap();
@@ -115,13 +117,13 @@ fn refused_before_dm(name: &str, want: &str) {
 
 #[test]
 fn bad_signature_is_refused_before_any_dm_device() {
-    refused_before_dm("verity-bad-sig", "signature does not verify");
+    refused_before_dm(Name::VerityBadSig, "signature does not verify");
 }
 
 #[test]
 fn untrusted_certificate_is_refused_before_any_dm_device() {
     refused_before_dm(
-        "verity-untrusted",
+        Name::VerityUntrusted,
         "names no certificate in the trust store",
     );
 }
@@ -129,7 +131,7 @@ fn untrusted_certificate_is_refused_before_any_dm_device() {
 #[test]
 fn superblock_disagreeing_with_the_bom_is_refused_before_any_dm_device() {
     refused_before_dm(
-        "verity-bad-superblock",
+        Name::VerityBadSuperblock,
         "superblock hash_block_size is 1024, the trusted value is 4096",
     );
 }
@@ -139,7 +141,7 @@ fn superblock_disagreeing_with_the_bom_is_refused_before_any_dm_device() {
 /// the kernel itself refuses the table: proof the signature reached it.
 #[test]
 fn signature_handed_to_the_kernel_is_checked_by_the_kernel() {
-    let o = run("verity-kernel-sig");
+    let o = run(Name::VerityKernelSig);
     let r = o.stopped();
     let reason = r.reason.as_deref().unwrap();
     assert_eq!(
@@ -164,7 +166,7 @@ fn signature_handed_to_the_kernel_is_checked_by_the_kernel() {
 /// The same chain with an EROFS root (found by trying ext4, then erofs).
 #[test]
 fn erofs_verity_root_boots() {
-    let o = run("verity-erofs");
+    let o = run(Name::VerityErofs);
     let r = o.reached_root();
     assert_eq!(r.root.as_ref().unwrap().fstype, "erofs");
     let v = r.verity.as_ref().unwrap();

@@ -57,6 +57,9 @@ enum Cmd {
     /// The image's bill of materials.
     #[command(subcommand)]
     Bom(BomCmd),
+    /// A/B slots: the boot loader's state and our record on the ESP.
+    #[command(subcommand)]
+    Slot(SlotCmd),
     /// Show how a kernel command line is read (default: /proc/cmdline).
     Cmdline {
         /// The command line (its words are joined with spaces).
@@ -204,6 +207,56 @@ enum TpmCmd {
     },
 }
 
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("where").required(true).args(["grubenv", "esp"])))]
+struct SlotWhere {
+    /// A GRUB environment block (the boot loader's state only; our record is on the ESP).
+    #[arg(long, value_name = "FILE")]
+    grubenv: Option<PathBuf>,
+    /// The mounted ESP (e.g. /boot/efi): GRUB's grubenv or systemd-boot's entries, and
+    /// our record.
+    #[arg(long, value_name = "DIR")]
+    esp: Option<PathBuf>,
+    /// The BOM whose `[slot]` section gives the paths (default: the defaults; with --esp,
+    /// systemd-boot when DIR/loader/entries exists, else GRUB).
+    #[arg(long, value_name = "FILE")]
+    bom: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+#[value(rename_all = "verbatim")]
+enum SlotArg {
+    A,
+    B,
+}
+
+#[derive(Debug, Subcommand)]
+enum SlotCmd {
+    /// The slots' state: the boot loader's variables or entries, and our record.
+    Status {
+        #[command(flatten)]
+        at: SlotWhere,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Mark a slot good (the post-boot service does this once the node is healthy).
+    MarkGood {
+        #[command(flatten)]
+        at: SlotWhere,
+        /// The slot (default: validator.slot= of the running kernel's command line).
+        #[arg(long, value_enum, ignore_case = true)]
+        slot: Option<SlotArg>,
+    },
+    /// Mark a slot bad: the boot loader will not boot it again until marked good.
+    MarkBad {
+        #[command(flatten)]
+        at: SlotWhere,
+        /// The slot (default: validator.slot= of the running kernel's command line).
+        #[arg(long, value_enum, ignore_case = true)]
+        slot: Option<SlotArg>,
+    },
+}
+
 #[derive(Debug, Subcommand)]
 enum BomCmd {
     /// Parse a BOM strictly, with every check the init makes; print its image id and
@@ -263,6 +316,7 @@ fn run(cmd: Cmd, out: &mut Out) -> Res {
             ))?;
             Ok(true)
         }
+        Cmd::Slot(c) => slot(c, out),
         Cmd::Cmdline { line } => cmdline(line, out),
         Cmd::Gpt { disk } => {
             let t = validator::sys::read_gpt(&disk, 512)?;
@@ -800,6 +854,156 @@ fn cmdline(words: Vec<String>, out: &mut Out) -> Res {
     }
     for w in BootArgs::parse(line).warnings {
         out.line(&format!("warning: {w}"))?;
+    }
+    Ok(true)
+}
+
+/// The slot configuration and the ESP directory a `slot` command works on.
+fn slot_target(at: &SlotWhere) -> Result<(validator::config::bom::Slot, PathBuf, bool), Usage> {
+    use validator::config::bom::{Bootloader, Slot};
+    let mut cfg: Slot = match &at.bom {
+        Some(b) => validator::config::bom::load(b)?
+            .bom
+            .slot
+            .ok_or_else(|| Usage(format!("{}: no [slot] section", b.display())))?,
+        None => toml_default_slot()?,
+    };
+    match (&at.grubenv, &at.esp) {
+        (Some(f), None) => {
+            // A FIFO, a directory or an oversized file is unusable input (exit 2), as for
+            // every other command; what the block says is for the stage to judge.
+            let file = validator::util::fs::open_input(f, false)?;
+            validator::util::fs::read_file_limited(
+                file,
+                f,
+                validator::formats::grubenv::MAX_SIZE as u64,
+            )?;
+            let dir = f
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| PathBuf::from("."));
+            let name = f
+                .file_name()
+                .ok_or_else(|| Usage(format!("{}: not a file", f.display())))?;
+            cfg.bootloader = Bootloader::Grub;
+            let name = name.to_str().ok_or_else(|| {
+                Usage(format!(
+                    "{}: the file name is not UTF-8 (the slot configuration names its files as text)",
+                    f.display()
+                ))
+            })?;
+            cfg.grubenv = format!("/{name}");
+            Ok((cfg, dir, false))
+        }
+        (None, Some(d)) => {
+            if !d.is_dir() {
+                return Err(Usage(format!("{}: not a directory", d.display())));
+            }
+            if at.bom.is_none() && d.join("loader/entries").is_dir() {
+                cfg.bootloader = Bootloader::SystemdBoot;
+            }
+            Ok((cfg, d.clone(), true))
+        }
+        _ => Err(Usage("give exactly one of --grubenv and --esp".into())),
+    }
+}
+
+fn toml_default_slot() -> Result<validator::config::bom::Slot, Usage> {
+    validator::config::bom::Slot::from_toml("").map_err(Usage)
+}
+
+fn booted_slot(arg: Option<SlotArg>) -> Result<validator::config::bom::SlotName, Usage> {
+    use validator::config::bom::SlotName;
+    if let Some(a) = arg {
+        return Ok(match a {
+            SlotArg::A => SlotName::A,
+            SlotArg::B => SlotName::B,
+        });
+    }
+    let b = read_limited(
+        Path::new("/proc/cmdline"),
+        validator::stages::start::CMDLINE_MAX,
+    )?;
+    let args = validator::config::cmdline::BootArgs::parse(String::from_utf8_lossy(&b).trim_end());
+    args.slot
+        .as_deref()
+        .and_then(SlotName::parse)
+        .ok_or_else(|| Usage("no --slot, and no validator.slot= on /proc/cmdline".into()))
+}
+
+fn slot(c: SlotCmd, out: &mut Out) -> Res {
+    use validator::config::bom::SlotName;
+    use validator::stages::slot::Runtime;
+    match c {
+        SlotCmd::Status { at, json } => {
+            let (cfg, dir, record) = slot_target(&at)?;
+            let l = Runtime::load(&cfg, SlotName::A, dir, false);
+            let mut problems = l.problems;
+            if !record {
+                problems.retain(|p| !p.starts_with("no state record"));
+            }
+            let st = l.runtime.status(l.view, problems);
+            if json {
+                out.line(&serde_json::to_string_pretty(&st)?)?;
+            } else {
+                out.line(&format!("bootloader {:?}", st.bootloader).to_lowercase())?;
+                for (k, v) in &st.bootloader_state {
+                    out.line(&format!("  {k}={v}"))?;
+                }
+                if let Some(r) = &st.record {
+                    out.line(&format!(
+                        "record generation {}, {} failed boot(s) in a row, last slot {}",
+                        st.generation,
+                        r.consecutive_failures,
+                        r.last_slot.as_deref().unwrap_or("-")
+                    ))?;
+                    for (s, rec) in &r.slots {
+                        out.line(&format!(
+                            "  {s}: image {} attempts {} good {} last {} {}",
+                            rec.image_id.as_deref().unwrap_or("-"),
+                            rec.attempts,
+                            rec.good.map_or("-".into(), |g| g.to_string()),
+                            rec.last_decision.as_deref().unwrap_or("-"),
+                            rec.last_reason.as_deref().unwrap_or("")
+                        ))?;
+                    }
+                }
+                for p in &st.problems {
+                    out.line(&format!("problem: {p}"))?;
+                }
+            }
+            Ok(st.problems.is_empty())
+        }
+        SlotCmd::MarkGood { at, slot } => mark(at, slot, true, out),
+        SlotCmd::MarkBad { at, slot } => mark(at, slot, false, out),
+    }
+}
+
+fn mark(at: SlotWhere, slot: Option<SlotArg>, good: bool, out: &mut Out) -> Res {
+    let s = booted_slot(slot)?;
+    let (cfg, dir, record) = slot_target(&at)?;
+    let l = validator::stages::slot::Runtime::load(&cfg, s, dir, false);
+    let mut rt = l.runtime;
+    // The boot loader's state must have been read whole; a record is optional with
+    // --grubenv, required with --esp.
+    let fatal: Vec<&String> = l
+        .problems
+        .iter()
+        .filter(|p| record || !p.starts_with("no state record"))
+        .collect();
+    if !fatal.is_empty() {
+        return Err(Usage(
+            fatal
+                .iter()
+                .map(|p| p.as_str())
+                .collect::<Vec<_>>()
+                .join("; "),
+        ));
+    }
+    let done = rt.mark_slot(s, good).map_err(Usage)?;
+    out.line(&done)?;
+    for (k, v) in rt.view() {
+        out.line(&format!("  {k}={v}"))?;
     }
     Ok(true)
 }

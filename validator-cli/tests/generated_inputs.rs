@@ -6,9 +6,10 @@
 //! the file for unusable input, the good file's verdict under a non-UTF-8 name, and no
 //! output left behind by a failed `keys extract -o` or `man --dir`.
 //!
-//! Module files given to `modules check` are the subject of the check, not its
-//! configuration: an empty or oversized one is a FAIL verdict (exit 1) that names the
-//! module, a FIFO or a device is unusable input (exit 2).
+//! Module files given to `modules check` and the grubenv of `slot status` are the
+//! subject of the check, not its configuration: an empty or damaged one is a verdict
+//! (exit 1: a `FAIL` line naming the module, a `problem:` line naming the file), a FIFO,
+//! a directory or an oversized file is unusable input (exit 2).
 // Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
 // (a failure should stop the test loudly); the workspace denies these outside tests.
 #![allow(
@@ -46,8 +47,19 @@ struct Slot {
     limit: Option<u64>,
     /// An empty file is unusable input (exit 2) rather than a failed check.
     empty_unusable: bool,
-    /// The files are the subject of a check (`modules check`): bad content is a verdict.
-    checked_file: bool,
+    /// The files are the subject of a check: bad content is a verdict (exit 1), not
+    /// unusable input.
+    checked: Checked,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Checked {
+    /// Configuration or data: bad content is unusable input.
+    No,
+    /// `modules check`: a `FAIL <module>: ...` line.
+    Module,
+    /// `slot status`: `problem: ...` lines naming the file.
+    Problems,
 }
 
 impl Slot {
@@ -224,6 +236,19 @@ fn setup(dir: &Path) -> (Files, String) {
             .unwrap();
     }
     assert!(sf.wait().unwrap().success());
+    // A GRUB environment block as grub-editenv writes it.
+    let grubenv = dir.join("grubenv");
+    for args in [
+        vec!["create"],
+        vec!["set", "ORDER=A B", "A_OK=1", "A_TRY=0", "B_OK=1", "B_TRY=0"],
+    ] {
+        let st = Command::new("grub-editenv")
+            .arg(&grubenv)
+            .args(&args)
+            .status()
+            .expect("grub-editenv (grub-common)");
+        assert!(st.success());
+    }
     (
         Files {
             map: vec![
@@ -239,6 +264,7 @@ fn setup(dir: &Path) -> (Files, String) {
                 ("{sig}", sig),
                 ("{sigcert}", pem),
                 ("{disk}", disk),
+                ("{grubenv}", grubenv),
             ],
         },
         root,
@@ -314,7 +340,7 @@ fn slots(files: &Files, root: &str) -> Vec<Slot> {
         args,
         limit,
         empty_unusable,
-        checked_file: false,
+        checked: Checked::No,
     };
     let bom_max = validator::config::bom::BOM_MAX;
     let vz_max = 256 << 20;
@@ -385,12 +411,22 @@ fn slots(files: &Files, root: &str) -> Vec<Slot> {
             false,
         ),
         Slot {
-            checked_file: true,
+            checked: Checked::Module,
             ..s(
                 "modules check MODULE",
                 "{module}",
                 modules("{module}"),
                 Some(1 << 30),
+                false,
+            )
+        },
+        Slot {
+            checked: Checked::Problems,
+            ..s(
+                "slot status --grubenv",
+                "{grubenv}",
+                a(&["slot", "status", "--grubenv", "{}"]),
+                Some(validator::formats::grubenv::MAX_SIZE as u64),
                 false,
             )
         },
@@ -447,11 +483,11 @@ fn every_input_file_of_every_subcommand() {
             good.stderr
         );
         let tag = slot.name.replace(' ', "_");
-        // A module file keeps its name (the module name comes from it): each case gets
-        // its own directory instead.
-        let keep = slot
-            .checked_file
-            .then(|| slot.good.file_name().unwrap().to_os_string());
+        // A checked file keeps its name (a module's name comes from it; the slot
+        // configuration names the grubenv as text): each case gets its own directory,
+        // and the non-UTF-8 byte goes into a directory name.
+        let keep =
+            (slot.checked != Checked::No).then(|| slot.good.file_name().unwrap().to_os_string());
         let file = |what: &str| match &keep {
             Some(name) => {
                 let d = dir.join(format!("{tag}-{what}"));
@@ -493,7 +529,7 @@ fn every_input_file_of_every_subcommand() {
             cases.push((
                 "oversized".into(),
                 sparse(&file("big"), limit + 1),
-                !slot.checked_file,
+                slot.checked != Checked::Module,
             ));
         }
         let odd = match &keep {
@@ -522,15 +558,24 @@ fn every_input_file_of_every_subcommand() {
                     "{label}: the message does not name the file: {}",
                     r.stderr
                 );
-            } else if slot.checked_file {
-                assert!(
-                    matches!(r.code, Some(1 | 2)),
-                    "{label}: {:?} {}",
-                    r.code,
-                    r.stderr
-                );
-                if r.code == Some(1) {
+            } else if slot.checked != Checked::No {
+                // A changed module never passes (its signature covers every byte); a
+                // shorter grubenv can still be a valid block.
+                let ok = match slot.checked {
+                    Checked::Module => matches!(r.code, Some(1 | 2)),
+                    _ => matches!(r.code, Some(0..=2)),
+                };
+                assert!(ok, "{label}: {:?} {}", r.code, r.stderr);
+                if r.code == Some(1) && slot.checked == Checked::Module {
                     assert!(r.stdout.starts_with("FAIL crc8: "), "{label}: {}", r.stdout);
+                }
+                if r.code == Some(1) && slot.checked == Checked::Problems {
+                    assert!(
+                        r.stdout.contains("problem: ")
+                            && r.stdout.contains(&path.display().to_string()),
+                        "{label}: {}",
+                        r.stdout
+                    );
                 }
             } else {
                 assert!(matches!(r.code, Some(0..=2)), "{label}: {:?}", r.code);

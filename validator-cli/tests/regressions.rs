@@ -112,6 +112,18 @@ fn item01_non_utf8_paths_do_not_panic() {
     r.assert_no_panic("tpm replay");
     assert_eq!(r.code, Some(2));
     assert!(r.stderr.contains("nothing-here"), "{}", r.stderr);
+    // A grubenv whose file name is not UTF-8 cannot be named in the slot configuration:
+    // said so, instead of looking for another (lossily renamed) file.
+    let env = non_utf8_copy(&dir, "grubenv", "", &[b'#'; 1024]);
+    let r = validator(&[
+        OsStr::new("slot"),
+        "status".as_ref(),
+        "--grubenv".as_ref(),
+        p(&env),
+    ]);
+    r.assert_no_panic("slot status");
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(r.stderr.contains("file name is not UTF-8"), "{}", r.stderr);
 }
 
 /// Item 2: A closed stdout ends the output, not the command: no "failed printing to stdout",

@@ -1,18 +1,22 @@
 //! Layer 8: the boot as PID 1 runs it - the order of the stages and the decision, nothing
 //! else. Each stage's body lives in [`crate::stages`] under its report name; a failed
-//! stage's error carries its fault class, and the decision reads only that.
+//! stage's error carries its fault class, and the decision reads only that class.
 //!
-//! The flow: `start`, `measure`, `modules`, `storage`, `verity` (when the BOM asks for a
-//! verified root), `mount`, `critical` (with verity), `handover`. A failed stage stops the
-//! flow; the measurements are finished and the report is printed and written either way;
-//! a pass hands over with `switch_root`, a stop ends in the command line's
-//! `validator.on_stop` action. Nothing here returns to the caller.
+//! The flow: `start`, `measure`, `modules`, `slot` (with `[slot]`), `storage`, `verity` (when the BOM asks
+//! for a verified root), `mount`, `critical` (with verity), `handover`. A failed stage
+//! stops the flow. The decision ([`decide`]): no fault, pass; a hardware fault with a
+//! usable root, quarantine (boot on, the slot is not burned); an image fault, fallback to
+//! the other slot when one may still be tried, else stop; a platform fault, the BOM's
+//! `slot.on_platform_fault` (stop, or quarantine with a usable root); anything else, stop.
+//! Then the measurements are finished, the slots updated, the report printed and written,
+//! and the boot hands over, falls back (kexec or reboot) or stops. Nothing here returns.
 
 use std::path::Path;
 use std::time::Instant;
 
-use crate::report::{Decision, Report, StageReport, StageStatus};
-use crate::stages::{self, Classified, Context, Roots, Stage};
+use crate::config::bom::PlatformPolicy;
+use crate::report::{Report, StageReport, StageStatus};
+use crate::stages::{self, Classified, Context, Decision, Fault, Roots, Stage};
 use crate::sys;
 
 /// Runs one stage: logs, times and records it; on failure the report takes the error's
@@ -56,24 +60,41 @@ fn stage<E: Classified>(
     ok
 }
 
-/// The stages in order; stops at the first failure. Returns whether all passed.
-fn run_stages(ctx: &mut Context, report: &mut Report) -> bool {
+/// The stages in order; stops at the first failure.
+fn run_stages(ctx: &mut Context, report: &mut Report) {
     use stages::*;
     let verity = |ctx: &Context| ctx.verity_cfg().is_some();
-    stage(ctx, report, Stage::Start, start::run)
+    let slots = |ctx: &Context| ctx.bom.as_ref().is_some_and(|b| b.bom.slot.is_some());
+    let _ = stage(ctx, report, Stage::Start, start::run)
         && stage(ctx, report, Stage::Measure, measure::run)
         && stage(ctx, report, Stage::Modules, modules::run)
+        && (!slots(ctx) || stage(ctx, report, Stage::Slot, slot::run))
         && stage(ctx, report, Stage::Storage, storage::run)
         && (!verity(ctx) || stage(ctx, report, Stage::Verity, verity::run))
         && stage(ctx, report, Stage::Mount, mount::run)
         && (!verity(ctx) || stage(ctx, report, Stage::Critical, critical::run))
-        && stage(ctx, report, Stage::Handover, handover::run)
+        && stage(ctx, report, Stage::Handover, handover::run);
 }
 
-/// The decision: every stage passed and nothing failed since.
-fn decide(report: &Report) -> Decision {
+/// The decision, from the first failure's fault class alone.
+pub fn decide(report: &Report, ctx: &Context) -> Decision {
+    let root_usable = report
+        .stages
+        .iter()
+        .any(|s| s.name == Stage::Handover && s.status == StageStatus::Ok);
+    let platform = ctx
+        .bom
+        .as_ref()
+        .and_then(|b| b.bom.slot.as_ref())
+        .map(|s| s.on_platform_fault)
+        .unwrap_or_default();
     match report.fault {
         None => Decision::Pass,
+        Some(Fault::Hardware) if root_usable => Decision::Quarantine,
+        Some(Fault::Platform) if root_usable && platform == PlatformPolicy::Quarantine => {
+            Decision::Quarantine
+        }
+        Some(Fault::Image) if stages::slot::fallback_target(ctx).is_some() => Decision::Fallback,
         Some(_) => Decision::Stop,
     }
 }
@@ -92,8 +113,8 @@ fn emit(ctx: &Context, report: &mut Report) {
         log::error!("cannot write the report to the console");
     }
     log::info!(
-        "decision: {:?} ({})",
-        report.decision,
+        "decision: {} ({})",
+        report.decision.as_str(),
         report.reason.as_deref().unwrap_or("all stages passed")
     );
 }
@@ -107,29 +128,48 @@ pub fn run_pid1() -> ! {
     if let Err(e) = std::fs::write("/proc/sys/kernel/printk_devkmsg", "on\n") {
         log::warn!("/proc/sys/kernel/printk_devkmsg: {e}");
     }
-    log::info!(
-        "validator {} starting as PID 1 (at {start} us)",
-        env!("CARGO_PKG_VERSION")
-    );
+    log::info!("validator {} starting as PID 1", env!("CARGO_PKG_VERSION"));
     let mut ctx = Context::new(Roots::default());
     let mut report = Report::new(start);
     report.warnings = api_errs.iter().map(ToString::to_string).collect();
     run_stages(&mut ctx, &mut report);
-    let pass = decide(&report) == Decision::Pass;
-    if let Err(e) = stages::measure::finish(&mut ctx, pass) {
+    let mut decision = decide(&report, &ctx);
+    if let Err(e) = stages::measure::finish(&mut ctx, decision) {
         report.fail(e.fault(), format!("{}: {e}", Stage::Handover.name()));
+        decision = Decision::Stop;
     }
     report.absorb(&ctx.facts);
-    report.decision = decide(&report);
-    if report.decision == Decision::Pass {
-        emit(&ctx, &mut report);
-        let err =
-            stages::handover::switch_root(&ctx.roots.new_root, &ctx.args.init, &ctx.args.init_args);
-        // Past this point the old root may be gone; say what happened and stop.
-        report.fail(err.fault(), format!("{}: {err}", Stage::Handover.name()));
-    }
+    report.decision = decision;
+    let (fault, reason) = (report.fault, report.reason.clone());
+    let plan = stages::slot::act(
+        &mut ctx,
+        decision,
+        fault,
+        reason.as_deref(),
+        &report.to_json(),
+    );
+    report.absorb(&ctx.facts);
     emit(&ctx, &mut report);
-    let action = ctx.args.on_stop;
+    match (decision, plan) {
+        (Decision::Pass | Decision::Quarantine, _) => {
+            let err = stages::handover::switch_root(
+                &ctx.roots.new_root,
+                &ctx.args.init,
+                &ctx.args.init_args,
+            );
+            // Past this point the old root may be gone; say what happened and stop.
+            report.fail(err.fault(), format!("{}: {err}", Stage::Handover.name()));
+            report.decision = Decision::Stop;
+            emit(&ctx, &mut report);
+        }
+        (Decision::Fallback, Some(plan)) => stages::slot::fall_back(&ctx, &plan, &report.to_json()),
+        _ => {}
+    }
+    // A stop with slots never reboots into the same failure: the boot loader could loop.
+    let action = match (ctx.slot.is_some(), ctx.args.on_stop) {
+        (true, crate::config::cmdline::Action::Reboot) => crate::config::cmdline::Action::Halt,
+        (_, a) => a,
+    };
     log::error!("boot stopped; {action:?}");
     stages::handover::finish(action)
 }

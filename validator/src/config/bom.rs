@@ -324,6 +324,220 @@ pub struct Hardware {
     pub mlx5_ports: Option<u32>,
 }
 
+/// An A/B slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum SlotName {
+    A,
+    B,
+}
+
+impl SlotName {
+    /// `A` or `B`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SlotName::A => "A",
+            SlotName::B => "B",
+        }
+    }
+
+    /// The other slot.
+    pub fn other(self) -> SlotName {
+        match self {
+            SlotName::A => SlotName::B,
+            SlotName::B => SlotName::A,
+        }
+    }
+
+    /// From `A`/`B` (either case).
+    pub fn parse(s: &str) -> Option<SlotName> {
+        match s {
+            "A" | "a" => Some(SlotName::A),
+            "B" | "b" => Some(SlotName::B),
+            _ => None,
+        }
+    }
+
+    /// `template` with `{slot}` replaced by this slot's name.
+    pub fn fill(self, template: &str) -> String {
+        template.replace("{slot}", self.as_str())
+    }
+}
+
+impl fmt::Display for SlotName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The boot loader that holds the A/B state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Bootloader {
+    /// GRUB with `examples/grub/grub.cfg`: RAUC's variables in the grubenv.
+    #[default]
+    Grub,
+    /// systemd-boot's boot counting on BLS entries.
+    SystemdBoot,
+}
+
+/// When a slot is marked good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MarkGood {
+    /// When every check in the initramfs passed.
+    #[default]
+    Initramfs,
+    /// Later, by `validator slot mark-good` from a service on the booted system; the try
+    /// stays consumed until then.
+    Later,
+}
+
+/// How the boot falls back to the other slot after an image fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FallbackVia {
+    /// `kexec_file_load` of the other slot's kernel and initramfs (no firmware, no POST);
+    /// a reboot when that fails.
+    #[default]
+    Kexec,
+    /// A reboot through the firmware and the boot loader.
+    Reboot,
+}
+
+/// What a platform fault (no TPM, no ESP, bad command line) does to the boot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlatformPolicy {
+    /// Stop in the safe state with the report; the slot is not demoted.
+    #[default]
+    Stop,
+    /// Boot on and report quarantine, when the root is usable.
+    Quarantine,
+}
+
+fn default_grubenv() -> String {
+    "/EFI/BOOT/grubenv".into()
+}
+fn default_kernel() -> String {
+    "/{slot}/vmlinuz".into()
+}
+fn default_initrd() -> String {
+    "/{slot}/initrd.img".into()
+}
+fn default_state_dir() -> String {
+    "/validator".into()
+}
+fn default_max_boots() -> u32 {
+    3
+}
+fn default_entries() -> BTreeMap<SlotName, String> {
+    [
+        (SlotName::A, "slot-a".to_string()),
+        (SlotName::B, "slot-b".to_string()),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// A/B slots: where the state lives and what the boot does with it. Paths are on the ESP;
+/// `{slot}` stands for `A` or `B`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Slot {
+    #[serde(default)]
+    pub bootloader: Bootloader,
+    /// The GRUB environment block (grub).
+    #[serde(default = "default_grubenv")]
+    pub grubenv: String,
+    /// BLS entry ids of the slots (systemd-boot), `/loader/entries/<id>[+L[-D]].conf`.
+    #[serde(default = "default_entries")]
+    pub entries: BTreeMap<SlotName, String>,
+    #[serde(default)]
+    pub mark_good: MarkGood,
+    #[serde(default)]
+    pub fallback: FallbackVia,
+    /// Consecutive failed boots (both slots) after which the node stops in the safe
+    /// state, even if the boot loader would try again.
+    #[serde(default = "default_max_boots")]
+    pub max_boots: u32,
+    #[serde(default)]
+    pub on_platform_fault: PlatformPolicy,
+    /// Each slot's kernel and initramfs on the ESP (for kexec).
+    #[serde(default = "default_kernel")]
+    pub kernel: String,
+    #[serde(default = "default_initrd")]
+    pub initrd: String,
+    /// The slot's root when `root=` does not name it (`PARTLABEL=root-{slot}`).
+    pub root: Option<String>,
+    /// The slot's `root-verity-sig` partition when `validator.verity_sig=` does not name
+    /// it (`PARTLABEL=root-{slot}-sig`).
+    pub verity_sig: Option<String>,
+    /// Our state record (two copies) on the ESP.
+    #[serde(default = "default_state_dir")]
+    pub state_dir: String,
+}
+
+impl Slot {
+    /// A `[slot]` section from its TOML body (defaults for what it omits), checked.
+    pub fn from_toml(text: &str) -> Result<Slot, String> {
+        let s: Slot = toml::from_str(text).map_err(|e| e.message().to_string())?;
+        s.check()?;
+        Ok(s)
+    }
+
+    /// The checks the init relies on: absolute ESP paths without `..`, an entry id for
+    /// each slot, a usable bound, root templates that name a partition.
+    pub fn check(&self) -> Result<(), String> {
+        for (key, p) in [
+            ("grubenv", &self.grubenv),
+            ("kernel", &self.kernel),
+            ("initrd", &self.initrd),
+            ("state_dir", &self.state_dir),
+        ] {
+            let filled = SlotName::A.fill(p);
+            if !filled.starts_with('/')
+                || filled.split('/').any(|c| c == "..")
+                || filled.contains('\0')
+                || filled.len() > 255
+            {
+                return Err(format!("{key} {p:?} is not an absolute path on the ESP"));
+            }
+        }
+        if !(1..=16).contains(&self.max_boots) {
+            return Err(format!("max_boots {} is outside 1..16", self.max_boots));
+        }
+        for s in [SlotName::A, SlotName::B] {
+            let id = self
+                .entries
+                .get(&s)
+                .ok_or_else(|| format!("entries has no id for slot {s}"))?;
+            match crate::formats::bls::EntryName::parse(&format!("{id}.conf")) {
+                Ok(n) if n.id == *id && !n.counting() => {}
+                _ => return Err(format!("entries.{s} {id:?} is not a BLS entry id")),
+            }
+        }
+        for (key, t) in [("root", &self.root), ("verity_sig", &self.verity_sig)] {
+            if let Some(t) = t {
+                let filled = SlotName::A.fill(t);
+                if !(filled.starts_with("PARTLABEL=")
+                    || filled.starts_with("PARTUUID=")
+                    || filled.starts_with("/dev/"))
+                {
+                    return Err(format!(
+                        "{key} {t:?} is not PARTLABEL=..., PARTUUID=... or /dev/..."
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The ESP path of slot `s`'s kernel, initramfs, or the state directory.
+    pub fn path(&self, template: &str, s: SlotName) -> String {
+        s.fill(template)
+    }
+}
+
 /// The bill of materials.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -347,6 +561,8 @@ pub struct Bom {
     pub verity: Option<Verity>,
     #[serde(default)]
     pub measure: Measure,
+    /// A/B slots; absent: no slot handling (every failure stops the boot).
+    pub slot: Option<Slot>,
 }
 
 /// A BOM together with the bytes it was read from.
@@ -537,6 +753,11 @@ fn check(bom: &Bom, lines: &KeyLines<'_>) -> Result<(), (usize, String)> {
                 crate::formats::kmod::normalize_name(m)
             ),
         ));
+    }
+    if let Some(slot) = &bom.slot {
+        if let Err(why) = slot.check() {
+            return Err((lines.of(&["slot"], None), format!("slot: {why}")));
+        }
     }
     if let Some(v) = &bom.verity {
         check_verity(v, lines)?;

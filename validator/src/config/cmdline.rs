@@ -214,6 +214,10 @@ pub struct BootArgs {
     pub verity_data: Option<RootSpec>,
     pub verity_hash: Option<RootSpec>,
     pub verity_sig: Option<RootSpec>,
+    /// `validator.slot=A|B`: the A/B slot the boot loader booted.
+    pub slot: Option<String>,
+    /// `validator.esp=`: the ESP (default: the one partition of the EFI System type).
+    pub esp: Option<RootSpec>,
     /// Problems that do not stop the boot (unknown `validator.*` keys, bad values that
     /// fell back to a default).
     pub warnings: Vec<String>,
@@ -238,6 +242,8 @@ impl Default for BootArgs {
             verity_data: None,
             verity_hash: None,
             verity_sig: None,
+            slot: None,
+            esp: None,
             warnings: Vec::new(),
         }
     }
@@ -257,7 +263,8 @@ pub fn parse_bool(key: &str, value: Option<&str>) -> Result<bool, CmdlineError> 
     }
 }
 
-fn parse_root(v: &str) -> RootSpec {
+/// Reads a `root=`-style device name: `PARTLABEL=`, `PARTUUID=` or a path.
+pub fn parse_root(v: &str) -> RootSpec {
     if let Some(l) = v.strip_prefix("PARTLABEL=") {
         RootSpec::PartLabel(l.to_string())
     } else if let Some(u) = v.strip_prefix("PARTUUID=") {
@@ -339,6 +346,18 @@ impl BootArgs {
             self.verity_hash = Some(parse_root(required(name, v)?));
         } else if is("validator.verity_sig") {
             self.verity_sig = Some(parse_root(required(name, v)?));
+        } else if is("validator.slot") {
+            let s = required(name, v)?;
+            if !matches!(s, "A" | "B" | "a" | "b") {
+                return Err(CmdlineError::BadValue {
+                    key: name.into(),
+                    value: s.into(),
+                    expected: "A or B",
+                });
+            }
+            self.slot = Some(s.to_ascii_uppercase());
+        } else if is("validator.esp") {
+            self.esp = Some(parse_root(required(name, v)?));
         } else if !self.apply_test_hook(name, v)? && name.starts_with(PREFIX) {
             self.warnings
                 .push(format!("unknown command-line key {name} (ignored)"));

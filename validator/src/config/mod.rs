@@ -20,4 +20,14 @@ pub mod layout {
     pub const SYMVERS: &str = "etc/validator/Module.symvers";
     /// The kernel's module vermagic string.
     pub const VERMAGIC: &str = "etc/validator/kernel.vermagic";
+    /// What a boot that fell back by kexec carries into the next one (an archive the init
+    /// appends to the other slot's initramfs): the failed boot's report and its TPM event
+    /// log (firmware events and ours, so the new boot's log still replays to the PCRs).
+    pub const CARRIED_REPORT: &str = "etc/validator/carried/report.json";
+    pub const CARRIED_EVENTLOG: &str = "etc/validator/carried/tpm-eventlog.bin";
 }
+
+/// The GPT partition type of an EFI System Partition.
+pub const ESP_TYPE: &str = "c12a7328-f81f-11d2-ba4b-00a0c93ec93b";
+/// The EFI variable systemd-boot sets to the entry file it renamed for this boot.
+pub const LOADER_BOOT_COUNT_PATH: &str = "LoaderBootCountPath-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f";

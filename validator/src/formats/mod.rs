@@ -9,10 +9,14 @@
 //! Current limits: x86-64 only where the format is architecture-specific (bzImage, the
 //! 64-bit module layout, DPS partition types).
 
+pub mod bls;
 pub mod compress;
 pub mod gpt;
+pub mod grubenv;
 pub mod kmod;
+pub mod newc;
 pub mod pkcs7;
+pub mod slotstate;
 pub mod tpm;
 pub mod verity;
 pub mod vmlinuz;

@@ -12,9 +12,10 @@ use serde::{Deserialize, Serialize};
 use crate::stages::measure::TpmReport;
 use crate::stages::modules::taint::TaintReport;
 use crate::stages::modules::ModuleReport;
+use crate::stages::slot::SlotFacts;
 use crate::stages::storage::RootReport;
 use crate::stages::verity::VerityReport;
-pub use crate::stages::Fault;
+pub use crate::stages::{Decision, Fault};
 use crate::stages::{Facts, Stage};
 
 /// Schema identifier carried by every report.
@@ -41,16 +42,6 @@ pub struct StageReport {
     pub detail: Option<String>,
 }
 
-/// What the boot does next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Decision {
-    /// Hand over to the real root.
-    Pass,
-    /// Stop in a safe state with this report on the console.
-    Stop,
-}
-
 /// The health report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
@@ -71,6 +62,10 @@ pub struct Report {
     pub verity: Option<VerityReport>,
     /// Measurements: PCR values we extended, TPM commands and time, logs.
     pub tpm: Option<TpmReport>,
+    /// The A/B slots: which booted, their state before and after, the fallback that led
+    /// here (with that boot's report).
+    #[serde(default)]
+    pub slot: Option<SlotFacts>,
     pub decision: Decision,
     pub fault: Option<Fault>,
     pub reason: Option<String>,
@@ -93,6 +88,7 @@ impl Report {
             taint: None,
             verity: None,
             tpm: None,
+            slot: None,
             decision: Decision::Pass,
             fault: None,
             reason: None,
@@ -119,6 +115,7 @@ impl Report {
         self.taint.clone_from(&facts.taint);
         self.verity.clone_from(&facts.verity);
         self.tpm.clone_from(&facts.tpm);
+        self.slot.clone_from(&facts.slot);
         for w in &facts.warnings {
             if !self.warnings.contains(w) {
                 self.warnings.push(w.clone());

@@ -62,6 +62,9 @@ pub struct TpmReport {
     pub cel_log: Option<String>,
     /// Whether the binary log continues the firmware's log (else it is new).
     pub firmware_log: bool,
+    /// Whether it continues the log a boot that fell back by kexec carried over.
+    #[serde(default)]
+    pub carried_log: bool,
 }
 
 /// Copies the client's command count and TPM time into the report.
@@ -83,11 +86,14 @@ pub struct Measurer {
 }
 
 impl Measurer {
-    /// Opens the TPM under `dev_root` and reads the firmware log under `securityfs`.
-    /// Failures are recorded in the report, not returned.
+    /// Opens the TPM under `dev_root` and reads the log to continue: `carried` (the log a
+    /// boot that fell back by kexec handed over: the firmware's events and its own, all
+    /// in the TPM already) or else the firmware's under `securityfs`. Failures are
+    /// recorded in the report, not returned.
     pub fn open(
         dev_root: &Path,
         securityfs: &Path,
+        carried: Option<&[u8]>,
         pcr: u32,
         required: bool,
         timeout: Duration,
@@ -128,8 +134,24 @@ impl Measurer {
         }
         m.report.present = true;
         m.report.banks = m.banks.iter().map(|b| b.name().to_string()).collect();
+        if let Some(c) = carried {
+            match EventLog::parse(c) {
+                Ok(l) => {
+                    m.report.carried_log = true;
+                    m.report.firmware_log = true;
+                    m.log = Some(l);
+                    m.note_stats(&tpm);
+                    m.tpm = Some(tpm);
+                    return m;
+                }
+                Err(e) => log::warn!("carried event log: {e}; using the firmware's"),
+            }
+        }
         let fw = securityfs.join("tpm0/binary_bios_measurements");
-        m.log = match std::fs::read(&fw).ok().map(|b| EventLog::parse(&b)) {
+        m.log = match crate::util::fs::read_limited(&fw, 64 << 20)
+            .ok()
+            .map(|b| EventLog::parse(&b))
+        {
             Some(Ok(l)) => {
                 m.report.firmware_log = true;
                 Some(l)
@@ -351,9 +373,17 @@ pub fn run(ctx: &mut Context) -> Result<String, MeasureError> {
             log::warn!("{e}");
         }
     }
+    let carried = crate::util::fs::read_limited(
+        &ctx.roots
+            .initramfs
+            .join(crate::config::layout::CARRIED_EVENTLOG),
+        64 << 20,
+    )
+    .ok();
     let m = Measurer::open(
         &ctx.roots.dev,
         &sec,
+        carried.as_deref(),
         c.pcr,
         c.tpm == TpmPolicy::Required,
         Duration::from_millis(c.timeout_ms),
@@ -396,15 +426,11 @@ pub fn run(ctx: &mut Context) -> Result<String, MeasureError> {
 }
 
 /// The end of measuring, on every path: the decision word, `leave-initrd` when the boot
-/// goes on, then the PCRs read back and both logs written under `/run`.
-pub fn finish(ctx: &mut Context, pass: bool) -> Result<(), MeasureError> {
-    let word = if pass {
-        "decision:pass"
-    } else {
-        "decision:stop"
-    };
-    let mut result = event(ctx, word, word.as_bytes(), "validator-decision");
-    if pass && result.is_ok() {
+/// goes on into the root, then the PCRs read back and both logs written under `/run`.
+pub fn finish(ctx: &mut Context, decision: super::Decision) -> Result<(), MeasureError> {
+    let word = format!("decision:{}", decision.as_str());
+    let mut result = event(ctx, &word, word.as_bytes(), "validator-decision");
+    if decision.hands_over() && result.is_ok() {
         if let Some(Err(e)) = ctx
             .measurer
             .as_mut()

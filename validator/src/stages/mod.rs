@@ -1,6 +1,6 @@
 //! Layer 6: the boot stages, one module per stage, named as the report names them, in
-//! run order: [`start`], [`measure`], [`modules`], [`storage`], [`verity`], [`mount`],
-//! [`critical`], [`handover`].
+//! run order: [`start`], [`measure`], [`modules`], [`slot`], [`storage`], [`verity`],
+//! [`mount`], [`critical`], [`handover`].
 //!
 //! Contract: a stage is `run(&mut Context) -> Result<String, E>`: it reads what earlier
 //! stages left in the [`Context`], adds its own facts to [`Context::facts`], and returns a
@@ -10,13 +10,14 @@
 //! (`/sys`, `/proc`, `/dev`, `/run`, the new root, the initramfs) from [`Roots`], so each
 //! runs against a fixture tree as well as on a node.
 //!
-//! Current limits: no `slot` and no `preflight` stage yet.
+//! Current limits: no `preflight` stage yet.
 
 pub mod critical;
 pub mod handover;
 pub mod measure;
 pub mod modules;
 pub mod mount;
+pub mod slot;
 pub mod start;
 pub mod storage;
 pub mod verity;
@@ -52,6 +53,39 @@ impl Fault {
     }
 }
 
+/// What the boot does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Decision {
+    /// Hand over to the real root; the slot is good.
+    Pass,
+    /// Hand over, but the hardware is not what the BOM promises: the fleet drains the
+    /// node; the slot is not burned.
+    Quarantine,
+    /// The image is bad: demote this slot and boot the other one (kexec or reboot).
+    Fallback,
+    /// Stop in a safe state with the report on the console (no usable root, both slots
+    /// bad, the bound on failed boots reached, or a platform fault the policy stops on).
+    Stop,
+}
+
+impl Decision {
+    /// The word the report, the log and the measurement use.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Pass => "pass",
+            Decision::Quarantine => "quarantine",
+            Decision::Fallback => "fallback",
+            Decision::Stop => "stop",
+        }
+    }
+
+    /// Whether the boot goes on into the real root.
+    pub fn hands_over(self) -> bool {
+        matches!(self, Decision::Pass | Decision::Quarantine)
+    }
+}
+
 /// A stage error that knows its fault class.
 pub trait Classified: std::error::Error {
     fn fault(&self) -> Fault;
@@ -64,6 +98,7 @@ pub enum Stage {
     Start,
     Measure,
     Modules,
+    Slot,
     Storage,
     Verity,
     Mount,
@@ -73,10 +108,11 @@ pub enum Stage {
 
 impl Stage {
     /// Every stage in run order.
-    pub const ALL: [Stage; 8] = [
+    pub const ALL: [Stage; 9] = [
         Stage::Start,
         Stage::Measure,
         Stage::Modules,
+        Stage::Slot,
         Stage::Storage,
         Stage::Verity,
         Stage::Mount,
@@ -90,6 +126,7 @@ impl Stage {
             Stage::Start => "start",
             Stage::Measure => "measure",
             Stage::Modules => "modules",
+            Stage::Slot => "slot",
             Stage::Storage => "storage",
             Stage::Verity => "verity",
             Stage::Mount => "mount",
@@ -140,6 +177,7 @@ pub struct Facts {
     pub taint: Option<modules::taint::TaintReport>,
     pub verity: Option<verity::VerityReport>,
     pub tpm: Option<measure::TpmReport>,
+    pub slot: Option<slot::SlotFacts>,
     /// Problems that did not stop the boot.
     pub warnings: Vec<String>,
 }
@@ -158,6 +196,8 @@ pub struct Context {
     /// The trust store the module gate loaded, reused by the verity stage.
     pub trust: Option<TrustStore>,
     pub verity_parts: Option<storage::verity_parts::Parts>,
+    /// The A/B state, when the BOM has a `[slot]` section and it could be read.
+    pub slot: Option<slot::Runtime>,
     pub facts: Facts,
 }
 
@@ -172,6 +212,7 @@ impl Context {
             measurer: None,
             trust: None,
             verity_parts: None,
+            slot: None,
             facts: Facts::default(),
         }
     }

@@ -161,3 +161,51 @@ pub fn mount_api_filesystems(root: &Path) -> Vec<SysError> {
     }
     errs
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stages::Roots;
+
+    fn ctx_in(dir: &Path) -> Context {
+        Context::new(Roots {
+            proc: dir.join("proc"),
+            sys: dir.join("sys"),
+            dev: dir.join("dev"),
+            run: dir.join("run"),
+            new_root: dir.join("sysroot"),
+            modules: dir.join("lib/modules"),
+            initramfs: dir.to_path_buf(),
+        })
+    }
+
+    /// An unreadable command line or BOM stops the boot with an error naming the file,
+    /// and the fault class comes from the error's variant.
+    #[test]
+    fn failing_reads_are_named_errors() {
+        let d = std::env::temp_dir().join(format!("vld-start-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("proc")).unwrap();
+        let e = run(&mut ctx_in(&d)).unwrap_err();
+        assert!(matches!(e, StartError::Cmdline(_)), "{e}");
+        assert_eq!(e.fault(), Fault::Platform);
+        assert!(e.to_string().contains("proc/cmdline"), "{e}");
+        let bom = d.join("bom.toml");
+        std::fs::write(
+            d.join("proc/cmdline"),
+            format!("ro validator.bom={}\n", bom.display()),
+        )
+        .unwrap();
+        let mut c = ctx_in(&d);
+        let e = run(&mut c).unwrap_err();
+        assert!(matches!(e, StartError::Bom(_)), "{e}");
+        assert_eq!(e.fault(), Fault::Image);
+        assert!(e.to_string().contains("bom.toml"), "{e}");
+        // The command line was read once and kept, newline removed, for the measurement.
+        assert_eq!(c.cmdline, format!("ro validator.bom={}", bom.display()));
+        std::fs::create_dir(&bom).unwrap();
+        let e = run(&mut ctx_in(&d)).unwrap_err();
+        assert!(e.to_string().contains("is a directory"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

@@ -429,6 +429,73 @@ pub fn device_size(path: &str) -> std::io::Result<u64> {
     Ok(file_size(&f)?)
 }
 
+/// `memfd_create(2)` holding `bytes`, rewound: an anonymous file to hand to the kernel
+/// (an initramfs for `kexec_file_load`).
+pub fn memfd_with(name: &str, bytes: &[u8]) -> Result<File, SysError> {
+    use std::io::Write;
+    let cname =
+        CString::new(name).map_err(|_| SysError::new("memfd_create", name, Errno::EINVAL))?;
+    let fd = nix::sys::memfd::memfd_create(&cname, nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC)
+        .map_err(|e| SysError::new("memfd_create", name, e))?;
+    let mut f = File::from(fd);
+    f.write_all(bytes).map_err(|e| {
+        SysError::new(
+            "write",
+            name,
+            Errno::from_raw(e.raw_os_error().unwrap_or(0)),
+        )
+    })?;
+    f.seek(SeekFrom::Start(0)).map_err(|e| {
+        SysError::new(
+            "lseek",
+            name,
+            Errno::from_raw(e.raw_os_error().unwrap_or(0)),
+        )
+    })?;
+    Ok(f)
+}
+
+/// `kexec_file_load(2)`: stages `kernel` with `initrd` and `cmdline` for a later
+/// `reboot(LINUX_REBOOT_CMD_KEXEC)` ([`kexec_reboot`]). Under lockdown the kernel
+/// accepts only a kernel image signed by a key it trusts (`KEXEC_SIG`).
+pub fn kexec_file_load(kernel: &File, initrd: &File, cmdline: &str) -> Result<(), SysError> {
+    let c = CString::new(cmdline)
+        .map_err(|_| SysError::new("kexec_file_load", "command line", Errno::EINVAL))?;
+    let len = c.as_bytes_with_nul().len();
+    // SAFETY: kexec_file_load reads two valid open descriptors and `len` bytes of the
+    // NUL-terminated command line, which outlives the call; nothing is retained.
+    let rc = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_kexec_file_load,
+            kernel.as_raw_fd(),
+            initrd.as_raw_fd(),
+            len,
+            c.as_ptr(),
+            0 as nix::libc::c_ulong,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(SysError::new("kexec_file_load", cmdline, Errno::last()))
+    }
+}
+
+/// `reboot(LINUX_REBOOT_CMD_KEXEC)`: jumps into the kernel staged by
+/// [`kexec_file_load`]. Only returns on failure.
+pub fn kexec_reboot() -> SysError {
+    match nix::sys::reboot::reboot(nix::sys::reboot::RebootMode::RB_KEXEC) {
+        Err(e) => SysError::new("reboot", "LINUX_REBOOT_CMD_KEXEC", e),
+        Ok(never) => match never {},
+    }
+}
+
+/// `umount2(2)`.
+pub fn umount(target: &Path) -> Result<(), SysError> {
+    nix::mount::umount2(target, nix::mount::MntFlags::empty())
+        .map_err(|e| SysError::new("umount2", disp(target), e))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

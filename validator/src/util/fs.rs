@@ -161,6 +161,39 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Rewrites the whole of an existing file in place, as GRUB's `save_env` rewrites the
+/// blocks of `grubenv`: no truncation, no rename, the same size; then fsync and read
+/// back. The file must already have exactly `bytes.len()` bytes.
+pub fn write_in_place(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)?;
+    let len = f.metadata()?.len();
+    if len != bytes.len() as u64 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!(
+                "{} has {len} bytes, not the {} being written in place",
+                path.display(),
+                bytes.len()
+            ),
+        ));
+    }
+    f.write_all_at(bytes, 0)?;
+    f.sync_all()?;
+    let mut back = vec![0u8; bytes.len()];
+    f.read_exact_at(&mut back, 0)?;
+    if back != bytes {
+        return Err(std::io::Error::other(format!(
+            "{}: read back differs from what was written",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

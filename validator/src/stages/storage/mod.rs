@@ -285,6 +285,20 @@ pub fn wait_for(
     )
 }
 
+/// The booted slot's root and signature partitions from the BOM's `[slot]` templates.
+pub(crate) fn slot_specs(ctx: &Context) -> (Option<RootSpec>, Option<RootSpec>) {
+    let cfg = ctx.bom.as_ref().and_then(|b| b.bom.slot.as_ref());
+    let slot = ctx
+        .args
+        .slot
+        .as_deref()
+        .and_then(crate::config::bom::SlotName::parse);
+    match (cfg, slot) {
+        (Some(c), Some(s)) => super::slot::root_spec(c, s),
+        _ => (None, None),
+    }
+}
+
 /// Why the storage stage failed.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageStageError {
@@ -327,7 +341,12 @@ pub fn run(ctx: &mut Context) -> Result<String, StorageStageError> {
     if let Some(cfg) = ctx.verity_cfg().cloned() {
         return verity_parts::run(ctx, &cfg);
     }
-    let spec = ctx.args.root.clone().ok_or(StorageStageError::NoRootSpec)?;
+    let spec = ctx
+        .args
+        .root
+        .clone()
+        .or_else(|| slot_specs(ctx).0)
+        .ok_or(StorageStageError::NoRootSpec)?;
     let found = wait_for(
         &spec,
         &ctx.roots.sys,

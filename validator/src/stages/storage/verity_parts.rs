@@ -136,7 +136,11 @@ pub fn run(ctx: &mut Context, cfg: &Verity) -> Result<String, StorageStageError>
     let names = Names {
         data: ctx.args.verity_data.clone(),
         hash: ctx.args.verity_hash.clone(),
-        sig: ctx.args.verity_sig.clone(),
+        sig: ctx
+            .args
+            .verity_sig
+            .clone()
+            .or_else(|| super::slot_specs(ctx).1),
     };
     let what = "the verity root's partitions (data, hash and, for a signed root hash, signature)";
     let parts = wait_scan(
