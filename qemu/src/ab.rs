@@ -592,7 +592,51 @@ impl Drop for Bed {
     }
 }
 
+impl TwoSlots {
+    /// Puts the gate's `[slot]` section into both slots' BOMs: the init's slot handling is
+    /// on.
+    pub fn with_gate(&mut self, cfg: &vbom::Slot) {
+        self.a.bom.slot = Some(cfg.clone());
+        self.b.bom.slot = Some(cfg.clone());
+    }
+}
+
+/// The gate's `[slot]` section for a node booted by `path` with `roots`: the boot loader,
+/// and the slot's root named by template where the boot loader gives both slots one
+/// command line (GRUB).
+pub fn gate_config(path: BootPath, roots: Roots) -> vbom::Slot {
+    let mut toml = String::new();
+    if path == BootPath::SystemdBoot {
+        toml.push_str("bootloader = \"systemd-boot\"\n");
+    }
+    match roots {
+        Roots::Plain => toml.push_str("root = \"PARTLABEL=root-{slot}\"\n"),
+        Roots::Verity(RootHashSource::Signature) => {
+            toml.push_str("verity_sig = \"PARTLABEL=root-{slot}-sig\"\n")
+        }
+        Roots::Verity(RootHashSource::Bom) => {}
+    }
+    // The test bed's own configuration: a bad value here is a bug of the test bed.
+    match vbom::Slot::from_toml(&toml) {
+        Ok(c) => c,
+        Err(e) => panic!("test bed [slot] section {toml:?}: {e}"),
+    }
+}
+
 impl Scenario {
+    /// The A/B node with the gate's slot handling on ([`gate_config`]): plain roots for
+    /// speed, the other scenario settings as [`Scenario::two_slots`].
+    pub fn ab_gate(path: BootPath, roots: Roots) -> Result<Scenario, HarnessError> {
+        let mut s = Scenario::two_slots(path, roots)?;
+        let cfg = gate_config(path, roots);
+        if let Some(two) = s.boot.slots.as_mut() {
+            two.with_gate(&cfg);
+        }
+        // Kexec'd kernels count as boots too.
+        s.boot.split_at = Some("Linux version ".into());
+        Ok(s)
+    }
+
     /// The A/B node: both slots from the example BOM ([`TwoSlots::new`]) with `roots`,
     /// booted by `path`; the command line common to both slots stops with a power-off.
     pub fn two_slots(path: BootPath, roots: Roots) -> Result<Scenario, HarnessError> {
@@ -714,4 +758,70 @@ pub fn bench_boot_paths(runs: usize) -> Result<Vec<(BootPath, Vec<PathSample>)>,
         );
     }
     Ok(all)
+}
+
+/// Time to recover from a bad image: host seconds from the bad slot's kernel start to the
+/// good slot's root init, by kexec and by a reboot through OVMF and GRUB.
+#[derive(Debug, Clone, Default)]
+pub struct Recovery {
+    pub kexec: Vec<f64>,
+    pub reboot: Vec<f64>,
+}
+
+/// Boots the A/B node whose slot A has an image fault `runs` times each way (kexec, and
+/// reboot through OVMF + GRUB), in turn, from the same boot-loader state; prints each run
+/// and the medians with their ratio.
+pub fn bench_recover(runs: usize) -> Result<Recovery, HarnessError> {
+    use crate::scenario::Name;
+    let beds = [
+        ("kexec", Scenario::named(Name::AbImageFault)?.bed()?),
+        ("reboot", Scenario::named(Name::AbImageFaultReboot)?.bed()?),
+    ];
+    let mut out = Recovery::default();
+    for i in 0..runs.max(1) {
+        for (how, bed) in &beds {
+            bed.reset_boot_state()?;
+            let r = bed.boot()?;
+            let fail = |why: &str| HarnessError::Setup(format!("{how}: {why}: {}", r.describe()));
+            if r.boots.len() != 2 {
+                return Err(fail("not two kernel boots"));
+            }
+            if root_slot(r.boots.last().ok_or_else(|| fail("no boot"))?) != Some(Slot::B) {
+                return Err(fail("slot B's root was not reached"));
+            }
+            let start = r
+                .seen_at(0, vm::KERNEL_BOOT_MARKER)
+                .ok_or_else(|| fail("no kernel start"))?;
+            let root = r
+                .seen_at(1, crate::rootfs::MARKER)
+                .ok_or_else(|| fail("no root marker"))?;
+            let secs = root.saturating_sub(start).as_secs_f64();
+            let why = r
+                .boots
+                .first()
+                .and_then(|o| o.report.as_ref())
+                .and_then(|rep| rep.reason.clone())
+                .unwrap_or_default();
+            println!(
+                "run {}: {how}: {secs:.2} s from slot A's kernel to slot B's root",
+                i + 1
+            );
+            println!("  slot A: {why}");
+            match *how {
+                "kexec" => out.kexec.push(secs),
+                _ => out.reboot.push(secs),
+            }
+        }
+    }
+    let (k, b) = (
+        crate::bench::median(&out.kexec),
+        crate::bench::median(&out.reboot),
+    );
+    println!(
+        "time to recover (bad slot's kernel start -> good slot's root init), host seconds, median of {runs}, {:?}",
+        vm::Accel::from_env()
+    );
+    println!("by kexec                 {k:>7.2} s   1.00");
+    println!("by reboot (OVMF + GRUB)  {b:>7.2} s  {:>5.2}", b / k);
+    Ok(out)
 }

@@ -53,6 +53,14 @@ fn main() -> ExitCode {
             }
             return ExitCode::SUCCESS;
         }
+        ["bench-recover", rest @ ..] => {
+            let runs = rest.first().and_then(|r| r.parse().ok()).unwrap_or(3);
+            if let Err(e) = qemu::ab::bench_recover(runs) {
+                eprintln!("qemu-harness: {e}");
+                return ExitCode::from(2);
+            }
+            return ExitCode::SUCCESS;
+        }
         ["bench-boot-paths", rest @ ..] => {
             let runs = rest.first().and_then(|r| r.parse().ok()).unwrap_or(3);
             if let Err(e) = qemu::ab::bench_boot_paths(runs) {

@@ -31,6 +31,15 @@ pub enum Name {
     TpmSha384,
     NoTpm,
     TpmKilled,
+    AbGood,
+    AbImageFault,
+    AbImageFaultReboot,
+    AbCorruptRoot,
+    AbBothBad,
+    AbNoTpm,
+    SdbootGood,
+    SdbootImageFault,
+    Node,
 }
 
 impl Name {
@@ -53,6 +62,15 @@ impl Name {
         Name::TpmSha384,
         Name::NoTpm,
         Name::TpmKilled,
+        Name::AbGood,
+        Name::AbImageFault,
+        Name::AbImageFaultReboot,
+        Name::AbCorruptRoot,
+        Name::AbBothBad,
+        Name::AbNoTpm,
+        Name::SdbootGood,
+        Name::SdbootImageFault,
+        Name::Node,
     ];
 
     /// The name on the command line and in run directories.
@@ -75,6 +93,15 @@ impl Name {
             Name::TpmSha384 => "tpm-sha384",
             Name::NoTpm => "no-tpm",
             Name::TpmKilled => "tpm-killed",
+            Name::AbGood => "ab-good",
+            Name::AbImageFault => "ab-image-fault",
+            Name::AbImageFaultReboot => "ab-image-fault-reboot",
+            Name::AbCorruptRoot => "ab-corrupt-root",
+            Name::AbBothBad => "ab-both-bad",
+            Name::AbNoTpm => "ab-no-tpm",
+            Name::SdbootGood => "sdboot-good",
+            Name::SdbootImageFault => "sdboot-image-fault",
+            Name::Node => "node",
         }
     }
 
@@ -242,6 +269,71 @@ impl Scenario {
             }
             Name::TpmKilled => {
                 s.kill_tpm_on = Some("stage modules: start".into());
+            }
+            Name::AbGood
+            | Name::AbImageFault
+            | Name::AbImageFaultReboot
+            | Name::AbCorruptRoot
+            | Name::AbBothBad
+            | Name::AbNoTpm => {
+                use crate::ab::{BootPath, Roots};
+                let roots = if name == Name::AbCorruptRoot {
+                    Roots::Verity(validator::config::bom::RootHashSource::Bom)
+                } else {
+                    Roots::Plain
+                };
+                s = Scenario::ab_gate(BootPath::Grub, roots)?;
+                s.name = name.as_str().into();
+                s.boot.follow_reboots = Some(3);
+                if let Some(two) = s.boot.slots.as_mut() {
+                    match name {
+                        Name::AbImageFault | Name::AbImageFaultReboot => {
+                            two.a.tampered_modules.push("crc16".into());
+                        }
+                        Name::AbBothBad => {
+                            two.a.tampered_modules.push("crc16".into());
+                            two.b.tampered_modules.push("crc16".into());
+                        }
+                        Name::AbCorruptRoot => {
+                            two.a.verity = crate::verity::Variant::CorruptCritical;
+                        }
+                        _ => {}
+                    }
+                    if name == Name::AbImageFaultReboot {
+                        for b in [&mut two.a.bom, &mut two.b.bom] {
+                            if let Some(c) = b.slot.as_mut() {
+                                c.fallback = validator::config::bom::FallbackVia::Reboot;
+                            }
+                        }
+                    }
+                }
+                if name == Name::AbNoTpm {
+                    s.tpm_banks = None;
+                }
+                // The slot that takes over by kexec shows its TPM's view and our log.
+                s.root_tpm_tools = name == Name::AbImageFault;
+            }
+            Name::Node => {
+                // The real node: OVMF + GRUB, slot A, signed verity roots, the module
+                // gate, the TPM with tpm2-tools in the root.
+                use crate::ab::{BootPath, Roots};
+                s = Scenario::ab_gate(
+                    BootPath::Grub,
+                    Roots::Verity(validator::config::bom::RootHashSource::Signature),
+                )?;
+                s.name = name.as_str().into();
+                s.root_tpm_tools = true;
+            }
+            Name::SdbootGood | Name::SdbootImageFault => {
+                use crate::ab::{BootPath, Roots};
+                s = Scenario::ab_gate(BootPath::SystemdBoot, Roots::Plain)?;
+                s.name = name.as_str().into();
+                s.boot.follow_reboots = Some(3);
+                if name == Name::SdbootImageFault {
+                    if let Some(two) = s.boot.slots.as_mut() {
+                        two.a.tampered_modules.push("crc16".into());
+                    }
+                }
             }
             Name::TamperedModule => {
                 s.tampered_modules.push("virtio_blk".into());
