@@ -2,6 +2,14 @@
 //! slots each with its own kernel, initramfs and root, and the gate deciding: mark good,
 //! demote and fall back by kexec or reboot, stop when both slots are bad, keep the slot on
 //! a platform fault, and survive power cuts during its writes.
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::time::Duration;
 

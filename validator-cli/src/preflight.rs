@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::out::Out;
 use crate::{load_kernel, Res, Usage};
 use validator::stages::modules::gate::{Gate, Policy, Verdict};
 use validator::stages::preflight::{self, CheckStatus, HwRoots, Options, PreflightReport};
+use validator::util::out::Out;
 
 #[derive(Debug, Args)]
 pub struct PreflightArgs {

@@ -1,5 +1,13 @@
 //! `validator preflight`, run as a process against the hardware fixture trees, this
 //! machine's own `/sys` and `/proc`, and a root holding the real NVIDIA modules.
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 #[path = "../../validator/tests/common/mod.rs"]
 mod common;

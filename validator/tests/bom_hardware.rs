@@ -1,5 +1,13 @@
 //! The BOM's `[hardware]` table and `modules.root`: every key parses, round-trips through
 //! TOML, and a bad value is refused with its line.
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::path::Path;
 

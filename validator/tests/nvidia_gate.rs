@@ -7,6 +7,14 @@
 //! dkms/*.ko` next to the kernel's own tree, `modules.dep` written by the real `depmod`) and
 //! gates the BOM's `modules.root` from it with the boot's gate: the kernel's built-in keys
 //! plus the fleet certificate, the kernel's full CRC table plus the root's own exports.
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod common;
 

@@ -1,6 +1,14 @@
 //! Every parser of untrusted input, fed mutations of real inputs and random bytes: they
 //! may refuse, never panic. (Deterministic, so a failure reproduces; the parsers are pure
 //! functions over bytes and ready for coverage-guided fuzzing as they are.)
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod common;
 
