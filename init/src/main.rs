@@ -6,8 +6,6 @@
 //! never returns. Built for `x86_64-unknown-linux-musl`: a static binary without
 //! `PT_INTERP` or `DT_NEEDED`. All logic lives in the `validator` library.
 
-#![deny(clippy::unwrap_used, clippy::expect_used)]
-
 fn main() {
     if validator::sys::getpid() != 1 {
         eprintln!("init: this is the boot gate's PID 1; it only runs as process 1 in an initramfs");

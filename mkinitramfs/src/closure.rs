@@ -36,6 +36,20 @@ pub enum ClosureError {
         path: PathBuf,
         source: modinfo::ModFileError,
     },
+    #[error(transparent)]
+    Input(#[from] validator::util::fs::InputError),
+}
+
+/// An optional index file: absent is empty, anything else unreadable is an error.
+fn read_optional(path: &Path) -> Result<Vec<u8>, ClosureError> {
+    use validator::util::fs::{read_limited, InputError};
+    match read_limited(path, crate::limits::INDEX) {
+        Ok(b) => Ok(b),
+        Err(InputError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Ok(Vec::new())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// An unpacked kernel: its module directory and files.
@@ -130,17 +144,14 @@ impl KernelTree {
                 }
             }
         }
-        let builtin = match std::fs::read_to_string(moddir.join("modules.builtin")) {
-            Ok(s) => parse_builtin(&s),
-            Err(_) => BTreeSet::new(),
-        };
+        let builtin = parse_builtin(&String::from_utf8_lossy(&read_optional(
+            &moddir.join("modules.builtin"),
+        )?));
         let mut builtin_aliases = BTreeSet::new();
-        if let Ok(b) = std::fs::read(moddir.join("modules.builtin.modinfo")) {
-            for rec in b.split(|&c| c == 0) {
-                let rec = String::from_utf8_lossy(rec);
-                if let Some((_, v)) = rec.split_once(".alias=") {
-                    builtin_aliases.insert(v.to_string());
-                }
+        for rec in read_optional(&moddir.join("modules.builtin.modinfo"))?.split(|&c| c == 0) {
+            let rec = String::from_utf8_lossy(rec);
+            if let Some((_, v)) = rec.split_once(".alias=") {
+                builtin_aliases.insert(v.to_string());
             }
         }
         Ok(KernelTree {
@@ -161,7 +172,7 @@ impl KernelTree {
             .ok_or_else(|| ClosureError::Unknown(name.into()))?
             .clone();
         let path = self.moddir.join(&rel);
-        let raw = std::fs::read(&path).map_err(io(&path))?;
+        let raw = validator::util::fs::read_limited(&path, crate::limits::MODULE)?;
         let image = modinfo::decompress(&raw, Compression::from_name(&rel)).map_err(|source| {
             ClosureError::Module {
                 path: path.clone(),
@@ -342,7 +353,11 @@ pub fn closure(tree: &KernelTree, names: &[String]) -> Result<Closure, ClosureEr
         let mut order = Vec::new();
         w.load_order(name, &mut BTreeSet::new(), &mut order);
         order.reverse(); // kmod order: the one to load first comes last
-        let path = tree.files[name].clone();
+        let path = tree
+            .files
+            .get(name)
+            .cloned()
+            .ok_or_else(|| ClosureError::Unknown(name.clone()))?;
         out.files.insert(name.clone(), path.clone());
         out.index
             .entries

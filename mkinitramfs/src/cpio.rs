@@ -78,7 +78,7 @@ impl Archive {
         let p = clean(path)?;
         let mut parent = String::new();
         let comps: Vec<&str> = p.split('/').collect();
-        for c in &comps[..comps.len() - 1] {
+        for c in comps.split_last().map_or(&[][..], |(_, parents)| parents) {
             if !parent.is_empty() {
                 parent.push('/');
             }
@@ -255,66 +255,116 @@ impl fmt::Display for ListedEntry {
     }
 }
 
-/// Reads a newc archive (uncompressed; concatenated archives are read in turn).
-pub fn read(bytes: &[u8]) -> Result<Vec<ListedEntry>, CpioError> {
-    let mut out = Vec::new();
-    let mut off = 0usize;
-    let bad = |offset: usize, what: &str| CpioError::Malformed {
-        offset,
+/// One archive read from a stream of archives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Archived {
+    pub entries: Vec<ListedEntry>,
+    /// Offset just after the archive (after its trailer and the trailer's padding, or
+    /// the end of the input).
+    pub end: usize,
+    /// Whether it ended with `TRAILER!!!` (else it ran to the end of the input).
+    pub trailer: bool,
+}
+
+/// One header and its data at `off`: the entry (or `None` for the trailer) and the
+/// offset of the next header.
+fn read_entry(bytes: &[u8], off: usize) -> Result<(Option<ListedEntry>, usize), CpioError> {
+    let bad = |what: &str| CpioError::Malformed {
+        offset: off,
         what: what.to_string(),
     };
-    loop {
-        // Padding between concatenated archives is zeros.
-        while off < bytes.len() && bytes[off] == 0 {
-            off += 1;
-        }
-        if off >= bytes.len() {
-            break;
-        }
-        let h = bytes
-            .get(off..off + 110)
-            .ok_or_else(|| bad(off, "truncated header"))?;
-        if &h[..6] != b"070701" && &h[..6] != b"070702" {
-            return Err(bad(off, "not a newc header (magic 070701)"));
-        }
-        let field = |i: usize| -> Result<u32, CpioError> {
-            let s = std::str::from_utf8(&h[6 + 8 * i..14 + 8 * i])
-                .map_err(|_| bad(off, "header field is not hex"))?;
-            u32::from_str_radix(s, 16).map_err(|_| bad(off, "header field is not hex"))
-        };
-        let mut f = [0u32; 13];
-        for (i, v) in f.iter_mut().enumerate() {
-            *v = field(i)?;
-        }
-        let (mode, uid, gid, mtime, size) = (f[1], f[2], f[3], f[5], f[6]);
-        let rdev = (f[9], f[10]);
-        let namesize = f[11] as usize;
-        if namesize == 0 {
-            return Err(bad(off, "empty name"));
-        }
-        let name_start = off + 110;
-        let name = bytes
-            .get(name_start..name_start + namesize)
-            .ok_or_else(|| bad(off, "truncated name"))?;
-        let name = String::from_utf8_lossy(&name[..namesize - 1]).into_owned();
-        let data_start = (name_start + namesize).div_ceil(4) * 4;
-        let data = bytes
-            .get(data_start..data_start + size as usize)
-            .ok_or_else(|| bad(off, "truncated data"))?;
-        off = (data_start + size as usize).div_ceil(4) * 4;
-        if name == "TRAILER!!!" {
-            continue;
-        }
-        out.push(ListedEntry {
+    let h = off
+        .checked_add(110)
+        .and_then(|end| bytes.get(off..end))
+        .ok_or_else(|| bad("truncated header"))?;
+    let (magic, fields) = h.split_at(6);
+    if magic != b"070701" && magic != b"070702" {
+        return Err(bad("not a newc header (magic 070701)"));
+    }
+    let mut f = [0u32; 13];
+    for (v, hex) in f.iter_mut().zip(fields.chunks_exact(8)) {
+        let s = std::str::from_utf8(hex).map_err(|_| bad("header field is not hex"))?;
+        *v = u32::from_str_radix(s, 16).map_err(|_| bad("header field is not hex"))?;
+    }
+    let [_, mode, uid, gid, _, mtime, size, _, _, rmaj, rmin, namesize, _] = f;
+    let namesize = namesize as usize;
+    let name_start = off + 110;
+    let name = name_start
+        .checked_add(namesize)
+        .and_then(|end| bytes.get(name_start..end))
+        .ok_or_else(|| bad("truncated name"))?;
+    let Some((_, name)) = name.split_last() else {
+        return Err(bad("empty name"));
+    };
+    let name = String::from_utf8_lossy(name).into_owned();
+    let data_start = (name_start + namesize).div_ceil(4) * 4;
+    let data = data_start
+        .checked_add(size as usize)
+        .and_then(|end| bytes.get(data_start..end))
+        .ok_or_else(|| bad("truncated data"))?;
+    let next = (data_start + size as usize).div_ceil(4) * 4;
+    if name == "TRAILER!!!" {
+        return Ok((None, next));
+    }
+    Ok((
+        Some(ListedEntry {
             path: name,
             mode,
             uid,
             gid,
             mtime,
             size,
-            rdev,
+            rdev: (rmaj, rmin),
             data: data.to_vec(),
-        });
+        }),
+        next,
+    ))
+}
+
+/// Reads the archive starting at `off`, up to and including its trailer (or to the end
+/// of the input).
+pub fn read_archive(bytes: &[u8], mut off: usize) -> Result<Archived, CpioError> {
+    let mut entries = Vec::new();
+    while off < bytes.len() {
+        match read_entry(bytes, off)? {
+            (Some(e), next) => {
+                entries.push(e);
+                off = next;
+            }
+            (None, next) => {
+                return Ok(Archived {
+                    entries,
+                    end: next.min(bytes.len()),
+                    trailer: true,
+                })
+            }
+        }
+    }
+    Ok(Archived {
+        entries,
+        end: off.min(bytes.len()),
+        trailer: false,
+    })
+}
+
+/// Reads a newc archive (uncompressed; concatenated archives are read in turn).
+pub fn read(bytes: &[u8]) -> Result<Vec<ListedEntry>, CpioError> {
+    let mut out = Vec::new();
+    let mut off = 0usize;
+    loop {
+        // Padding between concatenated archives is zeros.
+        off += bytes
+            .get(off..)
+            .unwrap_or_default()
+            .iter()
+            .take_while(|&&b| b == 0)
+            .count();
+        if off >= bytes.len() {
+            break;
+        }
+        let a = read_archive(bytes, off)?;
+        out.extend(a.entries);
+        off = a.end;
     }
     Ok(out)
 }

@@ -15,11 +15,39 @@
 //! packed module must pass the gate at build time, so a bad module is caught before any
 //! node boots it.
 //!
+//! Every input is read through [`validator::util::fs::read_limited`] (no FIFO, directory
+//! or device; at most the size in [`limits`]), and [`unpack`] reads an initramfs back as
+//! the kernel does.
+//!
 //! Current limits: no firmware files; softdep aliases are resolved by scanning module
-//! `alias=` entries; the CRC table covers the packed modules' imports only.
+//! `alias=` entries; the CRC table covers the packed modules' imports only, plus every
+//! symbol the kernel exports when the BOM has `modules.root` (drivers the preflight gates
+//! from the verified root).
 
 pub mod closure;
 pub mod cpio;
+pub mod unpack;
+
+/// The largest input of each kind that mkinitramfs reads (a larger one is an error
+/// naming the file and the limit; the README lists them).
+pub mod limits {
+    /// The init binary (`--init`).
+    pub const INIT: u64 = 64 << 20;
+    /// The kernel image (`boot/vmlinuz-<release>`).
+    pub const VMLINUZ: u64 = 256 << 20;
+    /// A module file (the kernel tree's or a `--module-file`).
+    pub const MODULE: u64 = validator::stages::modules::batch::MAX_FILE;
+    /// An extra file (`--file`).
+    pub const EXTRA_FILE: u64 = 256 << 20;
+    /// `modules.builtin`, `modules.builtin.modinfo`.
+    pub const INDEX: u64 = 64 << 20;
+    /// A certificate named by the BOM's `policy.trust`.
+    pub const CERT: u64 = validator::trust::CERT_FILE_MAX;
+    /// An initramfs given to `list`.
+    pub const INITRAMFS: u64 = 1 << 30;
+    /// What `list` unpacks, all parts together.
+    pub const UNPACKED: usize = 1 << 30;
+}
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -36,11 +64,19 @@ pub enum BuildError {
         source: std::io::Error,
     },
     #[error(transparent)]
+    Input(#[from] validator::util::fs::InputError),
+    #[error(transparent)]
     Bom(#[from] validator::config::bom::BomError),
-    #[error("the BOM is for kernel {bom} but the kernel tree is {tree}")]
-    ReleaseMismatch { bom: String, tree: String },
+    #[error("{path}: the BOM is for kernel {bom} but the kernel tree is {tree}")]
+    ReleaseMismatch {
+        path: PathBuf,
+        bom: String,
+        tree: String,
+    },
     #[error(transparent)]
     Closure(#[from] ClosureError),
+    #[error("{bom}: the modules to pack (modules.load and --module): {source}")]
+    ModuleClosure { bom: PathBuf, source: ClosureError },
     #[error(transparent)]
     Cpio(#[from] CpioError),
     #[error("compression: {0}")]
@@ -58,6 +94,8 @@ pub enum BuildError {
     Trust(#[from] validator::trust::TrustError),
     #[error("the module gate refuses {}", .0.join("; "))]
     Gate(Vec<String>),
+    #[error("{0}: the init is empty")]
+    EmptyInit(PathBuf),
 }
 
 /// Output compression.
@@ -133,11 +171,8 @@ pub fn source_date_epoch() -> u32 {
         .unwrap_or(0)
 }
 
-fn read(path: &Path) -> Result<Vec<u8>, BuildError> {
-    std::fs::read(path).map_err(|source| BuildError::Io {
-        path: path.to_path_buf(),
-        source,
-    })
+fn read(path: &Path, limit: u64) -> Result<Vec<u8>, BuildError> {
+    validator::util::fs::read_limited(path, limit).map_err(BuildError::Input)
 }
 
 /// Builds the archive described by `spec`.
@@ -146,13 +181,17 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     let tree = KernelTree::open(&spec.kernel)?;
     if bom.bom.kernel.release.as_str() != tree.release {
         return Err(BuildError::ReleaseMismatch {
+            path: spec.bom.clone(),
             bom: bom.bom.kernel.release.to_string(),
             tree: tree.release.clone(),
         });
     }
     let mut names: Vec<String> = bom.bom.modules.load.iter().map(|m| m.0.clone()).collect();
     names.extend(spec.extra_modules.iter().cloned());
-    let clo = closure::closure(&tree, &names)?;
+    let clo = closure::closure(&tree, &names).map_err(|source| BuildError::ModuleClosure {
+        bom: spec.bom.clone(),
+        source,
+    })?;
 
     // The gate's inputs: what the kernel image says about itself, and the trust store.
     let vmlinuz = tree
@@ -163,7 +202,8 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
         path: vmlinuz.clone(),
         source,
     };
-    let vmlinux = validator::formats::vmlinuz::vmlinux(&read(&vmlinuz)?).map_err(kerr)?;
+    let vmlinux =
+        validator::formats::vmlinuz::vmlinux(&read(&vmlinuz, limits::VMLINUZ)?).map_err(kerr)?;
     let builtin = validator::formats::vmlinuz::builtin_certs(&vmlinux).map_err(kerr)?;
     let vermagic =
         validator::formats::vmlinuz::vermagic(&vmlinux, &tree.release).ok_or_else(|| {
@@ -189,14 +229,15 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        trust_files.push((format!("bom-{name}"), read(&p)?));
+        trust_files.push((format!("bom-{name}"), read(&p, limits::CERT)?));
     }
     let mut trust = validator::trust::TrustStore::new();
     for (name, bytes) in &trust_files {
         trust.add_bytes(bytes, name)?;
     }
     // The module files to pack (overrides replace the tree's file).
-    let mut module_bytes = std::collections::BTreeMap::new();
+    // (name, path in the tree, bytes), in the closure's order.
+    let mut module_files: Vec<(&String, &String, Vec<u8>)> = Vec::new();
     let mut referenced = std::collections::BTreeSet::new();
     for (name, rel) in &clo.files {
         let src = spec
@@ -205,7 +246,7 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
             .find(|(n, _)| validator::formats::kmod::normalize_name(n) == *name)
             .map(|(_, p)| p.clone())
             .unwrap_or_else(|| tree.moddir.join(rel));
-        let bytes = read(&src)?;
+        let bytes = read(&src, limits::MODULE)?;
         let image = validator::formats::kmod::modinfo::decompress(
             &bytes,
             validator::formats::kmod::modinfo::Compression::from_name(rel),
@@ -220,11 +261,18 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
         }
         if let Ok(elf) = validator::formats::kmod::modinfo::parse_elf(body) {
             referenced.extend(elf.versions.into_iter().map(|v| v.symbol));
+            referenced.extend(elf.undefined.into_iter().map(|u| u.name));
         }
-        module_bytes.insert(name.clone(), bytes);
+        module_files.push((name, rel, bytes));
     }
-    // The init only needs the CRCs of symbols the packed modules import.
-    symvers.map.retain(|sym, _| referenced.contains(sym));
+    // The init only needs the CRCs of symbols the packed modules import (their undefined
+    // symbols and `__versions` records, `module_layout` included). With root modules
+    // (gated by the preflight after the root is mounted) it needs the kernel's full table:
+    // what they import is not known when the initramfs is built.
+    let keep_kernel = !bom.bom.modules.root.is_empty();
+    symvers
+        .map
+        .retain(|sym, e| referenced.contains(sym) || (keep_kernel && e.module == "vmlinux"));
     if spec.gate {
         let mut policy = validator::stages::modules::gate::Policy::from_bom(&bom.bom);
         policy.kernel_vermagic = Some(vermagic.clone());
@@ -233,11 +281,10 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
             symvers: Some(symvers.clone()),
             policy,
         };
-        let refused: Vec<String> = clo
-            .files
+        let refused: Vec<String> = module_files
             .iter()
-            .filter_map(|(name, rel)| {
-                let (v, _) = gate.check(name, rel, &module_bytes[name]);
+            .filter_map(|(name, rel, bytes)| {
+                let (v, _) = gate.check(name, rel, bytes);
                 (!v.pass).then(|| format!("{name}: {}", v.summary()))
             })
             .collect();
@@ -265,12 +312,16 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
             perm: 0o600,
         },
     )?;
-    a.file("init", read(&spec.init)?, 0o755)?;
-    a.file("etc/validator/bom.toml", read(&spec.bom)?, 0o644)?;
+    let init = read(&spec.init, limits::INIT)?;
+    if init.is_empty() {
+        return Err(BuildError::EmptyInit(spec.init.clone()));
+    }
+    a.file("init", init, 0o755)?;
+    a.file("etc/validator/bom.toml", bom.bytes.clone(), 0o644)?;
     let mdir = format!("lib/modules/{}", tree.release);
     a.dir(&mdir)?;
-    for (name, rel) in &clo.files {
-        a.file(&format!("{mdir}/{rel}"), module_bytes[name].clone(), 0o644)?;
+    for (_, rel, bytes) in module_files {
+        a.file(&format!("{mdir}/{rel}"), bytes, 0o644)?;
     }
     use validator::config::layout;
     for (name, bytes) in &trust_files {
@@ -298,7 +349,11 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     )?;
     let builtin = tree.moddir.join("modules.builtin");
     if builtin.exists() {
-        a.file(&format!("{mdir}/modules.builtin"), read(&builtin)?, 0o644)?;
+        a.file(
+            &format!("{mdir}/modules.builtin"),
+            read(&builtin, limits::INDEX)?,
+            0o644,
+        )?;
     }
     for (src, dst) in &spec.extra_files {
         let perm = {
@@ -312,7 +367,7 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
                 .mode()
                 & 0o7777
         };
-        a.file(dst, read(src)?, perm)?;
+        a.file(dst, read(src, limits::EXTRA_FILE)?, perm)?;
     }
     let raw = a.write(spec.mtime);
     let bytes = compress(&raw, spec.compress).map_err(BuildError::Compress)?;
@@ -336,19 +391,5 @@ pub fn compress(raw: &[u8], c: Compress) -> std::io::Result<Vec<u8>> {
             e.finish()
         }
         Compress::Zstd => zstd::encode_all(raw, 19),
-    }
-}
-
-/// Decompresses an initramfs by its magic (gzip, zstd, or none).
-pub fn decompress(bytes: &[u8]) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    if bytes.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::new();
-        flate2::read::MultiGzDecoder::new(bytes).read_to_end(&mut out)?;
-        Ok(out)
-    } else if bytes.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        zstd::decode_all(bytes)
-    } else {
-        Ok(bytes.to_vec())
     }
 }

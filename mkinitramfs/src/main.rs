@@ -1,25 +1,87 @@
 //! `mkinitramfs`: build and inspect the boot gate's initramfs.
+//!
+//! Contract: exit status 0 on success, 2 on bad usage or any failure, with a message
+//! naming the file. Paths are taken as given (any bytes, not only UTF-8); every input is
+//! checked and size-limited before it is read ([`mkinitramfs::limits`]); the output is
+//! written by rename, so a failed build leaves nothing behind. A closed stdout ends the
+//! listing, not the command.
 
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage:
-  mkinitramfs build --kernel DIR --bom FILE --init FILE -o OUT
-                    [--compress none|gzip|zstd] [--module NAME]... [--file SRC=DEST]...
-                    [--module-file NAME=FILE]... [--no-gate]
-      DIR is an unpacked kernel package (lib/modules/<release>, boot/vmlinuz-<release>)
-      or a module directory. Entry mtimes come from SOURCE_DATE_EPOCH (default 0).
-      Every packed module must pass the module gate against the kernel's built-in keys
-      and the BOM's policy.trust certificates (--no-gate skips that, for tests).
-      --module-file packs FILE in place of module NAME's file from the tree.
-  mkinitramfs list FILE          list the entries of an initramfs (gzip/zstd/none)
-  mkinitramfs closure --kernel DIR NAME...
-                                 print the dependency closure of modules
-";
+use clap::{Parser, Subcommand, ValueEnum};
+use validator::util::out::Out;
+
+/// Build and inspect the boot gate's initramfs.
+#[derive(Debug, Parser)]
+#[command(
+    name = "mkinitramfs",
+    version,
+    after_help = "Exit status: 0 success; 2 bad usage or a failure (the message names the file)."
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Compression {
+    None,
+    Gzip,
+    Zstd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Build an initramfs: the init, the BOM, the BOM's module closure and the gate's
+    /// inputs. Every packed module must pass the module gate against the kernel's
+    /// built-in keys and the BOM's policy.trust certificates. Entry mtimes come from
+    /// SOURCE_DATE_EPOCH (default 0).
+    Build {
+        /// An unpacked kernel package (lib/modules/<release>, boot/vmlinuz-<release>) or
+        /// a module directory.
+        #[arg(long, value_name = "DIR")]
+        kernel: PathBuf,
+        #[arg(long, value_name = "FILE")]
+        bom: PathBuf,
+        /// The static init binary.
+        #[arg(long, value_name = "FILE")]
+        init: PathBuf,
+        #[arg(short = 'o', long = "output", value_name = "OUT")]
+        output: PathBuf,
+        #[arg(long, value_enum, default_value = "gzip")]
+        compress: Compression,
+        /// Another module to pack (with its dependencies); repeatable.
+        #[arg(long = "module", value_name = "NAME")]
+        modules: Vec<String>,
+        /// Another file: SRC on this host, DEST its absolute path inside; repeatable.
+        #[arg(long = "file", value_name = "SRC=DEST")]
+        files: Vec<OsString>,
+        /// Pack FILE in place of module NAME's file from the tree; repeatable.
+        #[arg(long = "module-file", value_name = "NAME=FILE")]
+        module_files: Vec<OsString>,
+        /// Skip the module gate (for tests).
+        #[arg(long)]
+        no_gate: bool,
+    },
+    /// List the entries of an initramfs (plain cpio parts and gzip, zstd or xz parts,
+    /// as the kernel unpacks them).
+    List { file: PathBuf },
+    /// Print the dependency closure of modules.
+    Closure {
+        #[arg(long, value_name = "DIR")]
+        kernel: PathBuf,
+        #[arg(required = true, value_name = "NAME")]
+        names: Vec<String>,
+    },
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match run(&args) {
+    let cli = Cli::parse();
+    let mut out = Out::stdout();
+    match run(cli.cmd, &mut out).and_then(|()| out.flush().map_err(|e| e.to_string())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("mkinitramfs: {e}");
@@ -28,110 +90,101 @@ fn main() -> ExitCode {
     }
 }
 
-fn value<'a>(it: &mut impl Iterator<Item = &'a String>, flag: &str) -> Result<&'a String, String> {
-    it.next()
-        .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))
+/// `A=B` split at the first `=`, as raw bytes (paths need not be UTF-8).
+fn split_eq<'a>(v: &'a OsStr, flag: &str, want: &str) -> Result<(&'a OsStr, &'a OsStr), String> {
+    let b = v.as_bytes();
+    let i = b
+        .iter()
+        .position(|&c| c == b'=')
+        .ok_or_else(|| format!("{flag} {}: expected {want}", v.to_string_lossy()))?;
+    let (l, r) = b.split_at(i);
+    Ok((
+        OsStr::from_bytes(l),
+        OsStr::from_bytes(r.get(1..).unwrap_or_default()),
+    ))
 }
 
-fn run(args: &[String]) -> Result<(), String> {
-    let Some(cmd) = args.first() else {
-        return Err(USAGE.to_string());
-    };
-    let mut it = args[1..].iter();
-    match cmd.as_str() {
-        "build" => {
-            let (mut kernel, mut bom, mut init, mut out) = (None, None, None, None);
-            let mut compress = mkinitramfs::Compress::Gzip;
-            let mut extra_modules = Vec::new();
+fn run(cmd: Cmd, out: &mut Out) -> Result<(), String> {
+    let io = |e: std::io::Error| e.to_string();
+    match cmd {
+        Cmd::Build {
+            kernel,
+            bom,
+            init,
+            output,
+            compress,
+            modules,
+            files,
+            module_files,
+            no_gate,
+        } => {
             let mut extra_files = Vec::new();
-            let mut module_overrides = Vec::new();
-            let mut gate = true;
-            while let Some(a) = it.next() {
-                match a.as_str() {
-                    "--kernel" => kernel = Some(PathBuf::from(value(&mut it, a)?)),
-                    "--bom" => bom = Some(PathBuf::from(value(&mut it, a)?)),
-                    "--init" => init = Some(PathBuf::from(value(&mut it, a)?)),
-                    "-o" | "--output" => out = Some(PathBuf::from(value(&mut it, a)?)),
-                    "--compress" => compress = value(&mut it, a)?.parse()?,
-                    "--module" => extra_modules.push(value(&mut it, a)?.clone()),
-                    "--file" => {
-                        let v = value(&mut it, a)?;
-                        let (s, d) = v
-                            .split_once('=')
-                            .ok_or_else(|| format!("--file {v}: expected SRC=DEST"))?;
-                        extra_files.push((PathBuf::from(s), d.to_string()));
-                    }
-                    "--module-file" => {
-                        let v = value(&mut it, a)?;
-                        let (n, f) = v
-                            .split_once('=')
-                            .ok_or_else(|| format!("--module-file {v}: expected NAME=FILE"))?;
-                        module_overrides.push((n.to_string(), PathBuf::from(f)));
-                    }
-                    "--no-gate" => gate = false,
-                    other => return Err(format!("unknown argument {other}\n{USAGE}")),
-                }
+            for f in &files {
+                let (s, d) = split_eq(f, "--file", "SRC=DEST")?;
+                let d = d
+                    .to_str()
+                    .ok_or_else(|| format!("--file {}: DEST is not UTF-8", f.to_string_lossy()))?;
+                extra_files.push((PathBuf::from(s), d.to_string()));
             }
-            let need =
-                |o: Option<PathBuf>, f: &str| o.ok_or_else(|| format!("{f} is required\n{USAGE}"));
+            let mut module_overrides = Vec::new();
+            for m in &module_files {
+                let (n, f) = split_eq(m, "--module-file", "NAME=FILE")?;
+                let n = n.to_str().ok_or_else(|| {
+                    format!("--module-file {}: NAME is not UTF-8", m.to_string_lossy())
+                })?;
+                module_overrides.push((n.to_string(), PathBuf::from(f)));
+            }
             let spec = mkinitramfs::Spec {
-                kernel: need(kernel, "--kernel")?,
-                bom: need(bom, "--bom")?,
-                init: need(init, "--init")?,
-                extra_modules,
+                kernel,
+                bom,
+                init,
+                extra_modules: modules,
                 extra_files,
-                compress,
+                compress: match compress {
+                    Compression::None => mkinitramfs::Compress::None,
+                    Compression::Gzip => mkinitramfs::Compress::Gzip,
+                    Compression::Zstd => mkinitramfs::Compress::Zstd,
+                },
                 mtime: mkinitramfs::source_date_epoch(),
                 module_overrides,
-                gate,
+                gate: !no_gate,
             };
-            let out = need(out, "-o")?;
             let built = mkinitramfs::build(&spec).map_err(|e| e.to_string())?;
             for s in &built.unresolved_softdeps {
                 eprintln!("mkinitramfs: warning: soft dependency {s} is provided by no module (ignored, as modprobe does)");
             }
-            validator::util::fs::write_atomic(&out, &built.bytes)
-                .map_err(|e| format!("{}: {e}", out.display()))?;
-            println!(
+            validator::util::fs::write_atomic(&output, &built.bytes)
+                .map_err(|e| format!("{}: {e}", output.display()))?;
+            out.line(&format!(
                 "{}: {} bytes, kernel {}, {} modules: {}",
-                out.display(),
+                output.display(),
                 built.bytes.len(),
                 built.release,
                 built.modules.len(),
                 built.modules.join(" ")
-            );
-            Ok(())
+            ))
+            .map_err(io)
         }
-        "list" => {
-            let f = value(&mut it, "list")?;
-            let raw = std::fs::read(f).map_err(|e| format!("{f}: {e}"))?;
-            let data = mkinitramfs::decompress(&raw).map_err(|e| format!("{f}: {e}"))?;
-            let entries = mkinitramfs::cpio::read(&data).map_err(|e| format!("{f}: {e}"))?;
+        Cmd::List { file } => {
+            let raw = validator::util::fs::read_limited(&file, mkinitramfs::limits::INITRAMFS)
+                .map_err(|e| e.to_string())?;
+            let entries = mkinitramfs::unpack::unpack(&raw, mkinitramfs::limits::UNPACKED)
+                .map_err(|e| format!("{}: {e}", file.display()))?;
             for e in entries {
-                println!("{e}");
+                out.line(&e.to_string()).map_err(io)?;
             }
             Ok(())
         }
-        "closure" => {
-            let mut kernel = None;
-            let mut names = Vec::new();
-            while let Some(a) = it.next() {
-                match a.as_str() {
-                    "--kernel" => kernel = Some(PathBuf::from(value(&mut it, a)?)),
-                    n => names.push(n.to_string()),
-                }
-            }
+        Cmd::Closure { kernel, names } => {
             let tree =
-                mkinitramfs::closure::KernelTree::open(&kernel.ok_or("--kernel is required")?)
-                    .map_err(|e| e.to_string())?;
+                mkinitramfs::closure::KernelTree::open(&kernel).map_err(|e| e.to_string())?;
             let c = mkinitramfs::closure::closure(&tree, &names).map_err(|e| e.to_string())?;
-            print!("{}", c.index.dep_text());
-            print!("{}", c.index.softdep_text());
+            out.bytes(c.index.dep_text().as_bytes()).map_err(io)?;
+            out.bytes(c.index.softdep_text().as_bytes()).map_err(io)?;
             for b in c.builtin {
-                println!("# {b}: built in");
+                out.line(&format!("# {b}: built in")).map_err(io)?;
             }
             Ok(())
         }
-        _ => Err(USAGE.to_string()),
     }
 }

@@ -40,10 +40,11 @@ pub fn build(
                 .ok_or_else(|| HarnessError::Setup(format!("no module {m} in the kernel")))?;
             let src = tree.moddir.join(rel);
             let mut bytes = std::fs::read(&src).map_err(|e| HarnessError::io(&src, e))?;
-            let body = validator::formats::kmod::sig::split(&bytes)
-                .map(|s| s.body.len())
-                .unwrap_or(bytes.len());
-            bytes[body / 2] ^= 0x01;
+            // A byte only the signature covers: e_ident's padding (EI_PAD, offset 9),
+            // which neither the kernel's ELF checks nor the gate's parser read, so the
+            // signature is the one reason to refuse (a byte in the symbol table would
+            // also rename an import).
+            bytes[9] ^= 0x01;
             let tampered = scratch.join(format!("tampered-{m}.ko"));
             std::fs::write(&tampered, &bytes).map_err(|e| HarnessError::io(&tampered, e))?;
             overrides.push((m.clone(), tampered));

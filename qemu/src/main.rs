@@ -1,5 +1,15 @@
 //! `qemu-harness`: boot a scenario of the boot gate in QEMU and print its health report.
 
+// The test bed is test infrastructure: a broken setup step (a missing tool, a failed
+// image build) should stop the test that asked for it loudly, so the workspace's denial
+// of unwrap/expect/panic/indexing (meant for the init and the library) does not apply.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
 use std::process::ExitCode;
 
 use qemu::scenario::{Name, Scenario};

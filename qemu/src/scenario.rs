@@ -40,10 +40,14 @@ pub enum Name {
     SdbootGood,
     SdbootImageFault,
     Node,
+    PreflightNvidia,
+    PreflightPcie,
+    AbHardwareFault,
 }
 
 impl Name {
-    /// Every scenario, in the README's order.
+    /// Every scenario, in the README's order (`node`, the demo's default, is described
+    /// there on its own).
     pub const ALL: &'static [Name] = &[
         Name::Good,
         Name::NoRoot,
@@ -71,6 +75,9 @@ impl Name {
         Name::SdbootGood,
         Name::SdbootImageFault,
         Name::Node,
+        Name::PreflightNvidia,
+        Name::PreflightPcie,
+        Name::AbHardwareFault,
     ];
 
     /// The name on the command line and in run directories.
@@ -102,6 +109,9 @@ impl Name {
             Name::SdbootGood => "sdboot-good",
             Name::SdbootImageFault => "sdboot-image-fault",
             Name::Node => "node",
+            Name::AbHardwareFault => "ab-hardware-fault",
+            Name::PreflightNvidia => "preflight-nvidia",
+            Name::PreflightPcie => "preflight-pcie",
         }
     }
 
@@ -144,6 +154,12 @@ pub struct Scenario {
     /// Put tpm2-tools in the root and have its init print `tpm2_pcrread`, `tpm2_eventlog`
     /// and the binary log (base64) between markers.
     pub root_tpm_tools: bool,
+    /// Drivers on the root for the preflight (`modules.root`), indexed by `depmod`.
+    pub root_modules: Option<crate::hw::RootModules>,
+    /// Emulated devices beyond the disks (NVMe behind a set link, VGA).
+    pub devices: Vec<crate::hw::Device>,
+    /// VM memory (default: `VmConfig`'s).
+    pub memory_mib: Option<u32>,
     /// The boot path (kernel direct, or OVMF with GRUB or systemd-boot), the A/B slots,
     /// reboot following, power cuts and disk throttling ([`crate::ab::Boot`]).
     pub boot: crate::ab::Boot,
@@ -186,6 +202,9 @@ impl Scenario {
             tpm_banks: Some(vec!["sha1".into(), "sha256".into()]),
             kill_tpm_on: None,
             root_tpm_tools: false,
+            root_modules: None,
+            devices: Vec::new(),
+            memory_mib: None,
             boot: crate::ab::Boot::default(),
         })
     }
@@ -275,7 +294,8 @@ impl Scenario {
             | Name::AbImageFaultReboot
             | Name::AbCorruptRoot
             | Name::AbBothBad
-            | Name::AbNoTpm => {
+            | Name::AbNoTpm
+            | Name::AbHardwareFault => {
                 use crate::ab::{BootPath, Roots};
                 let roots = if name == Name::AbCorruptRoot {
                     Roots::Verity(validator::config::bom::RootHashSource::Bom)
@@ -296,6 +316,11 @@ impl Scenario {
                         }
                         Name::AbCorruptRoot => {
                             two.a.verity = crate::verity::Variant::CorruptCritical;
+                        }
+                        Name::AbHardwareFault => {
+                            // The VM has no NVMe controller; the BOM promises four.
+                            two.a.bom.hardware.nvme = Some(4);
+                            two.a.bom.hardware.link_wait_s = Some(1);
                         }
                         _ => {}
                     }
@@ -342,6 +367,9 @@ impl Scenario {
                 s.cmdline
                     .push_str(" validator.test_panic=modules validator.on_panic=poweroff");
             }
+            Name::PreflightNvidia | Name::PreflightPcie => {
+                crate::hw::preflight_scenario(&mut s, name)?
+            }
         }
         Ok(s)
     }
@@ -355,6 +383,9 @@ impl Scenario {
         if let Some(variant) = self.verity {
             let rootdir = dir.join("rootfs");
             crate::rootfs::build(&rootdir, &self.root_extra)?;
+            if let Some(m) = &self.root_modules {
+                crate::hw::install_root_modules(&rootdir, &self.kernel, m)?;
+            }
             let img = crate::verity::build(&rootdir, dir, variant)?;
             // The BOM trusts `trusted.pem` (its path is relative to the BOM).
             if img.cert != dir.join("trusted.pem") {
@@ -392,6 +423,9 @@ impl Scenario {
                 extra.push_str(TPM_ROOT_SCRIPT);
             }
             crate::rootfs::build(&rootdir, &extra)?;
+            if let Some(m) = &self.root_modules {
+                crate::hw::install_root_modules(&rootdir, &self.kernel, m)?;
+            }
             if self.root_tpm_tools {
                 crate::rootfs::add_host_programs(
                     &rootdir,
@@ -407,6 +441,11 @@ impl Scenario {
         }
         cfg.tpm = self.tpm_banks.clone();
         cfg.kill_tpm_on = self.kill_tpm_on.clone();
+        cfg.extra_args
+            .extend(crate::hw::qemu_args(&self.devices, dir)?);
+        if let Some(m) = self.memory_mib {
+            cfg.memory_mib = m;
+        }
         self.boot.apply(&mut cfg);
         Ok(cfg)
     }
@@ -477,7 +516,7 @@ mod tests {
             .collect();
         let want: Vec<&str> = Name::ALL
             .iter()
-            .filter(|n| **n != Name::Good)
+            .filter(|n| **n != Name::Node)
             .map(|n| n.as_str())
             .collect();
         assert_eq!(listed, want, "README scenario list vs qemu::scenario::Name");

@@ -107,7 +107,7 @@ pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, Harn
             ])
             .arg(rootdir)
             .arg(&data)
-            .arg("16M"))?;
+            .arg(format!("{}M", crate::rootfs::image_size_mib(rootdir))))?;
     }
     let hash = dir.join("root.verity");
     let _ = std::fs::remove_file(&hash);

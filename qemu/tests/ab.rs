@@ -2,6 +2,14 @@
 //! slots each with its own kernel, initramfs and root, and the gate deciding: mark good,
 //! demote and fall back by kexec or reboot, stop when both slots are bad, keep the slot on
 //! a platform fault, and survive power cuts during its writes.
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::time::Duration;
 
@@ -257,6 +265,36 @@ fn both_slots_bad_stop_within_two_boots_and_never_loop() {
         !again.console.contains("Linux version"),
         "no kernel started"
     );
+}
+
+/// A hardware fault with a usable root (slot A's BOM promises four NVMe controllers; the
+/// VM has none) boots on as quarantine, and the slot is not burned: it is marked good.
+#[test]
+fn hardware_fault_boots_on_as_quarantine_without_burning_the_slot() {
+    let bed = bed(Name::AbHardwareFault);
+    let run = bed.boot().unwrap();
+    no_kernel_panic(&run);
+    assert_eq!(run.boots.len(), 1, "{}", run.describe());
+    let o = &run.boots[0];
+    assert_eq!(o.verdict, Verdict::RootInitReached, "{}", o.describe());
+    assert_eq!(ab::root_slot(o), Some(Slot::A));
+    let r = report(o);
+    assert_eq!(
+        (r.decision, r.fault),
+        (Decision::Quarantine, Some(Fault::Hardware))
+    );
+    assert!(
+        r.reason.as_deref().unwrap().starts_with("preflight:"),
+        "{:?}",
+        r.reason
+    );
+    assert!(
+        r.reason.as_deref().unwrap().contains("nvme"),
+        "{:?}",
+        r.reason
+    );
+    assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
+    assert_eq!(record(&bed).slots["A"].good, Some(true));
 }
 
 /// A platform fault (the BOM requires a TPM; the VM has none) stops by the default

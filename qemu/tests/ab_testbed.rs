@@ -4,6 +4,14 @@
 //! and counted, and a power cut at a console marker. The slots' BOMs carry no `[slot]`
 //! section, so the init's slot stage stays off: these tests prove the bed (the boot
 //! loaders' own state changes, reboots, cuts), not the gate's slot handling.
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::time::Duration;
 

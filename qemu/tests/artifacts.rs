@@ -1,5 +1,13 @@
 //! The built artifacts themselves: a static init and a reproducible initramfs that GNU
 //! cpio reads the same way we do.
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::process::Command;
 

@@ -1,4 +1,12 @@
 //! End-to-end boots of the real Debian kernel in QEMU with our init as PID 1.
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use qemu::vm::Verdict;
 use validator::report::{Decision, Fault, StageStatus};
@@ -50,7 +58,15 @@ fn good_boot_loads_modules_itself_and_switches_root() {
     assert!(root.read_only);
     assert_eq!(
         r.stage_names(),
-        ["start", "measure", "modules", "storage", "mount", "handover"]
+        [
+            "start",
+            "measure",
+            "modules",
+            "storage",
+            "mount",
+            "preflight",
+            "handover"
+        ]
     );
     assert!(r.stages.iter().all(|s| s.status == StageStatus::Ok));
     // The BOM digest is the digest of the BOM file that went into the initramfs.

@@ -9,18 +9,18 @@
 //! still the verdict. `validator completions SHELL` and `validator man` generate shell
 //! completions and man pages. The PID-1 init does not link this crate.
 
-mod out;
+mod preflight;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
-use out::Out;
 use validator::util::fs::read_limited;
+use validator::util::out::Out;
 
 /// Largest kernel image read (`--vmlinuz`).
-const VMLINUZ_MAX: u64 = 256 << 20;
+pub(crate) const VMLINUZ_MAX: u64 = 256 << 20;
 /// Largest `Module.symvers` read.
 const SYMVERS_MAX: u64 = 64 << 20;
 /// Largest TPM event log read.
@@ -62,6 +62,10 @@ enum Cmd {
     /// A/B slots: the boot loader's state and our record on the ESP.
     #[command(subcommand)]
     Slot(SlotCmd),
+    /// Check the hardware the BOM promises from sysfs, procfs and the root: the boot's
+    /// preflight checks, usable on a live node as a post-boot health check.
+    #[command(after_help = EXIT_CODES)]
+    Preflight(preflight::PreflightArgs),
     /// Show how a kernel command line is read (default: /proc/cmdline).
     Cmdline {
         /// The command line (its words are joined with spaces).
@@ -77,7 +81,8 @@ enum Cmd {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Write man pages: validator.1 on stdout, or one page per command into DIR.
+    /// Write man pages: validator.1 on stdout, or one page per command into DIR (all or
+    /// none).
     Man {
         /// Directory for validator.1 and validator-<command>.1 pages.
         #[arg(long, value_name = "DIR")]
@@ -267,7 +272,7 @@ enum BomCmd {
 
 /// A usage or input problem: exit status 2.
 #[derive(Debug)]
-struct Usage(String);
+pub(crate) struct Usage(pub(crate) String);
 
 impl<E: std::fmt::Display> From<E> for Usage {
     fn from(e: E) -> Usage {
@@ -275,12 +280,12 @@ impl<E: std::fmt::Display> From<E> for Usage {
     }
 }
 
-type Res = Result<bool, Usage>;
+pub(crate) type Res = Result<bool, Usage>;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut out = Out::stdout();
-    let r = run(cli.cmd, &mut out).and_then(|ok| out.flush().map(|()| ok));
+    let r = run(cli.cmd, &mut out).and_then(|ok| out.flush().map(|()| ok).map_err(Usage::from));
     match r {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
@@ -318,6 +323,7 @@ fn run(cmd: Cmd, out: &mut Out) -> Res {
             Ok(true)
         }
         Cmd::Slot(c) => slot(c, out),
+        Cmd::Preflight(a) => preflight::run(a, out),
         Cmd::Cmdline { line } => cmdline(line, out),
         Cmd::Gpt { disk } => {
             let t = validator::sys::read_gpt(&disk, 512)?;
@@ -370,16 +376,22 @@ fn man(dir: Option<PathBuf>, out: &mut Out) -> Res {
         }
     }
     walk("validator", &top, &mut pages);
+    let mut rendered = Vec::new();
     for (name, cmd) in pages {
-        let f = dir.join(format!("{name}.1"));
-        validator::util::fs::write_atomic(&f, &render(cmd)?)
-            .map_err(|e| Usage(format!("{}: {e}", f.display())))?;
-        out.line(&f.display().to_string())?;
+        rendered.push((format!("{name}.1"), render(cmd)?));
+    }
+    let files: Vec<(String, &[u8])> = rendered
+        .iter()
+        .map(|(n, b)| (n.clone(), b.as_slice()))
+        .collect();
+    write_all_or_nothing(&dir, &files)?;
+    for (n, _) in &files {
+        out.line(&dir.join(n).display().to_string())?;
     }
     Ok(true)
 }
 
-fn load_kernel(path: &Path) -> Result<validator::formats::vmlinuz::KernelFacts, Usage> {
+pub(crate) fn load_kernel(path: &Path) -> Result<validator::formats::vmlinuz::KernelFacts, Usage> {
     let img = read_limited(path, VMLINUZ_MAX)?;
     validator::formats::vmlinuz::KernelFacts::from_image(&img)
         .map_err(|e| Usage(format!("{}: {e}", path.display())))
@@ -392,15 +404,21 @@ fn keys_extract(path: &Path, dir: Option<PathBuf>, out: &mut Out) -> Res {
         validator::formats::vmlinuz::vmlinux(&img).map_err(|e| Usage(format!("{name}: {e}")))?;
     let certs = validator::formats::vmlinuz::builtin_certs(&elf)
         .map_err(|e| Usage(format!("{name}: {e}")))?;
-    // Parse every certificate before writing any, so a bad one leaves nothing behind.
+    // Parse every certificate before writing any, so a bad one leaves nothing behind. A
+    // key of a type the trust store cannot use is skipped, with a warning naming it.
     let mut parsed = Vec::new();
-    for der in &certs {
-        let c = validator::trust::Cert::from_der(der, &name)?;
-        parsed.push((c, der));
+    for (i, der) in certs.iter().enumerate() {
+        match validator::trust::Cert::from_der(der, &format!("{name}: built-in certificate {i}")) {
+            Ok(c) => parsed.push((i, c, der)),
+            Err(e @ validator::trust::TrustError::UnsupportedKey { .. }) => {
+                eprintln!("validator: warning: {e}; skipped");
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
     let mut lines = Vec::new();
     let mut files = Vec::new();
-    for (i, (c, der)) in parsed.iter().enumerate() {
+    for (i, c, der) in &parsed {
         let fp = validator::util::hex(&c.sha256);
         lines.push(format!(
             "{} serial {} key {} sha256 {fp}",
@@ -410,27 +428,79 @@ fn keys_extract(path: &Path, dir: Option<PathBuf>, out: &mut Out) -> Res {
         ));
         files.push((
             format!("builtin-{i}-{}.der", fp.get(..16).unwrap_or(&fp)),
-            *der,
+            der.as_slice(),
         ));
     }
     if let Some(dir) = dir {
-        std::fs::create_dir_all(&dir).map_err(|e| Usage(format!("{}: {e}", dir.display())))?;
-        let mut written: Vec<PathBuf> = Vec::new();
-        for (f, der) in &files {
-            let p = dir.join(f);
-            if let Err(e) = validator::util::fs::write_atomic(&p, der) {
-                for w in &written {
-                    let _ = std::fs::remove_file(w);
-                }
-                return Err(Usage(format!("{}: {e}", p.display())));
-            }
-            written.push(p);
-        }
+        write_all_or_nothing(&dir, &files)?;
     }
     for l in lines {
         out.line(&l)?;
     }
     Ok(true)
+}
+
+/// Writes every `(name, bytes)` into `dir`, or none: each is first written and synced
+/// under a temporary name, then all are renamed into place; on a failure the temporary
+/// files, and the directories this call created, are removed again.
+fn write_all_or_nothing(dir: &Path, files: &[(String, &[u8])]) -> Result<(), Usage> {
+    use std::io::Write;
+    let err = |p: &Path, e: std::io::Error| Usage(format!("{}: {e}", p.display()));
+    // A target that exists and is not a regular file would fail the rename: refuse first.
+    for (f, _) in files {
+        let p = dir.join(f);
+        if let Ok(m) = std::fs::symlink_metadata(&p) {
+            if !m.is_file() {
+                return Err(Usage(format!(
+                    "{}: exists and is not a regular file",
+                    p.display()
+                )));
+            }
+        }
+    }
+    // The directories to create, outermost first, so they can be removed on failure.
+    let mut created: Vec<PathBuf> = dir
+        .ancestors()
+        .take_while(|a| !a.as_os_str().is_empty() && !a.exists())
+        .map(Path::to_path_buf)
+        .collect();
+    created.reverse();
+    let undo = |temps: &[PathBuf], created: &[PathBuf]| {
+        for t in temps {
+            let _ = std::fs::remove_file(t);
+        }
+        for d in created.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    };
+    if let Err(e) = std::fs::create_dir_all(dir) {
+        undo(&[], &created);
+        return Err(err(dir, e));
+    }
+    let mut temps = Vec::new();
+    for (f, bytes) in files {
+        let tmp = dir.join(format!(".{f}.tmp"));
+        let r = std::fs::File::create(&tmp).and_then(|mut h| {
+            h.write_all(bytes)?;
+            h.sync_all()
+        });
+        temps.push(tmp.clone());
+        if let Err(e) = r {
+            undo(&temps, &created);
+            return Err(err(&tmp, e));
+        }
+    }
+    for (i, ((f, _), tmp)) in files.iter().zip(&temps).enumerate() {
+        let p = dir.join(f);
+        if let Err(e) = std::fs::rename(tmp, &p) {
+            undo(temps.get(i..).unwrap_or_default(), &[]);
+            return Err(err(&p, e));
+        }
+    }
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
 }
 
 fn modules_check(a: ModulesCheck, out: &mut Out) -> Res {
@@ -491,15 +561,24 @@ fn modules_check(a: ModulesCheck, out: &mut Out) -> Res {
         };
     }
     policy.release = release;
-    let mut store = validator::trust::TrustStore::new();
-    for t in &a.trust {
-        store.add_path(t)?;
-    }
     let g = gate::Gate {
-        trust: store,
+        trust: trust_store(&a.trust)?,
         symvers: table,
         policy,
     };
+    // A named path must be a module file or a directory to search; anything else (a FIFO,
+    // a device, nothing) is unusable input.
+    for p in &a.paths {
+        let m = std::fs::metadata(p).map_err(|e| Usage(format!("{}: {e}", p.display())))?;
+        if !m.is_dir() {
+            if let Some(kind) = validator::util::fs::kind_of(m.file_type()) {
+                return Err(Usage(format!(
+                    "{}: is a {kind}, not a module file or directory",
+                    p.display()
+                )));
+            }
+        }
+    }
     let files = batch::collect(&a.paths)?;
     if files.is_empty() {
         return Err(Usage(format!(
@@ -557,6 +636,21 @@ fn modules_check(a: ModulesCheck, out: &mut Out) -> Res {
     Ok(failed == 0)
 }
 
+/// The trust store of `--trust` paths; a path that adds no certificate (an empty
+/// directory) is an error, not silently no trust.
+fn trust_store(paths: &[PathBuf]) -> Result<validator::trust::TrustStore, Usage> {
+    let mut store = validator::trust::TrustStore::new();
+    for t in paths {
+        if store.add_path(t)? == 0 {
+            return Err(Usage(format!(
+                "{}: no certificate (*.der, *.pem, *.crt, *.x509) in this directory",
+                t.display()
+            )));
+        }
+    }
+    Ok(store)
+}
+
 fn verity_verify(a: VerityVerify, out: &mut Out) -> Res {
     use validator::formats::verity::{sig, superblock, tree};
     let open =
@@ -566,7 +660,17 @@ fn verity_verify(a: VerityVerify, out: &mut Out) -> Res {
         validator::sys::file_size(f).map_err(|e| Usage(format!("{}: {e}", p.display())))
     };
     let (dsize, hsize) = (size(&df, &a.data)?, size(&hf, &a.hash)?);
+    let data_name = a.data.display().to_string();
     let hash_name = a.hash.display().to_string();
+    // A tree error is about one of the two files: name it.
+    let tree_err = |e: tree::TreeError| {
+        let name = match &e {
+            tree::TreeError::Read { device: "data", .. }
+            | tree::TreeError::TooSmall { device: "data", .. } => &data_name,
+            _ => &hash_name,
+        };
+        Usage(format!("{name}: {e}"))
+    };
     if a.hash_offset >= hsize {
         return Err(Usage(format!(
             "{hash_name}: --hash-offset {} is beyond its end ({hsize} bytes)",
@@ -575,10 +679,15 @@ fn verity_verify(a: VerityVerify, out: &mut Out) -> Res {
     }
     let mut sb = vec![0u8; superblock::SIZE];
     use std::os::unix::fs::FileExt;
-    let n = hf
-        .read_at(&mut sb, a.hash_offset)
-        .map_err(|e| Usage(format!("{hash_name}: {e}")))?;
+    let n = hf.read_at(&mut sb, a.hash_offset).map_err(|e| {
+        Usage(format!(
+            "{hash_name}: superblock at offset {}: {e}",
+            a.hash_offset
+        ))
+    })?;
+    // data_blocks 0 in the superblock: the whole data device, as veritysetup reads it.
     let params = superblock::parse(sb.get(..n).unwrap_or_default())
+        .and_then(|p| p.resolve_data_blocks(dsize))
         .map_err(|e| Usage(format!("{hash_name}: {e}")))?;
     let (root, signer) = match (&a.root_hash, &a.sig) {
         (Some(h), None) => (
@@ -588,12 +697,16 @@ fn verity_verify(a: VerityVerify, out: &mut Out) -> Res {
         (None, Some(f)) => {
             let bytes = read_limited(f, ROOT_SIG_MAX)?;
             let s = sig::parse(&bytes).map_err(|e| Usage(format!("{}: {e}", f.display())))?;
-            let mut store = validator::trust::TrustStore::new();
-            for t in &a.trust {
-                store.add_path(t)?;
-            }
-            let who = validator::trust::rootsig::verify(&s, &store)
-                .map_err(|e| Usage(format!("{}: {e}", f.display())))?;
+            let store = trust_store(&a.trust)?;
+            let who = validator::trust::rootsig::verify(&s, &store).map_err(|e| {
+                let trusted: Vec<String> =
+                    a.trust.iter().map(|t| t.display().to_string()).collect();
+                Usage(format!(
+                    "{}: {e} (trusted: {})",
+                    f.display(),
+                    trusted.join(", ")
+                ))
+            })?;
             (s.root_hash, Some(who))
         }
         _ => return Err(Usage("give exactly one of --root-hash and --sig".into())),
@@ -606,15 +719,13 @@ fn verity_verify(a: VerityVerify, out: &mut Out) -> Res {
             params.algorithm.digest_size()
         )));
     }
-    let g = tree::Geometry::new(&params, a.hash_offset, true)
-        .map_err(|e| Usage(format!("{hash_name}: {e}")))?;
+    let g = tree::Geometry::new(&params, a.hash_offset, true).map_err(tree_err)?;
     let threads = a.threads.map_or_else(
         || std::thread::available_parallelism().map_or(1, |n| n.get()),
         usize::from,
     );
     let start = std::time::Instant::now();
-    let v = tree::verify(&df, dsize, &hf, hsize, &g, &root, threads)
-        .map_err(|e| Usage(format!("{} / {hash_name}: {e}", a.data.display())))?;
+    let v = tree::verify(&df, dsize, &hf, hsize, &g, &root, threads).map_err(tree_err)?;
     let secs = start.elapsed().as_secs_f64();
     let gbs = v.data_bytes as f64 / 1e9 / secs.max(1e-9);
     if a.json {
@@ -766,6 +877,14 @@ fn slot_target(at: &SlotWhere) -> Result<(validator::config::bom::Slot, PathBuf,
     };
     match (&at.grubenv, &at.esp) {
         (Some(f), None) => {
+            // A FIFO, a directory or an oversized file is unusable input (exit 2), as for
+            // every other command; what the block says is for the stage to judge.
+            let file = validator::util::fs::open_input(f, false)?;
+            validator::util::fs::read_file_limited(
+                file,
+                f,
+                validator::formats::grubenv::MAX_SIZE as u64,
+            )?;
             let dir = f
                 .parent()
                 .map(Path::to_path_buf)
@@ -774,7 +893,13 @@ fn slot_target(at: &SlotWhere) -> Result<(validator::config::bom::Slot, PathBuf,
                 .file_name()
                 .ok_or_else(|| Usage(format!("{}: not a file", f.display())))?;
             cfg.bootloader = Bootloader::Grub;
-            cfg.grubenv = format!("/{}", name.to_string_lossy());
+            let name = name.to_str().ok_or_else(|| {
+                Usage(format!(
+                    "{}: the file name is not UTF-8 (the slot configuration names its files as text)",
+                    f.display()
+                ))
+            })?;
+            cfg.grubenv = format!("/{name}");
             Ok((cfg, dir, false))
         }
         (None, Some(d)) => {

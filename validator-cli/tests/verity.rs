@@ -1,5 +1,13 @@
 //! `validator verity verify` against images made by the real `veritysetup format`, judged
 //! side by side with `veritysetup verify`.
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 #[path = "../../validator/tests/common/mod.rs"]
 mod common;
@@ -386,4 +394,72 @@ fn signed_root_hash_needs_a_trusted_cert() {
     .unwrap();
     let err = String::from_utf8_lossy(&run(&cert).stderr).into_owned();
     assert!(err.contains("not base64"), "{err}");
+}
+
+/// A superblock with `data_blocks` 0 means "the whole data device" to `veritysetup
+/// verify`; ours reads it the same way, judged side by side on clean and corrupted data.
+#[test]
+fn zero_data_blocks_is_the_whole_data_device_as_for_veritysetup() {
+    let dir = tmpdir("verity-zero-blocks");
+    for (c, len) in [
+        (
+            Case {
+                name: "zero-4k",
+                args: vec![],
+                same_file: false,
+                hash_offset: 0,
+            },
+            1 << 20,
+        ),
+        (
+            Case {
+                name: "zero-1k",
+                args: vec!["--data-block-size=1024", "--hash-block-size=512"],
+                same_file: false,
+                hash_offset: 0,
+            },
+            300 * 1024 + 100,
+        ),
+    ] {
+        let (data, hash, root) = format(&dir, &c, len, 7);
+        let mut h = std::fs::read(&hash).unwrap();
+        h[72..80].copy_from_slice(&0u64.to_le_bytes());
+        std::fs::write(&hash, &h).unwrap();
+        assert!(veritysetup_ok(&c, &data, &hash, &root, len), "{}", c.name);
+        let (ok, text) = ours(&c, &data, &hash, &root, len, "2");
+        assert!(ok, "{}: {text}", c.name);
+        let blocks = len / block_size(&c);
+        assert!(
+            text.contains(&format!("({blocks} data blocks of")),
+            "{}: {text}",
+            c.name
+        );
+        // Corrupt the last whole block: both refuse.
+        let mut d = std::fs::read(&data).unwrap();
+        d[(blocks - 1) * block_size(&c)] ^= 1;
+        std::fs::write(&data, &d).unwrap();
+        assert!(!veritysetup_ok(&c, &data, &hash, &root, len), "{}", c.name);
+        let (ok, text) = ours(&c, &data, &hash, &root, len, "2");
+        assert!(!ok && text.contains("CORRUPTED"), "{}: {text}", c.name);
+    }
+    // A data device smaller than one block: nothing to verify, a clear error.
+    let tiny = dir.join("tiny.data");
+    std::fs::write(&tiny, [1u8; 100]).unwrap();
+    let c = Case {
+        name: "zero-4k",
+        args: vec![],
+        same_file: false,
+        hash_offset: 0,
+    };
+    let out = Command::new(env!("CARGO_BIN_EXE_validator"))
+        .args(["verity", "verify", "--data"])
+        .arg(&tiny)
+        .arg("--hash")
+        .arg(dir.join(format!("{}.hash", c.name)))
+        .args(["--root-hash", &"00".repeat(32)])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("holds no whole data block"), "{err}");
 }

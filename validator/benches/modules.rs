@@ -2,7 +2,17 @@
 //! single-core SHA-256 speed and `openssl cms -verify` measured in the same run.
 //!
 //! `cargo bench -p validator --bench modules -- [KERNEL_DIR] [SAMPLE]`
-//! (default `target/kernels/default`, 200 modules for openssl). Not a test: it prints.
+//! (default `target/kernels/default`, 200 modules for openssl; a relative path is taken
+//! from the repository root when it does not exist in `validator/`, where cargo runs
+//! benchmarks). Not a test: it prints, and a failure stops it with a panic.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,10 +26,7 @@ fn main() {
         .skip(1)
         .filter(|a| a != "--bench")
         .collect();
-    let root = args
-        .first()
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/kernels/default"));
+    let root = common::kernel_dir(args.first().map(String::as_str));
     let sample: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(200);
     let boot = root.join("boot");
     let vmlinuz = std::fs::read_dir(&boot)

@@ -2,6 +2,12 @@
 //! `veritysetup verify` and the machine's single-core SHA-256, in the same run.
 //!
 //! `cargo bench -p validator --bench verity -- [SIZE_MIB]` (default 1024). Not a test.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::path::Path;
 use std::process::Command;

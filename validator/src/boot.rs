@@ -2,11 +2,13 @@
 //! else. Each stage's body lives in [`crate::stages`] under its report name; a failed
 //! stage's error carries its fault class, and the decision reads only that class.
 //!
-//! The flow: `start`, `measure`, `modules`, `slot` (with `[slot]`), `storage`, `verity` (when the BOM asks
-//! for a verified root), `mount`, `critical` (with verity), `handover`. A failed stage
-//! stops the flow. The decision ([`decide`]): no fault, pass; a hardware fault with a
-//! usable root, quarantine (boot on, the slot is not burned); an image fault, fallback to
-//! the other slot when one may still be tried, else stop; a platform fault, the BOM's
+//! The flow: `start`, `measure`, `modules`, `slot` (with `[slot]`), `storage`, `verity`
+//! (when the BOM asks for a verified root), `mount`, `critical` (with verity),
+//! `preflight`, `handover`. A failed stage stops the flow, except `preflight`: the root is
+//! usable whatever it finds, so `handover` still runs and a hardware fault can quarantine.
+//! The decision ([`decide`]): no fault, pass; a hardware fault with a usable root,
+//! quarantine (boot on, the slot is not burned); an image fault, fallback to the other
+//! slot when one may still be tried, else stop; a platform fault, the BOM's
 //! `slot.on_platform_fault` (stop, or quarantine with a usable root); anything else, stop.
 //! Then the measurements are finished, the slots updated, the report printed and written,
 //! and the boot hands over, falls back (kexec or reboot) or stops. Nothing here returns.
@@ -27,7 +29,9 @@ fn stage<E: Classified>(
     which: Stage,
     f: fn(&mut Context) -> Result<String, E>,
 ) -> bool {
+    // The test hook's whole purpose: the panic policy is tested with a real panic.
     #[cfg(feature = "test-hooks")]
+    #[allow(clippy::panic)]
     if ctx.args.test_panic.as_deref() == Some(which.name()) {
         panic!(
             "test panic requested at stage {} (validator.test_panic)",
@@ -73,6 +77,12 @@ fn run_stages(ctx: &mut Context, report: &mut Report) {
         && (!verity(ctx) || stage(ctx, report, Stage::Verity, verity::run))
         && stage(ctx, report, Stage::Mount, mount::run)
         && (!verity(ctx) || stage(ctx, report, Stage::Critical, critical::run))
+        && {
+            // The root is usable whatever the preflight finds (its hardware faults
+            // quarantine, boot on): the handover checks still run.
+            stage(ctx, report, Stage::Preflight, preflight::run);
+            true
+        }
         && stage(ctx, report, Stage::Handover, handover::run);
     if started && slots(ctx) && ctx.facts.slot.is_none() {
         stage(ctx, report, Stage::Slot, slot::run);

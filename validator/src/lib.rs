@@ -21,9 +21,9 @@
 //! runs against fixture trees as well as on a live node. Errors carry the path, device or
 //! module they are about.
 //!
-//! Current limits: no A/B slot handling and no GPU/NIC preflight yet, so every failed
-//! stage stops the boot with the report on the console. The gate checks the modules the
-//! initramfs loads; modules on the real root are not gated yet. x86-64 only (DPS types,
+//! Current limits: no A/B slot handling yet, so every failed stage stops the boot with
+//! the report on the console. The gate checks the modules the initramfs loads and, in the
+//! preflight, the BOM's `modules.root` on the verified root. x86-64 only (DPS types,
 //! bzImage, 64-bit module layout).
 
 pub mod util;

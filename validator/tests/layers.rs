@@ -3,6 +3,14 @@
 //! reads every source file and fails on a `crate::` or `super::` path that points up, and
 //! on an import cycle between the modules of one layer (`stages::storage` and
 //! `stages::verity`, say).
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 use std::path::{Path, PathBuf};
 

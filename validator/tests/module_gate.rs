@@ -1,6 +1,14 @@
 //! The module gate against the real Debian kernels fetched by `scripts/provision`
 //! (6.1: RSA-4096, plain `.ko`; 6.12: ECDSA P-384, `.ko.xz`; cloud: another vermagic and
 //! key) and against modules signed with the kernel's own `sign-file`.
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod common;
 
@@ -463,4 +471,239 @@ fn signature_fields_match_modinfo() {
             );
         }
     }
+}
+
+/// The decompressed image of a provisioned module (`crc8.ko` of 6.1, `crc8.ko.xz` of 6.12).
+fn image_of(kernel: &str, file: &str) -> Vec<u8> {
+    let raw = std::fs::read(common::module(kernel, file)).unwrap();
+    if file.ends_with(".xz") {
+        validator::formats::compress::xz(&raw, 1 << 30).unwrap()
+    } else {
+        raw
+    }
+}
+
+/// Offset of the `__versions` record of `symbol` in `image`.
+fn record_of(image: &[u8], symbol: &str) -> usize {
+    let body = validator::formats::kmod::sig::split(image).unwrap().body;
+    let elf = validator::formats::kmod::modinfo::parse_elf(body).unwrap();
+    let v = elf.version_of(symbol).unwrap();
+    let mut rec = v.crc.to_le_bytes().to_vec();
+    rec.extend_from_slice(symbol.as_bytes());
+    rec.push(0);
+    image
+        .windows(rec.len())
+        .position(|w| w == rec.as_slice())
+        .unwrap()
+}
+
+/// Replaces the 64-byte record at `at` with `symbol` and `crc`.
+fn put_record(image: &mut [u8], at: usize, symbol: &str, crc: u64) {
+    let rec = &mut image[at..at + 64];
+    rec.fill(0);
+    rec[..8].copy_from_slice(&crc.to_le_bytes());
+    rec[8..8 + symbol.len()].copy_from_slice(symbol.as_bytes());
+}
+
+fn codes_and_messages(v: &validator::stages::modules::gate::Verdict) -> Vec<(String, String)> {
+    v.reasons
+        .iter()
+        .map(|r| (r.code.to_string(), r.message.clone()))
+        .collect()
+}
+
+/// Debian's kernels refuse an imported symbol with no `__versions` record ("no symbol
+/// version for ..."; docs/SIGNATURE-RULES.md V13 and V07), compare the record's CRC as an
+/// `unsigned long` (V06, V12), and ignore records nothing imports (V14). Each edit of
+/// the real crc8 module of both kernels gets the kernel's reason.
+#[test]
+fn versions_are_checked_for_every_import_as_the_kernel_does() {
+    for (kernel, file) in [("default", "crc8.ko"), ("k612", "crc8.ko.xz")] {
+        let k = facts(kernel);
+        let g = gate(&k, store(&k.certs));
+        let orig = image_of(kernel, file);
+        let (v, _) = g.check("crc8", "crc8.ko", &orig);
+        assert!(v.pass, "{kernel}: {:?}", v.reasons);
+        let thunk = record_of(&orig, "__x86_return_thunk");
+        let layout = record_of(&orig, "module_layout");
+        let layout_crc = k.symvers().map["module_layout"].crc;
+        let thunk_crc = k.symvers().map["__x86_return_thunk"].crc;
+
+        // V13: the import's record replaced by a (valid) module_layout record.
+        let mut m = orig.clone();
+        put_record(&mut m, thunk, "module_layout", u64::from(layout_crc));
+        let (v, _) = g.check("crc8", "crc8.ko", &m);
+        let r = codes_and_messages(&v);
+        assert!(
+            r.contains(&(
+                "no-symbol-version".into(),
+                "no symbol version for __x86_return_thunk".into()
+            )),
+            "{kernel}: {r:?}"
+        );
+        assert!(!v.has("crc"), "{kernel}: {r:?}");
+
+        // V07: module_layout's record replaced by another import's (valid) record.
+        let mut m = orig.clone();
+        put_record(&mut m, layout, "__x86_return_thunk", u64::from(thunk_crc));
+        let (v, _) = g.check("crc8", "crc8.ko", &m);
+        let r = codes_and_messages(&v);
+        assert!(
+            r.contains(&(
+                "no-symbol-version".into(),
+                "no symbol version for module_layout".into()
+            )),
+            "{kernel}: {r:?}"
+        );
+
+        // A renamed record: the import has none, the renamed one is ignored.
+        let mut m = orig.clone();
+        m[thunk + 8] = b'X';
+        let (v, _) = g.check("crc8", "crc8.ko", &m);
+        let r = codes_and_messages(&v);
+        assert!(
+            r.contains(&(
+                "no-symbol-version".into(),
+                "no symbol version for __x86_return_thunk".into()
+            )),
+            "{kernel}: {r:?}"
+        );
+        assert!(!v.has("unknown-symbol") && !v.has("crc"), "{kernel}: {r:?}");
+
+        // A zeroed table: no import has a record.
+        let mut m = orig.clone();
+        let lo = thunk.min(layout);
+        let hi = thunk.max(layout) + 64;
+        m[lo..hi].fill(0);
+        let (v, _) = g.check("crc8", "crc8.ko", &m);
+        let missing: Vec<_> = v
+            .reasons
+            .iter()
+            .filter(|r| r.code == "no-symbol-version")
+            .collect();
+        assert!(missing.len() >= 2, "{kernel}: {:?}", v.reasons);
+
+        // The CRC is an unsigned long: high bits set disagree although the low 32 bits
+        // match.
+        let mut m = orig.clone();
+        m[thunk + 4] = 1;
+        let (v, _) = g.check("crc8", "crc8.ko", &m);
+        let r = codes_and_messages(&v);
+        assert!(
+            r.iter().any(|(c, msg)| c == "crc"
+                && msg.starts_with("disagrees about version of symbol __x86_return_thunk ")),
+            "{kernel}: {r:?}"
+        );
+        // Every edit above also breaks the signature, which covers __versions.
+        assert!(v.has("bad-signature"), "{kernel}: {r:?}");
+    }
+}
+
+/// A compressed module with more than one stream, or bytes after its stream, is
+/// refused: `xz -dc` and the kernel would read different images.
+#[test]
+fn compressed_modules_with_content_after_the_first_stream_are_refused() {
+    let k = facts("k612");
+    let g = gate(&k, store(&k.certs));
+    let raw = std::fs::read(common::module("k612", "crc8.ko.xz")).unwrap();
+    assert!(g.check("crc8", "crc8.ko.xz", &raw).0.pass);
+    let second = Command::new("sh")
+        .args(["-c", "echo x | xz"])
+        .output()
+        .unwrap()
+        .stdout;
+    assert!(second.starts_with(b"\xfd7zXZ"));
+    let image = validator::formats::compress::xz(&raw, 1 << 30).unwrap();
+    let gz = gzip_cli;
+    let zst = |data: &[u8]| zstd::encode_all(data, 3).unwrap();
+    for (file, bytes, format) in [
+        ("crc8.ko.xz", [raw.clone(), second.clone()].concat(), "xz"),
+        ("crc8.ko.xz", [raw.clone(), b"x".to_vec()].concat(), "xz"),
+        ("crc8.ko.gz", [gz(&image), gz(b"x")].concat(), "gzip"),
+        ("crc8.ko.gz", [gz(&image), vec![0; 4]].concat(), "gzip"),
+        ("crc8.ko.zst", [zst(&image), zst(b"x")].concat(), "zstd"),
+    ] {
+        let (v, _) = g.check("crc8", file, &bytes);
+        let r = codes_and_messages(&v);
+        assert_eq!(r.len(), 1, "{file}: {r:?}");
+        assert_eq!(r[0].0, "unreadable", "{file}: {r:?}");
+        assert!(
+            r[0].1
+                .contains(&format!("follow the first {format} stream")),
+            "{file}: {r:?}"
+        );
+    }
+    // One stream alone is fine in every format.
+    for (file, bytes) in [("crc8.ko.gz", gz(&image)), ("crc8.ko.zst", zst(&image))] {
+        assert!(g.check("crc8", file, &bytes).0.pass, "{file}");
+    }
+}
+
+/// gzip through the system's `gzip` (the format's reference encoder).
+fn gzip_cli(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut child = Command::new("gzip")
+        .args(["-c", "-n"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let data = data.to_vec();
+    let writer = std::thread::spawn(move || stdin.write_all(&data).unwrap());
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    assert!(out.status.success());
+    out.stdout
+}
+
+/// A module signed with a P-521 key (which 6.12 kernels accept): the gate verifies it
+/// when the certificate is trusted.
+#[test]
+fn p521_signed_modules_pass_when_trusted() {
+    let k61 = facts("default");
+    let dir = tmpdir("p521");
+    let key = dir.join("p521.key");
+    let der = dir.join("p521.der");
+    run(Command::new("openssl")
+        .args([
+            "req",
+            "-new",
+            "-x509",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=fleet test p521",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:secp521r1",
+            "-outform",
+            "DER",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&der));
+    let m = unsigned_module(&dir, "crc16");
+    run(Command::new(sign_file())
+        .arg("sha512")
+        .arg(&key)
+        .arg(&der)
+        .arg(&m));
+    let bytes = std::fs::read(&m).unwrap();
+    let mut trust = store(&k61.certs);
+    trust.add_path(&der).unwrap();
+    assert_eq!(trust.certs.last().unwrap().key.describe(), "ecdsa-p521");
+    let (v, _) = gate(&k61, trust).check("crc16", "crc16.ko", &bytes);
+    assert!(v.pass, "{:?}", v.reasons);
+    assert_eq!(v.sig_hashalgo.as_deref(), Some("sha512"));
+    // A changed body byte: the P-521 signature no longer verifies.
+    let mut bad = bytes.clone();
+    bad[100] ^= 1;
+    let mut trust = store(&k61.certs);
+    trust.add_path(&der).unwrap();
+    let (v, _) = gate(&k61, trust).check("crc16", "crc16.ko", &bad);
+    assert!(v.has("bad-signature"), "{:?}", v.reasons);
 }

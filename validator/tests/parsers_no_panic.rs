@@ -1,6 +1,14 @@
 //! Every parser of untrusted input, fed mutations of real inputs and random bytes: they
 //! may refuse, never panic. (Deterministic, so a failure reproduces; the parsers are pure
 //! functions over bytes and ready for coverage-guided fuzzing as they are.)
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod common;
 
@@ -180,5 +188,70 @@ fn verity_signature_json_index_files_and_random_bytes() {
         let _ = validator::formats::compress::lz4_legacy(&b, 1 << 20);
         let _ = validator::formats::compress::zstd(&b, 1 << 20);
         let _ = validator::formats::compress::gzip(&b, 1 << 20);
+    }
+}
+
+#[test]
+fn sysfs_values() {
+    // Every sysfs/procfs/dpkg parser the preflight uses, over mutations of the real
+    // values of the fixture node (tests/fixtures/hw/good).
+    use validator::formats::sysfs;
+    let mut rng = Rng(7);
+    let good = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hw/good");
+    let read = |rel: &str| std::fs::read(good.join(rel)).unwrap();
+    let gpu = "sys/devices/pci0000:15/0000:15:01.0/0000:16:00.0/0000:17:03.0/0000:1b:00.0";
+    let port = "sys/class/infiniband/mlx5_0/ports/1";
+    let seeds: Vec<(Vec<u8>, &str)> = vec![
+        (read(&format!("{gpu}/vendor")), "id"),
+        (read(&format!("{gpu}/class")), "class"),
+        (read(&format!("{gpu}/current_link_speed")), "speed"),
+        (b"32 GT/s\n".to_vec(), "speed"),
+        (read(&format!("{gpu}/current_link_width")), "width"),
+        (read(&format!("{gpu}/aer_dev_correctable")), "aer"),
+        (read(&format!("{gpu}/aer_dev_fatal")), "aer"),
+        (read(&format!("{port}/state")), "ib"),
+        (read(&format!("{port}/rate")), "rate"),
+        (read("sys/class/nvme/nvme0/model"), "padded"),
+        (read("proc/driver/nvidia/version"), "version"),
+        (
+            read("proc/driver/nvidia/gpus/0000:1b:00.0/information"),
+            "gpu",
+        ),
+        (
+            read("proc/driver/nvidia-nvswitch/devices/0000:07:00.0/information"),
+            "switch",
+        ),
+        (read("sys/kernel/security/lockdown"), "lockdown"),
+        (read("sys/module/nvidia/taint"), "taint"),
+        (read("root/var/lib/dpkg/status"), "dpkg"),
+        (
+            read("sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c"),
+            "efi",
+        ),
+    ];
+    for (seed, kind) in seeds {
+        for m in mutations(&seed, 1500, &mut rng) {
+            if kind == "efi" {
+                let _ = sysfs::efi_bool(&m);
+                continue;
+            }
+            let t = String::from_utf8_lossy(&m);
+            let _ = match kind {
+                "id" => sysfs::pci_id(&t).map(|_| ()),
+                "class" => sysfs::pci_class(&t).map(|_| ()),
+                "speed" => sysfs::link_speed(&t).map(|_| ()),
+                "width" => sysfs::link_width(&t).map(|_| ()),
+                "aer" => sysfs::aer_counters(&t).map(|_| ()),
+                "ib" => sysfs::ib_enum(&t).map(|_| ()),
+                "rate" => sysfs::ib_rate(&t).map(|_| ()),
+                "padded" => sysfs::padded(&t, "a model").map(|_| ()),
+                "version" => sysfs::nvidia_version(&t).map(|_| ()),
+                "gpu" => sysfs::gpu_information(&t).map(|_| ()),
+                "switch" => sysfs::nvswitch_information(&t).map(|_| ()),
+                "lockdown" => sysfs::lockdown(&t).map(|_| ()),
+                "taint" => sysfs::module_taint(&t).map(|_| ()),
+                _ => sysfs::dpkg_status(&t).map(|_| ()),
+            };
+        }
     }
 }

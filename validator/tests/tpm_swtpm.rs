@@ -4,6 +4,14 @@
 //!
 //! Needs `swtpm`, `swtpm_setup` and tpm2-tools in PATH (scripts/provision installs them);
 //! without them the tests fail. Temporary files go under `target/test-tmp/`.
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 
 mod common;
 

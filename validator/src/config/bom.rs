@@ -1,7 +1,14 @@
 //! The image's bill of materials (BOM): one TOML file, kept in Git, embedded in the
 //! initramfs, loaded by the init and reported by digest.
 //!
-//! Parsing is strict: unknown keys and bad values are errors that name the file and line.
+//! Parsing is strict: unknown keys and bad values are errors that name the file and the
+//! line of the key (from the TOML parser's spans). [`parse`] also refuses every BOM the
+//! init could not boot with: verity values no superblock or kernel can match (block
+//! sizes, data block count, salt and root-hash lengths), `source = "bom"` without a root
+//! hash, pins of names that are no module, and a module named twice (`-` and `_` are the
+//! same) in any list or map. The init and `validator bom check` both load a BOM through
+//! [`parse`], so they refuse the same BOMs.
+//!
 //! The digest is SHA-256 over the exact bytes that were parsed, so the report, the TPM
 //! measurement and the file in Git can be compared with `sha256sum`.
 
@@ -67,9 +74,8 @@ macro_rules! checked_string {
 }
 
 fn version_like(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 128
-        && s.as_bytes()[0].is_ascii_alphanumeric()
+    s.len() <= 128
+        && s.as_bytes().first().is_some_and(u8::is_ascii_alphanumeric)
         && s.bytes()
             .all(|c| c.is_ascii_alphanumeric() || b".+~_-:".contains(&c))
 }
@@ -80,13 +86,19 @@ checked_string!(
     "version (letters, digits and .+~_-: only)",
     version_like
 );
+/// True for a module name as the kernel spells it: 1 to 55 letters, digits, `-`, `_`.
+pub fn is_module_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() < 56
+        && s.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+}
+
 checked_string!(
     /// A module name as the kernel spells it (`-` and `_` are equal, compared normalised).
     ModuleName,
     "module name (letters, digits, - and _ only)",
-    |s| !s.is_empty()
-        && s.len() < 56
-        && s.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+    is_module_name
 );
 
 impl ModuleName {
@@ -147,6 +159,10 @@ pub struct Modules {
     /// Modules the init loads, in this order (each after its dependencies).
     #[serde(default)]
     pub load: Vec<ModuleName>,
+    /// Drivers that live on the verified root (`/lib/modules/<release>` there): gated
+    /// and loaded by the preflight, after the root is mounted (nvidia, mlx5_ib ...).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub root: Vec<ModuleName>,
 }
 
 checked_string!(
@@ -290,7 +306,7 @@ pub struct Policy {
     /// Modules that may load without `intree=Y` (NVIDIA, OFED...).
     #[serde(default)]
     pub out_of_tree: Vec<ModuleName>,
-    /// Required SHA-256 of module files, by module name.
+    /// Required SHA-256 of module files, by module name (checked by [`parse`]).
     #[serde(default)]
     pub module_sha256: BTreeMap<String, Sha256Hex>,
     /// Taint flags allowed after the modules are loaded (e.g. "OE"); others are reported.
@@ -302,15 +318,8 @@ pub struct Policy {
     pub trust: Vec<String>,
 }
 
-/// The hardware the image expects on the node.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Hardware {
-    pub gpus: Option<u32>,
-    pub nvswitches: Option<u32>,
-    pub nvme: Option<u32>,
-    pub mlx5_ports: Option<u32>,
-}
+/// The hardware the image expects on the node (`[hardware]`, see [`super::hardware`]).
+pub use super::hardware::Hardware;
 
 /// An A/B slot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -520,6 +529,22 @@ impl Slot {
         Ok(())
     }
 
+    /// Slot `s`'s root and `root-verity-sig` partitions from the templates (for the
+    /// storage stage, when the command line does not name them).
+    pub fn root_specs(
+        &self,
+        s: SlotName,
+    ) -> (
+        Option<crate::config::cmdline::RootSpec>,
+        Option<crate::config::cmdline::RootSpec>,
+    ) {
+        use crate::config::cmdline::parse_root;
+        (
+            self.root.as_deref().map(|t| parse_root(&s.fill(t))),
+            self.verity_sig.as_deref().map(|t| parse_root(&s.fill(t))),
+        )
+    }
+
     /// The ESP path of slot `s`'s kernel, initramfs, or the state directory.
     pub fn path(&self, template: &str, s: SlotName) -> String {
         s.fill(template)
@@ -569,13 +594,92 @@ pub struct LoadedBom {
 pub const BOM_MAX: u64 = 1 << 20;
 
 fn line_of(text: &str, offset: usize) -> usize {
-    let offset = offset.min(text.len());
-    text.as_bytes()[..offset]
+    text.as_bytes()
+        .get(..offset.min(text.len()))
+        .unwrap_or_default()
         .iter()
         .filter(|&&c| c == b'\n')
         .count()
         + 1
 }
+
+/// What is wrong at `offset`: a control character TOML does not allow is named (the
+/// parser's own message for it can be empty or about something else), otherwise the
+/// parser's message on one line.
+fn parse_message(text: &str, offset: Option<usize>, message: &str) -> String {
+    let rest = offset.and_then(|o| text.get(o..)).unwrap_or_default();
+    let mut chars = rest.chars();
+    match (chars.next(), chars.next()) {
+        (Some('\0'), _) => "a NUL character, which TOML does not allow".into(),
+        (Some('\r'), next) if next != Some('\n') => {
+            "a carriage return without a line feed (TOML lines end in LF or CRLF)".into()
+        }
+        (Some(c), _) if c.is_control() && !matches!(c, '\t' | '\n' | '\r') => format!(
+            "control character U+{:04X}, which TOML does not allow",
+            u32::from(c)
+        ),
+        _ if message.trim().is_empty() => "not valid TOML".into(),
+        _ => message.trim().lines().collect::<Vec<_>>().join("; "),
+    }
+}
+
+/// Lines of keys in the BOM text, from the TOML parser's spans.
+struct KeyLines<'a> {
+    text: &'a str,
+    doc: Option<toml_edit::ImDocument<&'a str>>,
+}
+
+impl<'a> KeyLines<'a> {
+    fn new(text: &'a str) -> KeyLines<'a> {
+        KeyLines {
+            text,
+            doc: toml_edit::ImDocument::parse(text).ok(),
+        }
+    }
+
+    /// The line of the key at `path` (or of element `index` of its array value); where
+    /// that is not in the text (a default), the line of the nearest enclosing key or
+    /// table, else 1.
+    fn of(&self, path: &[&str], index: Option<usize>) -> usize {
+        let Some(doc) = &self.doc else { return 1 };
+        let mut item = doc.as_item();
+        let mut span = None;
+        let mut complete = true;
+        for key in path {
+            let Some((k, v)) = item.as_table_like().and_then(|t| t.get_key_value(key)) else {
+                complete = false;
+                break;
+            };
+            span = k.span().or(span);
+            item = v;
+        }
+        if let (true, Some(i)) = (complete, index) {
+            if let Some(v) = item.as_array().and_then(|a| a.get(i)) {
+                span = v.span().or(span);
+            }
+        }
+        span.map_or(1, |s| line_of(self.text, s.start))
+    }
+
+    /// The line of key `key` of the map at `path`.
+    fn of_key(&self, path: &[&str], key: &str) -> usize {
+        let mut p = path.to_vec();
+        p.push(key);
+        self.of(&p, None)
+    }
+}
+
+/// Module names a list or map of the BOM holds twice (`-` and `_` are the same): the
+/// first duplicate's position.
+fn first_duplicate<'b>(names: impl Iterator<Item = &'b str>) -> Option<(usize, &'b str)> {
+    let mut seen = std::collections::BTreeSet::new();
+    names
+        .enumerate()
+        .find(|(_, n)| !seen.insert(crate::formats::kmod::normalize_name(n)))
+}
+
+/// The kernel's dm-verity takes data blocks of at most the page size (4096 on x86-64).
+pub const VERITY_MAX_DATA_BLOCK: u32 = 4096;
 
 /// Parses BOM bytes; `path` only names the source in errors.
 pub fn parse(bytes: &[u8], path: &Path) -> Result<LoadedBom, BomError> {
@@ -589,16 +693,33 @@ pub fn parse(bytes: &[u8], path: &Path) -> Result<LoadedBom, BomError> {
         invalid(line, "not UTF-8".into())
     })?;
     let bom: Bom = toml::from_str(text).map_err(|e| {
-        let line = e.span().map(|s| line_of(text, s.start)).unwrap_or(1);
-        invalid(line, e.message().to_string())
+        let at = e.span().map(|s| s.start);
+        let line = at.map_or(1, |o| line_of(text, o));
+        invalid(line, parse_message(text, at, e.message()))
     })?;
+    check(&bom, &KeyLines::new(text)).map_err(|(line, message)| invalid(line, message))?;
+    Ok(LoadedBom {
+        bom,
+        bytes: bytes.to_vec(),
+        sha256: hex(&Sha256::digest(bytes)),
+        path: path.to_path_buf(),
+    })
+}
+
+/// Every check beyond the schema's types, with the line of the key at fault.
+fn check(bom: &Bom, lines: &KeyLines<'_>) -> Result<(), (usize, String)> {
+    if bom.schema != SCHEMA {
+        return Err((
+            lines.of(&["schema"], None),
+            format!(
+                "schema {} is not supported (this build reads {SCHEMA})",
+                bom.schema
+            ),
+        ));
+    }
     if bom.measure.pcr > 23 || bom.measure.pcr == crate::config::PHASE_PCR {
-        let line = text
-            .lines()
-            .position(|l| l.trim_start().starts_with("pcr"))
-            .map_or(1, |i| i + 1);
-        return Err(invalid(
-            line,
+        return Err((
+            lines.of(&["measure", "pcr"], None),
             format!(
                 "measure.pcr {} is not usable (0-23, and not 11, which holds the boot phases)",
                 bom.measure.pcr
@@ -606,55 +727,161 @@ pub fn parse(bytes: &[u8], path: &Path) -> Result<LoadedBom, BomError> {
         ));
     }
     if !(10..=60_000).contains(&bom.measure.timeout_ms) {
-        let line = text
-            .lines()
-            .position(|l| l.trim_start().starts_with("timeout_ms"))
-            .map_or(1, |i| i + 1);
-        return Err(invalid(
-            line,
+        return Err((
+            lines.of(&["measure", "timeout_ms"], None),
             format!(
                 "measure.timeout_ms {} is outside 10..60000",
                 bom.measure.timeout_ms
             ),
         ));
     }
-    if bom.schema != SCHEMA {
-        let line = text
-            .lines()
-            .position(|l| l.trim_start().starts_with("schema"))
-            .map_or(1, |i| i + 1);
-        return Err(invalid(
-            line,
+    for (field, names) in [
+        ("modules.load", &bom.modules.load),
+        ("modules.root", &bom.modules.root),
+        ("policy.out_of_tree", &bom.policy.out_of_tree),
+    ] {
+        if let Some((i, m)) = first_duplicate(names.iter().map(ModuleName::as_str)) {
+            let path: Vec<&str> = field.split('.').collect();
+            return Err((
+                lines.of(&path, Some(i)),
+                format!("module {m} is listed twice in {field}"),
+            ));
+        }
+    }
+    // A module is loaded from the initramfs or from the root, not both.
+    if let Some(m) = bom.modules.root.iter().find(|r| {
+        bom.modules
+            .load
+            .iter()
+            .any(|l| l.normalized() == r.normalized())
+    }) {
+        let i = bom
+            .modules
+            .root
+            .iter()
+            .position(|r| r == m)
+            .unwrap_or_default();
+        return Err((
+            lines.of(&["modules", "root"], Some(i)),
+            format!("module {m} is listed twice (in modules.load and modules.root)"),
+        ));
+    }
+    let pins = ["policy", "module_sha256"];
+    for k in bom.policy.module_sha256.keys() {
+        if !is_module_name(k) {
+            return Err((
+                lines.of_key(&pins, k),
+                format!(
+                    "policy.module_sha256 key {k:?} is not a module name (letters, digits, - and _)"
+                ),
+            ));
+        }
+    }
+    if let Some((_, m)) = first_duplicate(bom.policy.module_sha256.keys().map(String::as_str)) {
+        return Err((
+            lines.of_key(&pins, m),
             format!(
-                "schema {} is not supported (this build reads {SCHEMA})",
-                bom.schema
+                "module {} is pinned twice in policy.module_sha256 (- and _ are the same)",
+                crate::formats::kmod::normalize_name(m)
             ),
         ));
     }
     if let Some(slot) = &bom.slot {
         if let Err(why) = slot.check() {
-            let line = text
-                .lines()
-                .position(|l| l.trim_start().starts_with("[slot]"))
-                .map_or(1, |i| i + 1);
-            return Err(invalid(line, format!("slot: {why}")));
+            return Err((lines.of(&["slot"], None), format!("slot: {why}")));
         }
     }
-    let mut seen = std::collections::BTreeSet::new();
-    for m in &bom.modules.load {
-        if !seen.insert(m.normalized()) {
-            let line = text
-                .find(&format!("\"{}\"", m.0))
-                .map_or(1, |o| line_of(text, o));
-            return Err(invalid(line, format!("module {} is listed twice", m.0)));
+    if let Some(v) = &bom.verity {
+        check_verity(v, lines)?;
+    }
+    if let Err(e) = super::hardware::validate(&bom.hardware) {
+        return Err((lines.of(&["hardware", e.key], None), e.message));
+    }
+    Ok(())
+}
+
+/// The `[verity]` values the init could boot with.
+fn check_verity(v: &Verity, lines: &KeyLines<'_>) -> Result<(), (usize, String)> {
+    use crate::formats::verity::superblock::{self, Algorithm};
+    let at = |key: &str| lines.of(&["verity", key], None);
+    let algorithm = v
+        .algorithm
+        .as_ref()
+        .and_then(|a| Algorithm::from_name(a.as_str()));
+    match (&v.root_hash, v.source) {
+        (None, RootHashSource::Bom) => {
+            return Err((
+                at("source"),
+                "verity.source is \"bom\" but there is no verity.root_hash".into(),
+            ))
+        }
+        (Some(h), _) => {
+            let len = h.0.len() / 2;
+            let want: Vec<usize> = match algorithm {
+                Some(a) => vec![a.digest_size()],
+                None => vec![20, 32, 64],
+            };
+            if !want.contains(&len) {
+                let what = match algorithm {
+                    Some(a) => format!("{} bytes for {}", a.digest_size(), a.name()),
+                    None => "20 (sha1), 32 (sha256) or 64 (sha512) bytes".into(),
+                };
+                return Err((
+                    at("root_hash"),
+                    format!("verity.root_hash has {len} bytes, not {what}"),
+                ));
+            }
+        }
+        (None, RootHashSource::Signature) => {}
+    }
+    if let Some(s) = v.data_block_size {
+        if !s.is_power_of_two() || !(512..=VERITY_MAX_DATA_BLOCK).contains(&s) {
+            return Err((
+                at("data_block_size"),
+                format!(
+                    "verity.data_block_size {s} is not a power of two from 512 to \
+                     {VERITY_MAX_DATA_BLOCK} (the kernel's dm-verity takes at most the page size)"
+                ),
+            ));
         }
     }
-    Ok(LoadedBom {
-        bom,
-        bytes: bytes.to_vec(),
-        sha256: hex(&Sha256::digest(bytes)),
-        path: path.to_path_buf(),
-    })
+    if let Some(s) = v.hash_block_size {
+        if !superblock::valid_block_size(s) {
+            return Err((
+                at("hash_block_size"),
+                format!(
+                    "verity.hash_block_size {s} is not a power of two from {} to {}",
+                    superblock::BLOCK_SIZES.start(),
+                    superblock::BLOCK_SIZES.end()
+                ),
+            ));
+        }
+    }
+    if let Some(n) = v.data_blocks {
+        let bytes = n.checked_mul(u64::from(v.data_block_size.unwrap_or(512)));
+        if n == 0 || bytes.is_none_or(|b| b > i64::MAX as u64) {
+            return Err((
+                at("data_blocks"),
+                format!(
+                    "verity.data_blocks {n} is not a usable count (at least 1, and the data \
+                     size must fit in 63 bits; leave it out to take the superblock's)"
+                ),
+            ));
+        }
+    }
+    if let Some(s) = &v.salt {
+        if s.0.len() / 2 > superblock::MAX_SALT {
+            return Err((
+                at("salt"),
+                format!(
+                    "verity.salt has {} bytes; a verity superblock holds at most {}",
+                    s.0.len() / 2,
+                    superblock::MAX_SALT
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Reads and parses a BOM file.
@@ -759,6 +986,145 @@ gpus = 8
         match parse(b"\xff\xfe", Path::new("b")) {
             Err(BomError::Invalid { message, .. }) => assert_eq!(message, "not UTF-8"),
             other => panic!("{other:?}"),
+        }
+    }
+
+    /// The line of the first line of `text` starting with `prefix`.
+    fn line_starting(text: &str, prefix: &str) -> usize {
+        text.lines().position(|l| l.starts_with(prefix)).unwrap() + 1
+    }
+
+    /// A NUL byte or lone carriage returns: the error says what is wrong, never an
+    /// empty message.
+    #[test]
+    fn control_characters_are_named() {
+        let (line, msg) = err("schema = 1\n\u{0}");
+        assert_eq!(line, 2);
+        assert!(msg.contains("NUL"), "{msg}");
+        let (line, msg) = err("schema = 1\nimage_id = \"a\0b\"\n");
+        assert_eq!(line, 2);
+        assert!(msg.contains("NUL"), "{msg}");
+        // In a comment the parser has no message at all.
+        let (line, msg) = err("schema = 1\n# a \u{0} b\n");
+        assert_eq!(line, 2);
+        assert!(msg.contains("NUL"), "{msg}");
+        let (_, msg) = err("schema = 1\n# a \u{7} b\n");
+        assert!(msg.contains("U+0007"), "{msg}");
+        let (line, msg) = err(&GOOD.replace('\n', "\r"));
+        assert_eq!(line, 1);
+        assert!(msg.contains("carriage return"), "{msg}");
+        // CRLF is fine.
+        assert!(parse(GOOD.replace('\n', "\r\n").as_bytes(), Path::new("b")).is_ok());
+    }
+
+    /// A bad measure.pcr is reported on its own line, not on the first line that starts
+    /// with "pcr".
+    #[test]
+    fn measure_pcr_names_its_own_line() {
+        let text = GOOD.replace("cx7 = \"28.42.1000\"", "pcr_fw = \"1.0\"")
+            + "\n[measure]\ntimeout_ms = 100\npcr = 11\n";
+        let (line, msg) = err(&text);
+        assert_eq!(line, line_starting(&text, "pcr ="), "{msg}");
+        assert!(msg.contains("measure.pcr 11"), "{msg}");
+        let text = GOOD.to_string() + "\n[measure]\npcr = 7\ntimeout_ms = 5\n";
+        let (line, msg) = err(&text);
+        assert_eq!(line, line_starting(&text, "timeout_ms"), "{msg}");
+        // Dotted keys and inline tables name their line too.
+        let text = GOOD.replace("[nvidia]", "measure.pcr = 99\n\n[nvidia]");
+        let (line, _) = err(&text);
+        assert_eq!(line, line_starting(&text, "measure.pcr"));
+    }
+
+    /// BOMs the init could not boot with are refused by parse (so by the init and by
+    /// `validator bom check` alike), each on the line of the key at fault.
+    #[test]
+    fn boms_no_boot_could_use_are_refused_on_the_key_line() {
+        let hash32 = "ab".repeat(32);
+        let good_verity = format!(
+            "\n[verity]\nsource = \"bom\"\nroot_hash = \"{hash32}\"\nalgorithm = \"sha256\"\n\
+             data_block_size = 4096\nhash_block_size = 4096\ndata_blocks = 256\nsalt = \"{}\"\n",
+            "cd".repeat(256)
+        );
+        assert!(parse((GOOD.to_string() + &good_verity).as_bytes(), Path::new("b")).is_ok());
+        let cases: Vec<(String, &str, &str)> = vec![
+            (
+                "\n[verity]\nsource = \"bom\"\n".into(),
+                "source",
+                "no verity.root_hash",
+            ),
+            (
+                "\n[verity]\nsource = \"bom\"\nroot_hash = \"00\"\n".into(),
+                "root_hash",
+                "has 1 bytes",
+            ),
+            (
+                format!("\n[verity]\nalgorithm = \"sha512\"\nroot_hash = \"{hash32}\"\n"),
+                "root_hash",
+                "not 64 bytes for sha512",
+            ),
+            (
+                "\n[verity]\nroot_hash = \"\"\n".into(),
+                "root_hash",
+                "has 0 bytes",
+            ),
+            (
+                "\n[verity]\ndata_block_size = 3\n".into(),
+                "data_block_size",
+                "data_block_size 3 is not a power of two",
+            ),
+            (
+                "\n[verity]\ndata_block_size = 8192\n".into(),
+                "data_block_size",
+                "page size",
+            ),
+            (
+                "\n[verity]\nhash_block_size = 0\n".into(),
+                "hash_block_size",
+                "hash_block_size 0",
+            ),
+            (
+                "\n[verity]\ndata_blocks = 0\n".into(),
+                "data_blocks",
+                "data_blocks 0",
+            ),
+            (
+                format!("\n[verity]\nsalt = \"{}\"\n", "ab".repeat(300)),
+                "salt",
+                "300 bytes",
+            ),
+            (
+                "\n[policy.module_sha256]\n\"../../etc/passwd x\" = \"".to_string()
+                    + &"0".repeat(64)
+                    + "\"\n",
+                "\"../../etc",
+                "is not a module name",
+            ),
+            (
+                "\n[policy.module_sha256]\n\"\" = \"".to_string() + &"0".repeat(64) + "\"\n",
+                "\"\"",
+                "\"\" is not a module name",
+            ),
+            (
+                format!(
+                    "\n[policy.module_sha256]\nmlx5-core = \"{}\"\nmlx5_core = \"{}\"\n",
+                    "0".repeat(64),
+                    "1".repeat(64)
+                ),
+                "mlx5_core",
+                "pinned twice",
+            ),
+            (
+                "\n[policy]\nout_of_tree = [\"nvidia\",\n  \"nvidia-uvm\",\n  \"nvidia_uvm\"]\n"
+                    .into(),
+                "  \"nvidia_uvm",
+                "listed twice in policy.out_of_tree",
+            ),
+        ];
+        for (extra, key, want) in cases {
+            let text = GOOD.to_string() + &extra;
+            let (line, msg) = err(&text);
+            assert!(msg.contains(want), "{extra}: {msg}");
+            assert_eq!(line, line_starting(&text, key), "{extra}: {msg}");
         }
     }
 }

@@ -35,7 +35,7 @@ pub fn split(line: &str) -> Split {
     let mut i = 0;
     let mut after_dashes = false;
     while i < bytes.len() {
-        while i < bytes.len() && bytes[i].is_ascii_whitespace() {
+        while bytes.get(i).is_some_and(u8::is_ascii_whitespace) {
             i += 1;
         }
         if i >= bytes.len() {
@@ -65,15 +65,14 @@ fn next_arg(bytes: &[u8], start: usize) -> (Param, usize) {
     let mut s = start;
     let mut in_quote = false;
     let mut quoted = false;
-    if bytes[s] == b'"' {
+    if bytes.get(s) == Some(&b'"') {
         s += 1;
         in_quote = true;
         quoted = true;
     }
     let mut equals: Option<usize> = None;
     let mut i = s;
-    while i < bytes.len() {
-        let c = bytes[i];
+    while let Some(&c) = bytes.get(i) {
         if c.is_ascii_whitespace() && !in_quote {
             break;
         }
@@ -88,8 +87,10 @@ fn next_arg(bytes: &[u8], start: usize) -> (Param, usize) {
     let end = i;
     let mut stop = end;
     // A quote that closes the whole argument (or its value) is not part of it.
-    let ends_with_quote = end > s && bytes[end - 1] == b'"';
-    let text = |a: usize, b: usize| String::from_utf8_lossy(&bytes[a..b.max(a)]).into_owned();
+    let ends_with_quote = end > s && bytes.get(end - 1) == Some(&b'"');
+    let text = |a: usize, b: usize| {
+        String::from_utf8_lossy(bytes.get(a..b.max(a)).unwrap_or_default()).into_owned()
+    };
     let param = match equals {
         None => {
             if quoted && ends_with_quote {
@@ -102,7 +103,7 @@ fn next_arg(bytes: &[u8], start: usize) -> (Param, usize) {
         }
         Some(eq) => {
             let mut vstart = eq + 1;
-            if vstart < end && bytes[vstart] == b'"' {
+            if vstart < end && bytes.get(vstart) == Some(&b'"') {
                 vstart += 1;
                 if ends_with_quote && end > vstart {
                     stop = end - 1;

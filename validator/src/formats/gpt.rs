@@ -120,13 +120,22 @@ pub struct Header {
     pub entries_crc: u32,
 }
 
+/// Little-endian fields of a structure whose length was checked first: a field past the
+/// end reads as 0.
 fn le32(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+    crate::util::le::u32_le(b, o).unwrap_or_default()
 }
 fn le64(b: &[u8], o: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[o..o + 8]);
-    u64::from_le_bytes(a)
+    crate::util::le::u64_le(b, o).unwrap_or_default()
+}
+
+/// The 16 bytes at `o` (zeros past the end; callers check the length first).
+fn bytes16(b: &[u8], o: usize) -> [u8; 16] {
+    let mut a = [0u8; 16];
+    if let Some(s) = b.get(o..o + 16) {
+        a.copy_from_slice(s);
+    }
+    a
 }
 
 /// Most entries we accept (the spec's minimum array is 128; real tools never exceed a few
@@ -138,24 +147,23 @@ pub fn parse_header(sector: &[u8]) -> Result<Header, String> {
     if sector.len() < 92 {
         return Err("GPT header sector too short".into());
     }
-    if &sector[0..8] != b"EFI PART" {
+    if !sector.starts_with(b"EFI PART") {
         return Err("no GPT signature (\"EFI PART\")".into());
     }
     let header_size = le32(sector, 12) as usize;
-    if !(92..=sector.len()).contains(&header_size) {
+    let Some(header) = sector.get(..header_size).filter(|_| header_size >= 92) else {
         return Err(format!("GPT header size {header_size} out of range"));
-    }
+    };
     let stored_crc = le32(sector, 16);
-    let mut h = sector[..header_size].to_vec();
-    h[16..20].copy_from_slice(&[0; 4]);
+    let mut h = header.to_vec();
+    crate::util::le::put(&mut h, 16, &[0; 4]);
     let crc = crc32fast::hash(&h);
     if crc != stored_crc {
         return Err(format!(
             "GPT header CRC mismatch (stored {stored_crc:08x}, computed {crc:08x})"
         ));
     }
-    let mut guid = [0u8; 16];
-    guid.copy_from_slice(&sector[56..72]);
+    let guid = bytes16(sector, 56);
     let hdr = Header {
         current_lba: le64(sector, 24),
         backup_lba: le64(sector, 32),
@@ -179,13 +187,12 @@ pub fn parse_header(sector: &[u8]) -> Result<Header, String> {
 /// Parses the partition entry array described by `hdr`.
 pub fn parse_entries(hdr: &Header, bytes: &[u8]) -> Result<Vec<Partition>, String> {
     let len = hdr.entry_count as usize * hdr.entry_size as usize;
-    if bytes.len() < len {
+    let Some(arr) = bytes.get(..len) else {
         return Err(format!(
             "GPT entry array truncated ({} of {len} bytes)",
             bytes.len()
         ));
-    }
-    let arr = &bytes[..len];
+    };
     let crc = crc32fast::hash(arr);
     if crc != hdr.entries_crc {
         return Err(format!(
@@ -195,14 +202,11 @@ pub fn parse_entries(hdr: &Header, bytes: &[u8]) -> Result<Vec<Partition>, Strin
     }
     let mut out = Vec::new();
     for (i, e) in arr.chunks_exact(hdr.entry_size as usize).enumerate() {
-        let mut t = [0u8; 16];
-        t.copy_from_slice(&e[0..16]);
-        let type_guid = Guid(t);
+        let type_guid = Guid(bytes16(e, 0));
         if type_guid.is_zero() {
             continue;
         }
-        let mut u = [0u8; 16];
-        u.copy_from_slice(&e[16..32]);
+        let u = bytes16(e, 16);
         let first_lba = le64(e, 32);
         let last_lba = le64(e, 40);
         if last_lba < first_lba {
@@ -211,9 +215,11 @@ pub fn parse_entries(hdr: &Header, bytes: &[u8]) -> Result<Vec<Partition>, Strin
                 i + 1
             ));
         }
-        let units: Vec<u16> = e[56..128]
+        let units: Vec<u16> = e
+            .get(56..128)
+            .unwrap_or_default()
             .chunks_exact(2)
-            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .map(|c| crate::util::le::u16_le(c, 0).unwrap_or_default())
             .take_while(|&c| c != 0)
             .collect();
         out.push(Partition {

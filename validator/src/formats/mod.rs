@@ -8,6 +8,9 @@
 //!
 //! Current limits: x86-64 only where the format is architecture-specific (bzImage, the
 //! 64-bit module layout, DPS partition types).
+//!
+//! [`sysfs`] parses the values the preflight reads from sysfs, procfs and the root's
+//! dpkg database (PCI ids, link speeds, InfiniBand ports, NVIDIA procfs).
 
 pub mod bls;
 pub mod compress;
@@ -17,6 +20,7 @@ pub mod kmod;
 pub mod newc;
 pub mod pkcs7;
 pub mod slotstate;
+pub mod sysfs;
 pub mod tpm;
 pub mod verity;
 pub mod vmlinuz;

@@ -10,6 +10,7 @@
 use goblin::elf::Elf;
 
 use crate::formats::compress;
+use crate::util::le::{i32_le, u16_le, u32_le, u64_le};
 
 /// A kernel-image problem.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -29,11 +30,8 @@ pub enum VmlinuzError {
 /// Largest decompressed kernel we accept.
 pub const MAX_VMLINUX: usize = 1 << 30;
 
-fn le32(b: &[u8], o: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(o..o + 4)?.try_into().ok()?))
-}
-
-/// Returns the uncompressed vmlinux ELF of a bzImage, or the input if it already is one.
+/// Returns the uncompressed vmlinux ELF of a bzImage, or the input if it already is one;
+/// a payload that decompresses to more than [`MAX_VMLINUX`] bytes is an error.
 pub fn vmlinux(image: &[u8]) -> Result<Vec<u8>, VmlinuzError> {
     vmlinux_limited(image, MAX_VMLINUX)
 }
@@ -42,8 +40,7 @@ pub fn vmlinux(image: &[u8]) -> Result<Vec<u8>, VmlinuzError> {
 /// target uses a small one).
 pub fn vmlinux_limited(image: &[u8], limit: usize) -> Result<Vec<u8>, VmlinuzError> {
     if image.starts_with(b"\x7fELF") {
-        let et = image.get(16..18).map(|b| u16::from_le_bytes([b[0], b[1]]));
-        if et != Some(goblin::elf::header::ET_EXEC) {
+        if u16_le(image, 16) != Some(goblin::elf::header::ET_EXEC) {
             return Err(VmlinuzError::NotKernel(
                 "an ELF file, but not an executable kernel (a module?)".into(),
             ));
@@ -55,31 +52,40 @@ pub fn vmlinux_limited(image: &[u8], limit: usize) -> Result<Vec<u8>, VmlinuzErr
             "no \"HdrS\" setup header at 0x202".into(),
         ));
     }
-    let version = u16::from_le_bytes([image[0x206], image[0x207]]);
+    let version = u16_le(image, 0x206).ok_or_else(|| {
+        VmlinuzError::NotKernel("the setup header ends before its version field".into())
+    })?;
     if version < 0x208 {
         return Err(VmlinuzError::NotKernel(format!(
             "boot protocol {version:#x} has no payload fields"
         )));
     }
-    let setup_sects = match image[0x1f1] {
-        0 => 4,
-        n => n as usize,
+    let setup_sects = match image.get(0x1f1).copied() {
+        Some(0) | None => 4,
+        Some(n) => usize::from(n),
     };
     let pm = (setup_sects + 1) * 512;
+    let field = |o: usize, what: &str| {
+        u32_le(image, o)
+            .map(|v| v as usize)
+            .ok_or_else(|| VmlinuzError::NotKernel(format!("the setup header ends before {what}")))
+    };
     let (off, len) = (
-        le32(image, 0x248).unwrap_or(0) as usize,
-        le32(image, 0x24c).unwrap_or(0) as usize,
+        field(0x248, "payload_offset")?,
+        field(0x24c, "payload_length")?,
     );
     let payload = pm
         .checked_add(off)
         .and_then(|s| image.get(s..s.checked_add(len)?))
         .ok_or_else(|| VmlinuzError::NotKernel("payload lies outside the file".into()))?;
+    // The build appends the decompressed size after the stream: the first stream is the
+    // kernel, what follows it is not read.
     let elf = if payload.starts_with(&[0xfd, b'7', b'z', b'X', b'Z', 0]) {
-        compress::xz(payload, limit)?
+        compress::xz_stream(payload, limit)?.data
     } else if payload.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        compress::zstd(payload, limit)?
+        compress::zstd_frame(payload, limit)?.data
     } else if payload.starts_with(&[0x1f, 0x8b]) {
-        compress::gzip(payload, limit)?
+        compress::gzip_member(payload, limit)?.data
     } else if payload.starts_with(&[0x02, 0x21, 0x4c, 0x18]) {
         compress::lz4_legacy(payload, limit)?
     } else if payload.starts_with(b"BZh") {
@@ -103,17 +109,17 @@ pub fn vmlinux_limited(image: &[u8], limit: usize) -> Result<Vec<u8>, VmlinuzErr
 pub fn release(vmlinux: &[u8]) -> Option<String> {
     let needle = b"Linux version ";
     let mut from = 0;
-    while let Some(i) = find(&vmlinux[from..], needle) {
+    while let Some(i) = find(vmlinux.get(from..)?, needle) {
         let start = from + i + needle.len();
-        let word: Vec<u8> = vmlinux[start..]
+        let word: Vec<u8> = vmlinux
+            .get(start..)?
             .iter()
             .take_while(|c| c.is_ascii_graphic())
             .copied()
             .take(128)
             .collect();
-        if !word.is_empty()
-            && vmlinux.get(start + word.len()) == Some(&b' ')
-            && word[0].is_ascii_digit()
+        if vmlinux.get(start + word.len()) == Some(&b' ')
+            && word.first().is_some_and(u8::is_ascii_digit)
         {
             return String::from_utf8(word).ok();
         }
@@ -131,10 +137,11 @@ pub fn vermagic(vmlinux: &[u8], release: &str) -> Option<String> {
     let mut needle = release.as_bytes().to_vec();
     needle.push(b' ');
     let mut from = 0;
-    while let Some(i) = find(&vmlinux[from..], &needle) {
+    while let Some(i) = find(vmlinux.get(from..)?, &needle) {
         let start = from + i;
-        let preceded_by_nul = start == 0 || vmlinux[start - 1] == 0;
-        let s: Vec<u8> = vmlinux[start..]
+        let preceded_by_nul = start == 0 || vmlinux.get(start - 1) == Some(&0);
+        let s: Vec<u8> = vmlinux
+            .get(start..)?
             .iter()
             .take_while(|&&c| c != 0)
             .copied()
@@ -185,20 +192,15 @@ impl<'a> Sections<'a> {
         let strtab = shdrs
             .get(elf.e_shstrndx as usize)
             .ok_or_else(|| VmlinuzError::BadElf("no section name table".into()))?;
-        let names = bytes
-            .get(strtab.sh_offset as usize..(strtab.sh_offset + strtab.sh_size) as usize)
+        let names = range(bytes, strtab.sh_offset, strtab.sh_size)
             .ok_or_else(|| VmlinuzError::BadElf("section name table out of range".into()))?;
         let list = shdrs
             .iter()
             .map(|s| {
+                // A name outside the table matches no section we look for.
                 let n = names
                     .get(s.sh_name..)
-                    .map(|r| {
-                        String::from_utf8_lossy(
-                            &r[..r.iter().position(|&c| c == 0).unwrap_or(r.len())],
-                        )
-                        .into_owned()
-                    })
+                    .map(|r| String::from_utf8_lossy(until_nul(r)).into_owned())
                     .unwrap_or_default();
                 (n, s.sh_addr, s.sh_offset, s.sh_size)
             })
@@ -208,10 +210,7 @@ impl<'a> Sections<'a> {
 
     fn get(&self, name: &str) -> Option<(u64, &'a [u8])> {
         let (_, addr, off, size) = self.list.iter().find(|s| s.0 == name)?;
-        Some((
-            *addr,
-            self.bytes.get(*off as usize..(*off + *size) as usize)?,
-        ))
+        Some((*addr, range(self.bytes, *off, *size)?))
     }
 
     /// The NUL-terminated string at virtual address `addr`.
@@ -219,13 +218,23 @@ impl<'a> Sections<'a> {
         let (_, a, off, size) = self
             .list
             .iter()
-            .find(|s| s.1 != 0 && addr >= s.1 && addr < s.1 + s.3)?;
-        let start = (off + (addr - a)) as usize;
-        let end = (off + size) as usize;
-        let r = self.bytes.get(start..end)?;
+            .find(|s| s.1 != 0 && addr >= s.1 && addr - s.1 < s.3)?;
+        let r = range(self.bytes, *off, *size)?.get(usize::try_from(addr - a).ok()?..)?;
         let n = r.iter().position(|&c| c == 0)?;
-        String::from_utf8(r[..n].to_vec()).ok()
+        String::from_utf8(r.get(..n)?.to_vec()).ok()
     }
+}
+
+/// `len` bytes at `off` of `b`, if they are all inside it.
+fn range(b: &[u8], off: u64, len: u64) -> Option<&[u8]> {
+    let start = usize::try_from(off).ok()?;
+    let end = start.checked_add(usize::try_from(len).ok()?)?;
+    b.get(start..end)
+}
+
+/// `b` up to its first NUL (all of it without one).
+fn until_nul(b: &[u8]) -> &[u8] {
+    b.split(|&c| c == 0).next().unwrap_or(b)
 }
 
 /// The CRCs of every symbol the kernel exports (`EXPORT_SYMBOL` and `_GPL`).
@@ -252,29 +261,31 @@ pub fn exported_crcs(vmlinux: &[u8]) -> Result<Vec<ExportedCrc>, VmlinuzError> {
             )));
         }
         let entry = syms.len() / n;
-        for i in 0..n {
-            let e = &syms[i * entry..(i + 1) * entry];
+        if !matches!(entry, 8 | 12 | 16 | 24) {
+            return Err(VmlinuzError::BadElf(format!(
+                "{tab}: entry size {entry} not understood"
+            )));
+        }
+        for (i, (e, c)) in syms
+            .chunks_exact(entry)
+            .zip(crc.chunks_exact(4))
+            .enumerate()
+        {
             let name_addr = match entry {
                 // PREL32: int value_offset; int name_offset; [int namespace_offset;]
-                8 | 12 => {
-                    let off = i32::from_le_bytes([e[4], e[5], e[6], e[7]]) as i64;
-                    (addr as i64 + (i * entry) as i64 + 4 + off) as u64
-                }
+                8 | 12 => i32_le(e, 4).map(|off| {
+                    (addr as i64)
+                        .wrapping_add((i * entry) as i64)
+                        .wrapping_add(4)
+                        .wrapping_add(i64::from(off)) as u64
+                }),
                 // Absolute pointers: unsigned long value; const char *name; [namespace]
-                16 | 24 => {
-                    u64::from_le_bytes([e[8], e[9], e[10], e[11], e[12], e[13], e[14], e[15]])
-                }
-                _ => {
-                    return Err(VmlinuzError::BadElf(format!(
-                        "{tab}: entry size {entry} not understood"
-                    )))
-                }
+                _ => u64_le(e, 8),
             };
-            let symbol = secs.string_at(name_addr).ok_or_else(|| {
+            let symbol = name_addr.and_then(|a| secs.string_at(a)).ok_or_else(|| {
                 VmlinuzError::BadElf(format!("{tab}[{i}]: name outside the image"))
             })?;
-            let c =
-                u32::from_le_bytes([crc[4 * i], crc[4 * i + 1], crc[4 * i + 2], crc[4 * i + 3]]);
+            let c = u32_le(c, 0).unwrap_or_default();
             out.push(ExportedCrc {
                 symbol,
                 crc: c,
@@ -292,17 +303,12 @@ pub fn exported_crcs(vmlinux: &[u8]) -> Result<Vec<ExportedCrc>, VmlinuzError> {
 
 /// DER length of a certificate starting at `i` (`30 82 hi lo`), if it looks like one.
 fn cert_len_at(b: &[u8], i: usize) -> Option<usize> {
-    let h = b.get(i..i + 13)?;
-    if h[0] != 0x30
-        || h[1] != 0x82
-        || h[4] != 0x30
-        || h[5] != 0x82
-        || h[8..13] != [0xa0, 0x03, 0x02, 0x01, 0x02]
-    {
+    let h = b.get(i..)?;
+    let [0x30, 0x82, hi, lo, 0x30, 0x82, _, _, 0xa0, 0x03, 0x02, 0x01, 0x02, ..] = *h else {
         return None;
-    }
-    let len = (((h[2] as usize) << 8) | h[3] as usize) + 4;
-    (i + len <= b.len()).then_some(len)
+    };
+    let len = ((usize::from(hi) << 8) | usize::from(lo)) + 4;
+    (len <= h.len()).then_some(len)
 }
 
 /// The kernel's built-in trusted certificates (DER), found as the kernel lays out
@@ -323,17 +329,19 @@ pub fn builtin_certs(vmlinux: &[u8]) -> Result<Vec<Vec<u8>>, VmlinuzError> {
             run.push((end, l));
             end += l;
         }
-        let aligned = end.div_ceil(8) * 8;
-        let size = vmlinux
-            .get(aligned..aligned + 8)
-            .map(|s| u64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]));
+        let size = u64_le(vmlinux, end.div_ceil(8) * 8);
+        let ders: Vec<&[u8]> = run
+            .iter()
+            .filter_map(|(s, l)| vmlinux.get(*s..s + l))
+            .collect();
         if size == Some((end - i) as u64)
-            && run.iter().all(|(s, l)| {
+            && ders.len() == run.len()
+            && ders.iter().all(|d| {
                 use der::Decode;
-                x509_cert::Certificate::from_der(&vmlinux[*s..s + l]).is_ok()
+                x509_cert::Certificate::from_der(d).is_ok()
             })
         {
-            out.extend(run.iter().map(|(s, l)| vmlinux[*s..s + l].to_vec()));
+            out.extend(ders.iter().map(|d| d.to_vec()));
         }
         i = end.max(i + 1);
     }
@@ -360,7 +368,44 @@ mod tests {
         fake[0x24c..0x250].copy_from_slice(&0x1000u32.to_le_bytes());
         assert!(matches!(vmlinux(&fake), Err(VmlinuzError::NotKernel(_))));
         assert!(builtin_certs(&[0u8; 100]).is_err());
+        // Cut anywhere inside the setup header's fields: an error, never a panic (518 and
+        // 519 bytes end inside the version field after "HdrS").
+        for n in 0x200..0x250 {
+            assert!(
+                matches!(vmlinux(&fake[..n]), Err(VmlinuzError::NotKernel(_))),
+                "{n} bytes"
+            );
+        }
         assert!(exported_crcs(b"\x7fELF\x02\x01\x01").is_err());
+    }
+
+    /// A payload that decompresses beyond the limit stops there (a decompression bomb).
+    #[test]
+    fn payload_bombs_stop_at_the_limit() {
+        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut e, &vec![0u8; 1 << 20]).unwrap();
+        let gz = e.finish().unwrap();
+        let mut img = vec![0u8; 0x400];
+        img[0x1f1] = 1; // one setup sector: the payload offset counts from 0x400
+        img[0x202..0x206].copy_from_slice(b"HdrS");
+        img[0x206..0x208].copy_from_slice(&0x020fu16.to_le_bytes());
+        img[0x248..0x24c].copy_from_slice(&0u32.to_le_bytes());
+        img[0x24c..0x250].copy_from_slice(&(gz.len() as u32).to_le_bytes());
+        img.extend_from_slice(&gz);
+        assert_eq!(
+            vmlinux_limited(&img, 1000),
+            Err(VmlinuzError::Decompress(
+                compress::DecompressError::TooLarge {
+                    format: "gzip",
+                    limit: 1000
+                }
+            ))
+        );
+        // Within the limit it decompresses (and is then refused: zeros are no ELF).
+        assert!(matches!(
+            vmlinux_limited(&img, 2 << 20),
+            Err(VmlinuzError::NotKernel(_))
+        ));
     }
 
     #[test]

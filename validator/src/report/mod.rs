@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::stages::measure::TpmReport;
 use crate::stages::modules::taint::TaintReport;
 use crate::stages::modules::ModuleReport;
+use crate::stages::preflight::PreflightReport;
 use crate::stages::slot::SlotFacts;
 use crate::stages::storage::RootReport;
 use crate::stages::verity::VerityReport;
@@ -62,6 +63,9 @@ pub struct Report {
     pub verity: Option<VerityReport>,
     /// Measurements: PCR values we extended, TPM commands and time, logs.
     pub tpm: Option<TpmReport>,
+    /// The preflight's checks and the hardware facts behind them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preflight: Option<PreflightReport>,
     /// The A/B slots: which booted, their state before and after, the fallback that led
     /// here (with that boot's report).
     #[serde(default)]
@@ -88,6 +92,7 @@ impl Report {
             taint: None,
             verity: None,
             tpm: None,
+            preflight: None,
             slot: None,
             decision: Decision::Pass,
             fault: None,
@@ -115,6 +120,7 @@ impl Report {
         self.taint.clone_from(&facts.taint);
         self.verity.clone_from(&facts.verity);
         self.tpm.clone_from(&facts.tpm);
+        self.preflight.clone_from(&facts.preflight);
         self.slot.clone_from(&facts.slot);
         for w in &facts.warnings {
             if !self.warnings.contains(w) {

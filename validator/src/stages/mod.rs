@@ -1,6 +1,6 @@
 //! Layer 6: the boot stages, one module per stage, named as the report names them, in
 //! run order: [`start`], [`measure`], [`modules`], [`slot`], [`storage`], [`verity`],
-//! [`mount`], [`critical`], [`handover`].
+//! [`mount`], [`critical`], [`preflight`], [`handover`].
 //!
 //! Contract: a stage is `run(&mut Context) -> Result<String, E>`: it reads what earlier
 //! stages left in the [`Context`], adds its own facts to [`Context::facts`], and returns a
@@ -9,14 +9,13 @@
 //! from the call site, and the decision reads only that class. Stages take every root
 //! (`/sys`, `/proc`, `/dev`, `/run`, the new root, the initramfs) from [`Roots`], so each
 //! runs against a fixture tree as well as on a node.
-//!
-//! Current limits: no `preflight` stage yet.
 
 pub mod critical;
 pub mod handover;
 pub mod measure;
 pub mod modules;
 pub mod mount;
+pub mod preflight;
 pub mod slot;
 pub mod start;
 pub mod storage;
@@ -103,12 +102,13 @@ pub enum Stage {
     Verity,
     Mount,
     Critical,
+    Preflight,
     Handover,
 }
 
 impl Stage {
     /// Every stage in run order.
-    pub const ALL: [Stage; 9] = [
+    pub const ALL: [Stage; 10] = [
         Stage::Start,
         Stage::Measure,
         Stage::Modules,
@@ -117,6 +117,7 @@ impl Stage {
         Stage::Verity,
         Stage::Mount,
         Stage::Critical,
+        Stage::Preflight,
         Stage::Handover,
     ];
 
@@ -131,6 +132,7 @@ impl Stage {
             Stage::Verity => "verity",
             Stage::Mount => "mount",
             Stage::Critical => "critical",
+            Stage::Preflight => "preflight",
             Stage::Handover => "handover",
         }
     }
@@ -177,6 +179,8 @@ pub struct Facts {
     pub taint: Option<modules::taint::TaintReport>,
     pub verity: Option<verity::VerityReport>,
     pub tpm: Option<measure::TpmReport>,
+    /// What the preflight checked and found.
+    pub preflight: Option<preflight::PreflightReport>,
     pub slot: Option<slot::SlotFacts>,
     /// Problems that did not stop the boot.
     pub warnings: Vec<String>,

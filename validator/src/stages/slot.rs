@@ -29,7 +29,6 @@ use serde::{Deserialize, Serialize};
 
 use super::{Context, Decision, Fault};
 use crate::config::bom::{Bootloader, FallbackVia, MarkGood, Slot, SlotName};
-use crate::config::cmdline::{parse_root, RootSpec};
 use crate::config::{layout, ESP_TYPE, LOADER_BOOT_COUNT_PATH};
 use crate::formats::bls::{self, EntryName};
 use crate::formats::grubenv::GrubEnv;
@@ -824,14 +823,6 @@ fn target_cmdline(ctx: &Context, y: SlotName) -> String {
         .collect();
     words.insert(0, format!("validator.slot={y}"));
     words.join(" ")
-}
-
-/// The root device named by the slot's template, for the storage stage.
-pub fn root_spec(cfg: &Slot, s: SlotName) -> (Option<RootSpec>, Option<RootSpec>) {
-    (
-        cfg.root.as_deref().map(|t| parse_root(&s.fill(t))),
-        cfg.verity_sig.as_deref().map(|t| parse_root(&s.fill(t))),
-    )
 }
 
 /// Falls back to the plan's slot: the report and the TPM event log go along in an archive

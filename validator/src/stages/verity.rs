@@ -152,16 +152,24 @@ pub fn trusted_root_hash(
 }
 
 /// Reads the superblock and checks it against the trusted values; returns the geometry.
+/// A superblock's `data_blocks` 0 is the whole data device, as cryptsetup reads it.
 pub fn check_superblock(
     cfg: &Verity,
     hash_dev: &str,
+    data_dev: &str,
     root_hash: &[u8],
 ) -> Result<tree::Geometry, VerityError> {
     let raw = read_device(hash_dev, cfg.hash_offset, superblock::SIZE)?;
-    let p = superblock::parse(&raw).map_err(|source| VerityError::Superblock {
+    let sb_err = |source| VerityError::Superblock {
         device: hash_dev.into(),
         source,
-    })?;
+    };
+    let mut p = superblock::parse(&raw).map_err(sb_err)?;
+    if p.data_blocks == 0 {
+        p = p
+            .resolve_data_blocks(device_size(data_dev)?)
+            .map_err(sb_err)?;
+    }
     check_trusted(cfg, &p, root_hash)?;
     Ok(tree::Geometry::new(&p, cfg.hash_offset, true)?)
 }
@@ -321,7 +329,7 @@ pub fn prepare(
     let (root, signer) = trusted_root_hash(cfg, parts.sig.as_ref(), trust)?;
     report.root_hash = crate::util::hex(&root);
     report.signer = signer;
-    let g = check_superblock(cfg, &parts.hash.device, &root)?;
+    let g = check_superblock(cfg, &parts.hash.device, &parts.data.device, &root)?;
     let p = &g.params;
     report.algorithm = p.algorithm.name().into();
     report.data_block_size = p.data_block_size;

@@ -9,6 +9,7 @@ use std::path::Path;
 use nix::errno::Errno;
 
 use super::SysError;
+use crate::util::le::{put, u32_ne, u64_ne};
 
 /// `sizeof(struct dm_ioctl)`.
 const HEADER: usize = 312;
@@ -51,22 +52,22 @@ fn put_str(buf: &mut [u8], at: usize, max: usize, s: &str) -> Result<(), Errno> 
     if b.len() >= max || b.contains(&0) {
         return Err(Errno::EINVAL);
     }
-    buf[at..at + b.len()].copy_from_slice(b);
-    Ok(())
+    put(buf, at, b).ok_or(Errno::EINVAL)
 }
 
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    u32::from_ne_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+/// Writes a native-endian field of a buffer this module sized itself.
+fn put_field(buf: &mut [u8], at: usize, bytes: &[u8]) -> Result<(), Errno> {
+    put(buf, at, bytes).ok_or(Errno::EINVAL)
 }
 
 /// A request buffer: the header (version 4.0.0, name) and room for data.
 fn request(name: &str, data_len: usize) -> Result<Vec<u8>, Errno> {
     let size = (HEADER + data_len + 7) & !7;
     let mut b = vec![0u8; size.max(16384)];
-    b[0..4].copy_from_slice(&4u32.to_ne_bytes());
-    let len = b.len() as u32;
-    b[12..16].copy_from_slice(&len.to_ne_bytes()); // data_size
-    b[16..20].copy_from_slice(&(HEADER as u32).to_ne_bytes()); // data_start
+    put_field(&mut b, 0, &4u32.to_ne_bytes())?;
+    let len = u32::try_from(b.len()).map_err(|_| Errno::E2BIG)?;
+    put_field(&mut b, 12, &len.to_ne_bytes())?; // data_size
+    put_field(&mut b, 16, &(HEADER as u32).to_ne_bytes())?; // data_start
     put_str(&mut b, 48, DM_NAME_LEN, name)?;
     Ok(b)
 }
@@ -129,37 +130,36 @@ impl Control {
         put_str(&mut b, 48 + DM_NAME_LEN, DM_UUID_LEN, uuid)
             .map_err(|e| SysError::new("DM_DEV_CREATE", name, e))?;
         self.ioctl(DM_DEV_CREATE, "DM_DEV_CREATE", name, &mut b)?;
-        let mut d = [0u8; 8];
-        d.copy_from_slice(&b[40..48]);
-        let dev = u64::from_ne_bytes(d);
+        let dev =
+            u64_ne(&b, 40).ok_or_else(|| SysError::new("DM_DEV_CREATE", name, Errno::EPROTO))?;
         Ok((nix::sys::stat::major(dev), nix::sys::stat::minor(dev)))
     }
 
     /// `DM_TABLE_LOAD` of `targets` into the inactive slot.
     pub fn load(&self, name: &str, targets: &[Target], read_only: bool) -> Result<(), SysError> {
+        let err = |e| SysError::new("DM_TABLE_LOAD", name, e);
         let mut data = Vec::new();
         for t in targets {
             let mut spec = vec![0u8; SPEC];
-            spec[0..8].copy_from_slice(&t.start.to_ne_bytes());
-            spec[8..16].copy_from_slice(&t.length.to_ne_bytes());
-            put_str(&mut spec, 24, 16, &t.kind)
-                .map_err(|e| SysError::new("DM_TABLE_LOAD", name, e))?;
+            put_field(&mut spec, 0, &t.start.to_ne_bytes()).map_err(err)?;
+            put_field(&mut spec, 8, &t.length.to_ne_bytes()).map_err(err)?;
+            put_str(&mut spec, 24, 16, &t.kind).map_err(err)?;
             let mut params = t.params.as_bytes().to_vec();
             params.push(0);
             while !(SPEC + params.len()).is_multiple_of(8) {
                 params.push(0);
             }
-            let next = (SPEC + params.len()) as u32;
-            spec[20..24].copy_from_slice(&next.to_ne_bytes());
+            let next = u32::try_from(SPEC + params.len()).map_err(|_| err(Errno::E2BIG))?;
+            put_field(&mut spec, 20, &next.to_ne_bytes()).map_err(err)?;
             data.extend_from_slice(&spec);
             data.extend_from_slice(&params);
         }
-        let mut b =
-            request(name, data.len()).map_err(|e| SysError::new("DM_TABLE_LOAD", name, e))?;
-        b[HEADER..HEADER + data.len()].copy_from_slice(&data);
-        b[20..24].copy_from_slice(&(targets.len() as u32).to_ne_bytes());
+        let mut b = request(name, data.len()).map_err(err)?;
+        put_field(&mut b, HEADER, &data).map_err(err)?;
+        let count = u32::try_from(targets.len()).map_err(|_| err(Errno::E2BIG))?;
+        put_field(&mut b, 20, &count.to_ne_bytes()).map_err(err)?;
         let flags = if read_only { DM_READONLY_FLAG } else { 0 };
-        b[28..32].copy_from_slice(&flags.to_ne_bytes());
+        put_field(&mut b, 28, &flags.to_ne_bytes()).map_err(err)?;
         self.ioctl(DM_TABLE_LOAD, "DM_TABLE_LOAD", name, &mut b)
     }
 
@@ -177,36 +177,35 @@ impl Control {
 
     /// `DM_TABLE_STATUS`: each target's status (or, with `table`, its table line).
     pub fn status(&self, name: &str, table: bool) -> Result<Vec<Target>, SysError> {
-        let mut b = request(name, 0).map_err(|e| SysError::new("DM_TABLE_STATUS", name, e))?;
+        let err = |e| SysError::new("DM_TABLE_STATUS", name, e);
+        let mut b = request(name, 0).map_err(err)?;
         if table {
-            b[28..32].copy_from_slice(&DM_STATUS_TABLE_FLAG.to_ne_bytes());
+            put_field(&mut b, 28, &DM_STATUS_TABLE_FLAG.to_ne_bytes()).map_err(err)?;
         }
         self.ioctl(DM_TABLE_STATUS, "DM_TABLE_STATUS", name, &mut b)?;
-        if u32_at(&b, 28) & DM_BUFFER_FULL_FLAG != 0 {
-            return Err(SysError::new("DM_TABLE_STATUS", name, Errno::ENOBUFS));
+        let field = |o| u32_ne(&b, o).map(|v| v as usize).ok_or(err(Errno::EPROTO));
+        if field(28)? & DM_BUFFER_FULL_FLAG as usize != 0 {
+            return Err(err(Errno::ENOBUFS));
         }
-        let count = u32_at(&b, 20) as usize;
-        let mut at = u32_at(&b, 16) as usize;
+        let count = field(20)?;
+        let data_start = field(16)?;
+        let mut at = data_start;
         let mut out = Vec::new();
+        // A C string at the start of `b` (all of it without a NUL).
+        let c_str = |b: &[u8]| {
+            String::from_utf8_lossy(b.split(|&c| c == 0).next().unwrap_or(b)).into_owned()
+        };
         for _ in 0..count {
-            let spec = b
-                .get(at..at + SPEC)
-                .ok_or_else(|| SysError::new("DM_TABLE_STATUS", name, Errno::EPROTO))?;
-            let mut s = [0u8; 8];
-            s.copy_from_slice(&spec[0..8]);
-            let start = u64::from_ne_bytes(s);
-            s.copy_from_slice(&spec[8..16]);
-            let length = u64::from_ne_bytes(s);
-            let next = u32_at(spec, 20) as usize;
-            let kind_raw = &spec[24..40];
-            let kind = String::from_utf8_lossy(
-                &kind_raw[..kind_raw.iter().position(|&c| c == 0).unwrap_or(16)],
-            )
-            .into_owned();
-            let rest = &b[at + SPEC..];
-            let params =
-                String::from_utf8_lossy(&rest[..rest.iter().position(|&c| c == 0).unwrap_or(0)])
-                    .into_owned();
+            let spec = at
+                .checked_add(SPEC)
+                .and_then(|end| b.get(at..end))
+                .ok_or(err(Errno::EPROTO))?;
+            let (start, length, next) = match (u64_ne(spec, 0), u64_ne(spec, 8), u32_ne(spec, 20)) {
+                (Some(s), Some(l), Some(n)) => (s, l, n as usize),
+                _ => return Err(err(Errno::EPROTO)),
+            };
+            let kind = c_str(spec.get(24..).unwrap_or_default());
+            let params = c_str(b.get(at + SPEC..).unwrap_or_default());
             out.push(Target {
                 start,
                 length,
@@ -214,7 +213,7 @@ impl Control {
                 params,
             });
             // In status replies `next` is the offset from the data start.
-            at = u32_at(&b, 16) as usize + next;
+            at = data_start.saturating_add(next);
             if next == 0 {
                 break;
             }

@@ -1,7 +1,7 @@
 //! The trust store: X.509 certificates (DER or PEM) whose keys may sign what we load -
 //! kernel modules and root hashes - and the signature checks made with them.
 //!
-//! Keys: RSA (PKCS#1 v1.5) and ECDSA on P-256 and P-384; digests SHA-1, SHA-224,
+//! Keys: RSA (PKCS#1 v1.5) and ECDSA on P-256, P-384 and P-521; digests SHA-1, SHA-224,
 //! SHA-256, SHA-384 and SHA-512, through the RustCrypto crates. A signer is found by
 //! issuer and serial number or by subject key identifier, as the kernel's PKCS#7 code does.
 //!
@@ -35,8 +35,12 @@ pub enum TrustError {
     Empty(String),
     #[error("{path}: {why}")]
     Read { path: PathBuf, why: String },
-    #[error("unsupported public key in {cert}: {what}")]
-    UnsupportedKey { cert: String, what: String },
+    #[error("{origin}: unsupported public key in {cert}: {what}")]
+    UnsupportedKey {
+        origin: String,
+        cert: String,
+        what: String,
+    },
     #[error("signature does not verify with {cert} ({algo})")]
     BadSignature { cert: String, algo: String },
     #[error("malformed signature value: {0}")]
@@ -160,6 +164,44 @@ pub enum PublicKey {
     Rsa(Box<RsaKey>),
     P256(p256::ecdsa::VerifyingKey),
     P384(p384::ecdsa::VerifyingKey),
+    P521(P521Key),
+}
+
+/// A P-521 verifying key (its crate's type has no `Debug`).
+#[derive(Clone)]
+pub struct P521Key(pub p521::ecdsa::VerifyingKey);
+
+impl std::fmt::Debug for P521Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let point = self.0.to_encoded_point(true);
+        write!(f, "P521Key({})", crate::util::hex(point.as_bytes()))
+    }
+}
+
+/// The name of a public-key algorithm or EC curve OID, for messages.
+pub fn key_oid_name(oid: &str) -> Option<&'static str> {
+    Some(match oid {
+        "1.2.840.10045.3.1.1" => "P-192 (secp192r1)",
+        "1.3.132.0.33" => "P-224 (secp224r1)",
+        "1.2.840.10045.3.1.7" => "P-256 (secp256r1)",
+        "1.3.132.0.34" => "P-384 (secp384r1)",
+        "1.3.132.0.35" => "P-521 (secp521r1)",
+        "1.3.132.0.10" => "secp256k1",
+        "1.3.36.3.3.2.8.1.1.7" => "brainpoolP256r1",
+        "1.3.36.3.3.2.8.1.1.11" => "brainpoolP384r1",
+        "1.3.36.3.3.2.8.1.1.13" => "brainpoolP512r1",
+        "1.2.156.10197.1.301" => "SM2",
+        "1.3.101.112" => "Ed25519",
+        "1.3.101.113" => "Ed448",
+        "1.2.840.113549.1.1.10" => "RSASSA-PSS",
+        "1.2.840.10040.4.1" => "DSA",
+        _ => return None,
+    })
+}
+
+/// `name (oid)` or the OID alone.
+fn named_oid(oid: &str) -> String {
+    key_oid_name(oid).map_or_else(|| oid.to_string(), |n| format!("{n}, OID {oid}"))
 }
 
 impl PublicKey {
@@ -169,6 +211,7 @@ impl PublicKey {
             PublicKey::Rsa(k) => format!("rsa-{}", k.bits),
             PublicKey::P256(_) => "ecdsa-p256".into(),
             PublicKey::P384(_) => "ecdsa-p384".into(),
+            PublicKey::P521(_) => "ecdsa-p521".into(),
         }
     }
 }
@@ -207,6 +250,7 @@ impl Cert {
                 let k =
                     RsaKey::from_pkcs1(spki.subject_public_key.raw_bytes()).map_err(|what| {
                         TrustError::UnsupportedKey {
+                            origin: origin.to_string(),
                             cert: subject.clone(),
                             what,
                         }
@@ -223,6 +267,7 @@ impl Cert {
                     .unwrap_or_default();
                 let point = spki.subject_public_key.raw_bytes();
                 let unsupported = |what: String| TrustError::UnsupportedKey {
+                    origin: origin.to_string(),
                     cert: subject.clone(),
                     what,
                 };
@@ -235,13 +280,19 @@ impl Cert {
                         p384::ecdsa::VerifyingKey::from_sec1_bytes(point)
                             .map_err(|e| unsupported(e.to_string()))?,
                     ),
-                    other => return Err(unsupported(format!("EC curve {other}"))),
+                    "1.3.132.0.35" => PublicKey::P521(P521Key(
+                        p521::ecdsa::VerifyingKey::from_sec1_bytes(point)
+                            .map_err(|e| unsupported(e.to_string()))?,
+                    )),
+                    "" => return Err(unsupported("EC key without a named curve".into())),
+                    other => return Err(unsupported(format!("EC curve {}", named_oid(other)))),
                 }
             }
             other => {
                 return Err(TrustError::UnsupportedKey {
+                    origin: origin.to_string(),
                     cert: subject,
-                    what: format!("key algorithm {other}"),
+                    what: format!("key algorithm {}", named_oid(other)),
                 })
             }
         };
@@ -295,6 +346,11 @@ impl Cert {
                 let s = p384::ecdsa::Signature::from_der(sig)
                     .map_err(|e| TrustError::MalformedSignature(e.to_string()))?;
                 k.verify_prehash(digest, &s).map_err(|_| bad())
+            }
+            PublicKey::P521(k) => {
+                let s = p521::ecdsa::Signature::from_der(sig)
+                    .map_err(|e| TrustError::MalformedSignature(e.to_string()))?;
+                k.0.verify_prehash(digest, &s).map_err(|_| bad())
             }
         }
     }
@@ -408,8 +464,11 @@ impl TrustStore {
     pub fn by_issuer_serial(&self, issuer_der: &[u8], serial: &[u8]) -> Option<&Cert> {
         let strip = |s: &[u8]| -> Vec<u8> {
             let mut v = s;
-            while v.len() > 1 && v[0] == 0 {
-                v = &v[1..];
+            while let [0, rest @ ..] = v {
+                if rest.is_empty() {
+                    break;
+                }
+                v = rest;
             }
             v.to_vec()
         };

@@ -36,7 +36,8 @@ impl InputError {
     }
 }
 
-fn kind_of(t: std::fs::FileType) -> Option<&'static str> {
+/// What a file type is, in words, unless it is a regular file.
+pub fn kind_of(t: std::fs::FileType) -> Option<&'static str> {
     if t.is_file() {
         None
     } else if t.is_dir() {
@@ -86,8 +87,19 @@ pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
     read_file_limited(f, path, limit)
 }
 
-/// Reads an opened file to its end, refusing more than `limit` bytes.
+/// Reads an opened file to its end, refusing more than `limit` bytes (a regular file
+/// whose size already exceeds the limit is refused before any byte is read).
 pub fn read_file_limited(f: File, path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
+    let meta = f.metadata().map_err(|source| InputError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if meta.is_file() && meta.len() > limit {
+        return Err(InputError::TooLarge {
+            path: path.to_path_buf(),
+            limit,
+        });
+    }
     let mut buf = Vec::new();
     f.take(limit.saturating_add(1))
         .read_to_end(&mut buf)

@@ -4,21 +4,26 @@
 //! either case in, strict: odd lengths and non-hex digits are refused); [`le`] reads
 //! little- and big-endian integers at an offset through zerocopy, returning `None` past
 //! the end instead of panicking; [`fs`] writes files atomically and reads untrusted input
-//! with a size limit and a file-type check.
+//! with a size limit and a file-type check; [`out`] is standard output for the
+//! command-line tools (a closed pipe ends the output quietly).
 //!
 //! Current limits: nothing here knows about any format or policy; callers attach the
 //! context (path, field) to the `None`s and errors they get back.
 
 pub mod fs;
 pub mod le;
+pub mod out;
 
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
-        s.push(char::from(DIGITS[usize::from(b >> 4)]));
-        s.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+        for d in [b >> 4, b & 0x0f] {
+            if let Some(&c) = DIGITS.get(usize::from(d)) {
+                s.push(char::from(c));
+            }
+        }
     }
     s
 }
@@ -49,7 +54,7 @@ pub fn unhex(s: &str) -> Option<Vec<u8>> {
 /// joined by `:`, without the sign-padding zero byte DER puts before a high first byte.
 pub fn colon_hex(bytes: &[u8]) -> String {
     let b = match bytes {
-        [0, rest @ ..] if !rest.is_empty() && rest[0] & 0x80 != 0 => rest,
+        [0, rest @ ..] if rest.first().is_some_and(|x| x & 0x80 != 0) => rest,
         _ => bytes,
     };
     b.iter()

@@ -1,5 +1,13 @@
 //! What the integration tests share: the provisioned kernels, scratch directories and a
 //! deterministic generator. (Each test crate uses a part of it.)
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -79,4 +87,123 @@ impl Rng {
     pub fn bytes(&mut self, n: usize) -> Vec<u8> {
         (0..n).map(|_| self.next() as u8).collect()
     }
+}
+
+/// What a finished process left.
+#[derive(Debug)]
+pub struct Ran {
+    /// The exit status; `None` when a signal ended it.
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Ran {
+    /// Neither a Rust panic (exit 101, "panicked at") nor a signal.
+    pub fn assert_no_panic(&self, what: &str) {
+        assert!(
+            self.code.is_some() && self.code != Some(101),
+            "{what}: status {:?}\n{}",
+            self.code,
+            self.stderr
+        );
+        assert!(
+            !self.stderr.contains("panicked at"),
+            "{what}: {}",
+            self.stderr
+        );
+    }
+}
+
+/// Runs `cmd` with stdin closed; kills it and fails the test if it runs past `secs`.
+pub fn run_deadline(mut cmd: std::process::Command, secs: u64) -> Ran {
+    use std::io::Read;
+    use std::process::Stdio;
+    let what = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = out.read_to_end(&mut v);
+        v
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = err.read_to_end(&mut v);
+        v
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what}: still running after {secs} s (hang)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    Ran {
+        code: status.code(),
+        stdout: String::from_utf8_lossy(&t_out.join().unwrap()).into_owned(),
+        stderr: String::from_utf8_lossy(&t_err.join().unwrap()).into_owned(),
+    }
+}
+
+/// Runs `cmd` with its standard output a pipe whose reader is already gone (as with
+/// `| head` after it exits): returns what it left.
+pub fn run_closed_stdout(mut cmd: std::process::Command) -> Ran {
+    use std::io::Read;
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let mut err = Vec::new();
+    child.stderr.take().unwrap().read_to_end(&mut err).unwrap();
+    let status = child.wait().unwrap();
+    Ran {
+        code: status.code(),
+        stdout: String::new(),
+        stderr: String::from_utf8_lossy(&err).into_owned(),
+    }
+}
+
+/// A FIFO nobody writes to.
+pub fn fifo(path: &Path) -> PathBuf {
+    let _ = std::fs::remove_file(path);
+    let st = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    path.to_path_buf()
+}
+
+/// A sparse file of `len` bytes.
+pub fn sparse(path: &Path, len: u64) -> PathBuf {
+    let f = std::fs::File::create(path).unwrap();
+    f.set_len(len).unwrap();
+    path.to_path_buf()
+}
+
+/// `dir/<stem>\xff<ext>`: a name that is not UTF-8, holding `bytes`.
+pub fn non_utf8_copy(dir: &Path, stem: &str, ext: &str, bytes: &[u8]) -> PathBuf {
+    use std::os::unix::ffi::OsStringExt;
+    let mut name = stem.as_bytes().to_vec();
+    name.push(0xff);
+    name.extend_from_slice(ext.as_bytes());
+    let p = dir.join(std::ffi::OsString::from_vec(name));
+    std::fs::write(&p, bytes).unwrap();
+    p
 }

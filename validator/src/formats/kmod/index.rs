@@ -110,12 +110,9 @@ pub fn parse_softdep(text: &str, file: &Path) -> Result<BTreeMap<String, SoftDep
                 "expected `softdep NAME pre: ... post: ...`, got {line:?}"
             )));
         };
+        // Words before `pre:` / `post:` are ignored, as kmod's config parser does: depmod
+        // copies modules' malformed `softdep=` values (6.1's cifs has `softdep=gcm`).
         let rest = words.next().unwrap_or("");
-        if let Some(first) = rest.split_whitespace().next() {
-            if first != "pre:" && first != "post:" {
-                return Err(malformed(format!("{first:?} before `pre:` or `post:`")));
-            }
-        }
         let parsed = parse_softdep_value(rest);
         let sd = out.entry(normalize_name(name)).or_default();
         sd.pre.extend(parsed.pre);
@@ -242,8 +239,10 @@ mod tests {
         );
         let e = parse_dep(": b.ko\n", Path::new("m.dep")).unwrap_err();
         assert!(e.to_string().contains("m.dep:1: not a module path"));
-        let e = parse_softdep("softdep a x\n", Path::new("s")).unwrap_err();
-        assert!(e.to_string().contains("s:1:"), "{e}");
+        // As modprobe -c shows it: `softdep a x pre: y` is `softdep a pre: y`.
+        let sd = parse_softdep("softdep a x\nsoftdep b x pre: y\n", Path::new("s")).unwrap();
+        assert!(sd["a"].pre.is_empty() && sd["a"].post.is_empty());
+        assert_eq!(sd["b"].pre, ["y"]);
         let e = parse_softdep("options a x=1\n", Path::new("s")).unwrap_err();
         assert!(e.to_string().contains("expected `softdep"), "{e}");
     }

@@ -1,7 +1,11 @@
 //! Reading a kernel module file: decompression (`.ko`, `.ko.xz`, `.ko.zst`, `.ko.gz`) and
 //! the ELF parts the gate looks at: `.modinfo` (`name`, `vermagic`, `depends`, `softdep`,
-//! `license`, `intree`, `alias`), `__versions` and the module's own `__crc_*` exports.
+//! `license`, `intree`, `alias`), `__versions`, the undefined symbols of the symbol table
+//! (what the kernel resolves at load time) and the module's own `__crc_*` exports.
 //! Pure functions over bytes; every failure says what was wrong.
+//!
+//! A compressed module must be exactly one stream: content after the first xz stream,
+//! zstd frame or gzip member is refused (see [`crate::formats::compress`]).
 
 use goblin::elf::Elf;
 
@@ -12,6 +16,8 @@ pub enum ModFileError {
     Decompress { format: &'static str, why: String },
     #[error("decompressed size exceeds {limit} bytes")]
     TooLarge { limit: usize },
+    #[error(transparent)]
+    Trailing(crate::formats::compress::DecompressError),
     #[error("not an ELF file")]
     NotElf,
     #[error("malformed ELF: {0}")]
@@ -71,6 +77,7 @@ pub fn decompress(bytes: &[u8], c: Compression) -> Result<Vec<u8>, ModFileError>
         compress::DecompressError::Corrupt { format, why } => {
             ModFileError::Decompress { format, why }
         }
+        e @ compress::DecompressError::Trailing { .. } => ModFileError::Trailing(e),
     })
 }
 
@@ -122,21 +129,50 @@ impl ModInfo {
     }
 }
 
-/// One `__versions` entry: a symbol this module imports and the CRC it was built against.
+/// A symbol and its CRC: an export of a module (`__crc_<symbol>`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VersionEntry {
     pub symbol: String,
     pub crc: u32,
 }
 
+/// One `__versions` record (`struct modversion_info`): a symbol this module imports and
+/// the CRC it was built against, as the kernel reads it: an `unsigned long`, compared
+/// with the exporter's 32-bit CRC without truncation (so high bits must be zero).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModVersion {
+    pub symbol: String,
+    pub crc: u64,
+}
+
+/// An undefined symbol of the module's symbol table: the kernel resolves each one at
+/// load time (`simplify_symbols`), and checks its `__versions` record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Undefined {
+    pub name: String,
+    /// `STB_WEAK`: an unresolved weak symbol is no error.
+    pub weak: bool,
+}
+
 /// What the gate needs from a module's ELF.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ModuleElf {
     pub modinfo: ModInfo,
-    /// `__versions`: imported symbols with CRCs (empty without CONFIG_MODVERSIONS).
-    pub versions: Vec<VersionEntry>,
+    /// `__versions`: imported symbols with CRCs (empty without CONFIG_MODVERSIONS), in
+    /// file order (the kernel takes the first record of a name).
+    pub versions: Vec<ModVersion>,
     /// True when the module has a `__versions` section at all.
     pub has_versions: bool,
+    /// The undefined symbols of the first `SHT_SYMTAB` section, in table order.
+    pub undefined: Vec<Undefined>,
+}
+
+impl ModuleElf {
+    /// The module's `__versions` record for `symbol`: the first one, as the kernel's
+    /// `check_version` finds it.
+    pub fn version_of(&self, symbol: &str) -> Option<&ModVersion> {
+        self.versions.iter().find(|v| v.symbol == symbol)
+    }
 }
 
 /// Size of one `struct modversion_info` on 64-bit kernels: `unsigned long crc; char name[56]`.
@@ -145,7 +181,7 @@ pub const MODVERSION_INFO_SIZE: usize = 64;
 /// The section headers of a 64-bit little-endian relocatable ELF, with their names.
 fn sections(bytes: &[u8]) -> Result<Vec<(String, goblin::elf::SectionHeader)>, ModFileError> {
     use goblin::elf::header::{self, Header};
-    if bytes.len() < 4 || &bytes[..4] != b"\x7fELF" {
+    if !bytes.starts_with(b"\x7fELF") {
         return Err(ModFileError::NotElf);
     }
     let h = Elf::parse_header(bytes).map_err(|e| ModFileError::BadElf(e.to_string()))?;
@@ -188,10 +224,7 @@ fn sections(bytes: &[u8]) -> Result<Vec<(String, goblin::elf::SectionHeader)>, M
         .map(|sh| {
             let n = names
                 .get(sh.sh_name..)
-                .map(|r| {
-                    let e = r.iter().position(|&c| c == 0).unwrap_or(r.len());
-                    String::from_utf8_lossy(&r[..e]).into_owned()
-                })
+                .map(|r| String::from_utf8_lossy(until_nul(r)).into_owned())
                 .unwrap_or_default();
             (n, sh)
         })
@@ -214,16 +247,26 @@ fn section_data<'a>(
         .ok_or_else(|| bad(&format!("section {name} lies beyond the end of the file")))
 }
 
-/// Parses what the gate needs from a (decompressed) module ELF: `.modinfo` and
-/// `__versions`. Only the section headers are read, so this is cheap for big modules.
+/// `b` up to its first NUL (all of it without one).
+fn until_nul(b: &[u8]) -> &[u8] {
+    b.split(|&c| c == 0).next().unwrap_or(b)
+}
+
+/// Size of one `Elf64_Sym`.
+const SYM_SIZE: usize = 24;
+
+/// Parses what the gate needs from a (decompressed) module ELF: `.modinfo`,
+/// `__versions` and the undefined symbols. Only the section headers, these sections and
+/// the symbol table are read, so this is cheap for big modules.
 pub fn parse_elf(bytes: &[u8]) -> Result<ModuleElf, ModFileError> {
     let mut out = ModuleElf::default();
     let mut found_modinfo = false;
-    for (name, sh) in sections(bytes)? {
+    let secs = sections(bytes)?;
+    for (name, sh) in &secs {
         if name != ".modinfo" && name != "__versions" {
             continue;
         }
-        let data = section_data(bytes, &sh, &name)?;
+        let data = section_data(bytes, sh, name)?;
         if name == ".modinfo" {
             found_modinfo = true;
             out.modinfo = ModInfo::parse(data);
@@ -236,19 +279,56 @@ pub fn parse_elf(bytes: &[u8]) -> Result<ModuleElf, ModFileError> {
                 )));
             }
             for rec in data.chunks_exact(MODVERSION_INFO_SIZE) {
-                let mut c = [0u8; 8];
-                c.copy_from_slice(&rec[..8]);
-                let name = &rec[8..];
-                let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-                out.versions.push(VersionEntry {
-                    symbol: String::from_utf8_lossy(&name[..end]).into_owned(),
-                    crc: u64::from_le_bytes(c) as u32,
+                let (crc, name) = rec.split_at(8);
+                out.versions.push(ModVersion {
+                    symbol: String::from_utf8_lossy(until_nul(name)).into_owned(),
+                    crc: crate::util::le::u64_le(crc, 0).unwrap_or_default(),
                 });
             }
         }
     }
     if !found_modinfo {
         return Err(ModFileError::NotModule("no .modinfo section".into()));
+    }
+    out.undefined = undefined_symbols(bytes, &secs)?;
+    Ok(out)
+}
+
+/// The undefined symbols of the first `SHT_SYMTAB` section, as the kernel's loader finds
+/// the table (`setup_load_info`): a module without one is refused ("module has no
+/// symbols (stripped?)").
+fn undefined_symbols(
+    bytes: &[u8],
+    secs: &[(String, goblin::elf::SectionHeader)],
+) -> Result<Vec<Undefined>, ModFileError> {
+    use crate::util::le::{u16_le, u32_le};
+    use goblin::elf::section_header::SHT_SYMTAB;
+    use goblin::elf::sym::STB_WEAK;
+    let Some((name, symtab)) = secs.iter().find(|(_, s)| s.sh_type == SHT_SYMTAB) else {
+        return Err(ModFileError::NotModule(
+            "no symbol table (stripped?)".into(),
+        ));
+    };
+    let (strname, strtab) = secs
+        .get(symtab.sh_link as usize)
+        .ok_or_else(|| bad(&format!("{name}: its string table does not exist")))?;
+    let syms = section_data(bytes, symtab, name)?;
+    let names = section_data(bytes, strtab, strname)?;
+    let mut out = Vec::new();
+    // Entry 0 is the null symbol; the kernel starts at 1.
+    for (i, rec) in syms.chunks_exact(SYM_SIZE).enumerate().skip(1) {
+        if u16_le(rec, 6) != Some(goblin::elf::section_header::SHN_UNDEF as u16) {
+            continue;
+        }
+        let off = u32_le(rec, 0).unwrap_or_default() as usize;
+        let n = names
+            .get(off..)
+            .ok_or_else(|| bad(&format!("symbol {i}: name outside {strname}")))?;
+        let info = rec.get(4).copied().unwrap_or_default();
+        out.push(Undefined {
+            name: String::from_utf8_lossy(until_nul(n)).into_owned(),
+            weak: info >> 4 == STB_WEAK,
+        });
     }
     Ok(out)
 }
@@ -267,20 +347,18 @@ pub fn exports(bytes: &[u8]) -> Result<Vec<VersionEntry>, ModFileError> {
     let syms = section_data(bytes, symtab, ".symtab")?;
     let names = section_data(bytes, &strtab.1, ".strtab")?;
     let mut out = Vec::new();
-    for rec in syms.chunks_exact(24) {
-        let name_off = u32::from_le_bytes([rec[0], rec[1], rec[2], rec[3]]) as usize;
+    use crate::util::le::{u16_le, u32_le, u64_le};
+    for rec in syms.chunks_exact(SYM_SIZE) {
+        let name_off = u32_le(rec, 0).unwrap_or_default() as usize;
         let Some(name) = names.get(name_off..) else {
             continue;
         };
         let Some(sym) = name.strip_prefix(b"__crc_") else {
             continue;
         };
-        let end = sym.iter().position(|&c| c == 0).unwrap_or(sym.len());
-        let symbol = String::from_utf8_lossy(&sym[..end]).into_owned();
-        let shndx = u16::from_le_bytes([rec[6], rec[7]]) as u32;
-        let value = u64::from_le_bytes([
-            rec[8], rec[9], rec[10], rec[11], rec[12], rec[13], rec[14], rec[15],
-        ]);
+        let symbol = String::from_utf8_lossy(until_nul(sym)).into_owned();
+        let shndx = u32::from(u16_le(rec, 6).unwrap_or_default());
+        let value = u64_le(rec, 8).unwrap_or_default();
         let crc = if shndx == goblin::elf::section_header::SHN_ABS {
             value as u32
         } else {
@@ -288,11 +366,10 @@ pub fn exports(bytes: &[u8]) -> Result<Vec<VersionEntry>, ModFileError> {
                 .get(shndx as usize)
                 .ok_or_else(|| bad(&format!("__crc_{symbol}: bad section index")))?;
             let data = section_data(bytes, sh, "__kcrctab")?;
-            let o = value as usize;
-            let b = data
-                .get(o..o.saturating_add(4))
-                .ok_or_else(|| bad(&format!("__crc_{symbol}: outside its section")))?;
-            u32::from_le_bytes([b[0], b[1], b[2], b[3]])
+            usize::try_from(value)
+                .ok()
+                .and_then(|o| u32_le(data, o))
+                .ok_or_else(|| bad(&format!("__crc_{symbol}: outside its section")))?
         };
         out.push(VersionEntry { symbol, crc });
     }

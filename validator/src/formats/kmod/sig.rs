@@ -36,9 +36,11 @@ pub enum SigError {
     #[error("signature trailer truncated")]
     Truncated,
     #[error(
-        "signature length {sig_len} exceeds the module ({available} bytes before the trailer)"
+        "signature length {sig_len} leaves no module body ({available} bytes before the trailer)"
     )]
     BadLength { sig_len: u32, available: usize },
+    #[error("signature length is 0: the trailer announces no PKCS#7 signature")]
+    EmptySignature,
     #[error("signature type {0} is not PKCS#7")]
     NotPkcs7(u8),
     #[error("PKCS#7 signature trailer has non-zero algo/hash/signer/key-id/padding fields")]
@@ -50,20 +52,21 @@ pub fn split(module: &[u8]) -> Result<Split<'_>, SigError> {
     let Some(rest) = module.strip_suffix(MAGIC) else {
         return Err(SigError::Unsigned);
     };
-    if rest.len() < 12 {
+    let Some((head, ms)) = rest.split_last_chunk::<12>() else {
         return Err(SigError::Truncated);
-    }
-    let (head, ms) = rest.split_at(rest.len() - 12);
+    };
+    let [algo, hash, id_type, signer_len, key_id_len, p0, p1, p2, l0, l1, l2, l3] = *ms;
     let info = ModuleSignature {
-        algo: ms[0],
-        hash: ms[1],
-        id_type: ms[2],
-        signer_len: ms[3],
-        key_id_len: ms[4],
-        sig_len: u32::from_be_bytes([ms[8], ms[9], ms[10], ms[11]]),
+        algo,
+        hash,
+        id_type,
+        signer_len,
+        key_id_len,
+        sig_len: u32::from_be_bytes([l0, l1, l2, l3]),
     };
     let sig_len = info.sig_len as usize;
-    if sig_len == 0 || sig_len > head.len() {
+    // mod_check_sig: the signature may not take the whole body (`>=`).
+    if sig_len >= head.len() {
         return Err(SigError::BadLength {
             sig_len: info.sig_len,
             available: head.len(),
@@ -72,15 +75,16 @@ pub fn split(module: &[u8]) -> Result<Split<'_>, SigError> {
     if info.id_type != PKEY_ID_PKCS7 {
         return Err(SigError::NotPkcs7(info.id_type));
     }
-    if info.algo != 0
-        || info.hash != 0
-        || info.signer_len != 0
-        || info.key_id_len != 0
-        || ms[5..8] != [0, 0, 0]
-    {
+    if algo != 0 || hash != 0 || signer_len != 0 || key_id_len != 0 || [p0, p1, p2] != [0; 3] {
         return Err(SigError::BadFields);
     }
-    let (body, pkcs7) = head.split_at(head.len() - sig_len);
+    // Passes mod_check_sig; the kernel's PKCS#7 parser then refuses 0 bytes.
+    if sig_len == 0 {
+        return Err(SigError::EmptySignature);
+    }
+    let Some((body, pkcs7)) = head.split_at_checked(head.len() - sig_len) else {
+        return Err(SigError::Truncated);
+    };
     Ok(Split { body, pkcs7, info })
 }
 
@@ -112,9 +116,25 @@ mod tests {
         let n = bad.len() - MAGIC.len() - 10;
         bad[n] = 1; // id_type
         assert_eq!(split(&bad), Err(SigError::NotPkcs7(1)));
-        let mut bad = m;
+        let mut bad = m.clone();
         let n = bad.len() - MAGIC.len() - 12;
         bad[n] = 1; // algo
         assert_eq!(split(&bad), Err(SigError::BadFields));
+        // sig_len 0: its own message, not "exceeds".
+        let empty = signed(b"ELFBODY", b"");
+        assert_eq!(split(&empty), Err(SigError::EmptySignature));
+        assert_eq!(
+            SigError::EmptySignature.to_string(),
+            "signature length is 0: the trailer announces no PKCS#7 signature"
+        );
+        // sig_len equal to everything before the trailer leaves no body (kernel: >=).
+        let whole = signed(b"", b"SIG");
+        assert!(matches!(
+            split(&whole),
+            Err(SigError::BadLength {
+                sig_len: 3,
+                available: 3
+            })
+        ));
     }
 }

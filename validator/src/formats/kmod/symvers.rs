@@ -29,19 +29,19 @@ impl Symvers {
             }
             let f: Vec<&str> = line.split('\t').collect();
             let bad = || format!("Module.symvers line {}: malformed: {line:?}", n + 1);
-            if f.len() < 3 {
+            let [crc, symbol, module, rest @ ..] = f.as_slice() else {
                 return Err(bad());
-            }
-            let crc = f[0]
+            };
+            let crc = crc
                 .strip_prefix("0x")
                 .and_then(|h| u32::from_str_radix(h, 16).ok())
                 .ok_or_else(bad)?;
             map.insert(
-                f[1].to_string(),
+                symbol.to_string(),
                 Export {
                     crc,
-                    module: f[2].to_string(),
-                    gpl: f.get(3).is_some_and(|t| t.ends_with("_GPL")),
+                    module: module.to_string(),
+                    gpl: rest.first().is_some_and(|t| t.ends_with("_GPL")),
                 },
             );
         }

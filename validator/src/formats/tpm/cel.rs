@@ -15,7 +15,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{from_hex, replay_extend, to_hex, HashAlg, PcrValues};
+use super::{from_hex, replay_extend, to_hex, HashAlg, PcrValues, PCR_COUNT};
 
 const RS: u8 = 0x1E;
 const LF: u8 = 0x0A;
@@ -99,7 +99,8 @@ impl CelRecord {
 pub fn parse(bytes: &[u8]) -> Result<Vec<CelRecord>, CelError> {
     let mut records = Vec::new();
     let first = bytes.iter().position(|b| *b == RS).unwrap_or(bytes.len());
-    if let Some(i) = bytes[..first].iter().position(|b| !b.is_ascii_whitespace()) {
+    let (lead, _) = bytes.split_at(first);
+    if let Some(i) = lead.iter().position(|b| !b.is_ascii_whitespace()) {
         return Err(CelError::Invalid {
             record: 0,
             offset: i,
@@ -107,8 +108,9 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<CelRecord>, CelError> {
         });
     }
     let mut start = first;
-    while start < bytes.len() {
-        let end = bytes[start + 1..]
+    // Each record: RS, then its text up to the next RS (or the end).
+    while let Some(after) = bytes.get(start + 1..) {
+        let end = after
             .iter()
             .position(|b| *b == RS)
             .map_or(bytes.len(), |i| start + 1 + i);
@@ -118,7 +120,7 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<CelRecord>, CelError> {
             offset: start,
             why,
         };
-        let text = &bytes[start + 1..end];
+        let text = after.get(..end - start - 1).unwrap_or_default();
         // Trailing whitespace after the line feed is tolerated, nothing else.
         let trimmed_len = text.len()
             - text
@@ -126,13 +128,20 @@ pub fn parse(bytes: &[u8]) -> Result<Vec<CelRecord>, CelError> {
                 .rev()
                 .take_while(|b| b.is_ascii_whitespace() && **b != LF)
                 .count();
-        if trimmed_len == 0 || text[trimmed_len - 1] != LF {
+        let Some(json) = text.get(..trimmed_len).and_then(|t| t.strip_suffix(&[LF])) else {
             return Err(invalid(
                 "not terminated by a line feed (truncated record?)".into(),
             ));
+        };
+        let rec: JsonRecord =
+            serde_json::from_slice(json).map_err(|e| invalid(format!("bad JSON: {e}")))?;
+        if rec.pcr >= PCR_COUNT {
+            return Err(invalid(format!(
+                "PCR index {} does not exist (0-{})",
+                rec.pcr,
+                PCR_COUNT - 1
+            )));
         }
-        let rec: JsonRecord = serde_json::from_slice(&text[..trimmed_len - 1])
-            .map_err(|e| invalid(format!("bad JSON: {e}")))?;
         let mut digests: Vec<(HashAlg, Vec<u8>)> = Vec::with_capacity(rec.digests.len());
         for d in rec.digests {
             let Some(h) = HashAlg::from_name(&d.hash_alg) else {
@@ -271,6 +280,14 @@ mod tests {
         assert!(bad(s.replace(&hex, "00")).contains("sha1 digest has 1 bytes, expected 20"));
         assert!(bad(s.replace("\"pcr\":9", "\"pcr\":-1")).contains("bad JSON"));
         assert!(bad(s.replace("\"pcr\":9,", "")).contains("missing field `pcr`"));
+        for pcr in ["24", "4294967295"] {
+            assert_eq!(
+                bad(s.replace("\"pcr\":9", &format!("\"pcr\":{pcr}"))),
+                format!(
+                    "measurement log: record 0 at byte 0: PCR index {pcr} does not exist (0-23)"
+                )
+            );
+        }
         let e = bad(format!("junk{s}"));
         assert_eq!(
             e,

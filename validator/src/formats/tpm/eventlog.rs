@@ -13,7 +13,7 @@
 //! they load and run) whose data is a description and whose digests are the digests of
 //! that data, one per bank in the Spec ID event's order.
 
-use super::{pcr_slot, replay_extend, HashAlg, PcrValues};
+use super::{pcr_slot, replay_extend, HashAlg, PcrValues, PCR_COUNT};
 
 /// `EV_NO_ACTION`: informational, not extended.
 pub const EV_NO_ACTION: u32 = 0x0000_0003;
@@ -93,31 +93,39 @@ impl<'a> Cursor<'a> {
     }
 
     fn bytes(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], EventLogError> {
-        if n > self.left() {
+        let Some(s) = self
+            .pos
+            .checked_add(n)
+            .and_then(|end| self.buf.get(self.pos..end))
+        else {
             return Err(EventLogError::Truncated {
                 offset: self.pos,
                 what,
                 need: n,
                 left: self.left(),
             });
-        }
-        let s = &self.buf[self.pos..self.pos + n];
+        };
         self.pos += n;
         Ok(s)
     }
 
+    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], EventLogError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.bytes(N, what)?);
+        Ok(a)
+    }
+
     fn u8(&mut self, what: &'static str) -> Result<u8, EventLogError> {
-        Ok(self.bytes(1, what)?[0])
+        let [b] = self.array(what)?;
+        Ok(b)
     }
 
     fn u16(&mut self, what: &'static str) -> Result<u16, EventLogError> {
-        let b = self.bytes(2, what)?;
-        Ok(u16::from_le_bytes([b[0], b[1]]))
+        Ok(u16::from_le_bytes(self.array(what)?))
     }
 
     fn u32(&mut self, what: &'static str) -> Result<u32, EventLogError> {
-        let b = self.bytes(4, what)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        Ok(u32::from_le_bytes(self.array(what)?))
     }
 }
 
@@ -268,6 +276,13 @@ impl EventLog {
         if u32::try_from(event.data.len()).is_err() {
             return Err(EventLogError::Record("event data over 4 GiB".into()));
         }
+        if event.pcr >= PCR_COUNT {
+            return Err(EventLogError::Record(format!(
+                "PCR {} does not exist (0-{})",
+                event.pcr,
+                PCR_COUNT - 1
+            )));
+        }
         self.events.push(event);
         Ok(())
     }
@@ -298,11 +313,15 @@ impl EventLog {
     /// The PCR values the log implies, per bank, for every PCR it touches, as
     /// `tpm2_eventlog` computes them: every PCR starts at zeros; `EV_NO_ACTION` records
     /// are not extended, but a "StartupLocality" one on PCR 0 sets PCR 0's last byte to
-    /// the locality; `EV_EFI_HCRTM_EVENT` sets it to 4 before extending. Digests of
-    /// algorithms we do not support are skipped.
+    /// the locality; `EV_EFI_HCRTM_EVENT` sets it to 4 before extending. Both only say
+    /// where PCR 0 starts, so they count only before PCR 0's first extend (a later one
+    /// cannot change what the TPM already holds). Digests of algorithms we do not support
+    /// are skipped.
     pub fn replay(&self) -> PcrValues {
         let mut values = PcrValues::new();
         let mut hcrtm = false;
+        // Banks whose PCR 0 has been extended.
+        let mut extended0 = std::collections::BTreeSet::new();
         for e in &self.events {
             let locality = if e.event_type == EV_NO_ACTION && e.pcr == 0 && !hcrtm {
                 startup_locality(&e.data)
@@ -319,18 +338,22 @@ impl EventLog {
                 if d.len() != h.size() {
                     continue;
                 }
+                let starting = e.pcr == 0 && !extended0.contains(&h);
                 let slot = pcr_slot(&mut values, h, e.pcr);
-                if e.event_type == EV_EFI_HCRTM_EVENT && e.pcr == 0 {
+                if starting && e.event_type == EV_EFI_HCRTM_EVENT {
                     if let Some(last) = slot.last_mut() {
                         *last = 4;
                     }
-                } else if let Some(l) = locality.filter(|l| *l > 0) {
+                } else if let Some(l) = locality.filter(|l| *l > 0 && starting) {
                     if let Some(last) = slot.last_mut() {
                         *last = l;
                     }
                 }
                 if e.event_type != EV_NO_ACTION {
                     replay_extend(&mut values, h, e.pcr, d);
+                    if e.pcr == 0 {
+                        extended0.insert(h);
+                    }
                 }
             }
         }
@@ -340,11 +363,9 @@ impl EventLog {
 
 /// The locality of a "StartupLocality" `EV_NO_ACTION` event's data.
 fn startup_locality(data: &[u8]) -> Option<u8> {
-    if data.len() > 16 && data.starts_with(STARTUP_LOCALITY_SIGNATURE) {
-        Some(data[16])
-    } else {
-        None
-    }
+    data.strip_prefix(STARTUP_LOCALITY_SIGNATURE)?
+        .first()
+        .copied()
 }
 
 fn parse_spec_id(c: &mut Cursor<'_>) -> Result<SpecIdEvent, EventLogError> {
@@ -450,7 +471,14 @@ fn parse_spec_id(c: &mut Cursor<'_>) -> Result<SpecIdEvent, EventLogError> {
 }
 
 fn parse_event2(c: &mut Cursor<'_>, spec: &SpecIdEvent) -> Result<Event, EventLogError> {
+    let pcr_at = c.pos;
     let pcr = c.u32("TCG_PCR_EVENT2 pcrIndex")?;
+    if pcr >= PCR_COUNT {
+        return Err(EventLogError::Invalid {
+            offset: pcr_at,
+            why: format!("PCR index {pcr} does not exist (0-{})", PCR_COUNT - 1),
+        });
+    }
     let event_type = c.u32("TCG_PCR_EVENT2 eventType")?;
     let count_at = c.pos;
     let count = c.u32("TCG_PCR_EVENT2 digest count")? as usize;
@@ -748,6 +776,51 @@ mod tests {
             v[&HashAlg::Sha256][&0],
             HashAlg::Sha256.extend(&want0, &HashAlg::Sha256.digest(b"crtm"))
         );
+    }
+
+    /// A StartupLocality record after PCR 0's first extend says nothing about PCR 0 any
+    /// more: it must not change the extended value.
+    #[test]
+    fn late_startup_locality_does_not_change_pcr0() {
+        let mut log = EventLog::new(&BANKS);
+        log.measure(0, b"crtm").unwrap();
+        let before = log.replay();
+        let mut loc = STARTUP_LOCALITY_SIGNATURE.to_vec();
+        loc.push(3);
+        log.append(Event {
+            pcr: 0,
+            event_type: EV_NO_ACTION,
+            digests: vec![(0x0004, vec![0; 20]), (0x000B, vec![0; 32])],
+            data: loc,
+        })
+        .unwrap();
+        assert_eq!(log.replay(), before);
+        for h in BANKS {
+            assert_eq!(
+                before[&h][&0],
+                h.extend(&vec![0; h.size()], &h.digest(b"crtm"))
+            );
+        }
+    }
+
+    /// PCR indexes 24 and up do not exist: refused when parsed and when appended.
+    #[test]
+    fn pcr_indexes_beyond_23_are_refused() {
+        let mut log = EventLog::new(&BANKS);
+        log.measure(23, b"last").unwrap();
+        let good = log.to_bytes();
+        assert!(EventLog::parse(&good).is_ok());
+        let at = good.len() - (4 + 4 + 4 + 2 + 20 + 2 + 32 + 4 + 4);
+        for pcr in [24u32, 0xffff_ffff] {
+            let mut bad = good.clone();
+            bad[at..at + 4].copy_from_slice(&pcr.to_le_bytes());
+            let e = EventLog::parse(&bad).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("event log: byte {at}: PCR index {pcr} does not exist (0-23)")
+            );
+            assert!(log.measure(pcr, b"x").is_err());
+        }
     }
 
     #[test]

@@ -189,6 +189,9 @@ impl std::fmt::Display for HashAlg {
 }
 
 /// The PCR's current value in a replay, starting from zeros.
+/// PCRs of a PC Client TPM 2.0 (0-23): a log record for any other index is malformed.
+pub const PCR_COUNT: u32 = 24;
+
 pub(crate) fn pcr_slot(values: &mut PcrValues, alg: HashAlg, pcr: u32) -> &mut Vec<u8> {
     values
         .entry(alg)

@@ -77,7 +77,9 @@ impl CommandBuf {
     pub fn finish(mut self) -> Vec<u8> {
         // Commands are a few hundred bytes at most; saturate rather than wrap.
         let size = u32::try_from(self.buf.len()).unwrap_or(u32::MAX);
-        self.buf[2..6].copy_from_slice(&size.to_be_bytes());
+        if let Some(field) = self.buf.get_mut(2..6) {
+            field.copy_from_slice(&size.to_be_bytes());
+        }
         self.buf
     }
 }
@@ -150,8 +152,12 @@ impl<'a> Reader<'a> {
     }
 
     pub fn bytes(&mut self, n: usize, what: &str) -> Result<&'a [u8], TpmError> {
-        let left = self.buf.len() - self.pos;
-        if n > left {
+        let left = self.buf.len().saturating_sub(self.pos);
+        let Some(s) = self
+            .pos
+            .checked_add(n)
+            .and_then(|end| self.buf.get(self.pos..end))
+        else {
             return Err(TpmError::BadResponse {
                 command: self.command,
                 why: format!(
@@ -159,24 +165,28 @@ impl<'a> Reader<'a> {
                     self.pos + HEADER_LEN
                 ),
             });
-        }
-        let s = &self.buf[self.pos..self.pos + n];
+        };
         self.pos += n;
         Ok(s)
     }
 
+    fn array<const N: usize>(&mut self, what: &str) -> Result<[u8; N], TpmError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.bytes(N, what)?);
+        Ok(a)
+    }
+
     pub fn u8(&mut self, what: &str) -> Result<u8, TpmError> {
-        Ok(self.bytes(1, what)?[0])
+        let [b] = self.array(what)?;
+        Ok(b)
     }
 
     pub fn u16(&mut self, what: &str) -> Result<u16, TpmError> {
-        let b = self.bytes(2, what)?;
-        Ok(u16::from_be_bytes([b[0], b[1]]))
+        Ok(u16::from_be_bytes(self.array(what)?))
     }
 
     pub fn u32(&mut self, what: &str) -> Result<u32, TpmError> {
-        let b = self.bytes(4, what)?;
-        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+        Ok(u32::from_be_bytes(self.array(what)?))
     }
 
     /// A `TPM2B_*`: u16 size, then the bytes.

@@ -1,5 +1,16 @@
 //! The `veritysetup format` superblock (cryptsetup `lib/verity/verity.c`, `struct verity_sb`,
 //! 512 bytes, little-endian), parsed as untrusted input.
+//!
+//! Contract: accepts what `veritysetup verify` accepts: version 1, hash type 0 or 1,
+//! sha1/sha256/sha512, block sizes a power of two from 512 to 512 KiB, a salt of at most
+//! 256 bytes, and `data_blocks` 0, which means the whole data device
+//! ([`Params::resolve_data_blocks`]).
+//!
+//! Current limits: the kernel's dm-verity takes data blocks of at most the page size
+//! (4096 on x86-64); larger ones verify here and in `veritysetup verify` but cannot be
+//! activated.
+
+use crate::util::le::{u16_le, u32_le, u64_le};
 
 /// Size of the superblock on disk.
 pub const SIZE: usize = 512;
@@ -67,95 +78,112 @@ pub enum SuperblockError {
     HashType(u32),
     #[error("verity hash algorithm {0:?} is not supported (sha1, sha256, sha512)")]
     Algorithm(String),
-    #[error("verity {what} block size {size} is invalid (a power of two, 512 to 65536)")]
+    #[error("verity {what} block size {size} is invalid (a power of two, 512 to 524288)")]
     BlockSize { what: &'static str, size: u32 },
     #[error("verity salt size {0} exceeds 256")]
     SaltSize(u16),
-    #[error("verity superblock has no data blocks")]
-    NoData,
+    #[error("the superblock gives no data block count and the data device ({0} bytes) holds no whole data block")]
+    NoData(u64),
     #[error("verity data size overflows ({0} blocks)")]
     Overflow(u64),
 }
 
-fn le32(b: &[u8], o: usize) -> u32 {
-    u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+/// The block sizes `veritysetup` accepts (cryptsetup `VERITY_BLOCK_SIZE_OK`).
+pub const BLOCK_SIZES: std::ops::RangeInclusive<u32> = 512..=524_288;
+
+/// The longest salt a superblock holds.
+pub const MAX_SALT: usize = 256;
+
+/// True for a block size `veritysetup` accepts: a power of two in [`BLOCK_SIZES`].
+pub fn valid_block_size(s: u32) -> bool {
+    s.is_power_of_two() && BLOCK_SIZES.contains(&s)
 }
 
-fn valid_block_size(s: u32) -> bool {
-    s.is_power_of_two() && (512..=65536).contains(&s)
+impl Params {
+    /// The parameters with `data_blocks` 0 read as cryptsetup reads it: the whole data
+    /// device, in whole blocks (`data_size` bytes).
+    pub fn resolve_data_blocks(mut self, data_size: u64) -> Result<Params, SuperblockError> {
+        if self.data_blocks == 0 {
+            self.data_blocks = data_size / u64::from(self.data_block_size);
+            if self.data_blocks == 0 {
+                return Err(SuperblockError::NoData(data_size));
+            }
+        }
+        Ok(self)
+    }
 }
 
 /// Parses and sanity-checks a superblock.
 pub fn parse(b: &[u8]) -> Result<Params, SuperblockError> {
-    if b.len() < SIZE {
+    let (Some(head), Some(salt_area)) = (b.get(..SIZE), b.get(88..SIZE)) else {
         return Err(SuperblockError::Truncated(b.len()));
-    }
-    if &b[0..8] != SIGNATURE {
+    };
+    if !head.starts_with(SIGNATURE) {
         return Err(SuperblockError::NoSignature);
     }
-    let version = le32(b, 8);
+    let le32 = |o| u32_le(head, o).unwrap_or_default();
+    let version = le32(8);
     if version != 1 {
         return Err(SuperblockError::Version(version));
     }
-    let hash_type = le32(b, 12);
+    let hash_type = le32(12);
     if hash_type > 1 {
         return Err(SuperblockError::HashType(hash_type));
     }
     let mut uuid = [0u8; 16];
-    uuid.copy_from_slice(&b[16..32]);
-    let alg_raw = &b[32..64];
-    let alg_end = alg_raw.iter().position(|&c| c == 0).unwrap_or(32);
-    let alg_name = String::from_utf8_lossy(&alg_raw[..alg_end]).to_ascii_lowercase();
+    uuid.copy_from_slice(head.get(16..32).unwrap_or(&[0; 16]));
+    let alg_raw = head.get(32..64).unwrap_or_default();
+    let alg_name = String::from_utf8_lossy(alg_raw.split(|&c| c == 0).next().unwrap_or_default())
+        .to_ascii_lowercase();
     let algorithm = Algorithm::from_name(&alg_name).ok_or(SuperblockError::Algorithm(alg_name))?;
-    let data_block_size = le32(b, 64);
-    let hash_block_size = le32(b, 68);
+    let data_block_size = le32(64);
+    let hash_block_size = le32(68);
     for (what, size) in [("data", data_block_size), ("hash", hash_block_size)] {
         if !valid_block_size(size) {
             return Err(SuperblockError::BlockSize { what, size });
         }
     }
-    let mut d = [0u8; 8];
-    d.copy_from_slice(&b[72..80]);
-    let data_blocks = u64::from_le_bytes(d);
-    if data_blocks == 0 {
-        return Err(SuperblockError::NoData);
-    }
+    let data_blocks = u64_le(head, 72).unwrap_or_default();
     if data_blocks
         .checked_mul(data_block_size as u64)
         .is_none_or(|n| n > i64::MAX as u64)
     {
         return Err(SuperblockError::Overflow(data_blocks));
     }
-    let salt_size = u16::from_le_bytes([b[80], b[81]]);
-    if salt_size > 256 {
-        return Err(SuperblockError::SaltSize(salt_size));
-    }
+    let salt_size = u16_le(head, 80).unwrap_or_default();
+    let salt = salt_area
+        .get(..usize::from(salt_size))
+        .filter(|_| usize::from(salt_size) <= MAX_SALT)
+        .ok_or(SuperblockError::SaltSize(salt_size))?;
     Ok(Params {
         hash_type,
         algorithm,
         data_block_size,
         hash_block_size,
         data_blocks,
-        salt: b[88..88 + salt_size as usize].to_vec(),
+        salt: salt.to_vec(),
         uuid,
     })
 }
 
 /// Writes a superblock for `p` (used by tests and by tools that make images).
 pub fn encode(p: &Params) -> Vec<u8> {
-    let mut b = vec![0u8; SIZE];
-    b[0..8].copy_from_slice(SIGNATURE);
-    b[8..12].copy_from_slice(&1u32.to_le_bytes());
-    b[12..16].copy_from_slice(&p.hash_type.to_le_bytes());
-    b[16..32].copy_from_slice(&p.uuid);
-    let n = p.algorithm.name().as_bytes();
-    b[32..32 + n.len()].copy_from_slice(n);
-    b[64..68].copy_from_slice(&p.data_block_size.to_le_bytes());
-    b[68..72].copy_from_slice(&p.hash_block_size.to_le_bytes());
-    b[72..80].copy_from_slice(&p.data_blocks.to_le_bytes());
-    let salt = &p.salt[..p.salt.len().min(256)];
-    b[80..82].copy_from_slice(&(salt.len() as u16).to_le_bytes());
-    b[88..88 + salt.len()].copy_from_slice(salt);
+    let mut b = Vec::with_capacity(SIZE);
+    b.extend_from_slice(SIGNATURE);
+    b.extend_from_slice(&1u32.to_le_bytes());
+    b.extend_from_slice(&p.hash_type.to_le_bytes());
+    b.extend_from_slice(&p.uuid);
+    let mut alg = p.algorithm.name().as_bytes().to_vec();
+    alg.resize(32, 0);
+    b.extend_from_slice(&alg);
+    b.extend_from_slice(&p.data_block_size.to_le_bytes());
+    b.extend_from_slice(&p.hash_block_size.to_le_bytes());
+    b.extend_from_slice(&p.data_blocks.to_le_bytes());
+    let salt = p.salt.get(..p.salt.len().min(MAX_SALT)).unwrap_or_default();
+    b.extend_from_slice(&(salt.len() as u16).to_le_bytes());
+    b.resize(88, 0);
+    b.extend_from_slice(salt);
+    b.resize(SIZE, 0);
     b
 }
 
@@ -178,6 +206,28 @@ mod tests {
     #[test]
     fn round_trip() {
         assert_eq!(parse(&encode(&sample())).unwrap(), sample());
+    }
+
+    /// `data_blocks` 0 is "the whole data device", as cryptsetup reads it.
+    #[test]
+    fn zero_data_blocks_means_the_data_device() {
+        let mut p = sample();
+        p.data_blocks = 0;
+        let parsed = parse(&encode(&p)).unwrap();
+        assert_eq!(parsed.data_blocks, 0);
+        assert_eq!(
+            parsed
+                .clone()
+                .resolve_data_blocks(4096 * 7 + 100)
+                .unwrap()
+                .data_blocks,
+            7
+        );
+        assert_eq!(
+            parsed.resolve_data_blocks(4095),
+            Err(SuperblockError::NoData(4095))
+        );
+        assert_eq!(sample().resolve_data_blocks(0).unwrap(), sample());
     }
 
     #[test]
@@ -205,6 +255,17 @@ mod tests {
         let mut b = good.clone();
         b[72..80].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(matches!(parse(&b), Err(SuperblockError::Overflow(_))));
+        // Block sizes: what veritysetup accepts, no more.
+        for (size, ok) in [
+            (256u32, false),
+            (512, true),
+            (524288, true),
+            (1 << 20, false),
+        ] {
+            let mut b = good.clone();
+            b[68..72].copy_from_slice(&size.to_le_bytes());
+            assert_eq!(parse(&b).is_ok(), ok, "{size}");
+        }
         for i in 0..SIZE {
             let mut b = good.clone();
             b[i] ^= 0xff;

@@ -26,6 +26,10 @@ pub enum TreeError {
     },
     #[error("hash block size {hbs} is too small for {alg} digests")]
     Geometry { hbs: u32, alg: &'static str },
+    #[error("no data blocks (resolve a superblock's 0 against the data device first)")]
+    NoData,
+    #[error("hash offset {0} is too large for the hash tree to follow it")]
+    Offset(u64),
     #[error("{device} device is {have} bytes; the verity parameters need {need}")]
     TooSmall {
         device: &'static str,
@@ -63,30 +67,49 @@ impl Geometry {
                 alg: p.algorithm.name(),
             });
         }
+        let last = p.data_blocks.checked_sub(1).ok_or(TreeError::NoData)?;
         let bits = 63 - (hbs / ds).leading_zeros();
         let stride = (hbs >> bits) as usize;
         let mut levels = 0u32;
-        while bits * levels < 64 && (p.data_blocks - 1) >> (bits * levels) != 0 {
+        while bits * levels < 64 && last >> (bits * levels) != 0 {
             levels += 1;
         }
-        let hash_start = if with_superblock {
-            (hash_offset + super::superblock::SIZE as u64).div_ceil(hbs)
+        let sb = if with_superblock {
+            super::superblock::SIZE as u64
         } else {
-            hash_offset / hbs
+            0
         };
-        let mut level_start = vec![0u64; levels as usize];
-        let mut level_blocks = vec![0u64; levels as usize];
+        let hash_start = hash_offset
+            .checked_add(sb)
+            .and_then(|end| end.checked_add(hbs - 1))
+            .map(|end| {
+                if with_superblock {
+                    end / hbs
+                } else {
+                    hash_offset / hbs
+                }
+            })
+            .ok_or(TreeError::Offset(hash_offset))?;
+        // Level sizes, top level first (the top is stored first).
+        let mut level_start = Vec::with_capacity(levels as usize);
+        let mut level_blocks = Vec::with_capacity(levels as usize);
         let mut pos = hash_start;
         for i in (0..levels).rev() {
             let shift = (i + 1) * bits;
             let s = if shift >= 64 {
                 1
             } else {
-                (p.data_blocks + (1u64 << shift) - 1) >> shift
+                // ceil(data_blocks / 2^shift) without overflow.
+                (last >> shift) + 1
             };
-            level_start[i as usize] = pos;
-            level_blocks[i as usize] = s;
-            pos += s;
+            level_start.push(pos);
+            level_blocks.push(s);
+            pos = pos.checked_add(s).ok_or(TreeError::Offset(hash_offset))?;
+        }
+        level_start.reverse();
+        level_blocks.reverse();
+        if pos.checked_mul(hbs).is_none() {
+            return Err(TreeError::Offset(hash_offset));
         }
         Ok(Geometry {
             params: p.clone(),
@@ -192,11 +215,16 @@ fn read_at<F: FileExt>(
 /// Builds the hash block holding `digests` (zero padded).
 fn build_block(g: &Geometry, digests: &[Vec<u8>]) -> Vec<u8> {
     let mut b = vec![0u8; g.params.hash_block_size as usize];
-    for (k, d) in digests.iter().enumerate() {
-        b[k * g.stride..k * g.stride + d.len()].copy_from_slice(d);
+    for (slot, d) in b.chunks_exact_mut(g.stride).zip(digests) {
+        if let Some(dst) = slot.get_mut(..d.len()) {
+            dst.copy_from_slice(d);
+        }
     }
     b
 }
+
+/// At most this many bytes of data are read at once per worker.
+const READ_CHUNK: usize = 4 << 20;
 
 /// Checks the whole tree: data blocks, every hash block, the root. `threads` workers
 /// share level 0 (the data), the upper levels are small and checked in order.
@@ -243,7 +271,9 @@ pub fn verify<D: FileExt + Sync, H: FileExt + Sync>(
     }
     // Level 0: each job is a run of level-0 hash blocks and the data they cover.
     let per = 1u64 << g.bits;
-    let l0 = g.level_blocks[0];
+    let (Some(&l0), Some(&l0_start)) = (g.level_blocks.first(), g.level_start.first()) else {
+        return Err(TreeError::NoData);
+    };
     const RUN: u64 = 8;
     let next = AtomicU64::new(0);
     let first_bad = Mutex::new(None::<Finding>);
@@ -251,9 +281,14 @@ pub fn verify<D: FileExt + Sync, H: FileExt + Sync>(
     let error = Mutex::new(None::<TreeError>);
     let digests: Vec<Mutex<Vec<u8>>> = (0..l0).map(|_| Mutex::new(Vec::new())).collect();
     let done = AtomicUsize::new(0);
+    // Data blocks read at once: a hash block's worth, capped at READ_CHUNK bytes.
+    let batch = (per as usize).min((READ_CHUNK / dbs).max(1));
     let work = || {
-        let mut dbuf = vec![0u8; per as usize * dbs];
+        let mut dbuf = vec![0u8; batch * dbs];
         let mut stored = vec![0u8; hbs];
+        let fail = |e: TreeError| {
+            *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+        };
         loop {
             let start = next.fetch_add(RUN, Ordering::Relaxed);
             if start >= l0 || start > first_bad_at.load(Ordering::Relaxed) {
@@ -262,41 +297,44 @@ pub fn verify<D: FileExt + Sync, H: FileExt + Sync>(
             for j in start..(start + RUN).min(l0) {
                 let first = j * per;
                 let n = per.min(p.data_blocks - first) as usize;
-                let chunk = &mut dbuf[..n * dbs];
-                if let Err(e) = read_at(data, "data", chunk, first * dbs as u64) {
-                    *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                    return;
+                let mut ds: Vec<Vec<u8>> = Vec::with_capacity(n);
+                while ds.len() < n {
+                    let k = (n - ds.len()).min(batch);
+                    let Some(chunk) = dbuf.get_mut(..k * dbs) else {
+                        return;
+                    };
+                    let at = (first + ds.len() as u64) * dbs as u64;
+                    if let Err(e) = read_at(data, "data", chunk, at) {
+                        return fail(e);
+                    }
+                    ds.extend(chunk.chunks_exact(dbs).map(|b| block_digest(p, b)));
                 }
-                let ds: Vec<Vec<u8>> = chunk
-                    .chunks_exact(dbs)
-                    .map(|b| block_digest(p, b))
-                    .collect();
                 let built = build_block(g, &ds);
-                let at = (g.level_start[0] + j) * hbs as u64;
+                let at = (l0_start + j) * hbs as u64;
                 if let Err(e) = read_at(hash, "hash", &mut stored, at) {
-                    *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                    return;
+                    return fail(e);
                 }
                 if built != stored {
                     // Which entry? A differing entry names its data block; a difference
                     // only in the padding names the hash block.
-                    let entry = (0..n).find(|&k| {
-                        built[k * g.stride..(k + 1) * g.stride]
-                            != stored[k * g.stride..(k + 1) * g.stride]
-                    });
+                    let entry = built
+                        .chunks_exact(g.stride)
+                        .zip(stored.chunks_exact(g.stride))
+                        .take(n)
+                        .position(|(a, b)| a != b);
                     let (pos, f) = match entry {
                         Some(k) => (
                             first + k as u64,
                             Finding::DataBlock {
                                 index: first + k as u64,
-                                hash_block: g.level_start[0] + j,
+                                hash_block: l0_start + j,
                             },
                         ),
                         None => (
                             first + n as u64,
                             Finding::HashBlock {
                                 level: 0,
-                                block: g.level_start[0] + j,
+                                block: l0_start + j,
                             },
                         ),
                     };
@@ -306,9 +344,9 @@ pub fn verify<D: FileExt + Sync, H: FileExt + Sync>(
                         *fb = Some(f);
                     }
                 }
-                *digests[j as usize]
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner()) = block_digest(p, &built);
+                if let Some(slot) = digests.get(j as usize) {
+                    *slot.lock().unwrap_or_else(|p| p.into_inner()) = block_digest(p, &built);
+                }
                 done.fetch_add(1, Ordering::Relaxed);
             }
         }
@@ -337,11 +375,11 @@ pub fn verify<D: FileExt + Sync, H: FileExt + Sync>(
         .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
         .collect();
     let mut stored = vec![0u8; hbs];
-    for level in 1..g.levels {
-        let mut next_digests = Vec::with_capacity(g.level_blocks[level as usize] as usize);
+    for (level, &level_start) in (1..g.levels).zip(g.level_start.iter().skip(1)) {
+        let mut next_digests = Vec::with_capacity(below.len().div_ceil(per as usize));
         for (j, group) in below.chunks(per as usize).enumerate() {
             let built = build_block(g, group);
-            let blk = g.level_start[level as usize] + j as u64;
+            let blk = level_start + j as u64;
             read_at(hash, "hash", &mut stored, blk * hbs as u64)?;
             if built != stored {
                 return Ok(Verification {
@@ -369,17 +407,11 @@ pub fn verify<D: FileExt + Sync, H: FileExt + Sync>(
 
 /// Cheap check before any device exists: the stored top block hashes to `root`.
 pub fn top_matches<H: FileExt>(hash: &H, g: &Geometry, root: &[u8]) -> Result<bool, TreeError> {
-    if g.levels == 0 {
+    let Some(&top) = g.level_start.last() else {
         return Ok(true); // nothing stored: the kernel checks the single data block
-    }
-    let top = g.levels as usize - 1;
+    };
     let mut b = vec![0u8; g.params.hash_block_size as usize];
-    read_at(
-        hash,
-        "hash",
-        &mut b,
-        g.level_start[top] * g.params.hash_block_size as u64,
-    )?;
+    read_at(hash, "hash", &mut b, top * g.params.hash_block_size as u64)?;
     Ok(block_digest(&g.params, &b) == root)
 }
 
@@ -402,12 +434,14 @@ pub fn build(p: &Params, data: &[u8]) -> (Vec<u8>, Vec<u8>) {
         return (Vec::new(), below.into_iter().next().unwrap_or_default());
     }
     let mut area = vec![0u8; (g.hash_end() - g.hash_start * hbs as u64) as usize];
-    for level in 0..g.levels as usize {
+    for &start in &g.level_start {
         let mut next = Vec::new();
         for (j, group) in below.chunks(per).enumerate() {
             let b = build_block(&g, group);
-            let at = (g.level_start[level] - g.hash_start) as usize + j;
-            area[at * hbs..(at + 1) * hbs].copy_from_slice(&b);
+            let at = (start - g.hash_start) as usize + j;
+            if let Some(dst) = area.get_mut(at * hbs..(at + 1) * hbs) {
+                dst.copy_from_slice(&b);
+            }
             next.push(block_digest(p, &b));
         }
         below = next;

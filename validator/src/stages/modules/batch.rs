@@ -108,7 +108,7 @@ pub fn check_files(gate: &Gate, files: &[PathBuf], jobs: usize) -> Batch {
                 (v, None, Vec::new())
             }
         };
-        if let Ok(mut s) = slots[i].lock() {
+        if let Some(Ok(mut s)) = slots.get(i).map(|m| m.lock()) {
             *s = Some(result);
         }
     };
@@ -160,5 +160,6 @@ pub fn read_file(path: &Path) -> Result<Vec<u8>, String> {
             meta.len()
         ));
     }
-    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+    let f = crate::util::fs::open_input(path, false).map_err(|e| e.to_string())?;
+    crate::util::fs::read_file_limited(f, path, MAX_FILE).map_err(|e| e.to_string())
 }

@@ -7,8 +7,14 @@
 //! - **vermagic**: the kernel's own rule (`same_magic`: with `__versions` the release word
 //!   is skipped) against the kernel's vermagic string, and in strict mode (the default)
 //!   the release word must equal the expected kernel release exactly;
-//! - **CRCs**: every `__versions` entry against the symbol table (`Module.symvers` from the
-//!   kernel image and the modules), naming each symbol that "disagrees about version";
+//! - **CRCs**: as the kernel's `check_modstruct_version` and `check_version` (Debian's
+//!   6.1 and 6.12): `module_layout` and every undefined symbol of the module that the
+//!   symbol table (`Module.symvers` from the kernel image and the modules) resolves must
+//!   have a `__versions` record ("no symbol version for ...") whose CRC, read as the
+//!   kernel reads it (64 bits, not truncated), equals the export's ("disagrees about
+//!   version of symbol ..."); with a complete table an undefined, non-weak symbol that
+//!   nothing exports is an unknown symbol. Records for symbols the module does not use
+//!   are ignored, as by the kernel;
 //! - **signature**: PKCS#7 over the module body, signer by issuer and serial in the trust
 //!   store, RSA or ECDSA;
 //! - **policy**: out-of-tree modules only when the BOM lists them, the NVIDIA flavour by
@@ -43,7 +49,7 @@ pub struct Policy {
     pub flavour: Option<Flavour>,
     /// Module name to required lower-case hex SHA-256 of its file.
     pub sha256: BTreeMap<String, String>,
-    /// A `__versions` symbol missing from the table is a failure (the table is complete).
+    /// An undefined symbol missing from the table is a failure (the table is complete).
     pub unknown_symbols_fatal: bool,
 }
 
@@ -61,6 +67,7 @@ pub enum ReasonCode {
     Vermagic,
     VermagicRelease,
     Crc,
+    NoSymbolVersion,
     UnknownSymbol,
     NoVersions,
     Name,
@@ -82,6 +89,7 @@ impl ReasonCode {
             ReasonCode::Vermagic => "vermagic",
             ReasonCode::VermagicRelease => "vermagic-release",
             ReasonCode::Crc => "crc",
+            ReasonCode::NoSymbolVersion => "no-symbol-version",
             ReasonCode::UnknownSymbol => "unknown-symbol",
             ReasonCode::NoVersions => "no-versions",
             ReasonCode::Name => "name",
@@ -167,6 +175,10 @@ pub struct Gate {
     pub symvers: Option<Symvers>,
     pub policy: Policy,
 }
+
+/// The symbol whose CRC stands for `struct module`'s layout; the kernel checks its
+/// `__versions` record for every module (`check_modstruct_version`).
+pub const MODULE_LAYOUT: &str = "module_layout";
 
 /// The kernel's `same_magic()`: with CRCs the release word is not compared.
 pub fn same_magic(module: &str, kernel: &str, has_crcs: bool) -> bool {
@@ -262,7 +274,7 @@ impl Gate {
                 let mut h = sha2::Sha256::new();
                 h.update(s.body);
                 let body_sha256 = h.clone().finalize().to_vec();
-                h.update(&image[s.body.len()..]);
+                h.update(image.get(s.body.len()..).unwrap_or_default());
                 v.image_sha256 = Some(crate::util::hex(&h.finalize()));
                 self.check_signature(s.pkcs7, s.body, Some(&body_sha256), &mut v)
             }
@@ -327,36 +339,61 @@ impl Gate {
         self.check_policy(name, elf, v);
     }
 
-    /// Checks `__versions` against the symbol table (the caller settles `pass`).
+    /// Checks the module's imports against the symbol table as the kernel does at load
+    /// time (the caller settles `pass`).
     pub fn check_crcs(&self, elf: &modinfo::ModuleElf, v: &mut Verdict) {
-        if let Some(table) = &self.symvers {
-            if !elf.has_versions {
-                v.reason(
-                    ReasonCode::NoVersions,
-                    "no __versions section (built without CONFIG_MODVERSIONS)",
-                );
+        let Some(table) = &self.symvers else {
+            return;
+        };
+        if !elf.has_versions {
+            v.reason(
+                ReasonCode::NoVersions,
+                "no __versions section (built without CONFIG_MODVERSIONS)",
+            );
+            return;
+        }
+        let mut bad = Vec::new();
+        let mut missing = Vec::new();
+        let mut unknown = Vec::new();
+        let mut seen = BTreeSet::new();
+        // check_modstruct_version first, then simplify_symbols in symbol-table order.
+        let layout = (table.map.contains_key(MODULE_LAYOUT)).then_some((MODULE_LAYOUT, false));
+        let undefined = elf.undefined.iter().map(|u| (u.name.as_str(), u.weak));
+        for (name, weak) in layout.into_iter().chain(undefined) {
+            if !seen.insert(name) {
+                continue;
             }
-            let mut bad = Vec::new();
-            let mut unknown = Vec::new();
-            for e in &elf.versions {
-                match table.map.get(&e.symbol) {
-                    Some(x) if x.crc != e.crc => bad.push(format!(
-                        "disagrees about version of symbol {} (module {:#010x}, {} {:#010x})",
-                        e.symbol, e.crc, x.module, x.crc
-                    )),
-                    Some(_) => {}
-                    None => unknown.push(e.symbol.clone()),
+            let Some(x) = table.map.get(name) else {
+                // The kernel: an unresolved weak symbol is fine, and x86 ignores an
+                // unreferenced _GLOBAL_OFFSET_TABLE_ (ignore_undef_symbol).
+                if !weak && name != "_GLOBAL_OFFSET_TABLE_" {
+                    unknown.push(name.to_string());
                 }
+                continue;
+            };
+            match elf.version_of(name) {
+                None => missing.push(name.to_string()),
+                Some(e) if e.crc != u64::from(x.crc) => bad.push(format!(
+                    "disagrees about version of symbol {name} (module {:#010x}, {} {:#010x})",
+                    e.crc, x.module, x.crc
+                )),
+                Some(_) => {}
             }
-            for b in bad {
-                v.reason(ReasonCode::Crc, b);
-            }
-            if self.policy.unknown_symbols_fatal && !unknown.is_empty() {
-                v.reason(
-                    ReasonCode::UnknownSymbol,
-                    format!("unknown symbol(s) {}", unknown.join(", ")),
-                );
-            }
+        }
+        for b in bad {
+            v.reason(ReasonCode::Crc, b);
+        }
+        for m in missing {
+            v.reason(
+                ReasonCode::NoSymbolVersion,
+                format!("no symbol version for {m}"),
+            );
+        }
+        if self.policy.unknown_symbols_fatal && !unknown.is_empty() {
+            v.reason(
+                ReasonCode::UnknownSymbol,
+                format!("unknown symbol(s) {}", unknown.join(", ")),
+            );
         }
     }
 
@@ -468,6 +505,7 @@ mod tests {
             modinfo: modinfo::ModInfo { pairs },
             versions: vec![],
             has_versions: true,
+            undefined: vec![],
         }
     }
 

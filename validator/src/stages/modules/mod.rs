@@ -239,7 +239,10 @@ impl Loader {
         }
         let Some(entry) = self.index.entries.get(name).cloned() else {
             let mut r = ModuleReport::new(name, ModStatus::Skipped);
-            r.message = Some("not in the initramfs module index (modules.dep)".into());
+            r.message = Some(format!(
+                "not in the module index ({})",
+                self.dir.join("modules.dep").display()
+            ));
             return self.preset(name, softdep, post_of, r);
         };
         let soft = self.index.softdeps.get(name).cloned().unwrap_or_default();
@@ -278,12 +281,36 @@ impl Loader {
     fn execute(&self) -> Vec<ModuleReport> {
         use std::sync::{Condvar, Mutex};
         let n = self.nodes.len();
+        // Node i's state and result (indexes come from the plan; `get` keeps a bad one
+        // from panicking: a missing node reads as dropped).
+        fn state(states: &[State], j: usize) -> State {
+            states.get(j).copied().unwrap_or(State::Dropped)
+        }
+        fn settle(
+            states: &mut [State],
+            results: &mut [Option<ModuleReport>],
+            i: usize,
+            s: State,
+            r: Option<ModuleReport>,
+        ) {
+            if let (Some(st), Some(res)) = (states.get_mut(i), results.get_mut(i)) {
+                *st = s;
+                if r.is_some() {
+                    *res = r;
+                }
+            }
+        }
         let mut states = vec![State::Waiting; n];
         let mut results: Vec<Option<ModuleReport>> = vec![None; n];
         for (i, node) in self.nodes.iter().enumerate() {
             if let (Some(r), None) = (&node.preset, node.post_of) {
-                states[i] = State::Done(r.ok());
-                results[i] = Some(r.clone());
+                settle(
+                    &mut states,
+                    &mut results,
+                    i,
+                    State::Done(r.ok()),
+                    Some(r.clone()),
+                );
             }
         }
         let shared = Mutex::new((states, results));
@@ -294,39 +321,42 @@ impl Loader {
                 let (states, results) = &mut *g;
                 let mut pick = None;
                 for (i, node) in self.nodes.iter().enumerate() {
-                    if states[i] != State::Waiting {
+                    if state(states, i) != State::Waiting {
                         continue;
                     }
                     if let Some(p) = node.post_of {
-                        match states[p] {
+                        match state(states, p) {
                             State::Done(true) => {}
                             State::Done(false) | State::Dropped => {
-                                states[i] = State::Dropped;
+                                settle(states, results, i, State::Dropped, None);
                                 continue;
                             }
                             _ => continue,
                         }
                     }
                     let finished =
-                        |j: &usize| matches!(states[*j], State::Done(_) | State::Dropped);
+                        |j: &usize| matches!(state(states, *j), State::Done(_) | State::Dropped);
                     if !node.pre.iter().all(finished) || !node.hard.iter().all(finished) {
                         continue;
                     }
-                    if let Some(&d) = node.hard.iter().find(|&&j| states[j] != State::Done(true)) {
+                    if let Some(&d) = node
+                        .hard
+                        .iter()
+                        .find(|&&j| state(states, j) != State::Done(true))
+                    {
                         let mut r = ModuleReport::new(&node.name, ModStatus::Skipped);
                         r.path = Some(node.path.clone());
                         r.softdep = node.softdep;
-                        r.message = Some(format!("dependency {} did not load", self.nodes[d].name));
-                        states[i] = State::Done(false);
-                        results[i] = Some(r);
+                        let dep = self.nodes.get(d).map_or("?", |n| n.name.as_str());
+                        r.message = Some(format!("dependency {dep} did not load"));
+                        settle(states, results, i, State::Done(false), Some(r));
                         continue;
                     }
                     if let Some(r) = &node.preset {
-                        states[i] = State::Done(r.ok());
-                        results[i] = Some(r.clone());
+                        settle(states, results, i, State::Done(r.ok()), Some(r.clone()));
                         continue;
                     }
-                    states[i] = State::Running;
+                    settle(states, results, i, State::Running, None);
                     pick = Some(i);
                     break;
                 }
@@ -340,13 +370,14 @@ impl Loader {
                 g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
             };
             drop(g);
-            let Some(i) = pick else { return };
-            let node = &self.nodes[i];
+            let Some((i, node)) = pick.and_then(|i| Some((i, self.nodes.get(i)?))) else {
+                return;
+            };
             let mut r = self.load_one(&node.name, &node.path);
             r.softdep = node.softdep;
             let mut g = shared.lock().unwrap_or_else(|p| p.into_inner());
-            g.0[i] = State::Done(r.ok());
-            g.1[i] = Some(r);
+            let (states, results) = &mut *g;
+            settle(states, results, i, State::Done(r.ok()), Some(r));
             drop(g);
             cv.notify_all();
         };

@@ -294,7 +294,7 @@ pub(crate) fn slot_specs(ctx: &Context) -> (Option<RootSpec>, Option<RootSpec>) 
         .as_deref()
         .and_then(crate::config::bom::SlotName::parse);
     match (cfg, slot) {
-        (Some(c), Some(s)) => super::slot::root_spec(c, s),
+        (Some(c), Some(s)) => c.root_specs(s),
         _ => (None, None),
     }
 }

@@ -57,9 +57,9 @@ fn unique<'a>(
     f: impl Fn(&FoundPartition) -> bool,
 ) -> Result<Option<&'a FoundPartition>, PartsError> {
     let hits: Vec<&FoundPartition> = parts.iter().filter(|p| f(p)).collect();
-    match hits.len() {
-        0 => Ok(None),
-        1 => Ok(Some(hits[0])),
+    match hits.as_slice() {
+        [] => Ok(None),
+        [one] => Ok(Some(*one)),
         _ => Err(PartsError::Partitions(format!(
             "more than one {what} partition: {}",
             hits.iter()

@@ -92,7 +92,7 @@ impl<T: Transport> Tpm<T> {
         c.u16(TPM_SU_CLEAR);
         match self.execute(CMD, ST_NO_SESSIONS, &c.finish()) {
             Ok(resp) => {
-                Reader::new(CMD, &resp[HEADER_LEN..]).finish()?;
+                Reader::new(CMD, resp.get(HEADER_LEN..).unwrap_or_default()).finish()?;
                 Ok(true)
             }
             Err(TpmError::Rc { rc, .. }) if rc == ResponseCode::INITIALIZE => Ok(false),
@@ -109,7 +109,7 @@ impl<T: Transport> Tpm<T> {
         let mut c = CommandBuf::new(ST_NO_SESSIONS, CC_GET_CAPABILITY);
         c.u32(TPM_CAP_PCRS).u32(0).u32(1);
         let resp = self.execute(CMD, ST_NO_SESSIONS, &c.finish())?;
-        let banks = parse_pcr_banks(CMD, &resp[HEADER_LEN..])?;
+        let banks = parse_pcr_banks(CMD, resp.get(HEADER_LEN..).unwrap_or_default())?;
         self.banks = Some(banks.clone());
         Ok(banks)
     }
@@ -133,7 +133,7 @@ impl<T: Transport> Tpm<T> {
                     alg.size()
                 )));
             }
-            if digests[..i].iter().any(|(a, _)| a == alg) {
+            if digests.iter().take(i).any(|(a, _)| a == alg) {
                 return Err(invalid(format!("two {alg} digests")));
             }
         }
@@ -166,7 +166,7 @@ impl<T: Transport> Tpm<T> {
             c.u16(alg.alg_id()).bytes(d);
         }
         let resp = self.execute(CMD, ST_SESSIONS, &c.finish())?;
-        let mut r = Reader::new(CMD, &resp[HEADER_LEN..]);
+        let mut r = Reader::new(CMD, resp.get(HEADER_LEN..).unwrap_or_default());
         let param_size = r.u32("parameterSize")?;
         if param_size != 0 {
             return Err(TpmError::BadResponse {
@@ -198,7 +198,7 @@ impl<T: Transport> Tpm<T> {
             });
         }
         for (i, b) in banks.iter().enumerate() {
-            if banks[..i].contains(b) {
+            if banks.iter().take(i).any(|x| x == b) {
                 return Err(TpmError::Invalid {
                     command: CMD,
                     why: format!("bank {b} given twice"),
@@ -221,7 +221,8 @@ impl<T: Transport> Tpm<T> {
                 let mut c = CommandBuf::new(ST_NO_SESSIONS, CC_PCR_READ);
                 push_selection(&mut c, &want, pcr);
                 let resp = self.execute(CMD, ST_NO_SESSIONS, &c.finish())?;
-                let (update, values) = parse_pcr_read(CMD, &resp[HEADER_LEN..], pcr, &want)?;
+                let (update, values) =
+                    parse_pcr_read(CMD, resp.get(HEADER_LEN..).unwrap_or_default(), pcr, &want)?;
                 if values.is_empty() {
                     return Err(TpmError::BadResponse {
                         command: CMD,
@@ -233,8 +234,12 @@ impl<T: Transport> Tpm<T> {
                 }
                 counter = Some(update);
                 for (alg, v) in values {
-                    if let Some(i) = banks.iter().position(|b| *b == alg) {
-                        got[i] = Some(v);
+                    if let Some(slot) = banks
+                        .iter()
+                        .position(|b| *b == alg)
+                        .and_then(|i| got.get_mut(i))
+                    {
+                        *slot = Some(v);
                     }
                 }
             }
@@ -308,7 +313,9 @@ fn names(banks: &[HashAlg]) -> String {
 fn push_selection(c: &mut CommandBuf, banks: &[HashAlg], pcr: u32) {
     let size = (pcr / 8 + 1).max(3) as usize;
     let mut select = vec![0u8; size];
-    select[(pcr / 8) as usize] = 1 << (pcr % 8);
+    if let Some(byte) = select.get_mut((pcr / 8) as usize) {
+        *byte = 1 << (pcr % 8);
+    }
     c.u32(banks.len() as u32);
     for b in banks {
         c.u16(b.alg_id()).u8(size as u8).bytes(&select);

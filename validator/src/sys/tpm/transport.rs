@@ -263,7 +263,7 @@ impl TcpTransport {
             self.stream
                 .set_read_timeout(Some(left))
                 .map_err(|e| self.io("set read timeout", e))?;
-            match self.stream.read(&mut buf[got..]) {
+            match self.stream.read(buf.get_mut(got..).unwrap_or_default()) {
                 Ok(0) => {
                     let have = got_before + got;
                     return Err(TpmError::Channel {
@@ -322,7 +322,7 @@ impl TcpTransport {
         }
         resp.resize(size, 0);
         self.read_exact_by(
-            &mut resp[HEADER_LEN..],
+            resp.get_mut(HEADER_LEN..).unwrap_or_default(),
             deadline,
             timeout,
             HEADER_LEN,

@@ -1,0 +1,427 @@
+//! GPUs and NVSwitches: on PCI (hardware) and behind the NVIDIA driver (image).
+//!
+//! Checks, in order:
+//! - `gpus` (hardware): NVIDIA GPUs on PCI against `hardware.gpus` and `gpu_pci_ids` (a
+//!   GPU missing from the bus, or another model than the BOM names);
+//! - `gpu-driver` (image): every GPU on PCI has a `/proc/driver/nvidia/gpus/<bdf>` entry
+//!   that is not `GPU Excluded` - the driver seeing fewer GPUs than PCI shows is the
+//!   image's fault (wrong driver for the GPU, a driver that failed to initialise it);
+//! - `driver-version`, `driver-flavour` (image): `/proc/driver/nvidia/version` against
+//!   the BOM's `[nvidia]`, cross-checked with `/sys/module/nvidia/{version,taint}`;
+//! - `nvswitches` (hardware on PCI, image behind `nvidia-nvswitch`):
+//!   `/proc/driver/nvidia-nvswitch/devices/<bdf>/information` for each NVSwitch on PCI.
+//!
+//! With no NVIDIA device on PCI at all, the driver checks are skipped: there is nothing
+//! for a driver to see, and the missing hardware is already the `gpus` failure.
+
+use serde::{Deserialize, Serialize};
+
+use super::pci::{Inventory, Role};
+use super::{list_dir, parse_value, read_optional, Check, HwRoots, PreflightReport};
+use crate::config::bom::{Bom, Flavour};
+use crate::formats::sysfs::{self, DriverFlavour};
+use crate::stages::Fault;
+
+/// One GPU on PCI, with what the driver says about it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuFact {
+    pub address: String,
+    pub pci_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    /// `Model` from the driver's procfs entry (absent: the driver does not see it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minor: Option<u32>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub excluded: bool,
+}
+
+/// One NVSwitch on PCI.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NvSwitchFact {
+    pub address: String,
+    pub pci_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver: Option<String>,
+    /// `BIOS Version` from `nvidia-nvswitch`'s procfs entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bios: Option<String>,
+}
+
+/// The loaded NVIDIA driver.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DriverFact {
+    pub version: String,
+    /// `open` or `proprietary`.
+    pub flavour: String,
+    /// The NVRM id line.
+    pub nvrm: String,
+    /// `/sys/module/nvidia/version`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module_version: Option<String>,
+    /// `/sys/module/nvidia/taint`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub module_taint: Option<String>,
+}
+
+fn flavour_name(f: DriverFlavour) -> &'static str {
+    match f {
+        DriverFlavour::Open => "open",
+        DriverFlavour::Proprietary => "proprietary",
+    }
+}
+
+/// Runs the GPU, driver and NVSwitch checks.
+pub fn check(roots: &HwRoots, bom: &Bom, inv: &Inventory, report: &mut PreflightReport) {
+    let hw = &bom.hardware;
+    let gpus = inv.of(Role::Gpu);
+    let switches = inv.of(Role::NvSwitch);
+    let procdir = roots.proc.join("driver/nvidia");
+
+    // On PCI. Another vendor's display controller is no GPU of ours.
+    report.other_displays = inv
+        .devices
+        .iter()
+        .filter(|(d, r)| *r != Role::Gpu && d.class >> 16 == 0x03)
+        .map(|(d, _)| format!("{} {} class {:#08x}", d.address, d.id, d.class))
+        .collect();
+    let mut facts: Vec<GpuFact> = gpus
+        .iter()
+        .map(|d| GpuFact {
+            address: d.address.clone(),
+            pci_id: d.id.to_string(),
+            driver: d.driver.clone(),
+            model: None,
+            minor: None,
+            excluded: false,
+        })
+        .collect();
+    let listed = gpus
+        .iter()
+        .map(|d| format!("{} ({})", d.address, d.id))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let wrong_model: Vec<String> = gpus
+        .iter()
+        .filter(|d| !hw.gpu_pci_ids.is_empty() && !hw.gpu_pci_ids.contains(&d.id))
+        .map(|d| format!("{} is {}", d.address, d.id))
+        .collect();
+    let want_ids = hw
+        .gpu_pci_ids
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(" or ");
+    report.checks.push(match hw.gpus {
+        None if hw.gpu_pci_ids.is_empty() => Check::skip(
+            "gpus",
+            format!("{} NVIDIA GPU(s) on PCI; the BOM sets no count", gpus.len()),
+        ),
+        Some(n) if gpus.len() != n as usize => Check::fail(
+            "gpus",
+            Fault::Hardware,
+            format!(
+                "{} NVIDIA GPU(s) on PCI, the BOM expects {n}{}",
+                gpus.len(),
+                if listed.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {listed}")
+                }
+            ),
+        ),
+        _ if !wrong_model.is_empty() => Check::fail(
+            "gpus",
+            Fault::Hardware,
+            format!(
+                "not the GPU the BOM names ({want_ids}): {}",
+                wrong_model.join(", ")
+            ),
+        ),
+        _ if gpus.is_empty() => Check::pass("gpus", "no NVIDIA GPU on PCI, as the BOM says"),
+        _ => Check::pass(
+            "gpus",
+            format!("{} NVIDIA GPU(s) on PCI: {listed}", gpus.len()),
+        ),
+    });
+
+    if gpus.is_empty() && switches.is_empty() {
+        let why = "no NVIDIA device on PCI: nothing for the driver to see";
+        for name in ["gpu-driver", "driver-version", "driver-flavour"] {
+            report.checks.push(Check::skip(name, why));
+        }
+        report.gpus = facts;
+        switch_checks(roots, bom, inv, report);
+        return;
+    }
+
+    // Behind the driver.
+    let entries = match list_dir(&procdir.join("gpus")) {
+        Ok(e) => Ok(e.unwrap_or_default()),
+        Err(e) => Err(e),
+    };
+    let mut unseen = Vec::new();
+    let mut problems = Vec::new();
+    match entries {
+        Err(e) => problems.push(e.to_string()),
+        Ok(entries) => {
+            for f in facts.iter_mut() {
+                if !entries.contains(&f.address) {
+                    unseen.push(format!(
+                        "{} ({})",
+                        f.address,
+                        match &f.driver {
+                            Some(d) => format!("bound to {d}, no /proc/driver/nvidia/gpus entry"),
+                            None => "bound to no driver".into(),
+                        }
+                    ));
+                    continue;
+                }
+                let path = procdir.join("gpus").join(&f.address).join("information");
+                match parse_value(&path, sysfs::gpu_information) {
+                    Ok(info) => {
+                        if info.bus_location != f.address {
+                            problems.push(format!(
+                                "{}: Bus Location {} is not {}",
+                                path.display(),
+                                info.bus_location,
+                                f.address
+                            ));
+                        }
+                        if info.excluded {
+                            unseen.push(format!("{} (GPU Excluded: Yes)", f.address));
+                        }
+                        f.model = Some(info.model);
+                        f.minor = info.minor;
+                        f.excluded = info.excluded;
+                    }
+                    Err(e) => problems.push(e.to_string()),
+                }
+            }
+        }
+    }
+    let seen = facts
+        .iter()
+        .filter(|f| f.model.is_some() && !f.excluded)
+        .count();
+    report.checks.push(if !problems.is_empty() {
+        Check::fail("gpu-driver", Fault::Image, problems.join("; "))
+    } else if !unseen.is_empty() {
+        Check::fail(
+            "gpu-driver",
+            Fault::Image,
+            format!(
+                "the driver sees {seen} of the {} GPU(s) on PCI; not seen: {}",
+                facts.len(),
+                unseen.join(", ")
+            ),
+        )
+    } else if facts.is_empty() {
+        Check::skip("gpu-driver", "no GPU on PCI")
+    } else {
+        Check::pass("gpu-driver", format!("the driver sees all {seen} GPU(s)"))
+    });
+    report.gpus = facts;
+
+    // The driver's version and flavour.
+    driver_checks(roots, bom, report);
+    switch_checks(roots, bom, inv, report);
+}
+
+fn driver_checks(roots: &HwRoots, bom: &Bom, report: &mut PreflightReport) {
+    let path = roots.proc.join("driver/nvidia/version");
+    let parsed = match read_optional(&path) {
+        Ok(Some(text)) => {
+            sysfs::nvidia_version(&text).map_err(|e| format!("{}: {e}", path.display()))
+        }
+        Ok(None) => Err(format!(
+            "the nvidia driver is not loaded ({} does not exist)",
+            path.display()
+        )),
+        Err(e) => Err(e.to_string()),
+    };
+    let v = match parsed {
+        Ok(v) => v,
+        Err(why) => {
+            report
+                .checks
+                .push(Check::fail("driver-version", Fault::Image, why.clone()));
+            report
+                .checks
+                .push(Check::fail("driver-flavour", Fault::Image, why));
+            return;
+        }
+    };
+    let modver_path = roots.sys.join("module/nvidia/version");
+    let taint_path = roots.sys.join("module/nvidia/taint");
+    let module_version = read_optional(&modver_path)
+        .map_err(|e| e.to_string())
+        .and_then(|o| match o {
+            None => Ok(None),
+            Some(t) => sysfs::padded(&t, "a module version")
+                .map(Some)
+                .map_err(|e| format!("{}: {e}", modver_path.display())),
+        });
+    let module_taint = read_optional(&taint_path)
+        .map_err(|e| e.to_string())
+        .and_then(|o| match o {
+            None => Ok(None),
+            Some(t) => sysfs::module_taint(&t)
+                .map(Some)
+                .map_err(|e| format!("{}: {e}", taint_path.display())),
+        });
+    let fact = DriverFact {
+        version: v.version.clone(),
+        flavour: flavour_name(v.flavour).to_string(),
+        nvrm: v.nvrm.clone(),
+        module_version: module_version.clone().ok().flatten(),
+        module_taint: module_taint.clone().ok().flatten(),
+    };
+    let want = bom.nvidia.as_ref();
+    report.checks.push(match (&module_version, want) {
+        (Err(e), _) => Check::fail("driver-version", Fault::Image, e.clone()),
+        (Ok(Some(m)), _) if *m != v.version => Check::fail(
+            "driver-version",
+            Fault::Image,
+            format!(
+                "{} says {}, {} says {m}",
+                path.display(),
+                v.version,
+                modver_path.display()
+            ),
+        ),
+        (_, Some(n)) if n.driver_version.as_str() != v.version => Check::fail(
+            "driver-version",
+            Fault::Image,
+            format!(
+                "driver {} is loaded, the BOM names {}",
+                v.version, n.driver_version
+            ),
+        ),
+        (_, Some(_)) => Check::pass("driver-version", format!("driver {}", v.version)),
+        (_, None) => Check::skip(
+            "driver-version",
+            format!("driver {}; the BOM has no [nvidia] section", v.version),
+        ),
+    });
+    let by_taint = match &module_taint {
+        Ok(Some(t)) => Some(if t.contains('P') {
+            DriverFlavour::Proprietary
+        } else {
+            DriverFlavour::Open
+        }),
+        _ => None,
+    };
+    report.checks.push(match (&module_taint, want) {
+        (Err(e), _) => Check::fail("driver-flavour", Fault::Image, e.clone()),
+        (_, _) if by_taint.is_some_and(|t| t != v.flavour) => Check::fail(
+            "driver-flavour",
+            Fault::Image,
+            format!(
+                "{} names the {} flavour but {} says {:?}",
+                path.display(),
+                flavour_name(v.flavour),
+                taint_path.display(),
+                fact.module_taint.as_deref().unwrap_or("")
+            ),
+        ),
+        (_, Some(n)) => {
+            let want = match n.flavour {
+                Flavour::Open => DriverFlavour::Open,
+                Flavour::Proprietary => DriverFlavour::Proprietary,
+            };
+            if want == v.flavour {
+                Check::pass("driver-flavour", flavour_name(v.flavour))
+            } else {
+                Check::fail(
+                    "driver-flavour",
+                    Fault::Image,
+                    format!(
+                        "the {} driver is loaded, the BOM names the {} flavour",
+                        flavour_name(v.flavour),
+                        flavour_name(want)
+                    ),
+                )
+            }
+        }
+        (_, None) => Check::skip("driver-flavour", flavour_name(v.flavour)),
+    });
+    report.driver = Some(fact);
+}
+
+fn switch_checks(roots: &HwRoots, bom: &Bom, inv: &Inventory, report: &mut PreflightReport) {
+    let hw = &bom.hardware;
+    let switches = inv.of(Role::NvSwitch);
+    let procdir = roots.proc.join("driver/nvidia-nvswitch/devices");
+    let mut facts: Vec<NvSwitchFact> = switches
+        .iter()
+        .map(|d| NvSwitchFact {
+            address: d.address.clone(),
+            pci_id: d.id.to_string(),
+            driver: d.driver.clone(),
+            bios: None,
+        })
+        .collect();
+    let mut problems = Vec::new();
+    let mut unseen = Vec::new();
+    match list_dir(&procdir) {
+        Err(e) => problems.push(e.to_string()),
+        Ok(entries) => {
+            let entries = entries.unwrap_or_default();
+            for f in facts.iter_mut() {
+                if !entries.contains(&f.address) {
+                    unseen.push(f.address.clone());
+                    continue;
+                }
+                let path = procdir.join(&f.address).join("information");
+                match parse_value(&path, sysfs::nvswitch_information) {
+                    Ok(i) => f.bios = Some(i.bios_version),
+                    Err(e) => problems.push(e.to_string()),
+                }
+            }
+        }
+    }
+    let on_pci = facts.len();
+    let seen = on_pci - unseen.len();
+    report.checks.push(match hw.nvswitches {
+        Some(n) if on_pci != n as usize => Check::fail(
+            "nvswitches",
+            Fault::Hardware,
+            format!(
+                "{on_pci} NVSwitch(es) on PCI, the BOM expects {n}{}",
+                if facts.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ": {}",
+                        facts
+                            .iter()
+                            .map(|f| f.address.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
+            ),
+        ),
+        _ if !problems.is_empty() => Check::fail("nvswitches", Fault::Image, problems.join("; ")),
+        _ if !unseen.is_empty() => Check::fail(
+            "nvswitches",
+            Fault::Image,
+            format!(
+                "nvidia-nvswitch sees {seen} of the {on_pci} NVSwitch(es) on PCI; not seen: {}",
+                unseen.join(", ")
+            ),
+        ),
+        None => Check::skip(
+            "nvswitches",
+            format!("{on_pci} NVSwitch(es) on PCI; the BOM sets no count"),
+        ),
+        Some(_) => Check::pass(
+            "nvswitches",
+            format!("{on_pci} NVSwitch(es) on PCI, all seen by nvidia-nvswitch"),
+        ),
+    });
+    report.nvswitches = facts;
+}

@@ -1,0 +1,195 @@
+//! Platform facts: the kernel command line a GPU node needs, firmware Secure Boot, the
+//! kernel's lockdown mode and its taint.
+//!
+//! - `cmdline` (image): every `hardware.cmdline` word (`intel_iommu=on`, `iommu=pt`) is a
+//!   parameter of `/proc/cmdline`, compared as the kernel splits and names parameters
+//!   (`-` and `_` equal in names). The command line is part of the boot entry the image's
+//!   slot carries, so falling back fixes it.
+//! - `secure-boot` (hardware): the `SecureBoot` EFI variable through efivarfs
+//!   (`/sys/firmware/efi/efivars/SecureBoot-8be4df61-...`: four attribute bytes and the
+//!   value) against `hardware.secure_boot`. A firmware setting: rolling the image back
+//!   cannot change it. Without `/sys/firmware/efi` the node booted without UEFI (Secure
+//!   Boot off); with it but no efivarfs mounted the state is unknown, which fails a BOM that
+//!   requires a value.
+//! - `lockdown`: the bracketed mode of `/sys/kernel/security/lockdown`, reported.
+//! - `taint` (image): `/proc/sys/kernel/tainted` after the drivers loaded; letters that
+//!   point at modules (`P`, `F`, `C`, `O`, `E`) and that `policy.taint_allowed` does not
+//!   allow fail, as in the modules stage; others are reported.
+
+use serde::{Deserialize, Serialize};
+
+use super::{read_bytes, read_optional, Check, HwRoots, PreflightReport};
+use crate::config::bom::Bom;
+use crate::config::cmdline;
+use crate::formats::sysfs;
+use crate::stages::modules::taint;
+use crate::stages::Fault;
+
+/// `SecureBoot` in the EFI global variable namespace.
+pub const SECURE_BOOT_VAR: &str =
+    "firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
+
+/// Platform facts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlatformFact {
+    /// Booted through UEFI (`/sys/firmware/efi` exists).
+    pub efi: bool,
+    /// Firmware Secure Boot (`None`: unknown, efivarfs not mounted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secure_boot: Option<bool>,
+    /// The active lockdown mode (`none`, `integrity`, `confidentiality`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lockdown: Option<String>,
+    /// Kernel taint letters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub taint: Option<String>,
+}
+
+fn norm(name: &str) -> String {
+    name.replace('-', "_")
+}
+
+/// Runs the platform checks.
+pub fn check(roots: &HwRoots, bom: &Bom, report: &mut PreflightReport) {
+    let hw = &bom.hardware;
+    // The command line.
+    let path = roots.proc.join("cmdline");
+    report.checks.push(if hw.cmdline.is_empty() {
+        Check::skip("cmdline", "the BOM requires no command-line words")
+    } else {
+        match super::read_value(&path) {
+            Err(e) => Check::fail("cmdline", Fault::Image, e.to_string()),
+            Ok(text) => match sysfs::one_line(&text, "a command line") {
+                Err(e) => Check::fail("cmdline", Fault::Image, format!("{}: {e}", path.display())),
+                Ok(line) => {
+                    let params = cmdline::split(line).params;
+                    let missing: Vec<&str> = hw
+                        .cmdline
+                        .iter()
+                        .map(|w| w.as_str())
+                        .filter(|w| {
+                            let (name, value) = match w.split_once('=') {
+                                Some((n, v)) => (n, Some(v)),
+                                None => (*w, None),
+                            };
+                            !params
+                                .iter()
+                                .any(|p| norm(&p.name) == norm(name) && p.value.as_deref() == value)
+                        })
+                        .collect();
+                    if missing.is_empty() {
+                        Check::pass(
+                            "cmdline",
+                            format!(
+                                "has {}",
+                                hw.cmdline
+                                    .iter()
+                                    .map(|w| w.as_str())
+                                    .collect::<Vec<_>>()
+                                    .join(" ")
+                            ),
+                        )
+                    } else {
+                        Check::fail(
+                            "cmdline",
+                            Fault::Image,
+                            format!("{} lacks {}", path.display(), missing.join(" ")),
+                        )
+                    }
+                }
+            },
+        }
+    });
+
+    // Secure Boot.
+    let efi = roots.sys.join("firmware/efi").is_dir();
+    let var = roots.sys.join(SECURE_BOOT_VAR);
+    let sb: Result<Option<bool>, String> = if !efi {
+        Ok(Some(false))
+    } else if var.exists() {
+        read_bytes(&var).map_err(|e| e.to_string()).and_then(|b| {
+            sysfs::efi_bool(&b)
+                .map(Some)
+                .map_err(|e| format!("{}: {e}", var.display()))
+        })
+    } else {
+        Ok(None)
+    };
+    let shown = |v: Option<bool>| match (efi, v) {
+        (false, _) => "off (booted without UEFI)".to_string(),
+        (true, Some(true)) => "on".into(),
+        (true, Some(false)) => "off".into(),
+        (true, None) => format!(
+            "unknown ({} not readable: efivarfs not mounted?)",
+            var.display()
+        ),
+    };
+    report.checks.push(match (&sb, hw.secure_boot) {
+        (Err(e), _) => Check::fail("secure-boot", Fault::Hardware, e.clone()),
+        (Ok(v), None) => Check::skip("secure-boot", format!("Secure Boot {}", shown(*v))),
+        (Ok(Some(v)), Some(want)) if *v == want => {
+            Check::pass("secure-boot", format!("Secure Boot {}", shown(Some(*v))))
+        }
+        (Ok(v), Some(want)) => Check::fail(
+            "secure-boot",
+            Fault::Hardware,
+            format!(
+                "Secure Boot {}, the BOM requires it {}",
+                shown(*v),
+                if want { "on" } else { "off" }
+            ),
+        ),
+    });
+
+    // Lockdown (reported).
+    let lpath = roots.sys.join("kernel/security/lockdown");
+    let lockdown = match read_optional(&lpath) {
+        Ok(Some(t)) => sysfs::lockdown(&t)
+            .map(Some)
+            .map_err(|e| format!("{}: {e}", lpath.display())),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    };
+    report.checks.push(match &lockdown {
+        Ok(Some(m)) => Check::pass("lockdown", format!("lockdown {m}")),
+        Ok(None) => Check::skip(
+            "lockdown",
+            format!("{} not present (securityfs not mounted?)", lpath.display()),
+        ),
+        Err(e) => Check::warn("lockdown", e.clone()),
+    });
+
+    // Taint.
+    let allowed = bom.policy.taint_allowed.as_str();
+    let t = taint::read(&roots.proc, allowed);
+    report.checks.push(match &t {
+        Err(e) => Check::fail("taint", Fault::Image, e.to_string()),
+        Ok(t) => {
+            let image: String = t
+                .unexpected
+                .chars()
+                .filter(|c| taint::IMAGE_TAINTS.contains(*c))
+                .collect();
+            if !image.is_empty() {
+                Check::fail(
+                    "taint",
+                    Fault::Image,
+                    format!(
+                        "kernel tainted {:?} ({:?} not allowed by the BOM's taint_allowed {allowed:?})",
+                        t.flags, image
+                    ),
+                )
+            } else if !t.unexpected.is_empty() {
+                Check::warn("taint", format!("kernel tainted {:?}", t.flags))
+            } else {
+                Check::pass("taint", format!("kernel taint {:?}", t.flags))
+            }
+        }
+    });
+    report.platform = PlatformFact {
+        efi,
+        secure_boot: sb.ok().flatten(),
+        lockdown: lockdown.ok().flatten(),
+        taint: t.ok().map(|t| t.flags),
+    };
+}
