@@ -2,8 +2,8 @@
 # Seeds the fuzz corpora, fuzz/corpus/<target>/, from real data: the provisioned Debian
 # kernels (modules, certificates, image, module index), the tools that make each format
 # (veritysetup, sfdisk, grub-editenv, GNU cpio, openssl, xz/zstd/gzip/lz4), a real TPM
-# (swtpm) and firmware (an OVMF boot of the Debian kernel whose TPM event log and
-# command line are captured), our own writers (event logs, CEL, slot state, cpio), the
+# (swtpm) and firmware (an OVMF boot of the Debian kernel whose TPM event log, command
+# line and sysfs values are captured), the fixture node's sysfs/procfs tree, our own writers (event logs, CEL, slot state, cpio), the
 # example BOMs and the committed regression inputs. Nothing here is committed: the
 # corpora are generated (fuzz/.gitignore).
 #
@@ -72,6 +72,13 @@ head -n 3 "$IDX/modules.dep" >"$tree/lib/modules/$RELEASE/modules.dep"
 ln -s ../usr/sbin "$tree/sbin"
 mknod "$tree/dev/console" c 5 1 2>/dev/null || true
 (cd "$tree" && find . | LC_ALL=C sort | cpio -o -H newc --quiet --reproducible) | seed cpio gnu-cpio
+# As initramfs images come: compressed (gzip, zstd, xz as the kernel reads them), and a
+# plain archive (early microcode) before a compressed one.
+c=$OUT/cpio/gnu-cpio
+gzip -9 -n -c <"$c" | seed cpio gnu-cpio.gz
+zstd -19 -q -c <"$c" | seed cpio gnu-cpio.zst
+xz --check=crc32 -c <"$c" | seed cpio gnu-cpio.xz
+{ cat "$c"; zstd -19 -q -c <"$c"; } | seed cpio plain-then-zstd
 
 say "modules"
 # Small signed modules of the 6.1 kernel, and 6.12's xz-compressed ones.
@@ -169,6 +176,16 @@ printf 'debian-%s+3-1.conf\ntitle Debian GNU/Linux 12 (bookworm)\nversion %s\nli
 printf 'slot-b.conf\ntitle B\nlinux /b/vmlinuz\ninitrd /b/initrd\ninitrd /b/extra.cpio\noptions root=PARTLABEL=root-b\n' | seed bls entry-plain
 { printf '\007\000\000\000'; printf '\\loader\\entries\\slot-a+2-1.conf\000' | iconv -f UTF-8 -t UTF-16LE; } | seed bls efivar-boot-count-path
 
+say "sysfs/procfs values (the fixture node)"
+FIX=$ROOT/validator/tests/fixtures/hw/good
+find "$FIX" -type f | LC_ALL=C sort | awk -F/ '!seen[$NF]++' | while read -r f; do
+    seed sysfs "fixture-$(basename "$f")" <"$f"
+done
+find "$FIX/proc/driver/nvidia/gpus" -name information | head -n 1 | while read -r f; do
+    seed sysfs fixture-gpu-information <"$f"
+done
+seed cmdline fixture-node <"$FIX/proc/cmdline"
+
 say "firmware TPM event log and command line (OVMF boot of the Debian kernel)"
 if [ "${SEED_VM:-1}" != 0 ]; then
     vm=$WORK/vm
@@ -182,6 +199,13 @@ if [ "${SEED_VM:-1}" != 0 ]; then
 /bin/busybox mount -t securityfs securityfs /sys/kernel/security
 echo SEED-CMDLINE-BEGIN; /bin/busybox cat /proc/cmdline; echo SEED-CMDLINE-END
 echo SEED-LOG-BEGIN; /bin/busybox base64 /sys/kernel/security/tpm0/binary_bios_measurements; echo SEED-LOG-END
+for f in /sys/bus/pci/devices/*/vendor /sys/bus/pci/devices/*/class \
+    /sys/bus/pci/devices/*/current_link_speed /sys/bus/pci/devices/*/max_link_width \
+    /sys/bus/pci/devices/*/aer_dev_correctable /sys/kernel/security/lockdown \
+    /sys/firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c \
+    /sys/module/*/taint; do
+    [ -r "$f" ] && echo "SEED-FILE $f $(/bin/busybox base64 "$f" | /bin/busybox tr -d '\n')"
+done
 /bin/busybox poweroff -f
 EOF
     chmod 755 "$vm/root/init"
@@ -203,6 +227,11 @@ EOF
     tr -d '\r' <"$vm/console.log" | sed -n '/^SEED-LOG-BEGIN/,/^SEED-LOG-END/p' | sed '1d;$d' |
         base64 -d >"$vm/eventlog.bin" || true
     tr -d '\r' <"$vm/console.log" | sed -n '/^SEED-CMDLINE-BEGIN/,/^SEED-CMDLINE-END/p' | sed '1d;$d' >"$vm/cmdline"
+    i=0
+    tr -d '\r' <"$vm/console.log" | grep '^SEED-FILE ' | head -n 40 | while read -r _ path b64; do
+        i=$((i + 1))
+        printf '%s' "$b64" | base64 -d | seed sysfs "vm-$i-$(basename "$path")"
+    done
     if [ -s "$vm/eventlog.bin" ]; then
         seed eventlog ovmf-firmware <"$vm/eventlog.bin"
         seed cmdline ovmf-vm <"$vm/cmdline"

@@ -43,6 +43,11 @@ pub struct EntryName {
 /// The longest entry file name we accept (FAT's limit is 255 UTF-16 units).
 pub const MAX_NAME: usize = 255;
 
+/// The longest entry id we accept: room left for the longest counters the boot writes
+/// when it uses a try or marks the entry bad (`+999999999-999999999.conf`), so every name
+/// we rename an entry to is one we read back.
+pub const MAX_ID: usize = MAX_NAME - "+999999999-999999999.conf".len();
+
 fn counter(s: &str, name: &str) -> Result<u32, BlsError> {
     if s.is_empty() || s.len() > 9 || !s.bytes().all(|c| c.is_ascii_digit()) {
         return Err(err(
@@ -83,6 +88,12 @@ impl EntryName {
         };
         if id.is_empty() {
             return Err(err(name, "empty entry id"));
+        }
+        if id.len() > MAX_ID {
+            return Err(err(
+                &name.chars().take(40).collect::<String>(),
+                format!("entry id longer than {MAX_ID} bytes (no room for the boot counters)"),
+            ));
         }
         Ok(EntryName {
             id: id.to_string(),
@@ -253,6 +264,34 @@ mod tests {
             assert!(EntryName::parse(bad).is_err(), "{bad:?}");
         }
         assert!(EntryName::parse(&format!("{}.conf", "a".repeat(300))).is_err());
+    }
+
+    /// Fuzz finding (`fuzz/regressions/bls/`): a 254-byte name without counters parsed,
+    /// but marking it bad (`+0`) gave a 256-byte name the next boot refused. Ids keep
+    /// room for the counters now, and every rename of an accepted name reads back.
+    #[test]
+    fn every_name_the_boot_writes_reads_back() {
+        let long = format!("{}.conf", "\u{fffd}".repeat(83));
+        assert_eq!(long.len(), 254);
+        let e = EntryName::parse(&long).unwrap_err();
+        assert!(e.why.contains("no room for the boot counters"), "{e}");
+        let id = "a".repeat(MAX_ID);
+        for name in [
+            format!("{id}.conf"),
+            format!("{id}+3.conf"),
+            format!("{id}+1-2.conf"),
+        ] {
+            let n = EntryName::parse(&name).unwrap();
+            let widest = EntryName {
+                id: n.id.clone(),
+                left: Some(999_999_999),
+                done: Some(999_999_999),
+            };
+            for renamed in [n.marked_bad(), n.marked_good(), widest] {
+                assert_eq!(EntryName::parse(&renamed.file_name()).unwrap(), renamed);
+            }
+        }
+        assert!(EntryName::parse(&format!("{id}a.conf")).is_err());
     }
 
     #[test]

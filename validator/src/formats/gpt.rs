@@ -275,6 +275,13 @@ pub fn read_table<R: FileExt>(
                 hdr.current_lba
             )));
         }
+        // The kernel's is_gpt_valid(): the usable area lies on the disk.
+        if hdr.first_usable > last || hdr.last_usable > last || hdr.last_usable < hdr.first_usable {
+            return Err(invalid(format!(
+                "LBA {lba}: usable area {}..{} is not within the disk's LBAs 0..{last}",
+                hdr.first_usable, hdr.last_usable
+            )));
+        }
         let len = hdr.entry_count as usize * hdr.entry_size as usize;
         let arr = read(hdr.entries_lba, len)?;
         let parts = parse_entries(&hdr, &arr).map_err(|e| invalid(format!("LBA {lba}: {e}")))?;
@@ -431,6 +438,42 @@ pub(crate) mod tests {
         assert!(e.to_string().contains("no GPT signature"), "{e}");
         let e = read_table(&Mem(vec![0; 100]), 100, 512, Path::new("d")).unwrap_err();
         assert!(e.to_string().contains("too small"), "{e}");
+    }
+
+    /// Fuzz finding (`fuzz/regressions/gpt/`): a header whose usable area runs past the
+    /// end of the disk was taken, and with it partitions the kernel does not create. Such
+    /// a header is refused as the kernel refuses it, and the other copy is used.
+    #[test]
+    fn usable_area_must_lie_on_the_disk() {
+        fn set_last_usable(raw: &mut [u8], header: usize, v: u64) {
+            raw[header + 48..header + 56].copy_from_slice(&v.to_le_bytes());
+            raw[header + 16..header + 20].copy_from_slice(&[0; 4]);
+            let crc = crc32fast::hash(&raw[header..header + 92]);
+            raw[header + 16..header + 20].copy_from_slice(&crc.to_le_bytes());
+        }
+        let mut raw = sample();
+        let n = raw.len();
+        let last = (n / 512 - 1) as u64;
+        set_last_usable(&mut raw, 512, last + 1);
+        let t = read_table(&Mem(raw.clone()), n as u64, 512, Path::new("m")).unwrap();
+        assert!(t.used_backup);
+        set_last_usable(&mut raw, n - 512, 10);
+        let e = read_table(&Mem(raw), n as u64, 512, Path::new("m")).unwrap_err();
+        assert!(
+            e.to_string().contains(&format!(
+                "LBA 1: usable area 34..{} is not within the disk's LBAs 0..{last}",
+                last + 1
+            )),
+            "{e}"
+        );
+        // The fuzzer's input: sfdisk's table for 64 sectors on a disk of 3.
+        let input = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../fuzz/regressions/gpt/usable-area-past-the-disk"
+        ))
+        .unwrap();
+        let e = read_table(&Mem(input.clone()), input.len() as u64, 512, Path::new("m"));
+        assert!(e.unwrap_err().to_string().contains("usable area 4..61"));
     }
 
     #[test]

@@ -225,12 +225,15 @@ impl GrubEnv {
         out
     }
 
-    /// The value of `name`, if set (the first line with that name, as GRUB finds it).
+    /// The value of `name`, if set (the first line with exactly that name, byte for byte,
+    /// as GRUB finds it and as [`GrubEnv::set`] and [`GrubEnv::delete`] edit it).
     pub fn get(&self, name: &str) -> Option<String> {
-        self.vars()
-            .into_iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v)
+        let space = self.free_start().ok()?;
+        let (start, _) = self.find(name.as_bytes(), space).ok()??;
+        match self.line_at(start, space).ok()? {
+            (Line::Var { value, .. }, _) => Some(String::from_utf8_lossy(&value).into_owned()),
+            (Line::Comment, _) => None,
+        }
     }
 
     /// The free bytes at the end.
@@ -471,5 +474,22 @@ mod tests {
             assert_eq!(GrubEnv::parse(&theirs).unwrap(), ours);
         }
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Fuzz finding (`fuzz/regressions/grubenv/`): a name that is not UTF-8 read (through
+    /// `vars`' lossy text) as equal to U+FFFD, so after `set("\u{fffd}", ..)` appended a
+    /// new line, `get` still returned the old line's value. `get` compares bytes, as
+    /// `set`, `delete` and GRUB do.
+    #[test]
+    fn get_finds_the_line_set_edits() {
+        let mut b = block("X=1\n", 64);
+        b[SIGNATURE.len()] = 0xfb; // the name: one byte that is not UTF-8
+        let mut env = GrubEnv::parse(&b).unwrap();
+        assert_eq!(env.vars(), [("\u{fffd}".to_string(), "1".to_string())]);
+        assert_eq!(env.get("\u{fffd}"), None);
+        env.set("\u{fffd}", "2").unwrap();
+        assert_eq!(env.get("\u{fffd}").as_deref(), Some("2"));
+        assert_eq!(env.as_bytes().len(), 64);
+        assert_eq!(GrubEnv::parse(env.as_bytes()).unwrap(), env);
     }
 }

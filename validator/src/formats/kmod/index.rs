@@ -76,7 +76,12 @@ pub fn parse_dep(text: &str, file: &Path) -> Result<BTreeMap<String, Entry>, Ind
             });
         };
         let path = path.trim();
-        if path.is_empty() || !path.contains(".ko") {
+        // A path with whitespace in it would split into several when written back (the
+        // dependencies are whitespace-separated), and no depmod writes one.
+        if path.is_empty()
+            || !path.contains(".ko")
+            || path.chars().any(|c| c.is_whitespace() || c.is_control())
+        {
             return Err(IndexError::Malformed {
                 path: file.into(),
                 line: n,
@@ -228,6 +233,28 @@ mod tests {
         };
         let again = parse_dep(&idx.dep_text(), Path::new("x")).unwrap();
         assert_eq!(again, idx.entries);
+    }
+
+    /// Fuzz finding (`fuzz/regressions/kmod_index/`): `6 /4.ko:4` parsed as the module
+    /// `6 /4.ko`, whose path written back as a dependency read as two (`6` and `4`). A
+    /// module path with whitespace or a control character is refused.
+    #[test]
+    fn module_paths_without_whitespace() {
+        for text in ["6 /4.ko:4\n", "kernel/a\u{c}b.ko:\n", "kernel/a\u{1}.ko:\n"] {
+            let e = parse_dep(text, Path::new("m.dep")).unwrap_err();
+            assert!(
+                e.to_string().starts_with("m.dep:1: not a module path"),
+                "{e}"
+            );
+        }
+        // Around the path and between dependencies, whitespace is the separator.
+        let d = parse_dep(
+            "\tkernel/a.ko :\tkernel/b.ko  kernel/c.ko \n",
+            Path::new("m"),
+        )
+        .unwrap();
+        assert_eq!(d["a"].path, "kernel/a.ko");
+        assert_eq!(d["a"].deps, ["b", "c"]);
     }
 
     #[test]
