@@ -89,6 +89,16 @@ impl EntryName {
         if id.is_empty() {
             return Err(err(name, "empty entry id"));
         }
+        // An id that itself ends in `+N` would lose that part when the entry is marked
+        // good (`a+1+2.conf` becomes `a+1.conf`, which reads as id `a` with a try left).
+        if id.rsplit_once('+').is_some_and(|(_, t)| {
+            !t.is_empty() && t.bytes().all(|c| c.is_ascii_digit() || c == b'-')
+        }) {
+            return Err(err(
+                name,
+                format!("entry id {id:?} ends in what reads as boot counters"),
+            ));
+        }
         if id.len() > MAX_ID {
             return Err(err(
                 &name.chars().take(40).collect::<String>(),
@@ -292,6 +302,18 @@ mod tests {
             }
         }
         assert!(EntryName::parse(&format!("{id}a.conf")).is_err());
+        // Fuzz finding: `+3+1.conf` (id `+3`) marked good became `+3.conf`, an entry with
+        // no id; `a+1+2.conf` marked good would become the counting `a+1.conf`. Ids that
+        // end in counters are refused, so marking good always gives a plain name.
+        for name in ["+3+1.conf", "a+1+2.conf", "a+1-2+3.conf", "a+1-+2.conf"] {
+            let e = EntryName::parse(name).unwrap_err();
+            assert!(e.why.contains("reads as boot counters"), "{name}: {e}");
+        }
+        for name in ["a+b+1.conf", "a++1.conf", "6.1+deb12+2-1.conf"] {
+            let n = EntryName::parse(name).unwrap();
+            let good = EntryName::parse(&n.marked_good().file_name()).unwrap();
+            assert!(!good.counting() && good.id == n.id, "{name}: {good:?}");
+        }
     }
 
     #[test]
