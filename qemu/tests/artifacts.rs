@@ -20,7 +20,10 @@ fn tool(cmd: &str, args: &[&str]) -> String {
 
 #[test]
 fn init_is_static() {
-    for init in [paths::init_binary().unwrap(), paths::production_init().unwrap()] {
+    for init in [
+        paths::init_binary().unwrap(),
+        paths::production_init().unwrap(),
+    ] {
         is_static(init.to_str().unwrap());
     }
 }
@@ -30,10 +33,16 @@ fn init_is_static() {
 fn production_init_has_no_test_hook() {
     let strings = |p: std::path::PathBuf| tool("strings", &[p.to_str().unwrap()]);
     let prod = strings(paths::production_init().unwrap());
-    assert!(!prod.contains("test_panic"), "test_panic in the production init");
+    assert!(
+        !prod.contains("test_panic"),
+        "test_panic in the production init"
+    );
     assert!(prod.contains("validator.on_panic") || prod.contains("on_panic"));
     let hooked = strings(paths::init_binary().unwrap());
-    assert!(hooked.contains("test_panic"), "the test bed's init has its hook");
+    assert!(
+        hooked.contains("test_panic"),
+        "the test bed's init has its hook"
+    );
 }
 
 fn is_static(p: &str) {

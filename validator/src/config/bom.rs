@@ -313,7 +313,19 @@ pub struct Hardware {
 }
 
 /// An A/B slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 pub enum SlotName {
     A,
     B,
@@ -358,7 +370,9 @@ impl fmt::Display for SlotName {
 }
 
 /// The boot loader that holds the A/B state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Bootloader {
     /// GRUB with `examples/grub/grub.cfg`: RAUC's variables in the grubenv.
@@ -526,6 +540,83 @@ impl Slot {
     }
 }
 
+fn default_textfile_dir() -> String {
+    "/var/lib/prometheus/node-exporter".into()
+}
+fn default_nfd_dir() -> String {
+    "/etc/kubernetes/node-feature-discovery/features.d".into()
+}
+fn default_nfd_namespace() -> String {
+    "validator.gpu-fleet.example".into()
+}
+
+/// Where the report goes besides the console and `/run` (`[report]`): directories are
+/// paths in the new root, resolved as it will see them after `switch_root` (a directory
+/// that is, or links into, `/run` is written in the `/run` the new root inherits); an
+/// empty directory turns that output off.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportCfg {
+    /// node_exporter's textfile collector directory (`validator.prom`).
+    #[serde(default = "default_textfile_dir")]
+    pub textfile_dir: String,
+    /// Node Feature Discovery's local features directory (`validator`).
+    #[serde(default = "default_nfd_dir")]
+    pub nfd_dir: String,
+    /// The label namespace of the features (a DNS subdomain the fleet owns).
+    #[serde(default = "default_nfd_namespace")]
+    pub nfd_namespace: String,
+    /// The node pool this image is built for: the `pool` label of the metrics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+}
+
+impl Default for ReportCfg {
+    fn default() -> ReportCfg {
+        ReportCfg {
+            textfile_dir: default_textfile_dir(),
+            nfd_dir: default_nfd_dir(),
+            nfd_namespace: default_nfd_namespace(),
+            pool: None,
+        }
+    }
+}
+
+impl ReportCfg {
+    /// The checks the init relies on: absolute directories without `..`, a namespace NFD
+    /// publishes, a pool that is a label value.
+    pub fn check(&self) -> Result<(), String> {
+        for (key, d) in [
+            ("textfile_dir", &self.textfile_dir),
+            ("nfd_dir", &self.nfd_dir),
+        ] {
+            if !d.is_empty()
+                && (!d.starts_with('/')
+                    || d.split('/').any(|c| c == "..")
+                    || d.contains('\0')
+                    || d.len() > 255)
+            {
+                return Err(format!("{key} {d:?} is not an absolute path (or \"\")"));
+            }
+        }
+        if !crate::formats::nfd::valid_namespace(&self.nfd_namespace) {
+            return Err(format!(
+                "nfd_namespace {:?} is not a label namespace NFD publishes (a lower-case DNS \
+                 subdomain outside kubernetes.io)",
+                self.nfd_namespace
+            ));
+        }
+        if let Some(p) = &self.pool {
+            if !crate::formats::nfd::valid_label_part(p) {
+                return Err(format!(
+                    "pool {p:?} is not a label value (letters, digits, -_. inside, at most 63)"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The bill of materials.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -551,6 +642,9 @@ pub struct Bom {
     pub measure: Measure,
     /// A/B slots; absent: no slot handling (every failure stops the boot).
     pub slot: Option<Slot>,
+    /// Where the report goes (metrics, node labels).
+    #[serde(default)]
+    pub report: ReportCfg,
 }
 
 /// A BOM together with the bytes it was read from.
@@ -639,6 +733,13 @@ pub fn parse(bytes: &[u8], path: &Path) -> Result<LoadedBom, BomError> {
                 .map_or(1, |i| i + 1);
             return Err(invalid(line, format!("slot: {why}")));
         }
+    }
+    if let Err(why) = bom.report.check() {
+        let line = text
+            .lines()
+            .position(|l| l.trim_start().starts_with("[report]"))
+            .map_or(1, |i| i + 1);
+        return Err(invalid(line, format!("report: {why}")));
     }
     let mut seen = std::collections::BTreeSet::new();
     for m in &bom.modules.load {

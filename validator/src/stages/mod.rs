@@ -10,6 +10,9 @@
 //! (`/sys`, `/proc`, `/dev`, `/run`, the new root, the initramfs) from [`Roots`], so each
 //! runs against a fixture tree as well as on a node.
 //!
+//! [`node`] is not a stage: the node's identity and PID 1's peak memory, which `start` and
+//! the report read.
+//!
 //! Current limits: no `preflight` stage yet.
 
 pub mod critical;
@@ -17,6 +20,7 @@ pub mod handover;
 pub mod measure;
 pub mod modules;
 pub mod mount;
+pub mod node;
 pub mod slot;
 pub mod start;
 pub mod storage;
@@ -31,7 +35,7 @@ use crate::config::cmdline::BootArgs;
 use crate::trust::TrustStore;
 
 /// What a failure points at. Only image faults burn an A/B slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Fault {
     /// Something we built is wrong (BOM, module, root hash, versions).
@@ -54,7 +58,7 @@ impl Fault {
 }
 
 /// What the boot does next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Decision {
     /// Hand over to the real root; the slot is good.
@@ -92,7 +96,9 @@ pub trait Classified: std::error::Error {
 }
 
 /// The stages, in run order, as the report names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Stage {
     Start,
@@ -178,6 +184,12 @@ pub struct Facts {
     pub verity: Option<verity::VerityReport>,
     pub tpm: Option<measure::TpmReport>,
     pub slot: Option<slot::SlotFacts>,
+    /// Who the node is (DMI, boot id), read by `start`.
+    pub node: node::NodeFacts,
+    /// The GPUs the BOM promises (`hardware.gpus`).
+    pub bom_gpus: Option<u32>,
+    /// The node pool the BOM's `[report]` names.
+    pub pool: Option<String>,
     /// Problems that did not stop the boot.
     pub warnings: Vec<String>,
 }
