@@ -22,6 +22,7 @@ pub mod bench;
 pub mod disk;
 pub mod floor;
 pub mod paths;
+pub mod reportcheck;
 pub mod rootfs;
 pub mod scenario;
 pub mod tpmcheck;

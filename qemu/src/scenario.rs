@@ -330,6 +330,16 @@ impl Scenario {
         }
         cfg.tpm = self.tpm_banks.clone();
         cfg.kill_tpm_on = self.kill_tpm_on.clone();
+        // SMBIOS serial numbers, so the report's node identity has something to read.
+        cfg.extra_args.extend(
+            [
+                "-smbios",
+                "type=1,serial=QEMU-NODE-0001",
+                "-smbios",
+                "type=2,serial=QEMU-BOARD-0001",
+            ]
+            .map(String::from),
+        );
         Ok(cfg)
     }
 

@@ -10,6 +10,8 @@
 //! completions and man pages. The PID-1 init does not link this crate.
 
 mod out;
+mod report;
+mod svg;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -62,6 +64,8 @@ enum Cmd {
     /// A/B slots: the boot loader's state and our record on the ESP.
     #[command(subcommand)]
     Slot(SlotCmd),
+    /// A boot's health report for a person, as a timeline, metrics or node labels.
+    Report(report::ReportArgs),
     /// Show how a kernel command line is read (default: /proc/cmdline).
     Cmdline {
         /// The command line (its words are joined with spaces).
@@ -318,6 +322,7 @@ fn run(cmd: Cmd, out: &mut Out) -> Res {
             Ok(true)
         }
         Cmd::Slot(c) => slot(c, out),
+        Cmd::Report(a) => report::run(a, out),
         Cmd::Cmdline { line } => cmdline(line, out),
         Cmd::Gpt { disk } => {
             let t = validator::sys::read_gpt(&disk, 512)?;
