@@ -11,7 +11,6 @@
 
 mod out;
 mod report;
-mod svg;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;

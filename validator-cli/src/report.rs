@@ -14,7 +14,8 @@
 
 use std::path::{Path, PathBuf};
 
-use validator::report::{checks, nfd, prometheus, CheckStatus, Report};
+use validator::report::timeline::{human_us, printable};
+use validator::report::{checks, nfd, prometheus, timeline, CheckStatus, Report};
 
 use crate::out::Out;
 use crate::{Res, Usage};
@@ -44,13 +45,6 @@ pub struct ReportArgs {
     pub namespace: Option<String>,
 }
 
-/// Makes untrusted text printable on one line.
-pub fn printable(s: &str) -> String {
-    s.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
-        .collect()
-}
-
 fn cut(s: &str, max: usize) -> String {
     let s = printable(s);
     if s.chars().count() <= max {
@@ -59,17 +53,6 @@ fn cut(s: &str, max: usize) -> String {
     let mut t: String = s.chars().take(max.saturating_sub(3)).collect();
     t.push_str("...");
     t
-}
-
-/// A duration in µs for a person.
-pub fn human_us(us: u64) -> String {
-    if us >= 1_000_000 {
-        format!("{:.2} s", us as f64 / 1e6)
-    } else if us >= 1000 {
-        format!("{:.1} ms", us as f64 / 1e3)
-    } else {
-        format!("{us} µs")
-    }
 }
 
 fn or_dash(s: Option<&str>) -> String {
@@ -261,7 +244,7 @@ pub fn run(a: ReportArgs, out: &mut Out) -> Res {
     }
     let mut wrote = false;
     if let Some(p) = &a.svg {
-        write_out(p, crate::svg::timeline(&r).as_bytes(), out)?;
+        write_out(p, timeline::svg(&r).as_bytes(), out)?;
         wrote = true;
     }
     if let Some(p) = &a.prometheus {

@@ -12,6 +12,7 @@
 //! - [`prometheus`]: the text exposition file for node_exporter's textfile collector.
 //! - [`nfd`]: the Node Feature Discovery local features file, and a parser of that format.
 //! - [`publish`]: what the init does with all of these at the end of a boot.
+//! - [`timeline`]: the boot as an SVG timeline, for a person (the CLI; not the init).
 //!
 //! Only `boot` (and the CLI) use this layer.
 
@@ -22,6 +23,7 @@ pub mod nfd;
 pub mod prometheus;
 pub mod publish;
 pub mod schema;
+pub mod timeline;
 
 pub use crate::stages::{Decision, Fault};
 pub use schema::{Check, CheckStatus, GpuCounts, Report, StageReport, StageStatus, SCHEMA};

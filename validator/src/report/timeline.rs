@@ -11,11 +11,27 @@
 
 use std::fmt::Write as _;
 
-use validator::report::{Report, StageStatus};
-use validator::stages::modules::ModStatus;
-use validator::stages::Stage;
+use super::schema::{Report, StageStatus};
+use crate::stages::modules::ModStatus;
+use crate::stages::Stage;
 
-use crate::report::{human_us, printable};
+/// Makes untrusted text printable on one line (control characters become `?`).
+pub fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+/// A duration in µs for a person.
+pub fn human_us(us: u64) -> String {
+    if us >= 1_000_000 {
+        format!("{:.2} s", us as f64 / 1e6)
+    } else if us >= 1000 {
+        format!("{:.1} ms", us as f64 / 1e3)
+    } else {
+        format!("{us} µs")
+    }
+}
 
 const WIDTH: f64 = 1400.0;
 const LEFT: f64 = 250.0;
@@ -118,7 +134,7 @@ fn rows(r: &Report) -> Vec<Bar> {
 }
 
 /// The timeline of `r` as an SVG document.
-pub fn timeline(r: &Report) -> String {
+pub fn svg(r: &Report) -> String {
     let bars = rows(r);
     let t0 = bars
         .iter()
@@ -238,7 +254,7 @@ mod tests {
         let mut r = Report::new(1_000_000);
         r.boottime_report_us = 1_050_000;
         r.image_id = Some("<img>".into());
-        r.stages.push(validator::report::StageReport {
+        r.stages.push(crate::report::StageReport {
             name: Stage::Start,
             status: StageStatus::Ok,
             start_us: 0,
@@ -246,7 +262,7 @@ mod tests {
             fault: None,
             detail: None,
         });
-        let svg = timeline(&r);
+        let svg = svg(&r);
         assert!(svg.contains(">stage start</text>"), "{svg}");
         assert!(svg.contains("&lt;img&gt;") && !svg.contains("<img>"));
         assert!(svg.ends_with("</svg>\n"));
