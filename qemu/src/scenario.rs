@@ -429,8 +429,36 @@ impl Scenario {
             o.describe()
         );
         assert!(!o.console.contains("Kernel panic"), "{}", o.describe());
+        if std::env::var_os("VALIDATOR_WRITE_EXAMPLES").is_some() {
+            write_example(&name, &o);
+        }
         o
     }
+}
+
+/// The documented example reports (`docs/examples/`) and the scenarios whose boots
+/// produce them.
+pub const EXAMPLES: [(&str, &str); 3] = [
+    ("good", "report-good.json"),
+    ("tampered-module", "report-image-fault.json"),
+    ("no-root", "report-hardware-fault.json"),
+];
+
+/// Writes the report of scenario `name`'s boot as its documented example, when it has one
+/// (`VALIDATOR_WRITE_EXAMPLES=1`).
+fn write_example(name: &str, o: &Outcome) {
+    let Some((_, file)) = EXAMPLES.iter().find(|(n, _)| *n == name) else {
+        return;
+    };
+    let r = o
+        .report
+        .as_ref()
+        .unwrap_or_else(|| panic!("scenario {name}: no report for {file}"));
+    let dir = paths::workspace().join("docs/examples");
+    let text = serde_json::to_string_pretty(r).unwrap_or_default() + "\n";
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(dir.join(file), text))
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.join(file).display()));
 }
 
 /// [`Scenario::named`] then [`Scenario::run_checked`].
