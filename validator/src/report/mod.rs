@@ -18,6 +18,8 @@
 
 pub mod checks;
 pub mod console;
+#[cfg(test)]
+mod examples;
 pub mod json;
 pub mod nfd;
 pub mod prometheus;

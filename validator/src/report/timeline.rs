@@ -160,7 +160,7 @@ pub fn svg(r: &Report) -> String {
 <style>
   .ok {{ fill: #4c9a2a; }} .failed {{ fill: #d62728; }} .skipped {{ fill: #aaaaaa; }}
   .gate {{ fill: #f0a030; }} .load {{ fill: #3b7dd8; }}
-  .grid {{ stroke: #dddddd; stroke-width: 1; }} .label {{ fill: #222222; }} .note {{ fill: #555555; font-size: 10px; }}
+  .grid {{ stroke: #dddddd; stroke-width: 1; }} .label {{ fill: #222222; }} .note {{ fill: #555555; font-size: 10px; }} .inside {{ fill: #ffffff; font-size: 10px; }}
 </style>
 <rect x="0" y="0" width="{WIDTH}" height="{height}" fill="#ffffff"/>"##
     );
@@ -220,14 +220,19 @@ pub fn svg(r: &Report) -> String {
             );
             cx += w;
         }
-        let (nx, anchor) = if cx + 160.0 < WIDTH {
-            (cx + 4.0, "start")
+        // The note goes right of the bar, else inside a long bar, else left of it.
+        let text_w = 6.0 * b.note.chars().count() as f64;
+        let bx = x(b.start);
+        let (nx, anchor, class) = if cx + 4.0 + text_w < WIDTH {
+            (cx + 4.0, "start", "note")
+        } else if cx - bx > text_w + 8.0 {
+            (cx - 4.0, "end", "inside")
         } else {
-            (x(b.start) - 4.0, "end")
+            (bx - 4.0, "end", "note")
         };
         let _ = writeln!(
             s,
-            r#"<text x="{nx:.1}" y="{:.1}" text-anchor="{anchor}" class="note">{}</text>"#,
+            r#"<text x="{nx:.1}" y="{:.1}" text-anchor="{anchor}" class="{class}">{}</text>"#,
             y + 12.0,
             esc(&b.note)
         );
