@@ -14,13 +14,22 @@
 //! floor ([`floor`]: a busybox initramfs that only loads the same modules and mounts the
 //! same root).
 //!
+//! [`firmware`] boots through OVMF with GRUB or systemd-boot on a FAT ESP and reads that
+//! ESP back on the host; [`ab`] builds the A/B node (an ESP and two slots, each with its
+//! own kernel, initramfs, BOM and root) and boots it directly or through firmware, with
+//! reboots followed ([`vm::run_boots`]: one outcome per boot), power cuts
+//! ([`vm::KillAt`]) and throttled writes ([`vm::Throttle`]).
+//!
 //! Current limits: x86-64 guests only; TCG by default (`VALIDATOR_ACCEL=kvm` switches);
-//! one vCPU unless a config says more; SeaBIOS (no OVMF/GRUB yet); kernels come from
-//! `scripts/provision` (`target/kernels/`).
+//! one vCPU unless a config says more; kernels come from `scripts/provision`
+//! (`target/kernels/`).
 
+pub mod ab;
 pub mod bench;
 pub mod disk;
+pub mod firmware;
 pub mod floor;
+pub mod initramfs;
 pub mod paths;
 pub mod reportcheck;
 pub mod rootfs;

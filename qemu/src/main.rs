@@ -10,6 +10,9 @@ fn usage() -> String {
         "usage:\n  qemu-harness run [SCENARIO]     boot a scenario (default: good) and print the report\n\
          \x20 qemu-harness bench [RUNS] [DEBIAN_INITRD] [CPUS,...]\n\
          \x20                                boot ours and Debian's initramfs alternately; print medians\n\
+         \x20 qemu-harness bench-boot-paths [RUNS]\n\
+         \x20                                boot one A/B node directly, via OVMF+GRUB and via\n\
+         \x20                                OVMF+systemd-boot in turn; print medians and ratios\n\
          scenarios: {}\nenvironment: VALIDATOR_ACCEL=tcg|kvm, VALIDATOR_VM_TIMEOUT=seconds, VALIDATOR_INIT=path\n",
         Name::ALL
             .iter()
@@ -37,6 +40,22 @@ fn main() -> ExitCode {
                     eprintln!("qemu-harness: {e}");
                     return ExitCode::from(2);
                 }
+            }
+            return ExitCode::SUCCESS;
+        }
+        ["bench-recover", rest @ ..] => {
+            let runs = rest.first().and_then(|r| r.parse().ok()).unwrap_or(3);
+            if let Err(e) = qemu::ab::bench_recover(runs) {
+                eprintln!("qemu-harness: {e}");
+                return ExitCode::from(2);
+            }
+            return ExitCode::SUCCESS;
+        }
+        ["bench-boot-paths", rest @ ..] => {
+            let runs = rest.first().and_then(|r| r.parse().ok()).unwrap_or(3);
+            if let Err(e) = qemu::ab::bench_boot_paths(runs) {
+                eprintln!("qemu-harness: {e}");
+                return ExitCode::from(2);
             }
             return ExitCode::SUCCESS;
         }

@@ -120,7 +120,7 @@ pub fn run_dir(name: &str) -> Result<PathBuf, HarnessError> {
 }
 
 /// Removes the disk and filesystem images of a run directory (and the root tree they were
-/// made from), keeping logs.
+/// made from, and those of its `slot-*` directories), keeping logs.
 pub fn remove_images(dir: &Path) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
@@ -134,8 +134,11 @@ pub fn remove_images(dir: &Path) {
             && name != "initrd.img";
         if image || name == "root.sig" {
             let _ = std::fs::remove_file(&p);
-        } else if name == "rootfs" || name == "tpm-state" {
+        } else if name == "rootfs" || name == "tpm-state" || name == "esp-files" {
             let _ = std::fs::remove_dir_all(&p);
+        } else if (name.starts_with("slot-") || name.starts_with("saved-")) && p.is_dir() {
+            // An A/B node's slot directories (crate::ab).
+            remove_images(&p);
         }
     }
 }

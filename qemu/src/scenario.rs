@@ -31,6 +31,15 @@ pub enum Name {
     TpmSha384,
     NoTpm,
     TpmKilled,
+    AbGood,
+    AbImageFault,
+    AbImageFaultReboot,
+    AbCorruptRoot,
+    AbBothBad,
+    AbNoTpm,
+    SdbootGood,
+    SdbootImageFault,
+    Node,
     Modules40,
 }
 
@@ -54,6 +63,15 @@ impl Name {
         Name::TpmSha384,
         Name::NoTpm,
         Name::TpmKilled,
+        Name::AbGood,
+        Name::AbImageFault,
+        Name::AbImageFaultReboot,
+        Name::AbCorruptRoot,
+        Name::AbBothBad,
+        Name::AbNoTpm,
+        Name::SdbootGood,
+        Name::SdbootImageFault,
+        Name::Node,
         Name::Modules40,
     ];
 
@@ -77,6 +95,15 @@ impl Name {
             Name::TpmSha384 => "tpm-sha384",
             Name::NoTpm => "no-tpm",
             Name::TpmKilled => "tpm-killed",
+            Name::AbGood => "ab-good",
+            Name::AbImageFault => "ab-image-fault",
+            Name::AbImageFaultReboot => "ab-image-fault-reboot",
+            Name::AbCorruptRoot => "ab-corrupt-root",
+            Name::AbBothBad => "ab-both-bad",
+            Name::AbNoTpm => "ab-no-tpm",
+            Name::SdbootGood => "sdboot-good",
+            Name::SdbootImageFault => "sdboot-image-fault",
+            Name::Node => "node",
             Name::Modules40 => "modules-40",
         }
     }
@@ -120,6 +147,9 @@ pub struct Scenario {
     /// Put tpm2-tools in the root and have its init print `tpm2_pcrread`, `tpm2_eventlog`
     /// and the binary log (base64) between markers.
     pub root_tpm_tools: bool,
+    /// The boot path (kernel direct, or OVMF with GRUB or systemd-boot), the A/B slots,
+    /// reboot following, power cuts and disk throttling ([`crate::ab::Boot`]).
+    pub boot: crate::ab::Boot,
 }
 
 /// Shell the root's init runs to show the TPM's view and our logs.
@@ -206,6 +236,7 @@ impl Scenario {
             tpm_banks: Some(vec!["sha1".into(), "sha256".into()]),
             kill_tpm_on: None,
             root_tpm_tools: false,
+            boot: crate::ab::Boot::default(),
         })
     }
 
@@ -289,6 +320,71 @@ impl Scenario {
             Name::TpmKilled => {
                 s.kill_tpm_on = Some("stage modules: start".into());
             }
+            Name::AbGood
+            | Name::AbImageFault
+            | Name::AbImageFaultReboot
+            | Name::AbCorruptRoot
+            | Name::AbBothBad
+            | Name::AbNoTpm => {
+                use crate::ab::{BootPath, Roots};
+                let roots = if name == Name::AbCorruptRoot {
+                    Roots::Verity(validator::config::bom::RootHashSource::Bom)
+                } else {
+                    Roots::Plain
+                };
+                s = Scenario::ab_gate(BootPath::Grub, roots)?;
+                s.name = name.as_str().into();
+                s.boot.follow_reboots = Some(3);
+                if let Some(two) = s.boot.slots.as_mut() {
+                    match name {
+                        Name::AbImageFault | Name::AbImageFaultReboot => {
+                            two.a.tampered_modules.push("crc16".into());
+                        }
+                        Name::AbBothBad => {
+                            two.a.tampered_modules.push("crc16".into());
+                            two.b.tampered_modules.push("crc16".into());
+                        }
+                        Name::AbCorruptRoot => {
+                            two.a.verity = crate::verity::Variant::CorruptCritical;
+                        }
+                        _ => {}
+                    }
+                    if name == Name::AbImageFaultReboot {
+                        for b in [&mut two.a.bom, &mut two.b.bom] {
+                            if let Some(c) = b.slot.as_mut() {
+                                c.fallback = validator::config::bom::FallbackVia::Reboot;
+                            }
+                        }
+                    }
+                }
+                if name == Name::AbNoTpm {
+                    s.tpm_banks = None;
+                }
+                // The slot that takes over by kexec shows its TPM's view and our log.
+                s.root_tpm_tools = name == Name::AbImageFault;
+            }
+            Name::Node => {
+                // The real node: OVMF + GRUB, slot A, signed verity roots, the module
+                // gate, the TPM with tpm2-tools in the root.
+                use crate::ab::{BootPath, Roots};
+                s = Scenario::ab_gate(
+                    BootPath::Grub,
+                    Roots::Verity(validator::config::bom::RootHashSource::Signature),
+                )?;
+                s.name = name.as_str().into();
+                s.root_tpm_tools = true;
+            }
+            Name::SdbootGood | Name::SdbootImageFault => {
+                use crate::ab::{BootPath, Roots};
+                s = Scenario::ab_gate(BootPath::SystemdBoot, Roots::Plain)?;
+                s.name = name.as_str().into();
+                s.boot.follow_reboots = Some(3);
+                if name == Name::SdbootImageFault {
+                    if let Some(two) = s.boot.slots.as_mut() {
+                        two.a.tampered_modules.push("crc16".into());
+                    }
+                }
+            }
             Name::TamperedModule => {
                 s.tampered_modules.push("virtio_blk".into());
             }
@@ -308,6 +404,9 @@ impl Scenario {
 
     /// Builds the BOM file, initramfs and disk in `dir`; returns the VM to boot.
     pub fn prepare(&self, dir: &Path) -> Result<VmConfig, HarnessError> {
+        if self.boot.two_slots() {
+            return crate::ab::prepare(self, dir);
+        }
         let mut verity_parts = None;
         if let Some(variant) = self.verity {
             let rootdir = dir.join("rootfs");
@@ -328,35 +427,13 @@ impl Scenario {
                 .map_err(|e| HarnessError::Setup(format!("BOM as TOML: {e}")))?,
         )
         .map_err(|e| HarnessError::io(&bom_path, e))?;
-        let mut overrides = self.module_overrides.clone();
-        if !self.tampered_modules.is_empty() {
-            let tree = mkinitramfs::closure::KernelTree::open(&self.kernel.root)
-                .map_err(|e| HarnessError::Setup(e.to_string()))?;
-            for m in &self.tampered_modules {
-                let rel = tree
-                    .files
-                    .get(m)
-                    .ok_or_else(|| HarnessError::Setup(format!("no module {m} in the kernel")))?;
-                let src = tree.moddir.join(rel);
-                let mut bytes = std::fs::read(&src).map_err(|e| HarnessError::io(&src, e))?;
-                let body = validator::formats::kmod::sig::split(&bytes)
-                    .map(|s| s.body.len())
-                    .unwrap_or(bytes.len());
-                bytes[body / 2] ^= 0x01;
-                let out = dir.join(format!("tampered-{m}.ko"));
-                std::fs::write(&out, &bytes).map_err(|e| HarnessError::io(&out, e))?;
-                overrides.push((m.clone(), out));
-            }
-        }
-        let mut spec = mkinitramfs::Spec::new(&self.kernel.root, &bom_path, &paths::init_binary()?);
-        spec.extra_files = self.extra_initramfs_files.clone();
-        spec.mtime = 0;
-        // The build-time gate would refuse a tampered module; the boot-time gate is tested.
-        spec.gate = overrides.is_empty();
-        spec.module_overrides = overrides;
-        let built = mkinitramfs::build(&spec).map_err(|e| HarnessError::Setup(e.to_string()))?;
         let initrd = dir.join("initrd.img");
-        std::fs::write(&initrd, &built.bytes).map_err(|e| HarnessError::io(&initrd, e))?;
+        let extras = crate::initramfs::Extras {
+            files: self.extra_initramfs_files.clone(),
+            module_overrides: self.module_overrides.clone(),
+            tampered_modules: self.tampered_modules.clone(),
+        };
+        crate::initramfs::build(&self.kernel, &bom_path, &extras, &initrd, dir)?;
         let mut cfg = VmConfig::new(&self.kernel.vmlinuz, &initrd);
         cfg.append = self.cmdline.clone();
         if let Some(parts) = verity_parts {
@@ -396,6 +473,7 @@ impl Scenario {
             ]
             .map(String::from),
         );
+        self.boot.apply(&mut cfg);
         Ok(cfg)
     }
 
@@ -454,6 +532,16 @@ fn write_example(name: &str, o: &Outcome) {
         .report
         .as_ref()
         .unwrap_or_else(|| panic!("scenario {name}: no report for {file}"));
+    write_example_report(file, r);
+}
+
+/// Writes `r` as the documented example `docs/examples/<file>` when
+/// `VALIDATOR_WRITE_EXAMPLES` is set (the A/B tests write the fallback and both-bad
+/// examples this way).
+pub fn write_example_report(file: &str, r: &validator::report::Report) {
+    if std::env::var_os("VALIDATOR_WRITE_EXAMPLES").is_none() {
+        return;
+    }
     let dir = paths::workspace().join("docs/examples");
     let text = serde_json::to_string_pretty(r).unwrap_or_default() + "\n";
     std::fs::create_dir_all(&dir)

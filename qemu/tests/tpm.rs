@@ -33,7 +33,7 @@ fn validator_replay(log: &[u8], dir: &std::path::Path, name: &str) -> Listing {
                     "run",
                     "-q",
                     "-p",
-                    "validator",
+                    "validator-cli",
                     "--bin",
                     "validator",
                     "--",

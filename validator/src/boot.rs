@@ -63,12 +63,14 @@ fn stage<E: Classified>(
     fault.is_none()
 }
 
-/// The stages in order; stops at the first failure.
+/// The stages in order; stops at the first failure. The `slot` stage runs whatever failed
+/// after `start`: the decision needs the slot state to fall back.
 fn run_stages(ctx: &mut Context, report: &mut Report) {
     use stages::*;
     let verity = |ctx: &Context| ctx.verity_cfg().is_some();
     let slots = |ctx: &Context| ctx.bom.as_ref().is_some_and(|b| b.bom.slot.is_some());
-    let _ = stage(ctx, report, Stage::Start, start::run)
+    let started = stage(ctx, report, Stage::Start, start::run);
+    let _ = started
         && stage(ctx, report, Stage::Measure, measure::run)
         && stage(ctx, report, Stage::Modules, modules::run)
         && (!slots(ctx) || stage(ctx, report, Stage::Slot, slot::run))
@@ -77,6 +79,9 @@ fn run_stages(ctx: &mut Context, report: &mut Report) {
         && stage(ctx, report, Stage::Mount, mount::run)
         && (!verity(ctx) || stage(ctx, report, Stage::Critical, critical::run))
         && stage(ctx, report, Stage::Handover, handover::run);
+    if started && slots(ctx) && ctx.facts.slot.is_none() {
+        stage(ctx, report, Stage::Slot, slot::run);
+    }
 }
 
 /// The decision, from the first failure's fault class alone.

@@ -814,7 +814,12 @@ fn target_cmdline(ctx: &Context, y: SlotName) -> String {
     let mut words: Vec<String> = ctx
         .cmdline
         .split_whitespace()
-        .filter(|w| !w.starts_with("validator.slot=") && !w.starts_with("validator-slot="))
+        // BOOT_IMAGE= is the boot loader's note of the kernel it loaded, not ours to keep.
+        .filter(|w| {
+            !["validator.slot=", "validator-slot=", "BOOT_IMAGE="]
+                .iter()
+                .any(|p| w.starts_with(p))
+        })
         .map(str::to_string)
         .collect();
     words.insert(0, format!("validator.slot={y}"));
@@ -993,6 +998,9 @@ mod tests {
         assert_eq!(plan.target, SlotName::B);
         assert_eq!(plan.kernel, d.join("B/vmlinuz"));
         assert_eq!(plan.cmdline, "validator.slot=B console=ttyS0 quiet");
+        let mut c2 = Context::new(Roots::default());
+        c2.cmdline = "BOOT_IMAGE=/A/vmlinuz validator.slot=A ro".into();
+        assert_eq!(target_cmdline(&c2, SlotName::B), "validator.slot=B ro");
         // A demoted, B's try used for the kexec (as GRUB would before booting it).
         assert_eq!(
             grub_list(&d),

@@ -1,0 +1,430 @@
+//! A/B slots end to end: OVMF, an unmodified GRUB (or systemd-boot) on a FAT ESP, two
+//! slots each with its own kernel, initramfs and root, and the gate deciding: mark good,
+//! demote and fall back by kexec or reboot, stop when both slots are bad, keep the slot on
+//! a platform fault, and survive power cuts during its writes.
+
+use std::time::Duration;
+
+use qemu::ab::{self, BootPath, Roots, Slot};
+use qemu::scenario::{Name, Scenario};
+use qemu::vm::{KillAt, Outcome, Run, Throttle, Verdict};
+use validator::formats::grubenv::GrubEnv;
+use validator::formats::slotstate;
+use validator::report::{Decision, Fault, Report};
+
+fn bed(name: Name) -> ab::Bed {
+    Scenario::named(name).unwrap().bed().unwrap()
+}
+
+fn grubenv(bed: &ab::Bed) -> String {
+    let vars = bed.esp().unwrap().grubenv(&bed.dir).unwrap();
+    let want = ["A_OK", "A_TRY", "B_OK", "B_TRY"];
+    want.iter()
+        .map(|k| {
+            let v = vars
+                .iter()
+                .find(|(n, _)| n == k)
+                .map(|(_, v)| v.as_str())
+                .unwrap_or("?");
+            format!("{k}={v}")
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Our record as the ESP holds it: the newest valid copy.
+fn record(bed: &ab::Bed) -> slotstate::State {
+    let esp = bed.esp().unwrap();
+    let copies = [0, 1].map(|i| {
+        esp.read(&format!("/validator/state.{i}"))
+            .map_err(|e| slotstate::StateError::Invalid(e.to_string()))
+            .and_then(|b| slotstate::decode(&b))
+    });
+    slotstate::newest(&copies)
+        .map(|(_, r)| r.state.clone())
+        .expect("a valid copy of the state record")
+}
+
+fn report(o: &Outcome) -> &Report {
+    o.report
+        .as_ref()
+        .unwrap_or_else(|| panic!("no report: {}", o.describe()))
+}
+
+fn no_kernel_panic(run: &Run) {
+    assert!(
+        !run.console.contains("Attempted to kill init"),
+        "{}",
+        run.describe()
+    );
+    assert!(!run.console.contains("Kernel panic"), "{}", run.describe());
+    assert!(!run.timed_out, "{}", run.describe());
+}
+
+#[test]
+fn both_good_slot_a_is_marked_good_in_grubenv() {
+    let bed = bed(Name::AbGood);
+    let run = bed.boot().unwrap();
+    no_kernel_panic(&run);
+    assert_eq!(run.boots.len(), 1, "{}", run.describe());
+    let o = &run.boots[0];
+    assert_eq!(o.verdict, Verdict::RootInitReached, "{}", o.describe());
+    assert_eq!(ab::root_slot(o), Some(Slot::A));
+    let r = report(o);
+    assert_eq!(r.decision, Decision::Pass);
+    let s = r.slot.as_ref().unwrap();
+    assert_eq!(s.booted.map(|b| b.as_str()), Some("A"));
+    assert_eq!(
+        s.before.get("A_TRY").map(String::as_str),
+        Some("1"),
+        "GRUB used a try"
+    );
+    assert!(
+        s.action.as_deref().unwrap().contains("marked A good"),
+        "{s:?}"
+    );
+    // What GRUB's own grub-editenv reads back.
+    assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
+    let rec = record(&bed);
+    assert_eq!(rec.slots["A"].good, Some(true));
+    assert_eq!(rec.consecutive_failures, 0);
+    // A second power-on: GRUB boots A again (still good), the gate counts it afresh.
+    let again = bed.boot().unwrap();
+    assert_eq!(ab::root_slot(&again.boots[0]), Some(Slot::A));
+    assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
+}
+
+/// Slot A's image fault (a module the gate refuses) demotes A and enters B by kexec: no
+/// firmware, no boot loader in between; B's report names A's failure, and B's event log,
+/// which continues the one A carried over, still replays to the TPM's PCRs.
+#[test]
+fn image_fault_falls_back_to_the_other_slot_by_kexec() {
+    let bed = bed(Name::AbImageFault);
+    let run = bed.boot().unwrap();
+    no_kernel_panic(&run);
+    assert_eq!(run.boots.len(), 2, "two kernels: {}", run.describe());
+    let (a, b) = (&run.boots[0], &run.boots[1]);
+    let ra = report(a);
+    assert_eq!(
+        (ra.decision, ra.fault),
+        (Decision::Fallback, Some(Fault::Image))
+    );
+    assert!(
+        ra.reason.as_deref().unwrap().contains("crc16"),
+        "{:?}",
+        ra.reason
+    );
+    assert!(
+        a.console.contains("kexec_core: Starting new kernel"),
+        "{}",
+        a.describe()
+    );
+    assert!(
+        !b.console.contains("boot gate: slot"),
+        "no boot loader in a kexec"
+    );
+    assert_eq!(b.verdict, Verdict::RootInitReached, "{}", b.describe());
+    assert_eq!(ab::root_slot(b), Some(Slot::B));
+    assert_eq!(ab::cmdline_slot(b), Some(Slot::B));
+    let rb = report(b);
+    assert_eq!(rb.decision, Decision::Pass);
+    let prev = rb
+        .slot
+        .as_ref()
+        .unwrap()
+        .previous
+        .as_ref()
+        .expect("A's failure");
+    assert_eq!((prev.slot.as_str(), prev.via.as_str()), ("A", "kexec"));
+    assert_eq!(prev.fault.as_deref(), Some("image"));
+    assert_eq!(prev.reason, ra.reason);
+    let carried: Report = serde_json::from_value(prev.report.clone().unwrap()).unwrap();
+    assert_eq!(carried.decision, Decision::Fallback);
+    assert_eq!(rb.previous_report().as_ref(), Some(&carried));
+    qemu::scenario::write_example_report("report-fallback.json", rb);
+    assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=0");
+    // The TPM across the kexec: B continued A's log, and it replays to the PCRs.
+    let tpm = rb.tpm.as_ref().unwrap();
+    assert!(tpm.carried_log, "{tpm:?}");
+    use qemu::tpmcheck;
+    let view = tpmcheck::parse_listing(&tpmcheck::section(&b.console, "TPM-PCRREAD").unwrap());
+    let log = tpmcheck::base64_section(&b.console, "TPM-LOG").unwrap();
+    let replay = validator::formats::tpm::eventlog::EventLog::parse(&log)
+        .unwrap()
+        .replay();
+    for (bank, pcrs) in &replay {
+        for pcr in [11u32, 13] {
+            let ours = validator::util::hex(&pcrs[&pcr]);
+            assert_eq!(
+                view[bank.name()].get(&pcr),
+                Some(&ours),
+                "{bank} PCR {pcr}: replay of B's log vs the TPM"
+            );
+        }
+    }
+    // Both boots' events are in it: A's decision, then B's second enter-initrd.
+    let el = tpmcheck::section(&b.console, "TPM-EVENTLOG").unwrap();
+    assert!(
+        el.contains("TPM-EVENTLOG-RC 0"),
+        "tpm2_eventlog reads it: {el}"
+    );
+    let text = String::from_utf8_lossy(&log);
+    assert!(text.contains("decision:fallback") && text.contains("decision:pass"));
+    assert_eq!(
+        text.matches("enter-initrd").count(),
+        2,
+        "both boots' phases"
+    );
+}
+
+/// With `fallback = "reboot"`: A is demoted, the node reboots, GRUB boots B, and B finds
+/// A's failure in the record on the ESP.
+#[test]
+fn image_fault_falls_back_by_reboot_through_grub() {
+    let bed = bed(Name::AbImageFaultReboot);
+    let run = bed.boot().unwrap();
+    no_kernel_panic(&run);
+    assert_eq!(run.boots.len(), 2, "{}", run.describe());
+    assert_eq!(report(&run.boots[0]).decision, Decision::Fallback);
+    assert!(
+        run.console
+            .contains("boot gate: slot B (A_OK=0 A_TRY=0 B_OK=1 B_TRY=1)"),
+        "GRUB picked B: {}",
+        run.describe()
+    );
+    let b = &run.boots[1];
+    assert_eq!(ab::root_slot(b), Some(Slot::B), "{}", b.describe());
+    let prev = report(b).slot.as_ref().unwrap().previous.clone().unwrap();
+    assert_eq!((prev.slot.as_str(), prev.via.as_str()), ("A", "reboot"));
+    assert!(prev.reason.unwrap().contains("crc16"));
+    assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=0");
+}
+
+/// A corrupted block in a critical file of A's verity root is an image fault too.
+#[test]
+fn corrupted_root_falls_back_to_the_other_slot() {
+    let bed = bed(Name::AbCorruptRoot);
+    let run = bed.boot().unwrap();
+    no_kernel_panic(&run);
+    let ra = report(&run.boots[0]);
+    assert_eq!(
+        (ra.decision, ra.fault),
+        (Decision::Fallback, Some(Fault::Image))
+    );
+    assert!(
+        ra.reason.as_deref().unwrap().starts_with("critical:"),
+        "{:?}",
+        ra.reason
+    );
+    let b = run.boots.last().unwrap();
+    assert_eq!(ab::root_slot(b), Some(Slot::B), "{}", run.describe());
+    assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=0");
+}
+
+/// Both images bad: A falls back to B, B finds A demoted and stops in the safe state
+/// with the report on the console; two kernel boots, then nothing. Powered on again,
+/// GRUB finds no bootable slot and halts.
+#[test]
+fn both_slots_bad_stop_within_two_boots_and_never_loop() {
+    let bed = bed(Name::AbBothBad);
+    let run = bed.boot().unwrap();
+    no_kernel_panic(&run);
+    assert_eq!(run.boots.len(), 2, "{}", run.describe());
+    assert!(!run.boot_limit_reached, "no third boot: {}", run.describe());
+    let rb = report(&run.boots[1]);
+    assert_eq!(
+        (rb.decision, rb.fault),
+        (Decision::Stop, Some(Fault::Image))
+    );
+    qemu::scenario::write_example_report("report-both-bad.json", rb);
+    let s = rb.slot.as_ref().unwrap();
+    assert_eq!(s.booted.map(|b| b.as_str()), Some("B"));
+    assert_eq!(s.previous.as_ref().unwrap().slot, "A");
+    assert!(
+        run.boots[1]
+            .console
+            .contains(validator::report::console::PREFIX),
+        "report on the console"
+    );
+    assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=0 B_TRY=0");
+    let rec = record(&bed);
+    assert_eq!(
+        (rec.slots["A"].good, rec.slots["B"].good),
+        (Some(false), Some(false))
+    );
+    let again = bed.boot().unwrap();
+    assert!(
+        again.console.contains(ab::GRUB_NO_SLOT),
+        "{}",
+        again.describe()
+    );
+    assert!(
+        !again.console.contains("Linux version"),
+        "no kernel started"
+    );
+}
+
+/// A platform fault (the BOM requires a TPM; the VM has none) stops by the default
+/// policy and does not demote the slot: the image is not to blame.
+#[test]
+fn platform_fault_stops_without_burning_the_slot() {
+    let bed = bed(Name::AbNoTpm);
+    let run = bed.boot().unwrap();
+    no_kernel_panic(&run);
+    assert_eq!(run.boots.len(), 1, "{}", run.describe());
+    let r = report(&run.boots[0]);
+    assert_eq!(
+        (r.decision, r.fault),
+        (Decision::Stop, Some(Fault::Platform))
+    );
+    let env = grubenv(&bed);
+    assert!(env.starts_with("A_OK=1 "), "A not demoted: {env}");
+}
+
+#[test]
+fn systemd_boot_marks_good_and_falls_back_by_renaming_entries() {
+    let good = bed(Name::SdbootGood);
+    let run = good.boot().unwrap();
+    no_kernel_panic(&run);
+    assert_eq!(ab::root_slot(&run.boots[0]), Some(Slot::A));
+    let s = report(&run.boots[0]).slot.clone().unwrap();
+    assert_eq!(
+        s.before.get("A").map(String::as_str),
+        Some("slot-a+2-1.conf")
+    );
+    let mut entries = good.esp().unwrap().list("/loader/entries").unwrap();
+    entries.sort();
+    assert_eq!(entries, ["slot-a.conf", "slot-b+3.conf"]);
+
+    let bad = bed(Name::SdbootImageFault);
+    let run = bad.boot().unwrap();
+    no_kernel_panic(&run);
+    assert_eq!(run.boots.len(), 2, "{}", run.describe());
+    assert_eq!(report(&run.boots[0]).decision, Decision::Fallback);
+    let b = &run.boots[1];
+    assert_eq!(ab::root_slot(b), Some(Slot::B), "{}", b.describe());
+    assert_eq!(
+        report(b)
+            .slot
+            .as_ref()
+            .unwrap()
+            .previous
+            .as_ref()
+            .unwrap()
+            .via,
+        "kexec"
+    );
+    let mut entries = bad.esp().unwrap().list("/loader/entries").unwrap();
+    entries.sort();
+    // A demoted (no tries left, one done); B's try used by the kexec, then marked good.
+    assert_eq!(entries, ["slot-a+0-1.conf", "slot-b.conf"]);
+}
+
+/// A small generator for the cut times (seeded from the clock, printed for reruns).
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// Power cuts: QEMU killed at random moments during the gate's writes (our record, the
+/// grubenv), with the disk's writes throttled so the cuts land inside them. After every
+/// cut GRUB's own code (`grub-editenv list`) and ours read a valid state; every fifth
+/// cut, and at the end, the node is powered on through OVMF and GRUB and ends on a good
+/// slot.
+#[test]
+fn power_cuts_during_state_writes_leave_a_valid_state() {
+    let mut s = Scenario::ab_gate(BootPath::Direct, Roots::Plain).unwrap();
+    s.name = "ab-power-cuts".into();
+    let bed = s.bed().unwrap();
+    // A first, complete boot creates the record.
+    let first = bed.boot().unwrap();
+    assert_eq!(
+        first.boots[0].verdict,
+        Verdict::RootInitReached,
+        "{}",
+        first.describe()
+    );
+    let seed = std::env::var("VALIDATOR_CUT_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(1, |d| d.as_nanos() as u64)
+        });
+    eprintln!("power cuts: seed {seed} (VALIDATOR_CUT_SEED reruns it)");
+    let mut rng = Lcg(seed);
+    let firmware_boot = |bed: &ab::Bed| -> Run {
+        let ovmf = qemu::firmware::Ovmf::fresh(&bed.dir).unwrap();
+        bed.boot_with(|c| {
+            let disks = std::mem::take(&mut c.disks);
+            let tpm = c.tpm.clone();
+            *c = qemu::vm::VmConfig::uefi(ovmf);
+            c.disks = disks;
+            c.tpm = tpm;
+        })
+        .unwrap()
+    };
+    let mut cut_in_write = 0;
+    for trial in 1..=20 {
+        let nth = 1 + rng.next(3) as u32;
+        let delay = Duration::from_millis(rng.next(700));
+        let run = bed
+            .boot_with(|c| {
+                c.kill_at = Some(KillAt {
+                    text: "slot: writing".into(),
+                    nth,
+                    delay,
+                });
+                c.throttle = Some(Throttle {
+                    bps_write: Some(512 * 1024),
+                    iops_write: None,
+                });
+            })
+            .unwrap();
+        let killed = run.killed_at.is_some();
+        // Killed before the report: the cut came while the gate was writing its state
+        // (the writes end just before the report is printed).
+        if killed && !run.console.contains(validator::report::console::PREFIX) {
+            cut_in_write += 1;
+        }
+        eprintln!("trial {trial}: cut at write {nth} + {delay:?}: killed {killed}");
+        // GRUB's reading: grub-editenv lists it, every flag 0 or 1.
+        let env = grubenv(&bed);
+        for kv in env.split(' ') {
+            assert!(
+                kv.ends_with("=0") || kv.ends_with("=1"),
+                "trial {trial}: {env}"
+            );
+        }
+        // Ours: the block parses, and a valid copy of the record is there.
+        let bytes = bed.esp().unwrap().read("/EFI/BOOT/grubenv").unwrap();
+        GrubEnv::parse(&bytes).unwrap_or_else(|e| panic!("trial {trial}: {e}"));
+        let _ = record(&bed);
+        if trial % 5 == 0 {
+            let run = firmware_boot(&bed);
+            no_kernel_panic(&run);
+            let o = run.boots.last().unwrap();
+            assert_eq!(
+                o.verdict,
+                Verdict::RootInitReached,
+                "trial {trial}: {}",
+                run.describe()
+            );
+            assert!(
+                matches!(report(o).decision, Decision::Pass),
+                "trial {trial}: {}",
+                o.describe()
+            );
+        }
+    }
+    eprintln!("power cuts: {cut_in_write} of 20 landed before the gate's writes were done");
+    assert!(cut_in_write >= 10, "the cuts should land inside the writes");
+}
