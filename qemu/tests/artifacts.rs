@@ -43,6 +43,11 @@ fn production_init_has_no_test_hook() {
         hooked.contains("test_panic"),
         "the test bed's init has its hook"
     );
+    // Only the test bed's init prints the whole report on the console.
+    let full = validator::report::console::FULL_PREFIX.trim_end();
+    assert!(!prod.contains(full), "{full} in the production init");
+    assert!(hooked.contains(full), "the test bed's init prints {full}");
+    assert!(prod.contains(validator::report::console::PREFIX.trim_end()));
 }
 
 fn is_static(p: &str) {

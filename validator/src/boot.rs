@@ -128,7 +128,7 @@ pub fn run_pid1() -> ! {
     }
     report.absorb(&ctx.facts);
     report.decision = decision;
-    report.seal(&ctx.roots.proc);
+    publish::seal(&mut report, &ctx.roots.proc);
     let (fault, reason) = (report.fault, report.reason.clone());
     let plan = stages::slot::act(
         &mut ctx,

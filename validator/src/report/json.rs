@@ -8,17 +8,14 @@
 
 use sha2::{Digest, Sha256};
 
-use super::schema::{Report, SCHEMA};
+use super::schema::Report;
 
 /// Where the init writes the report (under the `/run` root).
 pub const RUN_PATH: &str = "validator/report.json";
 
 /// The report as one line of JSON (no newline).
 pub fn to_line(r: &Report) -> String {
-    match serde_json::to_string(r) {
-        Ok(s) => s,
-        Err(e) => serde_json::json!({"schema": SCHEMA, "error": e.to_string()}).to_string(),
-    }
+    r.to_json()
 }
 
 /// The bytes of `/run/validator/report.json`: the JSON line and a newline.

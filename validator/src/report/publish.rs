@@ -90,6 +90,16 @@ pub fn write_into_root(
     Ok(f)
 }
 
+/// Completes the report before it is written: the checks (derived again from everything
+/// else), PID 1's peak memory (from `proc`), the time of the report.
+pub fn seal(report: &mut Report, proc: &Path) {
+    report.checks = super::checks::derive(report);
+    report.peak_rss_bytes = crate::stages::node::peak_rss_bytes(proc);
+    if let Some(t) = crate::sys::boottime_us() {
+        report.boottime_report_us = t;
+    }
+}
+
 /// The metrics and node-label files, for a boot that goes on.
 fn fleet_files(ctx: &Context, report: &mut Report) {
     let cfg = ctx
@@ -97,7 +107,7 @@ fn fleet_files(ctx: &Context, report: &mut Report) {
         .as_ref()
         .map(|b| b.bom.report.clone())
         .unwrap_or_default();
-    report.seal(&ctx.roots.proc);
+    seal(report, &ctx.roots.proc);
     let outputs = [
         (
             "metrics",
@@ -138,7 +148,7 @@ pub fn emit(ctx: &Context, report: &mut Report) {
     if report.decision.hands_over() {
         fleet_files(ctx, report);
     }
-    report.seal(&ctx.roots.proc);
+    seal(report, &ctx.roots.proc);
     let bytes = json::file_bytes(report);
     let path = ctx.roots.run.join(json::RUN_PATH);
     if let Err(e) = crate::util::fs::write_atomic(&path, &bytes) {

@@ -144,7 +144,7 @@ pub struct Report {
     /// PID 1's peak resident memory (`VmHWM`), in bytes (v2).
     #[serde(default)]
     pub peak_rss_bytes: Option<u64>,
-    /// Every check, stage by stage (v2; [`super::checks::derive`]).
+    /// Every check, stage by stage (v2; `report::checks::derive`).
     #[serde(default)]
     pub checks: Vec<Check>,
     pub stages: Vec<StageReport>,
@@ -229,16 +229,6 @@ impl Report {
         }
     }
 
-    /// Completes the report before it is written: the checks (derived again from
-    /// everything above), PID 1's peak memory (from `proc`), the time of the report.
-    pub fn seal(&mut self, proc: &std::path::Path) {
-        self.checks = super::checks::derive(self);
-        self.peak_rss_bytes = crate::stages::node::peak_rss_bytes(proc);
-        if let Some(t) = crate::sys::boottime_us() {
-            self.boottime_report_us = t;
-        }
-    }
-
     /// The report line of one module, by name.
     pub fn module(&self, name: &str) -> Option<&ModuleReport> {
         self.modules.iter().find(|m| m.name == name)
@@ -269,9 +259,13 @@ impl Report {
         serde_json::from_value(v.clone()).ok()
     }
 
-    /// The report as one line of JSON (no newline).
+    /// The report as one line of JSON (no newline). Serialising cannot fail in practice
+    /// (only string map keys); if it did, the line is still JSON naming the error.
     pub fn to_json(&self) -> String {
-        super::json::to_line(self)
+        match serde_json::to_string(self) {
+            Ok(s) => s,
+            Err(e) => serde_json::json!({"schema": SCHEMA, "error": e.to_string()}).to_string(),
+        }
     }
 }
 

@@ -259,7 +259,7 @@ mod tests {
         let mut r = Report::new(1_000_000);
         r.boottime_report_us = 1_050_000;
         r.image_id = Some("<img>".into());
-        r.stages.push(crate::report::StageReport {
+        r.stages.push(super::super::schema::StageReport {
             name: Stage::Start,
             status: StageStatus::Ok,
             start_us: 0,
