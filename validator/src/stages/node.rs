@@ -133,7 +133,7 @@ mod tests {
     #[test]
     fn peak_memory_of_this_process() {
         let b = peak_rss_bytes(Path::new("/proc")).expect("VmHWM of the test process");
-        assert!(b > 0 && b % 1024 == 0, "{b}");
+        assert!(b > 0 && b.is_multiple_of(1024), "{b}");
         assert_eq!(peak_rss_bytes(Path::new("/nonexistent")), None);
     }
 }
