@@ -104,7 +104,7 @@ pub fn render(r: &Report) -> String {
         );
         if let Some(p) = &s.previous {
             t.push_str(&format!(
-                "; fell back from {} by {}: {} {}",
+                "; fell back from {} by {} ({} fault): {}",
                 printable(&p.slot),
                 printable(&p.via),
                 or_dash(p.fault.as_deref()),
