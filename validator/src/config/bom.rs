@@ -849,6 +849,39 @@ gpus = 8
         assert!(msg.contains("listed twice"), "{msg}");
     }
 
+    /// `[report]`: defaults when absent; directories, namespace and pool checked, on the
+    /// section's line.
+    #[test]
+    fn report_section() {
+        let b = parse(GOOD.as_bytes(), Path::new("bom.toml")).unwrap().bom;
+        assert_eq!(b.report, ReportCfg::default());
+        assert_eq!(b.report.textfile_dir, "/var/lib/prometheus/node-exporter");
+        let with = |body: &str| format!("{GOOD}\n[report]\n{body}\n");
+        let ok = parse(
+            with("pool = \"h200-a\"\ntextfile_dir = \"\"\nnfd_namespace = \"gpu.example.com\"")
+                .as_bytes(),
+            Path::new("bom.toml"),
+        )
+        .unwrap()
+        .bom;
+        assert_eq!(ok.report.pool.as_deref(), Some("h200-a"));
+        assert_eq!(ok.report.nfd_dir, ReportCfg::default().nfd_dir);
+        let section = GOOD.lines().count() + 2;
+        for (body, why) in [
+            ("textfile_dir = \"var/lib\"", "textfile_dir"),
+            ("nfd_dir = \"/etc/../x\"", "nfd_dir"),
+            ("nfd_namespace = \"kubernetes.io\"", "nfd_namespace"),
+            ("nfd_namespace = \"Upper.example\"", "nfd_namespace"),
+            ("pool = \"has space\"", "pool"),
+        ] {
+            let (line, msg) = err(&with(body));
+            assert_eq!(line, section, "{body}: {msg}");
+            assert!(msg.contains(why), "{body}: {msg}");
+        }
+        let (_, msg) = err(&with("colour = \"red\""));
+        assert!(msg.contains("colour"), "{msg}");
+    }
+
     #[test]
     fn missing_and_malformed() {
         let (_, msg) = err("schema = 1\n");
