@@ -42,6 +42,7 @@ pub mod floor;
 pub mod hw;
 pub mod initramfs;
 pub mod paths;
+pub mod reportcheck;
 pub mod rootfs;
 pub mod scenario;
 pub mod tpmcheck;

@@ -1,6 +1,8 @@
 //! The real root of the test node: a tiny filesystem whose `/sbin/init` (busybox sh from
 //! Debian's busybox-static) proves it was reached as PID 1 after `switch_root`, shows the
-//! report the validator left in `/run`, runs any extra commands, and powers off.
+//! report the validator left in `/run` and the metrics and NFD files it wrote (the image
+//! links both directories into `/run`, as a read-only image does), runs any extra
+//! commands, and powers off.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -15,6 +17,38 @@ pub const KMSG_MARKER: &str = "root-init: reached";
 /// Printed by the root's init before the report it found in `/run/validator/report.json`.
 pub const ROOT_REPORT: &str = "ROOT-REPORT ";
 
+/// Where the image keeps node_exporter's textfile directory: a link into `/run`, as a
+/// read-only image does (the init writes the file into the `/run` the root inherits).
+pub const TEXTFILE_DIR: &str = "var/lib/prometheus/node-exporter";
+/// Where the image keeps NFD's local features directory (also a link into `/run`).
+pub const NFD_DIR: &str = "etc/kubernetes/node-feature-discovery/features.d";
+
+/// The text the root's init printed between `ROOT-<name>-BEGIN` and `ROOT-<name>-END`
+/// (`METRICS`: the Prometheus textfile, `NFD`: the features file, `LINKS`: where the two
+/// directories point), without kernel log lines that got in between.
+pub fn section(console: &str, name: &str) -> Option<String> {
+    let begin = format!("ROOT-{name}-BEGIN");
+    let end = format!("ROOT-{name}-END");
+    let mut lines = console.lines().skip_while(|l| l.trim_end() != begin);
+    lines.next()?;
+    let mut out = String::new();
+    for l in lines {
+        let l = l.trim_end_matches('\r');
+        if l == end {
+            return Some(out);
+        }
+        let kernel = l
+            .strip_prefix('[')
+            .and_then(|r| r.split_once(']'))
+            .is_some_and(|(t, _)| t.trim().parse::<f64>().is_ok());
+        if !kernel {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    None
+}
+
 /// Builds the root directory at `dir`. `extra` is shell run after the marker.
 pub fn build(dir: &Path, extra: &str) -> Result<(), HarnessError> {
     let io = |p: &Path, e| HarnessError::io(p, e);
@@ -23,6 +57,16 @@ pub fn build(dir: &Path, extra: &str) -> Result<(), HarnessError> {
         "bin", "sbin", "dev", "proc", "sys", "run", "tmp", "etc", "usr/bin", "lib", "lib64",
     ] {
         std::fs::create_dir_all(dir.join(d)).map_err(|e| io(&dir.join(d), e))?;
+    }
+    for (link, target) in [
+        (TEXTFILE_DIR, "/run/validator/textfile"),
+        (NFD_DIR, "/run/validator/nfd"),
+    ] {
+        let l = dir.join(link);
+        if let Some(parent) = l.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+        }
+        std::os::unix::fs::symlink(target, &l).map_err(|e| io(&l, e))?;
     }
     let bb = Path::new("/bin/busybox");
     let target = dir.join("bin/busybox");
@@ -50,6 +94,9 @@ pub fn build(dir: &Path, extra: &str) -> Result<(), HarnessError> {
          echo \"{KMSG_MARKER}\" > /dev/kmsg\n\
          echo \"{MARKER} uptime=$(cut -d' ' -f1 /proc/uptime) pid=$$\"\n\
          echo \"{ROOT_REPORT}$(cat /run/validator/report.json 2>/dev/null)\"\n\
+         echo ROOT-METRICS-BEGIN; cat /{TEXTFILE_DIR}/validator.prom; echo ROOT-METRICS-END\n\
+         echo ROOT-NFD-BEGIN; cat /{NFD_DIR}/validator; echo ROOT-NFD-END\n\
+         echo ROOT-LINKS-BEGIN; readlink /{TEXTFILE_DIR}; readlink /{NFD_DIR}; echo ROOT-LINKS-END\n\
          {extra}\n\
          sync\n\
          poweroff -f\n"

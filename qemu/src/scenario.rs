@@ -43,6 +43,7 @@ pub enum Name {
     PreflightNvidia,
     PreflightPcie,
     AbHardwareFault,
+    Modules40,
 }
 
 impl Name {
@@ -78,6 +79,7 @@ impl Name {
         Name::PreflightNvidia,
         Name::PreflightPcie,
         Name::AbHardwareFault,
+        Name::Modules40,
     ];
 
     /// The name on the command line and in run directories.
@@ -112,6 +114,7 @@ impl Name {
             Name::AbHardwareFault => "ab-hardware-fault",
             Name::PreflightNvidia => "preflight-nvidia",
             Name::PreflightPcie => "preflight-pcie",
+            Name::Modules40 => "modules-40",
         }
     }
 
@@ -171,6 +174,53 @@ echo TPM-PCRREAD-BEGIN; tpm2_pcrread; echo TPM-PCRREAD-END\n\
 echo TPM-EVENTLOG-BEGIN; tpm2_eventlog /run/validator/tpm-eventlog.bin 2>/dev/null; echo \"TPM-EVENTLOG-RC $?\"; echo TPM-EVENTLOG-END\n\
 echo TPM-LOG-BEGIN; base64 /run/validator/tpm-eventlog.bin; echo TPM-LOG-END\n\
 echo TPM-CEL-BEGIN; base64 /run/log/systemd/tpm2-measure.log; echo TPM-CEL-END";
+
+/// The BOM of scenario `modules-40`: 40 real modules of Debian's 6.1 kernel that load
+/// under QEMU/TCG without their hardware (storage, filesystems, device-mapper, block,
+/// network and crypto drivers), the root's own three first. With their dependencies the
+/// init gates and loads about 70.
+pub const FORTY_MODULES: [&str; 40] = [
+    "virtio_pci",
+    "virtio_blk",
+    "ext4",
+    "btrfs",
+    "xfs",
+    "vfat",
+    "isofs",
+    "udf",
+    "nls_utf8",
+    "nls_cp437",
+    "loop",
+    "dm_mod",
+    "dm_verity",
+    "dm_crypt",
+    "raid1",
+    "raid0",
+    "nbd",
+    "brd",
+    "zram",
+    "overlay",
+    "fuse",
+    "squashfs",
+    "erofs",
+    "jfs",
+    "nilfs2",
+    "virtio_net",
+    "virtio_console",
+    "virtio_balloon",
+    "tun",
+    "bridge",
+    "veth",
+    "dummy",
+    "macvlan",
+    "tls",
+    "8021q",
+    "uinput",
+    "evdev",
+    "crypto_user",
+    "sha512_generic",
+    "algif_hash",
+];
 
 /// The example BOM of the QEMU node, with `kernel.release` set to the provisioned kernel.
 pub fn example_bom(kernel: &Kernel) -> Result<Bom, HarnessError> {
@@ -363,6 +413,12 @@ impl Scenario {
             Name::TamperedModule => {
                 s.tampered_modules.push("virtio_blk".into());
             }
+            Name::Modules40 => {
+                s.bom.modules.load = FORTY_MODULES
+                    .iter()
+                    .map(|m| ModuleName((*m).into()))
+                    .collect();
+            }
             Name::Panic => {
                 s.cmdline
                     .push_str(" validator.test_panic=modules validator.on_panic=poweroff");
@@ -446,6 +502,16 @@ impl Scenario {
         if let Some(m) = self.memory_mib {
             cfg.memory_mib = m;
         }
+        // SMBIOS serial numbers, so the report's node identity has something to read.
+        cfg.extra_args.extend(
+            [
+                "-smbios",
+                "type=1,serial=QEMU-NODE-0001",
+                "-smbios",
+                "type=2,serial=QEMU-BOARD-0001",
+            ]
+            .map(String::from),
+        );
         self.boot.apply(&mut cfg);
         Ok(cfg)
     }
@@ -480,8 +546,46 @@ impl Scenario {
             o.describe()
         );
         assert!(!o.console.contains("Kernel panic"), "{}", o.describe());
+        if std::env::var_os("VALIDATOR_WRITE_EXAMPLES").is_some() {
+            write_example(&name, &o);
+        }
         o
     }
+}
+
+/// The documented example reports (`docs/examples/`) and the scenarios whose boots
+/// produce them.
+pub const EXAMPLES: [(&str, &str); 3] = [
+    ("good", "report-good.json"),
+    ("tampered-module", "report-image-fault.json"),
+    ("no-root", "report-hardware-fault.json"),
+];
+
+/// Writes the report of scenario `name`'s boot as its documented example, when it has one
+/// (`VALIDATOR_WRITE_EXAMPLES=1`).
+fn write_example(name: &str, o: &Outcome) {
+    let Some((_, file)) = EXAMPLES.iter().find(|(n, _)| *n == name) else {
+        return;
+    };
+    let r = o
+        .report
+        .as_ref()
+        .unwrap_or_else(|| panic!("scenario {name}: no report for {file}"));
+    write_example_report(file, r);
+}
+
+/// Writes `r` as the documented example `docs/examples/<file>` when
+/// `VALIDATOR_WRITE_EXAMPLES` is set (the A/B tests write the fallback and both-bad
+/// examples this way).
+pub fn write_example_report(file: &str, r: &validator::report::Report) {
+    if std::env::var_os("VALIDATOR_WRITE_EXAMPLES").is_none() {
+        return;
+    }
+    let dir = paths::workspace().join("docs/examples");
+    let text = serde_json::to_string_pretty(r).unwrap_or_default() + "\n";
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(dir.join(file), text))
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.join(file).display()));
 }
 
 /// [`Scenario::named`] then [`Scenario::run_checked`].

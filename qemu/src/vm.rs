@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::rootfs::{MARKER, ROOT_REPORT};
+use crate::rootfs::MARKER;
 use crate::HarnessError;
 use validator::report::{Decision, Report};
 
@@ -242,7 +242,8 @@ pub enum Verdict {
 #[derive(Debug, Clone)]
 pub struct Outcome {
     pub verdict: Verdict,
-    /// The validator's report from the console line, if printed.
+    /// The validator's full report (printed by the test bed's init), checked against the
+    /// schema and the console line ([`crate::reportcheck`]).
     pub report: Option<Report>,
     /// The report as the root's init found it in `/run/validator/report.json`.
     pub root_report: Option<Report>,
@@ -337,15 +338,15 @@ pub fn classify(
     timed_out: bool,
     code: Option<i32>,
 ) -> (Verdict, Option<Report>, Option<Report>, Option<String>) {
-    let report = validator::report::find_in_console(console);
+    let found = crate::reportcheck::read(console);
+    let (report, root_report) = (found.report, found.root_report);
+    let decided = found.line.as_ref().and_then(|l| {
+        serde_json::from_value::<Decision>(serde_json::Value::String(l.decision.clone())).ok()
+    });
     let marker = console
         .lines()
         .find(|l| l.starts_with(MARKER))
         .map(|l| l.trim_end().to_string());
-    let root_report = console
-        .lines()
-        .find_map(|l| l.strip_prefix(ROOT_REPORT))
-        .and_then(|j| serde_json::from_str(j.trim_end()).ok());
     let panic = console.lines().find_map(|l| {
         l.find("Kernel panic - not syncing:").map(|i| {
             l[i + "Kernel panic - not syncing:".len()..]
@@ -357,8 +358,8 @@ pub fn classify(
         Verdict::RootInitReached
     } else if let Some(p) = panic {
         Verdict::KernelPanic(p)
-    } else if let Some(r) = &report {
-        Verdict::Decision(r.decision)
+    } else if let Some(d) = decided {
+        Verdict::Decision(d)
     } else if timed_out {
         Verdict::Timeout
     } else {
@@ -789,7 +790,13 @@ mod tests {
         );
         let mut rep = Report::new(1);
         rep.fail(validator::report::Fault::Image, "x".into());
-        let (v, r, ..) = classify(&rep.console_line(), false, Some(0));
+        let bytes = validator::report::json::file_bytes(&rep);
+        let text = format!(
+            "{}{}",
+            validator::report::console::full_line(&rep.to_json()),
+            validator::report::console::line(&rep, &validator::report::json::digest(&bytes))
+        );
+        let (v, r, ..) = classify(&text, false, Some(0));
         assert_eq!(v, Verdict::Decision(Decision::Stop));
         assert!(r.is_some());
         assert_eq!(classify("", true, None).0, Verdict::Timeout);

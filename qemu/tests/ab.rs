@@ -148,6 +148,8 @@ fn image_fault_falls_back_to_the_other_slot_by_kexec() {
     assert_eq!(prev.reason, ra.reason);
     let carried: Report = serde_json::from_value(prev.report.clone().unwrap()).unwrap();
     assert_eq!(carried.decision, Decision::Fallback);
+    assert_eq!(rb.previous_report().as_ref(), Some(&carried));
+    qemu::scenario::write_example_report("report-fallback.json", rb);
     assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=0");
     // The TPM across the kexec: B continued A's log, and it replays to the PCRs.
     let tpm = rb.tpm.as_ref().unwrap();
@@ -242,11 +244,14 @@ fn both_slots_bad_stop_within_two_boots_and_never_loop() {
         (rb.decision, rb.fault),
         (Decision::Stop, Some(Fault::Image))
     );
+    qemu::scenario::write_example_report("report-both-bad.json", rb);
     let s = rb.slot.as_ref().unwrap();
     assert_eq!(s.booted.map(|b| b.as_str()), Some("B"));
     assert_eq!(s.previous.as_ref().unwrap().slot, "A");
     assert!(
-        run.boots[1].console.contains("VALIDATOR-REPORT "),
+        run.boots[1]
+            .console
+            .contains(validator::report::console::PREFIX),
         "report on the console"
     );
     assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=0 B_TRY=0");
@@ -425,7 +430,7 @@ fn power_cuts_during_state_writes_leave_a_valid_state() {
         let killed = run.killed_at.is_some();
         // Killed before the report: the cut came while the gate was writing its state
         // (the writes end just before the report is printed).
-        if killed && !run.console.contains("VALIDATOR-REPORT") {
+        if killed && !run.console.contains(validator::report::console::PREFIX) {
             cut_in_write += 1;
         }
         eprintln!("trial {trial}: cut at write {nth} + {delay:?}: killed {killed}");

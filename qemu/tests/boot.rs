@@ -29,7 +29,7 @@ fn good_boot_loads_modules_itself_and_switches_root() {
         "the root's init is not PID 1: {marker}"
     );
     let r = o.report.as_ref().expect("report line");
-    assert_eq!(r.schema, "validator.report/v1");
+    assert_eq!(r.schema, "validator.report/v2");
     assert_eq!(r.decision, Decision::Pass, "{r:?}");
     // The init loaded the storage and filesystem modules and their dependencies itself.
     let loaded: Vec<&str> = r

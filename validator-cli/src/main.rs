@@ -10,6 +10,7 @@
 //! completions and man pages. The PID-1 init does not link this crate.
 
 mod preflight;
+mod report;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -66,6 +67,8 @@ enum Cmd {
     /// preflight checks, usable on a live node as a post-boot health check.
     #[command(after_help = EXIT_CODES)]
     Preflight(preflight::PreflightArgs),
+    /// A boot's health report for a person, as a timeline, metrics or node labels.
+    Report(report::ReportArgs),
     /// Show how a kernel command line is read (default: /proc/cmdline).
     Cmdline {
         /// The command line (its words are joined with spaces).
@@ -324,6 +327,7 @@ fn run(cmd: Cmd, out: &mut Out) -> Res {
         }
         Cmd::Slot(c) => slot(c, out),
         Cmd::Preflight(a) => preflight::run(a, out),
+        Cmd::Report(a) => report::run(a, out),
         Cmd::Cmdline { line } => cmdline(line, out),
         Cmd::Gpt { disk } => {
             let t = validator::sys::read_gpt(&disk, 512)?;

@@ -10,14 +10,16 @@
 //! quarantine (boot on, the slot is not burned); an image fault, fallback to the other
 //! slot when one may still be tried, else stop; a platform fault, the BOM's
 //! `slot.on_platform_fault` (stop, or quarantine with a usable root); anything else, stop.
-//! Then the measurements are finished, the slots updated, the report printed and written,
-//! and the boot hands over, falls back (kexec or reboot) or stops. Nothing here returns.
+//! Then the measurements are finished, the slots updated, the report published
+//! ([`crate::report::publish`]: metrics and node labels into the new root, the JSON in
+//! `/run`, one short console line), and the boot hands over, falls back (kexec or reboot)
+//! or stops. Nothing here returns.
 
 use std::path::Path;
 use std::time::Instant;
 
 use crate::config::bom::PlatformPolicy;
-use crate::report::{Report, StageReport, StageStatus};
+use crate::report::{publish, Report, StageReport, StageStatus};
 use crate::stages::{self, Classified, Context, Decision, Fault, Roots, Stage};
 use crate::sys;
 
@@ -40,26 +42,29 @@ fn stage<E: Classified>(
     }
     let name = which.name();
     log::info!("stage {name}: start");
+    let start_us = sys::boottime_us().unwrap_or(0);
     let t = Instant::now();
     let r = f(ctx);
     let duration_us = u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
     sys::reap_zombies();
-    let (status, detail, ok) = match r {
-        Ok(detail) => (StageStatus::Ok, detail, true),
+    let (status, fault, detail) = match r {
+        Ok(detail) => (StageStatus::Ok, None, detail),
         Err(e) => {
             let why = e.to_string();
             log::error!("stage {name} failed ({} fault): {why}", e.fault().as_str());
             report.fail(e.fault(), format!("{name}: {why}"));
-            (StageStatus::Failed, why, false)
+            (StageStatus::Failed, Some(e.fault()), why)
         }
     };
     report.stages.push(StageReport {
         name: which,
         status,
+        start_us,
         duration_us,
+        fault,
         detail: Some(detail),
     });
-    ok
+    fault.is_none()
 }
 
 /// The stages in order; stops at the first failure. The `slot` stage runs whatever failed
@@ -112,26 +117,6 @@ pub fn decide(report: &Report, ctx: &Context) -> Decision {
     }
 }
 
-/// Prints the report line on the console (one write) and writes the JSON to `/run`.
-fn emit(ctx: &Context, report: &mut Report) {
-    report.boottime_report_us = sys::boottime_us().unwrap_or(report.boottime_start_us);
-    let path = ctx.roots.run.join("validator/report.json");
-    let json = format!("{}\n", report.to_json());
-    if let Err(e) = crate::util::fs::write_atomic(&path, json.as_bytes()) {
-        log::error!("cannot write {}: {e}", path.display());
-    }
-    use std::io::Write;
-    let mut out = std::io::stdout().lock();
-    if out.write_all(report.console_line().as_bytes()).is_err() || out.flush().is_err() {
-        log::error!("cannot write the report to the console");
-    }
-    log::info!(
-        "decision: {} ({})",
-        report.decision.as_str(),
-        report.reason.as_deref().unwrap_or("all stages passed")
-    );
-}
-
 /// Runs the whole boot as PID 1. Never returns.
 pub fn run_pid1() -> ! {
     let start = sys::boottime_us().unwrap_or(0);
@@ -153,6 +138,7 @@ pub fn run_pid1() -> ! {
     }
     report.absorb(&ctx.facts);
     report.decision = decision;
+    publish::seal(&mut report, &ctx.roots.proc);
     let (fault, reason) = (report.fault, report.reason.clone());
     let plan = stages::slot::act(
         &mut ctx,
@@ -162,7 +148,7 @@ pub fn run_pid1() -> ! {
         &report.to_json(),
     );
     report.absorb(&ctx.facts);
-    emit(&ctx, &mut report);
+    publish::emit(&ctx, &mut report);
     match (decision, plan) {
         (Decision::Pass | Decision::Quarantine, _) => {
             let err = stages::handover::switch_root(
@@ -173,7 +159,7 @@ pub fn run_pid1() -> ! {
             // Past this point the old root may be gone; say what happened and stop.
             report.fail(err.fault(), format!("{}: {err}", Stage::Handover.name()));
             report.decision = Decision::Stop;
-            emit(&ctx, &mut report);
+            publish::emit(&ctx, &mut report);
         }
         (Decision::Fallback, Some(plan)) => stages::slot::fall_back(&ctx, &plan, &report.to_json()),
         _ => {}

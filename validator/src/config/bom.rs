@@ -322,7 +322,19 @@ pub struct Policy {
 pub use super::hardware::Hardware;
 
 /// An A/B slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 pub enum SlotName {
     A,
     B,
@@ -367,7 +379,9 @@ impl fmt::Display for SlotName {
 }
 
 /// The boot loader that holds the A/B state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum Bootloader {
     /// GRUB with `examples/grub/grub.cfg`: RAUC's variables in the grubenv.
@@ -551,6 +565,83 @@ impl Slot {
     }
 }
 
+fn default_textfile_dir() -> String {
+    "/var/lib/prometheus/node-exporter".into()
+}
+fn default_nfd_dir() -> String {
+    "/etc/kubernetes/node-feature-discovery/features.d".into()
+}
+fn default_nfd_namespace() -> String {
+    "validator.gpu-fleet.example".into()
+}
+
+/// Where the report goes besides the console and `/run` (`[report]`): directories are
+/// paths in the new root, resolved as it will see them after `switch_root` (a directory
+/// that is, or links into, `/run` is written in the `/run` the new root inherits); an
+/// empty directory turns that output off.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportCfg {
+    /// node_exporter's textfile collector directory (`validator.prom`).
+    #[serde(default = "default_textfile_dir")]
+    pub textfile_dir: String,
+    /// Node Feature Discovery's local features directory (`validator`).
+    #[serde(default = "default_nfd_dir")]
+    pub nfd_dir: String,
+    /// The label namespace of the features (a DNS subdomain the fleet owns).
+    #[serde(default = "default_nfd_namespace")]
+    pub nfd_namespace: String,
+    /// The node pool this image is built for: the `pool` label of the metrics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pool: Option<String>,
+}
+
+impl Default for ReportCfg {
+    fn default() -> ReportCfg {
+        ReportCfg {
+            textfile_dir: default_textfile_dir(),
+            nfd_dir: default_nfd_dir(),
+            nfd_namespace: default_nfd_namespace(),
+            pool: None,
+        }
+    }
+}
+
+impl ReportCfg {
+    /// The checks the init relies on: absolute directories without `..`, a namespace NFD
+    /// publishes, a pool that is a label value.
+    pub fn check(&self) -> Result<(), String> {
+        for (key, d) in [
+            ("textfile_dir", &self.textfile_dir),
+            ("nfd_dir", &self.nfd_dir),
+        ] {
+            if !d.is_empty()
+                && (!d.starts_with('/')
+                    || d.split('/').any(|c| c == "..")
+                    || d.contains('\0')
+                    || d.len() > 255)
+            {
+                return Err(format!("{key} {d:?} is not an absolute path (or \"\")"));
+            }
+        }
+        if !crate::formats::nfd::valid_namespace(&self.nfd_namespace) {
+            return Err(format!(
+                "nfd_namespace {:?} is not a label namespace NFD publishes (a lower-case DNS \
+                 subdomain outside kubernetes.io)",
+                self.nfd_namespace
+            ));
+        }
+        if let Some(p) = &self.pool {
+            if !crate::formats::nfd::valid_label_part(p) {
+                return Err(format!(
+                    "pool {p:?} is not a label value (letters, digits, -_. inside, at most 63)"
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The bill of materials.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -576,6 +667,9 @@ pub struct Bom {
     pub measure: Measure,
     /// A/B slots; absent: no slot handling (every failure stops the boot).
     pub slot: Option<Slot>,
+    /// Where the report goes (metrics, node labels).
+    #[serde(default)]
+    pub report: ReportCfg,
 }
 
 /// A BOM together with the bytes it was read from.
@@ -794,6 +888,9 @@ fn check(bom: &Bom, lines: &KeyLines<'_>) -> Result<(), (usize, String)> {
     if let Some(v) = &bom.verity {
         check_verity(v, lines)?;
     }
+    if let Err(why) = bom.report.check() {
+        return Err((lines.of(&["report"], None), format!("report: {why}")));
+    }
     if let Err(e) = super::hardware::validate(&bom.hardware) {
         return Err((lines.of(&["hardware", e.key], None), e.message));
     }
@@ -973,6 +1070,39 @@ gpus = 8
         let (line, msg) = err(&GOOD.replace("\"ext4\"", "\"virtio_blk\""));
         assert_eq!(line, 20);
         assert!(msg.contains("listed twice"), "{msg}");
+    }
+
+    /// `[report]`: defaults when absent; directories, namespace and pool checked, on the
+    /// section's line.
+    #[test]
+    fn report_section() {
+        let b = parse(GOOD.as_bytes(), Path::new("bom.toml")).unwrap().bom;
+        assert_eq!(b.report, ReportCfg::default());
+        assert_eq!(b.report.textfile_dir, "/var/lib/prometheus/node-exporter");
+        let with = |body: &str| format!("{GOOD}\n[report]\n{body}\n");
+        let ok = parse(
+            with("pool = \"h200-a\"\ntextfile_dir = \"\"\nnfd_namespace = \"gpu.example.com\"")
+                .as_bytes(),
+            Path::new("bom.toml"),
+        )
+        .unwrap()
+        .bom;
+        assert_eq!(ok.report.pool.as_deref(), Some("h200-a"));
+        assert_eq!(ok.report.nfd_dir, ReportCfg::default().nfd_dir);
+        let section = GOOD.lines().count() + 2;
+        for (body, why) in [
+            ("textfile_dir = \"var/lib\"", "textfile_dir"),
+            ("nfd_dir = \"/etc/../x\"", "nfd_dir"),
+            ("nfd_namespace = \"kubernetes.io\"", "nfd_namespace"),
+            ("nfd_namespace = \"Upper.example\"", "nfd_namespace"),
+            ("pool = \"has space\"", "pool"),
+        ] {
+            let (line, msg) = err(&with(body));
+            assert_eq!(line, section, "{body}: {msg}");
+            assert!(msg.contains(why), "{body}: {msg}");
+        }
+        let (_, msg) = err(&with("colour = \"red\""));
+        assert!(msg.contains("colour"), "{msg}");
     }
 
     #[test]

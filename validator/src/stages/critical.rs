@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use super::{Classified, Context, Fault};
 
 /// One critical file read through the verity device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CriticalFile {
     pub path: String,
     pub bytes: u64,

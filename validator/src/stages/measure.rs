@@ -40,7 +40,7 @@ pub const BINARY_LOG: &str = "validator/tpm-eventlog.bin";
 pub const CEL_LOG: &str = "log/systemd/tpm2-measure.log";
 
 /// What the report says about measurements.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TpmReport {
     pub required: bool,
     /// Whether a TPM was found and answered.

@@ -9,12 +9,16 @@
 //! from the call site, and the decision reads only that class. Stages take every root
 //! (`/sys`, `/proc`, `/dev`, `/run`, the new root, the initramfs) from [`Roots`], so each
 //! runs against a fixture tree as well as on a node.
+//!
+//! [`node`] is not a stage: the node's identity and PID 1's peak memory, which `start` and
+//! the report read.
 
 pub mod critical;
 pub mod handover;
 pub mod measure;
 pub mod modules;
 pub mod mount;
+pub mod node;
 pub mod preflight;
 pub mod slot;
 pub mod start;
@@ -30,7 +34,7 @@ use crate::config::cmdline::BootArgs;
 use crate::trust::TrustStore;
 
 /// What a failure points at. Only image faults burn an A/B slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Fault {
     /// Something we built is wrong (BOM, module, root hash, versions).
@@ -53,7 +57,7 @@ impl Fault {
 }
 
 /// What the boot does next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Decision {
     /// Hand over to the real root; the slot is good.
@@ -91,7 +95,9 @@ pub trait Classified: std::error::Error {
 }
 
 /// The stages, in run order, as the report names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Stage {
     Start,
@@ -182,6 +188,12 @@ pub struct Facts {
     /// What the preflight checked and found.
     pub preflight: Option<preflight::PreflightReport>,
     pub slot: Option<slot::SlotFacts>,
+    /// Who the node is (DMI, boot id), read by `start`.
+    pub node: node::NodeFacts,
+    /// The GPUs the BOM promises (`hardware.gpus`).
+    pub bom_gpus: Option<u32>,
+    /// The node pool the BOM's `[report]` names.
+    pub pool: Option<String>,
     /// Problems that did not stop the boot.
     pub warnings: Vec<String>,
 }

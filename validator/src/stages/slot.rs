@@ -36,7 +36,7 @@ use crate::formats::slotstate::{self, Record, SlotRecord, State, StateError};
 use crate::util::fs::{read_limited, write_in_place};
 
 /// The boot that led to this one, when it fell back.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Previous {
     pub slot: String,
     /// `kexec` (its report came along) or `reboot` (read from our record).
@@ -50,7 +50,7 @@ pub struct Previous {
 }
 
 /// What the report says about the slots.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SlotFacts {
     /// The slot this boot runs from.
     pub booted: Option<SlotName>,

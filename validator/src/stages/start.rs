@@ -1,6 +1,7 @@
 //! Stage `start`: what PID 1 does before anything can be checked. Mount the API
 //! filesystems, install the panic policy, read the kernel command line once, load the
 //! image's BOM from the initramfs and check that the running kernel is the one it names.
+//! It also notes who the node is ([`super::node::identity`]) for the report.
 //!
 //! PID 1 must never return, exit or unwind: the kernel would panic with "Attempted to
 //! kill init!". The panic hook therefore logs to `/dev/kmsg`, syncs and reboots, powers
@@ -55,11 +56,16 @@ pub fn run(ctx: &mut Context) -> Result<String, StartError> {
         log::set_max_level(log::LevelFilter::Debug);
     }
     ctx.facts.warnings.append(&mut ctx.args.warnings);
+    let (node, mut unread) = super::node::identity(&ctx.roots.sys, &ctx.roots.proc);
+    ctx.facts.node = node;
+    ctx.facts.warnings.append(&mut unread);
     ctx.release = sys::kernel_release().map_err(StartError::Release)?;
     ctx.facts.kernel_release = Some(ctx.release.clone());
     let b = bom::load(Path::new(&ctx.args.bom_path))?;
     ctx.facts.image_id = Some(b.bom.image_id.to_string());
     ctx.facts.bom_sha256 = Some(b.sha256.clone());
+    ctx.facts.bom_gpus = b.bom.hardware.gpus;
+    ctx.facts.pool.clone_from(&b.bom.report.pool);
     log::info!("BOM {} sha256 {}", b.bom.image_id, b.sha256);
     let detail = format!("bom {} ({})", b.bom.image_id, b.path.display());
     let want = b.bom.kernel.release.to_string();

@@ -84,7 +84,7 @@ impl Classified for VerityError {
 }
 
 /// What the report says about the verified root.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct VerityReport {
     pub root_hash: String,
     /// `signature` (DPS root-verity-sig) or `bom`.

@@ -55,7 +55,19 @@ pub struct Policy {
 
 /// Why the gate refuses a module: a stable code, one per rule (the README and
 /// `docs/SIGNATURE-RULES.md` list them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "kebab-case")]
 pub enum ReasonCode {
     Unreadable,
@@ -113,7 +125,7 @@ impl std::fmt::Display for ReasonCode {
 }
 
 /// One reason a module is refused.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Reason {
     pub code: ReasonCode,
     pub message: String,

@@ -31,7 +31,7 @@ use crate::sys;
 use crate::util::fs::{read_text_limited, InputError};
 
 /// What happened to one module.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ModStatus {
     Loaded,
@@ -50,7 +50,7 @@ fn is_zero(v: &u64) -> bool {
 }
 
 /// One line of the report's `modules` list.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ModuleReport {
     pub name: String,
     pub status: ModStatus,
@@ -77,6 +77,9 @@ pub struct ModuleReport {
     /// SHA-256 of the module image the kernel was given (decompressed, signed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// When the module's turn came (CLOCK_BOOTTIME, µs); 0 when it was not attempted.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub start_us: u64,
     /// Time spent in the gate (part of `duration_us`).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub gate_us: u64,
@@ -97,6 +100,7 @@ impl ModuleReport {
             sig_key: None,
             sig_hashalgo: None,
             sha256: None,
+            start_us: 0,
             gate_us: 0,
             duration_us: 0,
         }
@@ -408,6 +412,7 @@ impl Loader {
     fn load_one(&self, name: &str, rel: &str) -> ModuleReport {
         let start = Instant::now();
         let mut r = ModuleReport::new(name, ModStatus::Loaded);
+        r.start_us = sys::boottime_us().unwrap_or(0);
         r.path = Some(rel.to_string());
         if self.is_live(name) {
             r.status = ModStatus::AlreadyLoaded;

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::util::fs::{read_text_limited, InputError};
 
 /// The kernel's taint after module loading.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct TaintReport {
     pub value: u64,
     /// As `dmesg` prints them (`POE`...).

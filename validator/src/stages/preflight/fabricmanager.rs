@@ -26,7 +26,7 @@ pub const DPKG_STATUS: &str = "var/lib/dpkg/status";
 pub const FM_BINARY: &str = "usr/bin/nv-fabricmanager";
 
 /// The fabric manager found on the root.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FabricManagerFact {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub package: Option<String>,

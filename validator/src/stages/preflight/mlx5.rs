@@ -25,7 +25,7 @@ use crate::stages::Fault;
 use crate::util::fs::{read_text_limited, InputError};
 
 /// One port of an mlx5 device.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PortFact {
     /// `mlx5_0`.
     pub device: String,

@@ -56,7 +56,7 @@ pub struct HwRoots {
 }
 
 /// How a check ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CheckStatus {
     Pass,
@@ -68,7 +68,7 @@ pub enum CheckStatus {
 }
 
 /// One check's result.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Check {
     pub name: String,
     pub status: CheckStatus,
@@ -115,7 +115,7 @@ impl Check {
 }
 
 /// What the preflight found: every check and the facts behind them.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PreflightReport {
     pub checks: Vec<Check>,
     /// The drivers gated and loaded from the new root (boot only).

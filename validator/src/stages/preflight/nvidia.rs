@@ -23,7 +23,7 @@ use crate::formats::sysfs::{self, DriverFlavour};
 use crate::stages::Fault;
 
 /// One GPU on PCI, with what the driver says about it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct GpuFact {
     pub address: String,
     pub pci_id: String,
@@ -39,7 +39,7 @@ pub struct GpuFact {
 }
 
 /// One NVSwitch on PCI.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NvSwitchFact {
     pub address: String,
     pub pci_id: String,
@@ -51,7 +51,7 @@ pub struct NvSwitchFact {
 }
 
 /// The loaded NVIDIA driver.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct DriverFact {
     pub version: String,
     /// `open` or `proprietary`.

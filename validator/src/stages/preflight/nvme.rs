@@ -18,7 +18,7 @@ use crate::formats::sysfs;
 use crate::stages::Fault;
 
 /// One NVMe controller.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct NvmeFact {
     /// `nvme0`.
     pub name: String,

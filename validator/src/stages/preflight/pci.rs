@@ -23,7 +23,7 @@ pub const NVIDIA: u16 = 0x10de;
 pub const MELLANOX: u16 = 0x15b3;
 
 /// What a PCI function is to the preflight.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     Gpu,

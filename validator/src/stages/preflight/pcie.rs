@@ -26,7 +26,7 @@ use crate::formats::sysfs::{self, LinkSpeed};
 use crate::stages::Fault;
 
 /// One device's link.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct LinkFact {
     pub address: String,
     pub role: Role,
@@ -52,7 +52,7 @@ pub struct LinkFact {
 }
 
 /// One device's AER counters (totals of error messages).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AerFact {
     pub address: String,
     pub correctable: u64,

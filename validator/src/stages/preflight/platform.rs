@@ -30,7 +30,7 @@ pub const SECURE_BOOT_VAR: &str =
     "firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
 
 /// Platform facts.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct PlatformFact {
     /// Booted through UEFI (`/sys/firmware/efi` exists).
     pub efi: bool,

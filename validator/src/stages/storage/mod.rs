@@ -35,7 +35,7 @@ pub enum StorageError {
 }
 
 /// A partition we found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct FoundPartition {
     /// Device node (`/dev/vda1`).
     pub device: String,
@@ -47,7 +47,7 @@ pub struct FoundPartition {
 }
 
 /// The root filesystem we mount.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RootReport {
     #[serde(flatten)]
     pub partition: FoundPartition,

@@ -1,0 +1,179 @@
+//! The reports a boot left on the console, read and checked.
+//!
+//! A boot shows its report in up to three places: the short console line every init
+//! prints (`VALIDATOR: `, [`validator::report::console`]), the full JSON the test bed's
+//! init (feature `test-hooks`) prints after `VALIDATOR-REPORT-JSON `, and the JSON the
+//! root's init found in `/run/validator/report.json` (`ROOT-REPORT `). [`read`] finds
+//! them and checks, for every boot of every test: each JSON report validates against the
+//! committed JSON Schema (`docs/report.schema.json`); the console line is at most 1 KiB;
+//! its `sha256` is the digest of the report file (the full JSON and a newline) and its
+//! decision, fault and image are the report's. A violation panics with what is wrong:
+//! the test bed exists to catch it.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use validator::report::console::{self, Line};
+use validator::report::Report;
+
+use crate::rootfs::ROOT_REPORT;
+
+/// The committed JSON Schema of the report.
+pub fn schema_path() -> PathBuf {
+    crate::paths::workspace().join("docs/report.schema.json")
+}
+
+fn validator() -> &'static jsonschema::Validator {
+    static V: OnceLock<jsonschema::Validator> = OnceLock::new();
+    V.get_or_init(|| {
+        let p = schema_path();
+        let text = std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        let schema: serde_json::Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        jsonschema::validator_for(&schema)
+            .unwrap_or_else(|e| panic!("{}: not a usable schema: {e}", p.display()))
+    })
+}
+
+/// Validates report JSON against the committed schema; the errors, one per line.
+pub fn validate(json: &serde_json::Value) -> Result<(), String> {
+    let errs: Vec<String> = validator()
+        .iter_errors(json)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(errs.join("\n"))
+    }
+}
+
+/// Parses report JSON text, valid against the schema, into the typed report; panics
+/// naming `what` when it is not.
+pub fn checked(what: &str, text: &str) -> Report {
+    let v: serde_json::Value = serde_json::from_str(text)
+        .unwrap_or_else(|e| panic!("{what}: not JSON ({e}): {text:.200}"));
+    if let Err(e) = validate(&v) {
+        panic!("{what} does not validate against docs/report.schema.json:\n{e}");
+    }
+    serde_json::from_value(v).unwrap_or_else(|e| panic!("{what}: not a report: {e}"))
+}
+
+/// What a boot's console says about its report.
+#[derive(Debug, Clone, Default)]
+pub struct Found {
+    pub line: Option<Line>,
+    /// The full report (test-hooks init).
+    pub report: Option<Report>,
+    /// The report from `/run`, as the root's init printed it.
+    pub root_report: Option<Report>,
+    /// The full report's JSON text, as printed.
+    pub json: Option<String>,
+}
+
+/// Finds and checks the reports in console output (see the module's documentation).
+/// Only complete lines count: a run cut short (a power cut the test made) may end in the
+/// middle of one.
+pub fn read(console_text: &str) -> Found {
+    let console_text = match console_text.rfind('\n') {
+        Some(i) => console_text.get(..=i).unwrap_or_default(),
+        None => "",
+    };
+    let raw_line = console_text
+        .lines()
+        .rev()
+        .find(|l| l.contains(console::PREFIX));
+    let line = raw_line.and_then(console::parse_line);
+    if let Some(raw) = raw_line {
+        let from = raw.find(console::PREFIX).unwrap_or(0);
+        let len = raw[from..].trim_end_matches('\r').len() + 1;
+        assert!(
+            len <= console::LINE_MAX,
+            "console line of {len} bytes: {raw}"
+        );
+        assert!(line.is_some(), "unreadable console line: {raw}");
+    }
+    let json = console::find_full(console_text).map(str::to_string);
+    let report = json
+        .as_deref()
+        .map(|j| checked("the console's full report", j));
+    let root_json = console_text
+        .lines()
+        .find_map(|l| l.strip_prefix(ROOT_REPORT))
+        .map(|j| j.trim_end_matches(['\r', '\n']).to_string())
+        .filter(|j| !j.is_empty());
+    let root_report = root_json
+        .as_deref()
+        .map(|j| checked("the report in /run", j));
+    if let (Some(l), Some(j)) = (&line, json.as_deref().or(root_json.as_deref())) {
+        let digest = validator::report::json::digest(format!("{j}\n").as_bytes());
+        assert_eq!(l.sha256, digest, "console line digest vs the report file");
+        let r = report.as_ref().or(root_report.as_ref());
+        if let Some(r) = r {
+            assert_eq!(l.decision, r.decision.as_str(), "console line vs report");
+            assert_eq!(
+                l.fault,
+                r.fault.map_or("none", |f| f.as_str()),
+                "console line vs report"
+            );
+            assert_eq!(
+                l.image,
+                r.image_id.as_deref().unwrap_or("-"),
+                "console line vs report"
+            );
+        }
+    }
+    Found {
+        line,
+        report,
+        root_report,
+        json,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A report the types make validates; one with a wrong type or a missing field does
+    /// not, with the place named.
+    #[test]
+    fn schema_accepts_reports_and_names_what_is_wrong() {
+        let r = Report::new(1);
+        let mut v = serde_json::to_value(&r).unwrap();
+        validate(&v).unwrap();
+        v["decision"] = "maybe".into();
+        v["boottime_start_us"] = "soon".into();
+        let e = validate(&v).unwrap_err();
+        assert!(
+            e.contains("/decision") && e.contains("/boottime_start_us"),
+            "{e}"
+        );
+        let mut v = serde_json::to_value(&r).unwrap();
+        v.as_object_mut().unwrap().remove("stages");
+        assert!(validate(&v).unwrap_err().contains("stages"));
+    }
+
+    #[test]
+    fn console_line_and_full_report_agree() {
+        let mut r = Report::new(1);
+        r.image_id = Some("img".into());
+        r.fail(validator::report::Fault::Image, "modules: x".into());
+        let bytes = validator::report::json::file_bytes(&r);
+        let json = String::from_utf8(bytes.clone()).unwrap();
+        let text = format!(
+            "{}{}",
+            console::full_line(json.trim_end()),
+            console::line(&r, &validator::report::json::digest(&bytes))
+        );
+        let f = read(&text);
+        assert_eq!(f.report.as_ref(), Some(&r));
+        assert_eq!(f.line.unwrap().decision, "stop");
+        let wrong = format!(
+            "{}{}",
+            console::full_line(json.trim_end()),
+            console::line(&r, &"0".repeat(64))
+        );
+        assert!(std::panic::catch_unwind(|| read(&wrong)).is_err());
+    }
+}

@@ -1,0 +1,179 @@
+//! `validator report`: the documented example reports rendered for a person, as
+//! metrics, labels and a timeline; hostile input refused by name.
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn validator(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_validator"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn example(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../docs/examples")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn tmp() -> PathBuf {
+    let d = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(format!("../target/test-tmp/report-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn examples_render_decision_first_then_checks_and_timings() {
+    for (file, code, first) in [
+        ("report-good.json", 0, "decision  PASS"),
+        ("report-image-fault.json", 1, "decision  STOP (image fault)"),
+        (
+            "report-hardware-fault.json",
+            1,
+            "decision  STOP (hardware fault)",
+        ),
+        ("report-fallback.json", 0, "decision  PASS"),
+        ("report-both-bad.json", 1, "decision  STOP (image fault)"),
+    ] {
+        let (c, out, err) = validator(&["report", &example(file)]);
+        assert_eq!(c, code, "{file}: {err}");
+        assert!(out.starts_with(first), "{file}: {out}");
+        let r: validator::report::Report =
+            serde_json::from_str(&std::fs::read_to_string(example(file)).unwrap()).unwrap();
+        let checks = out.find("\nchecks ").unwrap();
+        let timings = out.find("\ntimings ").unwrap();
+        assert!(checks < timings, "{file}");
+        for c in &r.checks {
+            assert!(
+                out[checks..timings].contains(&c.name),
+                "{file}: check {}",
+                c.name
+            );
+        }
+        for s in &r.stages {
+            assert!(
+                out[timings..].contains(s.name.name()),
+                "{file}: stage {:?}",
+                s.name
+            );
+        }
+    }
+    // The image-fault report names the refused module as a failed check of class image.
+    let (_, out, _) = validator(&["report", &example("report-image-fault.json")]);
+    let row = out
+        .lines()
+        .find(|l| l.contains("module/virtio_blk"))
+        .unwrap();
+    assert!(row.trim_start().starts_with("fail   image"), "{row}");
+}
+
+#[test]
+fn previous_renders_the_failed_slots_report() {
+    let (c, out, err) = validator(&["report", "--previous", &example("report-fallback.json")]);
+    assert_eq!(c, 1, "{err}");
+    assert!(out.starts_with("decision  FALLBACK (image fault)"), "{out}");
+    assert!(out.contains("slot      A"), "{out}");
+    let (c, _, err) = validator(&["report", "--previous", &example("report-good.json")]);
+    assert_eq!(c, 2);
+    assert!(err.contains("no previous boot's report"), "{err}");
+}
+
+#[test]
+fn metrics_labels_and_timeline_files() {
+    let d = tmp();
+    let prom = d.join("bad.prom");
+    let nfd = d.join("validator");
+    let svg = d.join("good.svg");
+    let (c, out, err) = validator(&[
+        "report",
+        &example("report-image-fault.json"),
+        "--prometheus",
+        prom.to_str().unwrap(),
+        "--nfd",
+        nfd.to_str().unwrap(),
+    ]);
+    assert_eq!(c, 1, "{err}");
+    assert!(out.contains("wrote "), "{out}");
+    let text = std::fs::read_to_string(&prom).unwrap();
+    assert!(text.contains("fault=\"image\""), "{text}");
+    let lint = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::fs::File::open(&prom).unwrap())
+        .output()
+        .expect("promtool (scripts/provision)");
+    assert!(lint.status.success() && lint.stdout.is_empty() && lint.stderr.is_empty());
+    let f = validator::formats::nfd::parse(&std::fs::read_to_string(&nfd).unwrap()).unwrap();
+    assert!(f.iter().any(|x| x.name == "fault" && x.value == "image"));
+    let (c, _, err) = validator(&[
+        "report",
+        &example("report-good.json"),
+        "--svg",
+        svg.to_str().unwrap(),
+    ]);
+    assert_eq!(c, 0, "{err}");
+    let png = d.join("good.png");
+    let st = Command::new("rsvg-convert")
+        .arg("-o")
+        .arg(&png)
+        .arg(&svg)
+        .status()
+        .expect("rsvg-convert (scripts/provision)");
+    assert!(st.success());
+    assert!(std::fs::metadata(&png).unwrap().len() > 5000);
+    let (c, _, err) = validator(&[
+        "report",
+        &example("report-good.json"),
+        "--nfd",
+        nfd.to_str().unwrap(),
+        "--namespace",
+        "kubernetes.io",
+    ]);
+    assert_eq!(c, 2);
+    assert!(err.contains("namespace"), "{err}");
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+#[test]
+fn hostile_reports_are_refused_or_defused() {
+    let d = tmp();
+    let empty = d.join("empty.json");
+    std::fs::write(&empty, "").unwrap();
+    let junk = d.join("junk.json");
+    std::fs::write(&junk, "{\"schema\": 1}").unwrap();
+    let bin = d.join("bin.json");
+    std::fs::write(&bin, [0xff, 0xfe, 0x00]).unwrap();
+    for p in [&empty, &junk, &bin, &d] {
+        let (c, _, err) = validator(&["report", p.to_str().unwrap()]);
+        assert_eq!(c, 2, "{}", p.display());
+        assert!(err.contains(p.to_str().unwrap()), "{err}");
+    }
+    // Escape sequences in a report never reach the terminal.
+    let mut r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(example("report-image-fault.json")).unwrap())
+            .unwrap();
+    r["reason"] = "modules: \u{1b}[2J\u{1b}]0;owned\u{7} gone".into();
+    let evil = d.join("evil.json");
+    std::fs::write(&evil, r.to_string()).unwrap();
+    let (c, out, _) = validator(&["report", evil.to_str().unwrap()]);
+    assert_eq!(c, 1);
+    assert!(!out.contains('\u{1b}') && out.contains("?[2J"), "{out}");
+    std::fs::remove_dir_all(&d).unwrap();
+}

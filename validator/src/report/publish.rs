@@ -1,0 +1,233 @@
+//! What the init does with the report at the end of a boot ([`emit`]):
+//!
+//! 1. when the boot goes on (pass, quarantine): the Prometheus textfile and the NFD
+//!    features file, each written by rename into its `[report]` directory of the new
+//!    root ([`place`] says where that is before `switch_root`); a file that cannot be
+//!    written is a warning in the report, never a failed boot;
+//! 2. the JSON, by rename, to `/run/validator/report.json`, which the new root inherits;
+//! 3. the console line, one write, with the digest of that file. The test bed's init
+//!    (`test-hooks`) first prints the whole JSON after [`super::console::FULL_PREFIX`].
+//!
+//! The root is normally mounted read-only, so an image that wants the files keeps the
+//! directories in `/run`: a symbolic link such as
+//! `/var/lib/prometheus/node-exporter -> /run/validator/textfile` in the image is
+//! followed as the new root will see it, and the file lands in the `/run` it inherits.
+
+use std::path::{Path, PathBuf};
+
+use super::schema::Report;
+use super::{console, json, nfd, prometheus};
+use crate::stages::Context;
+
+/// Where `dir`, a directory of the new root, is now: `dir` resolved inside `new_root`
+/// following symbolic links as the new root will (missing components are kept as they
+/// are, to be created), and, when that lands under `/run`, the same place under `run`,
+/// the `/run` that `switch_root` moves into the new root.
+pub fn place(new_root: &Path, run: &Path, dir: &str) -> Result<PathBuf, String> {
+    let mut parts: Vec<String> = Vec::new();
+    let mut todo: Vec<String> = dir.split('/').rev().map(str::to_string).collect();
+    let mut hops = 0;
+    while let Some(c) = todo.pop() {
+        match c.as_str() {
+            "" | "." => continue,
+            ".." => {
+                parts.pop();
+                continue;
+            }
+            _ => {}
+        }
+        if parts.first().is_some_and(|p| p == "run") {
+            parts.push(c);
+            continue;
+        }
+        let mut cand = new_root.to_path_buf();
+        cand.extend(&parts);
+        cand.push(&c);
+        match std::fs::symlink_metadata(&cand) {
+            Ok(m) if m.file_type().is_symlink() => {
+                hops += 1;
+                if hops > 40 {
+                    return Err(format!("{dir}: too many levels of symbolic links"));
+                }
+                let target =
+                    std::fs::read_link(&cand).map_err(|e| format!("{}: {e}", cand.display()))?;
+                let t = target.to_string_lossy().into_owned();
+                if t.starts_with('/') {
+                    parts.clear();
+                }
+                todo.extend(t.split('/').rev().map(str::to_string));
+            }
+            Ok(_) => parts.push(c),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => parts.push(c),
+            Err(e) => return Err(format!("{}: {e}", cand.display())),
+        }
+    }
+    Ok(match parts.split_first() {
+        Some((first, rest)) if first == "run" => {
+            let mut p = run.to_path_buf();
+            p.extend(rest);
+            p
+        }
+        _ => {
+            let mut p = new_root.to_path_buf();
+            p.extend(&parts);
+            p
+        }
+    })
+}
+
+/// Writes `bytes` as `name` into `dir` of the new root, by rename.
+pub fn write_into_root(
+    new_root: &Path,
+    run: &Path,
+    dir: &str,
+    name: &str,
+    bytes: &[u8],
+) -> Result<PathBuf, String> {
+    let d = place(new_root, run, dir)?;
+    let f = d.join(name);
+    crate::util::fs::write_atomic(&f, bytes).map_err(|e| format!("{}: {e}", f.display()))?;
+    Ok(f)
+}
+
+/// Completes the report before it is written: the checks (derived again from everything
+/// else), PID 1's peak memory (from `proc`), the time of the report.
+pub fn seal(report: &mut Report, proc: &Path) {
+    report.checks = super::checks::derive(report);
+    report.peak_rss_bytes = crate::stages::node::peak_rss_bytes(proc);
+    if let Some(t) = crate::sys::boottime_us() {
+        report.boottime_report_us = t;
+    }
+}
+
+/// The metrics and node-label files, for a boot that goes on.
+fn fleet_files(ctx: &Context, report: &mut Report) {
+    let cfg = ctx
+        .bom
+        .as_ref()
+        .map(|b| b.bom.report.clone())
+        .unwrap_or_default();
+    seal(report, &ctx.roots.proc);
+    let outputs = [
+        (
+            "metrics",
+            cfg.textfile_dir.as_str(),
+            prometheus::FILE_NAME,
+            prometheus::render(report),
+        ),
+        (
+            "node labels",
+            cfg.nfd_dir.as_str(),
+            nfd::FILE_NAME,
+            nfd::render(report, &cfg.nfd_namespace),
+        ),
+    ];
+    for (what, dir, name, text) in outputs {
+        if dir.is_empty() {
+            continue;
+        }
+        match write_into_root(
+            &ctx.roots.new_root,
+            &ctx.roots.run,
+            dir,
+            name,
+            text.as_bytes(),
+        ) {
+            Ok(p) => log::info!("{what}: wrote {}", p.display()),
+            Err(e) => {
+                log::warn!("{what} not written: {e}");
+                report.warnings.push(format!("{what} not written: {e}"));
+            }
+        }
+    }
+}
+
+/// Writes the outputs of the report (see the module's documentation) and logs the
+/// decision.
+pub fn emit(ctx: &Context, report: &mut Report) {
+    if report.decision.hands_over() {
+        fleet_files(ctx, report);
+    }
+    seal(report, &ctx.roots.proc);
+    let bytes = json::file_bytes(report);
+    let path = ctx.roots.run.join(json::RUN_PATH);
+    if let Err(e) = crate::util::fs::write_atomic(&path, &bytes) {
+        log::error!("cannot write {}: {e}", path.display());
+    }
+    let mut text = String::new();
+    #[cfg(feature = "test-hooks")]
+    text.push_str(&console::full_line(&json::to_line(report)));
+    text.push_str(&console::line(report, &json::digest(&bytes)));
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    if out.write_all(text.as_bytes()).is_err() || out.flush().is_err() {
+        log::error!("cannot write the report line to the console");
+    }
+    log::info!(
+        "decision: {} ({})",
+        report.decision.as_str(),
+        report.reason.as_deref().unwrap_or("all stages passed")
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Directories of the new root land where the new root will see them: through links
+    /// into `/run` (the inherited tmpfs), through relative links, or in the root itself.
+    #[test]
+    fn placing_files_as_the_new_root_sees_them() {
+        let d = std::env::temp_dir().join(format!("vld-place-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let (root, run) = (d.join("sysroot"), d.join("run"));
+        std::fs::create_dir_all(root.join("var/lib/prometheus")).unwrap();
+        std::fs::create_dir_all(root.join("etc/kubernetes")).unwrap();
+        std::fs::create_dir_all(root.join("run")).unwrap();
+        std::fs::create_dir_all(&run).unwrap();
+        std::os::unix::fs::symlink(
+            "/run/validator/textfile",
+            root.join("var/lib/prometheus/node-exporter"),
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("../../var/nfd", root.join("etc/kubernetes/features.d"))
+            .unwrap();
+        let p = place(&root, &run, "/var/lib/prometheus/node-exporter").unwrap();
+        assert_eq!(p, run.join("validator/textfile"));
+        let p = place(&root, &run, "/etc/kubernetes/features.d/").unwrap();
+        assert_eq!(p, root.join("var/nfd"));
+        assert_eq!(place(&root, &run, "/run/x/../y").unwrap(), run.join("y"));
+        // Writes by rename, creating what is missing; the new root's own /run is not used.
+        let f = write_into_root(
+            &root,
+            &run,
+            "/var/lib/prometheus/node-exporter",
+            "m.prom",
+            b"x 1\n",
+        )
+        .unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"x 1\n");
+        assert!(std::fs::read_dir(root.join("run"))
+            .unwrap()
+            .next()
+            .is_none());
+        let f = write_into_root(
+            &root,
+            &run,
+            "/etc/kubernetes/features.d",
+            "validator",
+            b"a/b=c\n",
+        )
+        .unwrap();
+        assert_eq!(f, root.join("var/nfd/validator"));
+        // A loop of links, and a file where a directory should be, are errors naming it.
+        std::os::unix::fs::symlink("/loop", root.join("loop")).unwrap();
+        assert!(place(&root, &run, "/loop/x")
+            .unwrap_err()
+            .contains("symbolic links"));
+        std::fs::write(root.join("etc/file"), "").unwrap();
+        let e = write_into_root(&root, &run, "/etc/file", "validator", b"").unwrap_err();
+        assert!(e.contains("etc/file"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
