@@ -3,8 +3,9 @@
 # kernels (modules, certificates, image, module index), the tools that make each format
 # (veritysetup, sfdisk, grub-editenv, GNU cpio, openssl, xz/zstd/gzip/lz4), a real TPM
 # (swtpm) and firmware (an OVMF boot of the Debian kernel whose TPM event log, command
-# line and sysfs values are captured), the fixture node's sysfs/procfs tree, our own writers (event logs, CEL, slot state, cpio), the
-# example BOMs and the committed regression inputs. Nothing here is committed: the
+# line and sysfs values are captured), the fixture node's sysfs/procfs tree, the example
+# reports of real boots (docs/examples), our own writers (event logs, CEL, slot state,
+# cpio), the example BOMs and the committed regression inputs. Nothing here is committed: the
 # corpora are generated (fuzz/.gitignore).
 #
 # Usage: fuzz/seed.sh [CORPUS_DIR]   (default fuzz/corpus; SEED_VM=0 skips the OVMF boot)
@@ -185,6 +186,12 @@ find "$FIX/proc/driver/nvidia/gpus" -name information | head -n 1 | while read -
     seed sysfs fixture-gpu-information <"$f"
 done
 seed cmdline fixture-node <"$FIX/proc/cmdline"
+seed sysfs proc-self-status </proc/self/status
+
+say "reports (the example reports of real boots), console lines, NFD features"
+for f in "$ROOT"/docs/examples/report-*.json; do
+    seed report "$(basename "$f")" <"$f"
+done
 
 say "firmware TPM event log and command line (OVMF boot of the Debian kernel)"
 if [ "${SEED_VM:-1}" != 0 ]; then
