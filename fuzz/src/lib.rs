@@ -1,7 +1,8 @@
 //! The fuzz targets' entry points: one function per parser of untrusted input, each taking
 //! the fuzzer's bytes, running the parser and, where the format has one, its round trip
 //! (grubenv set/delete, slot state encode/decode, newc writer against the cpio reader,
-//! `Module.symvers` text, event logs, CEL-JSON, verity superblocks, BOM TOML, BLS names).
+//! `Module.symvers` text, event logs, CEL-JSON, verity superblocks, BOM TOML, BLS names,
+//! the report's JSON and its renderings).
 //!
 //! Contract: a function returns normally for every input; a panic is a finding, either
 //! the parser's own or a broken invariant asserted here (a round trip that does not give
