@@ -65,9 +65,11 @@ fn preflight(r: &Report) -> &'static str {
 
 /// The features file for `r` under `namespace` (checked by the BOM's parser).
 pub fn render(r: &Report, namespace: &str) -> String {
+    // The schema comes from the report read (`validator report FILE --nfd`): a control
+    // character in it would end the comment and start a line nfd-worker reads as a feature.
     let mut lines = vec![format!(
         "# {} {} (written by the boot validator at each boot)",
-        r.schema,
+        super::timeline::printable(&r.schema),
         r.decision.as_str()
     )];
     let mut add = |name: &str, value: Option<String>| {
@@ -128,6 +130,48 @@ mod tests {
         assert_eq!(get("fault"), Some("hardware"));
         assert_eq!(get("preflight"), Some("none"));
         assert_eq!(get("fell-back"), Some("false"));
+    }
+
+    /// Finding of the `report` fuzz target's invariant (`fuzz/regressions/report/`): a
+    /// report whose schema held a newline (read from a file by `validator report FILE
+    /// --nfd`) gave a comment line that ended early and a second line nfd-worker refuses
+    /// (`line 2: value "y z stop (written ...)" is not a label value`), or reads as a
+    /// feature of someone else's namespace.
+    #[test]
+    fn the_comment_stays_one_line() {
+        for schema in [
+            "validator.report/v1\nfoo.example.com/x=y z",
+            "x\rfoo.example.com/flag",
+            "x\u{85}foo.example.com/y",
+        ] {
+            let mut r = Report::new(0);
+            r.schema = schema.into();
+            let text = render(&r, "validator.example");
+            let f = parse(&text).unwrap_or_else(|e| panic!("{schema:?}: {e}\n{text}"));
+            assert!(
+                f.iter().all(|x| x.namespace == "validator.example"),
+                "{text}"
+            );
+            let first = text.lines().next().unwrap();
+            assert!(
+                first.starts_with("# ")
+                    && first.ends_with(" pass (written by the boot validator at each boot)"),
+                "{text}"
+            );
+        }
+        let input = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../fuzz/regressions/report/nfd-comment-with-newline"
+        ))
+        .unwrap();
+        let r = crate::report::json::parse(&input).unwrap();
+        assert!(r.schema.contains('\n'));
+        let text = render(&r, "feature.node.kubernetes.io");
+        let f = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        assert!(f
+            .iter()
+            .all(|x| x.namespace == "feature.node.kubernetes.io"));
+        assert!(f.iter().any(|x| x.name == "decision" && x.value == "stop"));
     }
 
     #[test]
