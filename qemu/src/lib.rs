@@ -37,6 +37,7 @@
 pub mod ab;
 pub mod bench;
 pub mod disk;
+pub mod faults;
 pub mod firmware;
 pub mod floor;
 pub mod hw;

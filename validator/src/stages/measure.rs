@@ -405,12 +405,12 @@ pub fn run(ctx: &mut Context) -> Result<String, MeasureError> {
         event(ctx, &description, &bytes, "validator-bom")?;
     }
     let line = ctx.cmdline.clone();
-    event(
-        ctx,
-        &format!("cmdline:{line}"),
-        line.as_bytes(),
-        "validator-cmdline",
-    )?;
+    // The exact bytes, also when the text had to replace some.
+    let bytes = ctx
+        .cmdline_raw
+        .clone()
+        .unwrap_or_else(|| line.as_bytes().to_vec());
+    event(ctx, &format!("cmdline:{line}"), &bytes, "validator-cmdline")?;
     let r = ctx
         .measurer
         .as_ref()

@@ -90,6 +90,12 @@ pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
 /// Reads an opened file to its end, refusing more than `limit` bytes (a regular file
 /// whose size already exceeds the limit is refused before any byte is read).
 pub fn read_file_limited(f: File, path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
+    read_open_limited(&f, path, limit)
+}
+
+/// [`read_file_limited`] through a borrowed file, which stays open for the caller (the
+/// module loader hands the same file to the kernel after judging its bytes).
+pub fn read_open_limited(f: &File, path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
     let meta = f.metadata().map_err(|source| InputError::Io {
         path: path.to_path_buf(),
         source,
