@@ -391,6 +391,52 @@ mod tests {
         assert!(e.to_string().contains("b.toml"), "{e}");
     }
 
+    /// The table of `docs/FAULTS.md` and the tests agree: every `qemu/tests/FILE.rs::NAME`
+    /// it names is a `#[test]` function of that file, and every test of
+    /// `qemu/tests/faults.rs` has its row.
+    #[test]
+    fn fault_table_names_existing_tests() {
+        let root = paths::workspace();
+        let doc = std::fs::read_to_string(root.join("docs/FAULTS.md")).unwrap();
+        let mut named = Vec::new();
+        for line in doc.lines().filter(|l| l.starts_with("| ")) {
+            for cell in line.split('`').filter(|c| c.starts_with("qemu/tests/")) {
+                let (file, name) = cell
+                    .split_once("::")
+                    .unwrap_or_else(|| panic!("not file::name: {cell}"));
+                named.push((file.to_string(), name.to_string()));
+            }
+        }
+        assert!(named.len() >= 22, "{} tests named", named.len());
+        let tests_of = |file: &str| -> Vec<String> {
+            let src =
+                std::fs::read_to_string(root.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+            let lines: Vec<&str> = src.lines().collect();
+            lines
+                .windows(2)
+                .filter(|w| w[0].trim() == "#[test]")
+                .filter_map(|w| {
+                    let rest = w[1].trim().strip_prefix("fn ")?;
+                    Some(rest.split('(').next()?.to_string())
+                })
+                .collect()
+        };
+        for (file, name) in &named {
+            assert!(
+                tests_of(file).contains(name),
+                "docs/FAULTS.md names {file}::{name}, which is no test"
+            );
+        }
+        for t in tests_of("qemu/tests/faults.rs") {
+            assert!(
+                named
+                    .iter()
+                    .any(|(f, n)| f == "qemu/tests/faults.rs" && *n == t),
+                "qemu/tests/faults.rs::{t} has no row in docs/FAULTS.md"
+            );
+        }
+    }
+
     #[test]
     fn garbage_fits_the_kernel_line() {
         let mut n = overlong_arg().len() + GARBAGE_BYTES.len();

@@ -619,6 +619,10 @@ impl Scenario {
             o.describe()
         );
         assert!(!o.console.contains("Kernel panic"), "{}", o.describe());
+        // One kernel boot: the VM runs with `-no-reboot`, so a reboot ends it; a second
+        // kernel could only come from a kexec.
+        let kernels = o.console.matches(crate::vm::KERNEL_BOOT_MARKER).count();
+        assert!(kernels <= 1, "{kernels} kernel boots: {}", o.describe());
         if std::env::var_os("VALIDATOR_WRITE_EXAMPLES").is_some() {
             write_example(&name, &o);
         }

@@ -80,7 +80,7 @@ impl Control {
             // A `MAJ:MIN` value; anything unreadable or odd falls back to 10:236.
             let mm = crate::util::fs::read_text_limited(
                 &sys_root.join("class/misc/device-mapper/dev"),
-                64,
+                crate::util::fs::SYSFS_VALUE_MAX,
             )
             .unwrap_or_default();
             let (maj, min) = mm

@@ -403,9 +403,12 @@ impl Loader {
     }
 
     fn kernel_compression(&self) -> Option<String> {
-        read_text_limited(&self.sys_root.join("module/compression"), 64)
-            .ok()
-            .map(|s| s.trim().to_string())
+        read_text_limited(
+            &self.sys_root.join("module/compression"),
+            crate::util::fs::SYSFS_VALUE_MAX,
+        )
+        .ok()
+        .map(|s| s.trim().to_string())
     }
 
     fn load_one(&self, name: &str, rel: &str) -> ModuleReport {

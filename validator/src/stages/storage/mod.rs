@@ -64,7 +64,7 @@ pub struct DiskSeen {
 }
 
 /// Most bytes read from one sysfs value (`dev`, `size`, `partition`: a few bytes each).
-pub const SYSFS_VALUE_MAX: u64 = 4096;
+pub use crate::util::fs::SYSFS_VALUE_MAX;
 
 fn read_trim(p: &Path) -> Option<String> {
     crate::util::fs::read_text_limited(p, SYSFS_VALUE_MAX)
