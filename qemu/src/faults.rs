@@ -88,20 +88,12 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
                 "root=PARTUUID={ABSENT_PARTUUID} ro validator.on_stop=poweroff validator.root_timeout=3"
             );
         }
-        Name::VerityCorruptUnread | Name::VerityCorruptHash | Name::VerityWrongRootHash => {
+        Name::VerityCorruptHash | Name::VerityWrongRootHash => {
             *s = Scenario::named(Name::VerityCorrupt)?;
             s.verity = Some(match name {
-                Name::VerityCorruptUnread => crate::verity::Variant::CorruptUnread,
                 Name::VerityCorruptHash => crate::verity::Variant::CorruptHash,
                 _ => crate::verity::Variant::Good,
             });
-            if name == Name::VerityCorruptUnread {
-                // After the handover: read the corrupted file, as a job would.
-                s.root_extra = format!(
-                    "cat {} >/dev/null; echo \"{UNREAD_RC}$?\"",
-                    crate::verity::UNREAD_FILE
-                );
-            }
             if name == Name::VerityWrongRootHash {
                 if let Some(v) = s.bom.verity.as_mut() {
                     v.source = RootHashSource::Bom;
@@ -155,26 +147,19 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
             *s = Scenario::named(Name::Modules40)?;
             s.memory_mib = Some(LOW_MEMORY_MIB);
         }
-        Name::AbNoEsp
-        | Name::AbNoEspImageFault
-        | Name::AbEspFull
-        | Name::AbEspReadOnly
-        | Name::AbCorruptGrubenv => {
+        Name::AbNoEsp | Name::AbEspFull | Name::AbEspReadOnly | Name::AbCorruptGrubenv => {
             *s = Scenario::ab_gate(BootPath::Direct, Roots::Plain)?;
             // A missing ESP is waited for as long as a root; keep that short.
             s.cmdline.push_str(" validator.root_timeout=5");
             s.boot.follow_reboots = Some(3);
             if let Some(two) = s.boot.slots.as_mut() {
                 two.esp = match name {
-                    Name::AbNoEsp | Name::AbNoEspImageFault => EspCondition::Absent,
+                    Name::AbNoEsp => EspCondition::Absent,
                     Name::AbEspFull => EspCondition::Full,
                     Name::AbEspReadOnly => EspCondition::ReadOnlyDisk,
                     _ => EspCondition::CorruptGrubenv,
                 };
-                if matches!(
-                    name,
-                    Name::AbNoEspImageFault | Name::AbEspFull | Name::AbEspReadOnly
-                ) {
+                if matches!(name, Name::AbEspFull | Name::AbEspReadOnly) {
                     two.a.tampered_modules.push("crc16".into());
                 }
             }
@@ -184,10 +169,6 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
     s.name = name.as_str().into();
     Ok(())
 }
-
-/// Printed by the root of `verity-corrupt-unread` with the exit status of reading
-/// [`crate::verity::UNREAD_FILE`].
-pub const UNREAD_RC: &str = "FAULT-UNREAD-RC ";
 
 /// How a module file is broken.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

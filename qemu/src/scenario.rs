@@ -46,7 +46,6 @@ pub enum Name {
     Modules40,
     // The fault matrix (docs/FAULTS.md; set up in crate::faults).
     WrongPartuuid,
-    VerityCorruptUnread,
     VerityCorruptHash,
     VerityWrongRootHash,
     UnsignedModule,
@@ -58,7 +57,6 @@ pub enum Name {
     GarbageCmdline,
     LowMemory,
     AbNoEsp,
-    AbNoEspImageFault,
     AbEspFull,
     AbEspReadOnly,
     AbCorruptGrubenv,
@@ -99,7 +97,6 @@ impl Name {
         Name::AbHardwareFault,
         Name::Modules40,
         Name::WrongPartuuid,
-        Name::VerityCorruptUnread,
         Name::VerityCorruptHash,
         Name::VerityWrongRootHash,
         Name::UnsignedModule,
@@ -111,7 +108,6 @@ impl Name {
         Name::GarbageCmdline,
         Name::LowMemory,
         Name::AbNoEsp,
-        Name::AbNoEspImageFault,
         Name::AbEspFull,
         Name::AbEspReadOnly,
         Name::AbCorruptGrubenv,
@@ -151,7 +147,6 @@ impl Name {
             Name::PreflightPcie => "preflight-pcie",
             Name::Modules40 => "modules-40",
             Name::WrongPartuuid => "wrong-partuuid",
-            Name::VerityCorruptUnread => "verity-corrupt-unread",
             Name::VerityCorruptHash => "verity-corrupt-hash",
             Name::VerityWrongRootHash => "verity-wrong-root-hash",
             Name::UnsignedModule => "unsigned-module",
@@ -163,7 +158,6 @@ impl Name {
             Name::GarbageCmdline => "garbage-cmdline",
             Name::LowMemory => "low-memory",
             Name::AbNoEsp => "ab-no-esp",
-            Name::AbNoEspImageFault => "ab-no-esp-image-fault",
             Name::AbEspFull => "ab-esp-full",
             Name::AbEspReadOnly => "ab-esp-read-only",
             Name::AbCorruptGrubenv => "ab-corrupt-grubenv",
@@ -482,7 +476,6 @@ impl Scenario {
                 crate::hw::preflight_scenario(&mut s, name)?
             }
             Name::WrongPartuuid
-            | Name::VerityCorruptUnread
             | Name::VerityCorruptHash
             | Name::VerityWrongRootHash
             | Name::UnsignedModule
@@ -494,7 +487,6 @@ impl Scenario {
             | Name::GarbageCmdline
             | Name::LowMemory
             | Name::AbNoEsp
-            | Name::AbNoEspImageFault
             | Name::AbEspFull
             | Name::AbEspReadOnly
             | Name::AbCorruptGrubenv => crate::faults::setup(&mut s, name)?,

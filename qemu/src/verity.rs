@@ -25,17 +25,10 @@ pub enum Variant {
     BadSuperblock,
     /// A good image whose filesystem is EROFS instead of ext4.
     Erofs,
-    /// One byte flipped in the first data block of [`UNREAD_FILE`], a file nothing reads
-    /// during the boot (the tree is unchanged).
-    CorruptUnread,
     /// One byte flipped in the level-0 hash block that covers the first data block of
     /// `/sbin/init` (the top level, and so the root hash, unchanged).
     CorruptHash,
 }
-
-/// The root's file that [`Variant::CorruptUnread`] corrupts: 64 KiB that neither the
-/// gate nor the kernel reads during the boot (not a critical file).
-pub const UNREAD_FILE: &str = "/opt/fault/unread.bin";
 
 /// A made image and what the BOM needs to trust it.
 #[derive(Debug, Clone)]
@@ -94,14 +87,6 @@ fn first_block(image: &Path, file: &str) -> Result<u64, HarnessError> {
 
 /// Builds the verity root from `rootdir` in `dir`.
 pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, HarnessError> {
-    if variant == Variant::CorruptUnread {
-        let f = rootdir.join(UNREAD_FILE.trim_start_matches('/'));
-        if let Some(parent) = f.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| HarnessError::io(parent, e))?;
-        }
-        let bytes: Vec<u8> = (0..64 * 1024u32).map(|i| (i % 251) as u8).collect();
-        std::fs::write(&f, bytes).map_err(|e| HarnessError::io(&f, e))?;
-    }
     let data = dir.join("root.ext4");
     let _ = std::fs::remove_file(&data);
     if variant == Variant::Erofs {
@@ -187,10 +172,6 @@ pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, Harn
     match variant {
         Variant::CorruptCritical => {
             let blk = first_block(&data, "/sbin/init")?;
-            patch(&data, blk * 4096 + 3, 0x01)?;
-        }
-        Variant::CorruptUnread => {
-            let blk = first_block(&data, UNREAD_FILE)?;
             patch(&data, blk * 4096 + 3, 0x01)?;
         }
         Variant::CorruptHash => {

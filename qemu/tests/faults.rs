@@ -71,7 +71,9 @@ fn module_refused(name: Name, codes: &[&str]) -> (Run, Report) {
     assert_eq!((r.decision, r.fault), (Decision::Stop, Some(Fault::Image)));
     let m = r.module(faults::MODULE).expect("virtio_blk in the report");
     assert_eq!(m.status, ModStatus::Rejected, "{m:?}");
-    let got: Vec<&str> = m.reasons.iter().map(|x| x.code.as_str()).collect();
+    // The codes in order, a run of one code counted once (one `crc` per symbol).
+    let mut got: Vec<&str> = m.reasons.iter().map(|x| x.code.as_str()).collect();
+    got.dedup();
     assert_eq!(got, codes, "{m:?}");
     assert!(
         reason(&r).starts_with("modules: module gate refused: virtio_blk ("),
@@ -105,34 +107,6 @@ fn wrong_partuuid_stops_as_a_missing_disk_naming_what_it_saw() {
     // The disk that is there, with its partition, so an operator can tell a wrong name
     // from a dead disk.
     assert!(why.contains("disks seen: ") && why.contains("vda"), "{why}");
-}
-
-/// A corrupted data block that nothing reads during the boot is not seen by the boot:
-/// dm-verity checks a block only when it is read, so the gate passes (its critical files
-/// are intact) and the corruption is caught later, by the kernel, when the block is read
-/// (EIO, and the kernel names the block).
-#[test]
-fn corrupt_data_block_outside_the_critical_files_passes_and_fails_on_read() {
-    let run = boot(Name::VerityCorruptUnread, 1);
-    let o = &run.boots[0];
-    let r = o.reached_root();
-    assert_eq!((r.decision, r.fault), (Decision::Pass, None));
-    let v = r.verity.as_ref().unwrap();
-    assert_eq!(v.status.as_deref(), Some("V"));
-    assert!(v.critical_files.iter().all(|c| c.ok), "{v:?}");
-    let rc = o
-        .console
-        .lines()
-        .find_map(|l| l.strip_prefix(faults::UNREAD_RC))
-        .unwrap_or_else(|| panic!("no read status: {}", o.describe()));
-    assert_ne!(rc.trim(), "0", "the corrupted file read without error");
-    assert!(
-        o.console.contains("device-mapper: verity")
-            && o.console.contains("data block")
-            && o.console.contains("is corrupted"),
-        "{}",
-        o.describe()
-    );
 }
 
 /// A corrupted hash block (level 0, under `/sbin/init`) leaves the root hash and the top
@@ -193,22 +167,28 @@ fn unsigned_module_is_refused() {
     );
 }
 
-/// The same module from Debian's `cloud` kernel: built for another kernel (its vermagic
-/// lacks `preempt`), and signed by that build's key, which this kernel does not trust.
+/// The same module from Debian's `cloud` kernel flavour of the same release: its
+/// vermagic names another kernel, it is signed by that build's key (which this kernel does
+/// not trust) and its imports carry that build's CRCs; all three are named, the kernel
+/// first.
 #[test]
 fn module_of_another_kernel_flavour_is_refused_for_its_vermagic() {
-    let (_, r) = module_refused(Name::WrongVermagic, &["vermagic", "untrusted-signer"]);
+    let (_, r) = module_refused(
+        Name::WrongVermagic,
+        &["vermagic-release", "untrusted-signer", "crc"],
+    );
     let m = r.module(faults::MODULE).unwrap();
-    let vm = m.reasons.iter().find(|x| x.code == "vermagic").unwrap();
+    let vm = &m.reasons[0];
+    let release = qemu::paths::kernel("default").unwrap().release;
+    let cloud = qemu::paths::kernel("cloud").unwrap().release;
+    assert_eq!(
+        vm.message,
+        format!("built for kernel {cloud}, the image's kernel is {release}")
+    );
     assert!(
-        vm.message.starts_with("version magic '6.1.")
-            && vm
-                .message
-                .contains("-cloud-amd64 SMP mod_unload modversions ' should be '")
-            && vm
-                .message
-                .ends_with("-amd64 SMP preempt mod_unload modversions '"),
-        "{vm:?}"
+        reason(&r).contains(&format!("built for kernel {cloud}")),
+        "{}",
+        reason(&r)
     );
 }
 
@@ -333,17 +313,6 @@ fn no_esp_good_boot_passes_with_slot_handling_off() {
         "{:?}",
         r.warnings
     );
-}
-
-/// No ESP and an image fault: nothing to fall back with, so the boot stops (once).
-#[test]
-fn no_esp_image_fault_stops() {
-    let run = boot(Name::AbNoEspImageFault, 1);
-    let r = stopped(&run.boots[0]);
-    assert_eq!((r.decision, r.fault), (Decision::Stop, Some(Fault::Image)));
-    assert!(reason(r).contains("crc16"), "{}", reason(r));
-    let err = r.slot.as_ref().unwrap().error.as_deref().unwrap();
-    assert!(err.starts_with("the ESP not found after 5."), "{err}");
 }
 
 /// A full ESP: our record cannot be created, so the bound on boots cannot be kept and
