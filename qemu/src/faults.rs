@@ -42,8 +42,9 @@ pub const CORRUPT_BOM: &str = "/etc/validator/corrupt-bom.toml";
 /// The BOM path of `bom-missing`: nothing is there.
 pub const MISSING_BOM: &str = "/etc/validator/no-such-bom.toml";
 
-/// VM memory of `low-memory` (MiB): the least the default kernel boots the 40-module
-/// BOM's initramfs in (see docs/FAULTS.md for how it was found).
+/// VM memory of `low-memory` (MiB), against 1024 for the other scenarios: the kernel, the
+/// unpacked initramfs with the 40-module BOM's modules, the loaded modules and PID 1 share
+/// it.
 pub const LOW_MEMORY_MIB: u32 = 192;
 
 /// The hostile `validator.*` arguments of `garbage-cmdline` (after the good line): an

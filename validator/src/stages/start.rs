@@ -238,6 +238,41 @@ mod tests {
         std::fs::remove_dir_all(&d).unwrap();
     }
 
+    /// A command line over [`CMDLINE_MAX`] and a BOM over [`bom::BOM_MAX`] (sparse files)
+    /// are refused before any byte is read, the error naming the file and the limit.
+    #[test]
+    fn command_line_and_bom_over_their_limits_are_named_errors() {
+        let d = std::env::temp_dir().join(format!("vld-start-limits-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("proc")).unwrap();
+        let cmdline = d.join("proc/cmdline");
+        let f = std::fs::File::create(&cmdline).unwrap();
+        f.set_len(CMDLINE_MAX + 1).unwrap();
+        let e = run(&mut ctx_in(&d)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "cannot read the kernel command line: {}: larger than the limit of {CMDLINE_MAX} bytes",
+                cmdline.display()
+            )
+        );
+        let bom = d.join("bom.toml");
+        std::fs::write(&cmdline, format!("ro validator.bom={}\n", bom.display())).unwrap();
+        let f = std::fs::File::create(&bom).unwrap();
+        f.set_len(bom::BOM_MAX + 1).unwrap();
+        let e = run(&mut ctx_in(&d)).unwrap_err();
+        assert!(matches!(e, StartError::Bom(_)), "{e}");
+        assert!(
+            e.to_string().contains(&format!(
+                "{}: larger than the limit of {} bytes",
+                bom.display(),
+                bom::BOM_MAX
+            )),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     /// Bytes that are not UTF-8 on the command line (the kernel passes any byte) do not
     /// stop the boot: the text has U+FFFD in their place, the keys are still read, a
     /// warning says so, and the exact bytes are kept for the measurement.
