@@ -141,14 +141,13 @@ fn shipped(root: &Path, rel: &str) -> (Vec<u8>, PathBuf) {
     panic!("no module {rel} under {}", md.display())
 }
 
-struct Builder<'a> {
+struct Builder {
     dir: PathBuf,
-    keys: &'a Keys,
     cases: Vec<Case>,
     n: u32,
 }
 
-impl Builder<'_> {
+impl Builder {
     fn tmp(&mut self, bytes: &[u8]) -> PathBuf {
         self.n += 1;
         let p = self.dir.join(format!("tmp-{}", self.n));
@@ -250,7 +249,6 @@ pub fn build(kernel: Kernel, kernels: &Path, keys: &Keys, out: &Path) -> Set {
     std::fs::create_dir_all(out).unwrap();
     let mut b = Builder {
         dir: out.to_path_buf(),
-        keys,
         cases: Vec::new(),
         n: 0,
     };

@@ -178,6 +178,7 @@ pub fn alg(dotted: &str, null: bool) -> Node {
 }
 
 /// A view of a detached PKCS#7 SignedData (`ContentInfo { OID, [0] { SignedData } }`).
+#[derive(Debug, Clone)]
 pub struct Pkcs7(pub Node);
 
 impl Pkcs7 {
