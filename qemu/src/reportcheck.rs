@@ -72,7 +72,13 @@ pub struct Found {
 }
 
 /// Finds and checks the reports in console output (see the module's documentation).
+/// Only complete lines count: a run cut short (a power cut the test made) may end in the
+/// middle of one.
 pub fn read(console_text: &str) -> Found {
+    let console_text = match console_text.rfind('\n') {
+        Some(i) => console_text.get(..=i).unwrap_or_default(),
+        None => "",
+    };
     let raw_line = console_text
         .lines()
         .rev()
