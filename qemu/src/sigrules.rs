@@ -1,25 +1,33 @@
 //! The kernel as the judge of module signatures: every case of [`sigcases`] handed to a
 //! real Debian kernel with no gate in between, and the kernel's answer read back.
 //!
-//! One boot per kernel and enforcement mode ([`boot`]): OVMF (so the kernel has EFI
-//! runtime services and loads UEFI `db` into its `.platform` keyring, which Debian's
-//! kernels consult for module signatures) with a variable store made from OVMF's snakeoil
-//! store ([`vars`]): `db` holds the test keys of [`sigcases::Keys::db_certs`], `dbx` the
-//! hashes of the S40 and S41 rows, and `SecureBootEnable` is 0, so Secure Boot is off and
-//! enforcement is what `module.sig_enforce=` says. The kernel is started with `-kernel`
-//! through OVMF and the initramfs is the test bed's own ([`initramfs`]): busybox, the
-//! static `sigcase-load` (one `finit_module` per call, as the init makes it), the case
-//! files and a script that loads each case, prints the errno and the module's taint,
-//! unloads it, and prints the kernel log lines the load produced. No validator runs in
-//! this initramfs; the production init is not involved.
+//! One boot per kernel ([`boot`]): OVMF (so the kernel has EFI runtime services and loads
+//! UEFI `db` into its `.platform` keyring, which Debian's kernels consult for module
+//! signatures) with a variable store made from OVMF's snakeoil store ([`vars`]): `db` holds
+//! the test keys of [`sigcases::Keys::db_certs`], `dbx` the hashes of the S40 and S41 rows,
+//! and `SecureBootEnable` is 0, so Secure Boot is off and enforcement is what
+//! `sig_enforce` says. The kernel is started with `-kernel` through OVMF and the initramfs
+//! is the test bed's own ([`initramfs`]): busybox, the static `sigcase-load` (one
+//! `finit_module` per call, as the init makes it), the case files and a script that loads
+//! each case, prints the errno and the module's taint, unloads it, and prints the kernel
+//! log lines the load produced. No validator runs in this initramfs; the production init
+//! is not involved.
 //!
-//! Output lines, parsed by [`Boot::parse`]: `SIGRULE <id> <ok|ERRNO> <taint|->`,
-//! `SIGRULE-LOG <id> <kernel line>`, `SIGRULES-BOOT <kernel line>` (certificate loading,
-//! Secure Boot, lockdown at boot), `SIGRULES-STATE ...`, and `SIGRULES-END`.
+//! The script makes three passes ([`Mode`]): every case without enforcement; the lockdown
+//! cases after `/sys/kernel/security/lockdown` was raised to `integrity`; every case again
+//! after `1` was written to `/sys/module/module/parameters/sig_enforce` (the variable
+//! `module.sig_enforce=1` sets on the command line; it can be switched on, never off). So
+//! one boot per kernel covers both enforcement settings.
+//!
+//! Output lines, parsed by [`Boot::parse`]: `SIGRULE <mode> <id> <ok|ERRNO> <taint|->`,
+//! `SIGRULE-LOG <mode> <id> <kernel line>`, `SIGRULES-BOOT <kernel line>` (certificate
+//! loading, Secure Boot, lockdown), `SIGRULES-STATE <mode> sig_enforce=.. lockdown=..`,
+//! `SIGRULE-RMMOD-FAILED ...` and `SIGRULES-END`.
 //!
 //! Limits: the taint-once message ("module verification failed") appears only for the
-//! first case that earns it; the lockdown cases run last, after
-//! `/sys/kernel/security/lockdown` was raised to `integrity`.
+//! first case of the boot that earns it; the enforcing pass runs under
+//! `lockdown=integrity` (lockdown only changes the outcome of the errors enforcement
+//! already refuses).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,6 +36,10 @@ use std::time::Duration;
 
 use mkinitramfs::cpio::{Archive, Entry, Kind};
 use sigcases::{Case, Set};
+use validator::config::bom::VermagicMode;
+use validator::formats::vmlinuz::KernelFacts;
+use validator::stages::modules::gate::{Gate, Policy, Verdict};
+use validator::trust::TrustStore;
 
 use crate::efivars::{self, VarStore};
 use crate::vm::{self, Outcome, VmConfig};
@@ -114,31 +126,35 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 dmesg | grep -iE 'x\.509|cert|integrity|secure ?boot|lockdown|platform|blacklist|keyring' | while read -r l; do echo "SIGRULES-BOOT $l"; done
 dmesg -c >/dev/null
-echo "SIGRULES-STATE sig_enforce=$(cat /sys/module/module/parameters/sig_enforce) compression=$(cat /sys/module/module/parameters/compression 2>/dev/null)"
+state() { echo "SIGRULES-STATE $1 sig_enforce=$(cat /sys/module/module/parameters/sig_enforce) lockdown=$(cat /sys/kernel/security/lockdown 2>/dev/null)"; }
 run_cases() {
     while read -r id file flags mod after aflags amod; do
         if [ "$after" != - ]; then
             r=$(/bin/sigcase-load "/cases/$after" "$aflags")
-            echo "SIGRULE-PRE $id $after $r"
+            echo "SIGRULE-PRE $2 $id $after $r"
         fi
         r=$(/bin/sigcase-load "/cases/$file" "$flags")
         taint=-
         if [ "$r" = ok ]; then
             taint=$(cat "/sys/module/$mod/taint")
             [ -n "$taint" ] || taint=none
-            rmmod "$mod" || echo "SIGRULE-RMMOD-FAILED $id $mod"
+            rmmod "$mod" || echo "SIGRULE-RMMOD-FAILED $2 $id $mod"
         fi
         if [ "$after" != - ]; then rmmod "$amod"; fi
-        echo "SIGRULE $id $r $taint"
-        dmesg -c | while read -r l; do echo "SIGRULE-LOG $id $l"; done
+        echo "SIGRULE $2 $id $r $taint"
+        dmesg -c | while read -r l; do echo "SIGRULE-LOG $2 $id $l"; done
     done < "$1"
 }
-run_cases /cases/manifest
 mount -t securityfs securityfs /sys/kernel/security
+state noenforce
+run_cases /cases/manifest noenforce
 echo integrity > /sys/kernel/security/lockdown
-echo "SIGRULES-STATE lockdown=$(cat /sys/kernel/security/lockdown)"
+state lockdown
 dmesg -c | while read -r l; do echo "SIGRULES-BOOT $l"; done
-run_cases /cases/manifest.lockdown
+run_cases /cases/manifest.lockdown lockdown
+echo 1 > /sys/module/module/parameters/sig_enforce
+state enforce
+run_cases /cases/manifest enforce
 echo SIGRULES-END
 poweroff -f
 "#;
@@ -230,14 +246,45 @@ impl Answer {
     }
 }
 
+/// How the kernel was set when it judged a case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mode {
+    /// `sig_enforce` 0, no lockdown: the kernel as Debian boots it without Secure Boot.
+    NoEnforce,
+    /// `sig_enforce` 0 and `lockdown=integrity` (the [`Case::lockdown`] cases only).
+    Lockdown,
+    /// `sig_enforce` 1 (set through `/sys/module/module/parameters/sig_enforce`, the
+    /// variable `module.sig_enforce=1` sets), after the lockdown cases.
+    Enforce,
+}
+
+impl Mode {
+    pub fn label(self) -> &'static str {
+        match self {
+            Mode::NoEnforce => "noenforce",
+            Mode::Lockdown => "lockdown",
+            Mode::Enforce => "enforce",
+        }
+    }
+
+    fn from_label(s: &str) -> Option<Mode> {
+        [Mode::NoEnforce, Mode::Lockdown, Mode::Enforce]
+            .into_iter()
+            .find(|m| m.label() == s)
+    }
+}
+
 /// What one boot showed.
 #[derive(Debug, Clone)]
 pub struct Boot {
-    pub enforce: bool,
-    pub answers: BTreeMap<String, Answer>,
+    pub answers: BTreeMap<(Mode, String), Answer>,
     /// Kernel lines about certificates, Secure Boot and lockdown.
     pub boot_log: Vec<String>,
+    /// `SIGRULES-STATE` lines: each pass's mode, `sig_enforce` and lockdown as read back.
     pub state: Vec<String>,
+    /// Modules that stayed loaded after a case (a later case of the same module would
+    /// then see EEXIST).
+    pub rmmod_failed: Vec<String>,
     pub ended: bool,
     pub outcome: Outcome,
 }
@@ -252,28 +299,33 @@ fn untimed(l: &str) -> String {
 
 impl Boot {
     /// Reads the script's lines from a console.
-    pub fn parse(console: &str, enforce: bool, outcome: Outcome) -> Boot {
-        let mut answers: BTreeMap<String, Answer> = BTreeMap::new();
+    pub fn parse(console: &str, outcome: Outcome) -> Boot {
+        let mut answers: BTreeMap<(Mode, String), Answer> = BTreeMap::new();
         let mut boot_log = Vec::new();
         let mut state = Vec::new();
+        let mut rmmod_failed = Vec::new();
         let mut ended = false;
+        let key = |m: &str, id: &str| Mode::from_label(m).map(|m| (m, id.to_string()));
         for l in console.lines() {
             let l = l.trim_end_matches('\r');
             if let Some(rest) = l.strip_prefix("SIGRULE ") {
                 let f: Vec<&str> = rest.split_whitespace().collect();
-                if let [id, result, taint] = f.as_slice() {
-                    let a = answers.entry(id.to_string()).or_default();
-                    a.result = result.to_string();
-                    a.taint = (*taint != "-").then(|| taint.to_string());
+                if let [m, id, result, taint] = f.as_slice() {
+                    if let Some(k) = key(m, id) {
+                        let a = answers.entry(k).or_default();
+                        a.result = result.to_string();
+                        a.taint = (*taint != "-").then(|| taint.to_string());
+                    }
                 }
             } else if let Some(rest) = l.strip_prefix("SIGRULE-LOG ") {
-                if let Some((id, line)) = rest.split_once(' ') {
-                    answers
-                        .entry(id.to_string())
-                        .or_default()
-                        .log
-                        .push(untimed(line));
+                let mut f = rest.splitn(3, ' ');
+                if let (Some(m), Some(id), Some(line)) = (f.next(), f.next(), f.next()) {
+                    if let Some(k) = key(m, id) {
+                        answers.entry(k).or_default().log.push(untimed(line));
+                    }
                 }
+            } else if let Some(rest) = l.strip_prefix("SIGRULE-RMMOD-FAILED ") {
+                rmmod_failed.push(rest.to_string());
             } else if let Some(rest) = l.strip_prefix("SIGRULES-BOOT ") {
                 boot_log.push(untimed(rest));
             } else if let Some(rest) = l.strip_prefix("SIGRULES-STATE ") {
@@ -283,60 +335,97 @@ impl Boot {
             }
         }
         Boot {
-            enforce,
             answers,
             boot_log,
             state,
+            rmmod_failed,
             ended,
             outcome,
         }
     }
 
-    /// The answer for case `id`; panics (test support) when the boot has none.
-    pub fn answer(&self, id: &str) -> &Answer {
-        self.answers.get(id).unwrap_or_else(|| {
-            panic!(
-                "no kernel answer for case {id} (enforce={}): {}",
-                self.enforce,
-                self.outcome.describe()
-            )
-        })
+    /// The answer for case `id` in `mode`, if the boot got that far.
+    pub fn answer(&self, mode: Mode, id: &str) -> Option<&Answer> {
+        self.answers.get(&(mode, id.to_string()))
     }
 }
 
-/// The command line of the boots: the V05 module in `module_blacklist=`, console quiet
-/// (the script prints the kernel's lines itself), and enforcement when asked.
-pub fn append(enforce: bool) -> String {
-    let mut a = format!(
+/// The command line of the boot: the V05 module in `module_blacklist=`, console quiet
+/// (the script prints the kernel's lines itself).
+pub fn append() -> String {
+    format!(
         "loglevel=1 module_blacklist={}",
         sigcases::cases::BLACKLISTED
-    );
-    if enforce {
-        a.push_str(" module.sig_enforce=1");
-    }
-    a
+    )
 }
 
-/// Boots `set`'s kernel through OVMF with every case, enforcing or not.
-pub fn boot(set: &Set, enforce: bool) -> Result<Boot, HarnessError> {
-    let dir = crate::paths::run_dir(&format!(
-        "sigrules-{}-{}",
-        set.kernel.label(),
-        if enforce { "enforce" } else { "noenforce" }
-    ))?;
+/// Boots `set`'s kernel through OVMF and hands it every case: each case once without
+/// enforcement, the lockdown cases under `lockdown=integrity`, then each case again with
+/// `sig_enforce` on.
+pub fn boot(set: &Set) -> Result<Boot, HarnessError> {
+    let dir = crate::paths::run_dir(&format!("sigrules-{}", set.kernel.label()))?;
     let kernel = crate::paths::kernel(set.kernel.dir())?;
     let initrd = initramfs(set, &dir)?;
     let vars = vars(set, &dir)?;
     let mut cfg = VmConfig::new(&kernel.vmlinuz, &initrd);
     cfg.tpm = None;
-    cfg.append = append(enforce);
+    cfg.append = append();
     cfg.extra_args = crate::firmware::Ovmf {
         code: crate::firmware::OVMF_CODE.into(),
         vars,
     }
     .qemu_args();
-    cfg.timeout = cfg.timeout.max(Duration::from_secs(300));
+    cfg.timeout = cfg.timeout.max(Duration::from_secs(600));
     let o = vm::run(&cfg, &dir)?;
     let console = o.console.clone();
-    Ok(Boot::parse(&console, enforce, o))
+    Ok(Boot::parse(&console, o))
+}
+
+/// The gate the kernel's answers are compared with, as the init builds it but with the
+/// kernel's own vermagic rule (`VermagicMode::Kernel`): the kernel's vermagic and exports
+/// and built-in certificate from its image, plus every test certificate of UEFI `db` that
+/// the trust store can load. Returns the gate and the `db` certificates it refused, with
+/// the store's message.
+pub fn gate(set: &Set) -> Result<(Gate, Vec<(&'static str, String)>), HarnessError> {
+    let kernel = crate::paths::kernel(set.kernel.dir())?;
+    let image = std::fs::read(&kernel.vmlinuz).map_err(|e| HarnessError::io(&kernel.vmlinuz, e))?;
+    let facts = KernelFacts::from_image(&image)
+        .map_err(|e| HarnessError::Setup(format!("{}: {e}", kernel.vmlinuz.display())))?;
+    let mut trust = TrustStore::new();
+    for c in &facts.certs {
+        trust
+            .add_bytes(c, "kernel")
+            .map_err(|e| HarnessError::Setup(format!("kernel certificate: {e}")))?;
+    }
+    let mut refused = Vec::new();
+    for key in sigcases::keys().db_certs() {
+        if let Err(e) = trust.add_bytes(&key.cert_der(), key.name) {
+            refused.push((key.name, e.to_string()));
+        }
+    }
+    let gate = Gate {
+        trust,
+        symvers: Some(facts.symvers()),
+        policy: Policy {
+            release: Some(facts.release.clone()),
+            kernel_vermagic: facts.vermagic.clone(),
+            mode: VermagicMode::Kernel,
+            require_signature: true,
+            unknown_symbols_fatal: true,
+            ..Policy::default()
+        },
+    };
+    Ok((gate, refused))
+}
+
+/// The gate's verdict on one case (with the case's extra trusted certificates).
+pub fn verdict(gate: &Gate, c: &Case) -> Result<Verdict, HarnessError> {
+    let mut gate = gate.clone();
+    for extra in &c.extra_trust {
+        gate.trust
+            .add_path(extra)
+            .map_err(|e| HarnessError::Setup(format!("{}: {e}", extra.display())))?;
+    }
+    let raw = std::fs::read(&c.file).map_err(|e| HarnessError::io(&c.file, e))?;
+    Ok(gate.check(c.module, &file_name(c), &raw).0)
 }
