@@ -381,12 +381,16 @@ pub fn boot(set: &Set) -> Result<Boot, HarnessError> {
     Ok(Boot::parse(&console, o))
 }
 
+/// `db` certificates the gate's trust store could not load: key name and the store's
+/// message.
+pub type Refused = Vec<(&'static str, String)>;
+
 /// The gate the kernel's answers are compared with, as the init builds it but with the
 /// kernel's own vermagic rule (`VermagicMode::Kernel`): the kernel's vermagic and exports
 /// and built-in certificate from its image, plus every test certificate of UEFI `db` that
 /// the trust store can load. Returns the gate and the `db` certificates it refused, with
 /// the store's message.
-pub fn gate(set: &Set) -> Result<(Gate, Vec<(&'static str, String)>), HarnessError> {
+pub fn gate(set: &Set) -> Result<(Gate, Refused), HarnessError> {
     let kernel = crate::paths::kernel(set.kernel.dir())?;
     let image = std::fs::read(&kernel.vmlinuz).map_err(|e| HarnessError::io(&kernel.vmlinuz, e))?;
     let facts = KernelFacts::from_image(&image)
