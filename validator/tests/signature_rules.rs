@@ -640,12 +640,12 @@ fn sigrule_flavour_sha256() {
         assert_eq!(codes(&v), ["sha256"], "{}", v.summary());
         let mut gate = j.gate.clone();
         gate.policy.flavour = Some(Flavour::Proprietary);
-        // The flavour is judged by the `nvidia` module's licence (crc8's is GPL).
+        // The flavour is judged by the `nvidia` module's licence (crc8's is not NVIDIA).
         let v = gate.check("nvidia", "nvidia.ko", &raw).0;
         assert_eq!(codes(&v), ["flavour", "name"], "{}", v.summary());
         assert!(v
             .summary()
-            .contains("licence 'GPL' is not the Proprietary flavour"));
+            .contains("is not the Proprietary flavour the BOM names"));
     }
 }
 
