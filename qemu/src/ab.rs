@@ -148,6 +148,27 @@ pub struct SlotImage {
     pub options: String,
 }
 
+/// The state of the node's ESP (the fault matrix breaks it in these ways).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EspCondition {
+    /// A partition of the node's disk, as built.
+    #[default]
+    Present,
+    /// No ESP at all (direct boots only: nothing else could start a boot loader).
+    Absent,
+    /// Filled to its last cluster by one file: nothing can be created on it (files that
+    /// exist can still be rewritten in place).
+    Full,
+    /// On a second disk of its own that QEMU attaches read-only (`readonly=on`: the
+    /// guest sees a write-protected device), as an ESP on locked media.
+    ReadOnlyDisk,
+    /// A grubenv whose signature line is damaged (one byte): GRUB cannot load it.
+    CorruptGrubenv,
+}
+
+/// The disk image of an ESP on a disk of its own ([`EspCondition::ReadOnlyDisk`]).
+pub const ESP_DISK: &str = "esp-disk.img";
+
 /// The A/B layout.
 #[derive(Debug, Clone)]
 pub struct TwoSlots {
@@ -163,6 +184,8 @@ pub struct TwoSlots {
     /// The loader whose files the ESP holds on a direct boot (for code that reads the
     /// boot state; nothing runs it).
     pub direct_esp: Loader,
+    /// The ESP as built, or broken ([`EspCondition`]).
+    pub esp: EspCondition,
 }
 
 /// The slot's BOM made from `base`: `image_id` suffixed with `-<slot>`, the FAT modules
@@ -226,6 +249,7 @@ impl TwoSlots {
             tries: Some(3),
             direct_slot: Slot::A,
             direct_esp: Loader::Grub,
+            esp: EspCondition::Present,
         }
     }
 
@@ -445,13 +469,43 @@ pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
     spec.grubenv = two.grubenv.clone();
     spec.tries = two.tries;
     let esp_img = dir.join("esp.img");
-    firmware::build_esp(&spec, &esp_img, &dir.join("esp-files"))?;
-    parts.push(PartitionSpec {
+    if two.esp == EspCondition::Absent && s.boot.path != BootPath::Direct {
+        return Err(HarnessError::Setup(
+            "an ESP-less node can only be booted directly".into(),
+        ));
+    }
+    let esp_part = PartitionSpec {
         label: firmware::ESP_LABEL.into(),
         type_uuid: firmware::ESP_TYPE.into(),
         uuid: None,
-        content: Content::Raw(esp_img),
-    });
+        content: Content::Raw(esp_img.clone()),
+    };
+    let mut esp_disk = None;
+    if two.esp != EspCondition::Absent {
+        firmware::build_esp(&spec, &esp_img, &dir.join("esp-files"))?;
+        match two.esp {
+            EspCondition::Full => {
+                crate::faults::fill_fat(&esp_img)?;
+            }
+            EspCondition::CorruptGrubenv => {
+                let esp = Esp::image(&esp_img);
+                let mut env = esp.read(firmware::GRUBENV_PATH)?;
+                // "# GRUB Environment Block": the 'G' becomes 'F'.
+                if let Some(b) = env.get_mut(2) {
+                    *b ^= 0x01;
+                }
+                esp.overwrite_in_place(firmware::GRUBENV_PATH, &env)?;
+            }
+            _ => {}
+        }
+        if two.esp == EspCondition::ReadOnlyDisk {
+            let d = dir.join(ESP_DISK);
+            disk::build_disk(&d, std::slice::from_ref(&esp_part), dir)?;
+            esp_disk = Some(d);
+        } else {
+            parts.push(esp_part);
+        }
+    }
     for b in &built {
         parts.extend(b.parts.iter().cloned());
     }
@@ -471,6 +525,15 @@ pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
         BootPath::Grub | BootPath::SystemdBoot => VmConfig::uefi(Ovmf::fresh(dir)?),
     };
     cfg.disks.push(disk_img);
+    if let Some(d) = esp_disk {
+        // After the node's disk (`vdb`), write-protected as the guest sees it.
+        cfg.extra_args.extend([
+            "-drive".into(),
+            format!("file={},format=raw,if=none,id=esp,readonly=on", d.display()),
+            "-device".into(),
+            "virtio-blk-pci,drive=esp".into(),
+        ]);
+    }
     cfg.tpm = s.tpm_banks.clone();
     cfg.kill_tpm_on = s.kill_tpm_on.clone();
     s.boot.apply(&mut cfg);
@@ -492,8 +555,12 @@ pub struct Bed {
 }
 
 impl Bed {
-    /// The ESP of the node's disk, for reading it on the host.
+    /// The ESP of the node's disk (or of its own disk, [`EspCondition::ReadOnlyDisk`]),
+    /// for reading it on the host.
     pub fn esp(&self) -> Result<Esp, HarnessError> {
+        if self.slots.esp == EspCondition::ReadOnlyDisk {
+            return Esp::in_disk(&self.dir.join(ESP_DISK));
+        }
         Esp::in_disk(&self.disk)
     }
 

@@ -158,6 +158,106 @@ pub fn run(runs: usize, debian: Option<&Path>, cpus: u32) -> Result<Samples, Har
     Ok(all)
 }
 
+/// PID 1's peak memory on one boot: the report's `peak_rss_bytes` (`VmHWM`), and what
+/// the init read that bears on it.
+#[derive(Debug, Clone)]
+pub struct PeakSample {
+    pub peak_rss: u64,
+    /// Modules the init loaded.
+    pub modules: usize,
+    /// Their file sizes, summed, and the largest (a module is read whole).
+    pub module_bytes: u64,
+    pub largest_module: u64,
+}
+
+/// Boots scenario `name` once and reads PID 1's peak memory from its report (the boot
+/// must reach a decision with a report; any decision will do).
+pub fn peak_sample(name: crate::scenario::Name) -> Result<PeakSample, HarnessError> {
+    let s = Scenario::named(name)?;
+    let tree = mkinitramfs::closure::KernelTree::open(&s.kernel.root)
+        .map_err(|e| HarnessError::Setup(e.to_string()))?;
+    let o = s.run()?;
+    let r = o
+        .report
+        .as_ref()
+        .ok_or_else(|| HarnessError::Setup(format!("{name}: no report: {}", o.describe())))?;
+    let peak_rss = r
+        .peak_rss_bytes
+        .ok_or_else(|| HarnessError::Setup(format!("{name}: no peak_rss_bytes in the report")))?;
+    let mut sample = PeakSample {
+        peak_rss,
+        modules: 0,
+        module_bytes: 0,
+        largest_module: 0,
+    };
+    for m in r
+        .modules
+        .iter()
+        .filter(|m| m.status == validator::stages::modules::ModStatus::Loaded)
+    {
+        sample.modules += 1;
+        let Some(rel) = &m.path else { continue };
+        let f = tree.moddir.join(rel);
+        let len = std::fs::metadata(&f)
+            .map_err(|e| HarnessError::io(&f, e))?
+            .len();
+        sample.module_bytes += len;
+        sample.largest_module = sample.largest_module.max(len);
+    }
+    Ok(sample)
+}
+
+/// PID 1's peak memory on each scenario of `names`, `runs` boots each, in turn; prints
+/// the median, min and max peak and the modules read, with each scenario's peak as a
+/// ratio of the first's (how the peak grows with the BOM).
+pub fn peak_memory(names: &[crate::scenario::Name], runs: u32) -> Result<(), HarnessError> {
+    let mut rows = Vec::new();
+    for _ in 0..runs.max(1) {
+        for (i, n) in names.iter().enumerate() {
+            let p = peak_sample(*n)?;
+            eprintln!("{n}: peak {} KiB", p.peak_rss / 1024);
+            rows.push((i, p));
+        }
+    }
+    let kib = |b: f64| b / 1024.0;
+    println!(
+        "PID 1 peak memory (VmHWM) under {:?}, {} boot(s) each, alternating",
+        vm::Accel::from_env(),
+        runs.max(1)
+    );
+    println!(
+        "scenario              peak median   min        max        modules  module bytes  largest module  peak/first"
+    );
+    let mut first = f64::NAN;
+    for (i, n) in names.iter().enumerate() {
+        let these: Vec<&PeakSample> = rows
+            .iter()
+            .filter(|(j, _)| *j == i)
+            .map(|(_, p)| p)
+            .collect();
+        let peaks: Vec<f64> = these.iter().map(|p| p.peak_rss as f64).collect();
+        let med = median(&peaks);
+        if i == 0 {
+            first = med;
+        }
+        let min = peaks.iter().copied().fold(f64::INFINITY, f64::min);
+        let max = peaks.iter().copied().fold(0.0, f64::max);
+        let Some(p) = these.first() else { continue };
+        println!(
+            "{:<20}  {:>7.0} KiB  {:>6.0} KiB {:>6.0} KiB {:>7}  {:>9.0} KiB  {:>10.0} KiB  {:>8.3}",
+            n.as_str(),
+            kib(med),
+            kib(min),
+            kib(max),
+            p.modules,
+            kib(p.module_bytes as f64),
+            kib(p.largest_module as f64),
+            med / first
+        );
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #[test]

@@ -20,6 +20,10 @@
 //! reboots followed ([`vm::run_boots`]: one outcome per boot), power cuts
 //! ([`vm::KillAt`]) and throttled writes ([`vm::Throttle`]).
 //!
+//! [`sigrules`] hands every case of the `sigcases` crate (module files breaking one
+//! kernel signature, vermagic or CRC rule each) to the real kernels with no gate in
+//! between, booted through OVMF with test keys in UEFI `db` ([`efivars`]).
+//!
 //! Current limits: x86-64 guests only; TCG by default (`VALIDATOR_ACCEL=kvm` switches);
 //! one vCPU unless a config says more; kernels come from `scripts/provision`
 //! (`target/kernels/`).
@@ -37,6 +41,8 @@
 pub mod ab;
 pub mod bench;
 pub mod disk;
+pub mod efivars;
+pub mod faults;
 pub mod firmware;
 pub mod floor;
 pub mod hw;
@@ -45,6 +51,7 @@ pub mod paths;
 pub mod reportcheck;
 pub mod rootfs;
 pub mod scenario;
+pub mod sigrules;
 pub mod tpmcheck;
 pub mod verity;
 pub mod vm;

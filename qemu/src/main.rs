@@ -20,6 +20,8 @@ fn usage() -> String {
         "usage:\n  qemu-harness run [SCENARIO]     boot a scenario (default: good) and print the report\n\
          \x20 qemu-harness bench [RUNS] [DEBIAN_INITRD] [CPUS,...]\n\
          \x20                                boot ours and Debian's initramfs alternately; print medians\n\
+         \x20 qemu-harness peak-memory [RUNS] [SCENARIO...]\n\
+         \x20                                PID 1's peak memory (default: node, modules-40)\n\
          \x20 qemu-harness bench-boot-paths [RUNS]\n\
          \x20                                boot one A/B node directly, via OVMF+GRUB and via\n\
          \x20                                OVMF+systemd-boot in turn; print medians and ratios\n\
@@ -56,6 +58,25 @@ fn main() -> ExitCode {
         ["bench-recover", rest @ ..] => {
             let runs = rest.first().and_then(|r| r.parse().ok()).unwrap_or(3);
             if let Err(e) = qemu::ab::bench_recover(runs) {
+                eprintln!("qemu-harness: {e}");
+                return ExitCode::from(2);
+            }
+            return ExitCode::SUCCESS;
+        }
+        ["peak-memory", rest @ ..] => {
+            let runs = rest.first().and_then(|r| r.parse().ok()).unwrap_or(3);
+            let names: Vec<Name> = if rest.len() > 1 {
+                match rest[1..].iter().map(|n| Name::parse(n).ok_or(n)).collect() {
+                    Ok(v) => v,
+                    Err(n) => {
+                        eprintln!("qemu-harness: unknown scenario {n}");
+                        return ExitCode::from(2);
+                    }
+                }
+            } else {
+                vec![Name::Node, Name::Modules40]
+            };
+            if let Err(e) = qemu::bench::peak_memory(&names, runs) {
                 eprintln!("qemu-harness: {e}");
                 return ExitCode::from(2);
             }

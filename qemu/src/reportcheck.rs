@@ -71,6 +71,57 @@ pub struct Found {
     pub json: Option<String>,
 }
 
+/// The full report's JSON as the console shows it. The kernel prints its messages on the
+/// console directly, so one may land inside the report line while the terminal still sends
+/// it: a `[ seconds.micros] message` record and its line end. Such records are cut out
+/// and the line joined with the next one until the text parses, a few times at most.
+fn full_json(console_text: &str) -> Option<String> {
+    rejoined(console_text, console::FULL_PREFIX)
+}
+
+/// The JSON after `prefix` on the last console line that holds it, with kernel records
+/// printed inside it cut out (see [`full_json`]).
+fn rejoined(console_text: &str, prefix: &str) -> Option<String> {
+    let lines: Vec<&str> = console_text.lines().collect();
+    let at = lines.iter().rposition(|l| l.contains(prefix))?;
+    let line = lines.get(at)?;
+    let from = line.find(prefix)? + prefix.len();
+    let mut json = line.get(from..)?.trim_end_matches('\r').to_string();
+    for next in lines.iter().skip(at + 1).take(8) {
+        if serde_json::from_str::<serde_json::Value>(&json).is_ok() {
+            break;
+        }
+        match kernel_record_start(&json) {
+            Some(cut) => json.truncate(cut),
+            None => break,
+        }
+        json.push_str(next.trim_end_matches('\r'));
+    }
+    Some(json)
+}
+
+/// Where the last kernel log record (`[` spaces, seconds `.` six digits `] `) in `s`
+/// begins.
+fn kernel_record_start(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    (0..b.len()).rev().find(|&i| {
+        let Some(rest) = b.get(i..) else { return false };
+        let Some(close) = rest.iter().position(|&c| c == b']') else {
+            return false;
+        };
+        let inner = rest.get(1..close).unwrap_or_default();
+        let t = std::str::from_utf8(inner).unwrap_or("").trim_start();
+        rest.first() == Some(&b'[')
+            && rest.get(close + 1) == Some(&b' ')
+            && t.split_once('.').is_some_and(|(sec, us)| {
+                !sec.is_empty()
+                    && sec.bytes().all(|c| c.is_ascii_digit())
+                    && us.len() == 6
+                    && us.bytes().all(|c| c.is_ascii_digit())
+            })
+    })
+}
+
 /// Finds and checks the reports in console output (see the module's documentation).
 /// Only complete lines count: a run cut short (a power cut the test made) may end in the
 /// middle of one.
@@ -93,15 +144,11 @@ pub fn read(console_text: &str) -> Found {
         );
         assert!(line.is_some(), "unreadable console line: {raw}");
     }
-    let json = console::find_full(console_text).map(str::to_string);
+    let json = full_json(console_text);
     let report = json
         .as_deref()
         .map(|j| checked("the console's full report", j));
-    let root_json = console_text
-        .lines()
-        .find_map(|l| l.strip_prefix(ROOT_REPORT))
-        .map(|j| j.trim_end_matches(['\r', '\n']).to_string())
-        .filter(|j| !j.is_empty());
+    let root_json = rejoined(console_text, ROOT_REPORT).filter(|j| !j.is_empty());
     let root_report = root_json
         .as_deref()
         .map(|j| checked("the report in /run", j));
@@ -134,6 +181,22 @@ pub fn read(console_text: &str) -> Found {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A kernel message printed inside the report line is cut out again.
+    #[test]
+    fn a_kernel_message_inside_the_report_line_is_cut_out() {
+        let text = "[    1.000000] x\r\nVALIDATOR-REPORT-JSON {\"a\":\"b[    2.5] c\",\"d\"\
+                    [    5.123456] random: crng init done\r\n:[1,2]}\r\nnext\r\n";
+        assert_eq!(
+            full_json(text).as_deref(),
+            Some("{\"a\":\"b[    2.5] c\",\"d\":[1,2]}")
+        );
+        let whole = "VALIDATOR-REPORT-JSON {\"a\":1}\n[    5.123456] later\n";
+        assert_eq!(full_json(whole).as_deref(), Some("{\"a\":1}"));
+        // Not repairable: given back as printed, for the check to name.
+        let cut = "VALIDATOR-REPORT-JSON {\"a\":\n";
+        assert_eq!(full_json(cut).as_deref(), Some("{\"a\":"));
+    }
 
     /// A report the types make validates; one with a wrong type or a missing field does
     /// not, with the place named.

@@ -44,6 +44,22 @@ pub enum Name {
     PreflightPcie,
     AbHardwareFault,
     Modules40,
+    // The fault matrix (docs/FAULTS.md; set up in crate::faults).
+    WrongPartuuid,
+    VerityCorruptHash,
+    VerityWrongRootHash,
+    UnsignedModule,
+    WrongVermagic,
+    CrcMismatch,
+    TruncatedModule,
+    BomMissing,
+    BomCorrupt,
+    GarbageCmdline,
+    LowMemory,
+    AbNoEsp,
+    AbEspFull,
+    AbEspReadOnly,
+    AbCorruptGrubenv,
 }
 
 impl Name {
@@ -80,6 +96,21 @@ impl Name {
         Name::PreflightPcie,
         Name::AbHardwareFault,
         Name::Modules40,
+        Name::WrongPartuuid,
+        Name::VerityCorruptHash,
+        Name::VerityWrongRootHash,
+        Name::UnsignedModule,
+        Name::WrongVermagic,
+        Name::CrcMismatch,
+        Name::TruncatedModule,
+        Name::BomMissing,
+        Name::BomCorrupt,
+        Name::GarbageCmdline,
+        Name::LowMemory,
+        Name::AbNoEsp,
+        Name::AbEspFull,
+        Name::AbEspReadOnly,
+        Name::AbCorruptGrubenv,
     ];
 
     /// The name on the command line and in run directories.
@@ -115,6 +146,21 @@ impl Name {
             Name::PreflightNvidia => "preflight-nvidia",
             Name::PreflightPcie => "preflight-pcie",
             Name::Modules40 => "modules-40",
+            Name::WrongPartuuid => "wrong-partuuid",
+            Name::VerityCorruptHash => "verity-corrupt-hash",
+            Name::VerityWrongRootHash => "verity-wrong-root-hash",
+            Name::UnsignedModule => "unsigned-module",
+            Name::WrongVermagic => "wrong-vermagic",
+            Name::CrcMismatch => "crc-mismatch",
+            Name::TruncatedModule => "truncated-module",
+            Name::BomMissing => "bom-missing",
+            Name::BomCorrupt => "bom-corrupt",
+            Name::GarbageCmdline => "garbage-cmdline",
+            Name::LowMemory => "low-memory",
+            Name::AbNoEsp => "ab-no-esp",
+            Name::AbEspFull => "ab-esp-full",
+            Name::AbEspReadOnly => "ab-esp-read-only",
+            Name::AbCorruptGrubenv => "ab-corrupt-grubenv",
         }
     }
 
@@ -138,6 +184,8 @@ pub struct Scenario {
     pub bom: Bom,
     /// Appended to the kernel command line.
     pub cmdline: String,
+    /// Bytes appended after `cmdline`, for bytes that are not UTF-8 (direct boots).
+    pub cmdline_raw: Vec<u8>,
     /// Shell lines the root's init runs after printing its marker.
     pub root_extra: String,
     /// Whether a root disk is attached at all.
@@ -243,6 +291,7 @@ impl Scenario {
             bom,
             cmdline: "root=PARTLABEL=root ro validator.on_stop=poweroff validator.root_timeout=30"
                 .into(),
+            cmdline_raw: Vec::new(),
             root_extra: String::new(),
             with_root_disk: true,
             extra_initramfs_files: Vec::new(),
@@ -426,6 +475,21 @@ impl Scenario {
             Name::PreflightNvidia | Name::PreflightPcie => {
                 crate::hw::preflight_scenario(&mut s, name)?
             }
+            Name::WrongPartuuid
+            | Name::VerityCorruptHash
+            | Name::VerityWrongRootHash
+            | Name::UnsignedModule
+            | Name::WrongVermagic
+            | Name::CrcMismatch
+            | Name::TruncatedModule
+            | Name::BomMissing
+            | Name::BomCorrupt
+            | Name::GarbageCmdline
+            | Name::LowMemory
+            | Name::AbNoEsp
+            | Name::AbEspFull
+            | Name::AbEspReadOnly
+            | Name::AbCorruptGrubenv => crate::faults::setup(&mut s, name)?,
         }
         Ok(s)
     }
@@ -467,6 +531,7 @@ impl Scenario {
         crate::initramfs::build(&self.kernel, &bom_path, &extras, &initrd, dir)?;
         let mut cfg = VmConfig::new(&self.kernel.vmlinuz, &initrd);
         cfg.append = self.cmdline.clone();
+        cfg.append_raw = self.cmdline_raw.clone();
         if let Some(parts) = verity_parts {
             let img = dir.join("disk.img");
             disk::build_disk(&img, &parts, dir)?;
@@ -546,6 +611,10 @@ impl Scenario {
             o.describe()
         );
         assert!(!o.console.contains("Kernel panic"), "{}", o.describe());
+        // One kernel boot: the VM runs with `-no-reboot`, so a reboot ends it; a second
+        // kernel could only come from a kexec.
+        let kernels = o.console.matches(crate::vm::KERNEL_BOOT_MARKER).count();
+        assert!(kernels <= 1, "{kernels} kernel boots: {}", o.describe());
         if std::env::var_os("VALIDATOR_WRITE_EXAMPLES").is_some() {
             write_example(&name, &o);
         }

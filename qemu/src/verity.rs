@@ -25,6 +25,9 @@ pub enum Variant {
     BadSuperblock,
     /// A good image whose filesystem is EROFS instead of ext4.
     Erofs,
+    /// One byte flipped in the level-0 hash block that covers the first data block of
+    /// `/sbin/init` (the top level, and so the root hash, unchanged).
+    CorruptHash,
 }
 
 /// A made image and what the BOM needs to trust it.
@@ -171,6 +174,11 @@ pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, Harn
             let blk = first_block(&data, "/sbin/init")?;
             patch(&data, blk * 4096 + 3, 0x01)?;
         }
+        Variant::CorruptHash => {
+            let blk = first_block(&data, "/sbin/init")?;
+            let at = level0_hash_block(&hash, blk)?;
+            patch(&hash, at * 4096 + 5, 0x01)?;
+        }
         Variant::BadSuperblock => {
             // hash_block_size (offset 68) from 4096 to 1024.
             let f = std::fs::OpenOptions::new()
@@ -211,6 +219,22 @@ pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, Harn
         cert,
         salt,
     })
+}
+
+/// The hash block (in 4096-byte blocks from the start of the hash image) of tree level 0
+/// that holds the digest of data block `data_block`, from the image's own superblock.
+fn level0_hash_block(hash: &Path, data_block: u64) -> Result<u64, HarnessError> {
+    use validator::formats::verity::{superblock, tree};
+    let bytes = std::fs::read(hash).map_err(|e| HarnessError::io(hash, e))?;
+    let p = superblock::parse(&bytes)
+        .map_err(|e| HarnessError::Setup(format!("{}: {e}", hash.display())))?;
+    let g = tree::Geometry::new(&p, 0, true)
+        .map_err(|e| HarnessError::Setup(format!("{}: {e}", hash.display())))?;
+    let first = *g
+        .level_start
+        .first()
+        .ok_or_else(|| HarnessError::Setup("verity tree without levels".into()))?;
+    Ok(first + (data_block >> g.bits))
 }
 
 fn hex_bytes(s: &str) -> Vec<u8> {

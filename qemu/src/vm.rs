@@ -49,6 +49,8 @@ pub struct VmConfig {
     pub initrd: PathBuf,
     /// Appended to the fixed `console=ttyS0 panic=-1`.
     pub append: String,
+    /// Bytes appended after `append` (and a space), for bytes that are not UTF-8.
+    pub append_raw: Vec<u8>,
     /// Raw disk images, attached as virtio-blk in order (`vda`, `vdb`, ...).
     pub disks: Vec<PathBuf>,
     pub memory_mib: u32,
@@ -117,6 +119,7 @@ impl VmConfig {
             kernel: kernel.to_path_buf(),
             initrd: initrd.to_path_buf(),
             append: String::new(),
+            append_raw: Vec::new(),
             disks: Vec::new(),
             memory_mib: 1024,
             cpus: 1,
@@ -158,6 +161,20 @@ impl VmConfig {
         }
     }
 
+    /// The kernel command line of a direct boot: the fixed part, `append`, `append_raw`.
+    pub fn kernel_cmdline(&self) -> std::ffi::OsString {
+        use std::os::unix::ffi::OsStringExt;
+        let mut line = format!("console=ttyS0 panic=-1 {}", self.append)
+            .trim_end()
+            .as_bytes()
+            .to_vec();
+        if !self.append_raw.is_empty() {
+            line.push(b' ');
+            line.extend_from_slice(&self.append_raw);
+        }
+        std::ffi::OsString::from_vec(line)
+    }
+
     /// The full QEMU command line.
     pub fn command(&self, console: &Path) -> Command {
         let mut c = Command::new("qemu-system-x86_64");
@@ -192,7 +209,7 @@ impl VmConfig {
                     .arg("-initrd")
                     .arg(&self.initrd)
                     .arg("-append")
-                    .arg(format!("console=ttyS0 panic=-1 {}", self.append).trim_end());
+                    .arg(self.kernel_cmdline());
             }
         }
         let mut throttle = String::new();

@@ -244,6 +244,11 @@ fn both_slots_bad_stop_within_two_boots_and_never_loop() {
         (rb.decision, rb.fault),
         (Decision::Stop, Some(Fault::Image))
     );
+    assert!(
+        rb.reason.as_deref().unwrap_or_default().contains("crc16"),
+        "the cause is named: {:?}",
+        rb.reason
+    );
     qemu::scenario::write_example_report("report-both-bad.json", rb);
     let s = rb.slot.as_ref().unwrap();
     assert_eq!(s.booted.map(|b| b.as_str()), Some("B"));

@@ -38,6 +38,10 @@ use crate::sys::tpm::{DeviceTransport, Tpm};
 pub const BINARY_LOG: &str = "validator/tpm-eventlog.bin";
 /// systemd's CEL-JSON measurement log under `/run`.
 pub const CEL_LOG: &str = "log/systemd/tpm2-measure.log";
+/// Most bytes read from an event log (the firmware's in securityfs, or one carried over
+/// kexec in the initramfs): a firmware log is tens of KiB; a larger file is refused with a
+/// warning naming it and the limit, and a new log is started.
+pub const EVENT_LOG_MAX: u64 = 64 << 20;
 
 /// What the report says about measurements.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -148,10 +152,20 @@ impl Measurer {
             }
         }
         let fw = securityfs.join("tpm0/binary_bios_measurements");
-        m.log = match crate::util::fs::read_limited(&fw, 64 << 20)
-            .ok()
-            .map(|b| EventLog::parse(&b))
-        {
+        let read = match crate::util::fs::read_limited(&fw, EVENT_LOG_MAX) {
+            Ok(b) => Some(b),
+            Err(crate::util::fs::InputError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                None
+            }
+            // Too large, not a file, unreadable: said, then a new log.
+            Err(e) => {
+                log::warn!("firmware event log {e}; starting a new log");
+                None
+            }
+        };
+        m.log = match read.map(|b| EventLog::parse(&b)) {
             Some(Ok(l)) => {
                 m.report.firmware_log = true;
                 Some(l)
@@ -373,13 +387,23 @@ pub fn run(ctx: &mut Context) -> Result<String, MeasureError> {
             log::warn!("{e}");
         }
     }
-    let carried = crate::util::fs::read_limited(
+    let carried = match crate::util::fs::read_limited(
         &ctx.roots
             .initramfs
             .join(crate::config::layout::CARRIED_EVENTLOG),
-        64 << 20,
-    )
-    .ok();
+        EVENT_LOG_MAX,
+    ) {
+        Ok(b) => Some(b),
+        Err(crate::util::fs::InputError::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            None
+        }
+        Err(e) => {
+            log::warn!("carried event log {e}; not used");
+            None
+        }
+    };
     let m = Measurer::open(
         &ctx.roots.dev,
         &sec,
@@ -405,12 +429,12 @@ pub fn run(ctx: &mut Context) -> Result<String, MeasureError> {
         event(ctx, &description, &bytes, "validator-bom")?;
     }
     let line = ctx.cmdline.clone();
-    event(
-        ctx,
-        &format!("cmdline:{line}"),
-        line.as_bytes(),
-        "validator-cmdline",
-    )?;
+    // The exact bytes, also when the text had to replace some.
+    let bytes = ctx
+        .cmdline_raw
+        .clone()
+        .unwrap_or_else(|| line.as_bytes().to_vec());
+    event(ctx, &format!("cmdline:{line}"), &bytes, "validator-cmdline")?;
     let r = ctx
         .measurer
         .as_ref()

@@ -203,8 +203,12 @@ pub struct Facts {
 pub struct Context {
     pub roots: Roots,
     pub args: BootArgs,
-    /// The kernel command line as read (once) from `/proc/cmdline`, newline removed.
+    /// The kernel command line as read (once) from `/proc/cmdline`, newline removed
+    /// (bytes that are not UTF-8 replaced by U+FFFD, see `cmdline_raw`).
     pub cmdline: String,
+    /// The command line's exact bytes when they are not UTF-8 (then what is measured);
+    /// `None` when `cmdline` holds them exactly.
+    pub cmdline_raw: Option<Vec<u8>>,
     pub bom: Option<LoadedBom>,
     /// The running kernel's release.
     pub release: String,
@@ -223,6 +227,7 @@ impl Context {
             roots,
             args: BootArgs::default(),
             cmdline: String::new(),
+            cmdline_raw: None,
             bom: None,
             release: String::new(),
             measurer: None,

@@ -22,7 +22,7 @@
 //! BOM's `modules.load`).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -216,8 +216,29 @@ fn open(ctx: &mut Context, cfg: &Slot, facts: &mut SlotFacts) -> Result<Runtime,
             | nix::mount::MsFlags::MS_NOEXEC,
         Some("flush"),
     )
-    .map_err(|e| format!("cannot mount the ESP: {e}"))?;
+    .map_err(|e| {
+        let why = format!("cannot mount the ESP: {e}");
+        if device_read_only(&ctx.roots.sys, &esp.device) {
+            // The kernel refuses a read-write mount of a write-protected device with EACCES,
+            // which alone does not say why.
+            format!("{why} (the device is read-only)")
+        } else {
+            why
+        }
+    })?;
     open_dir(ctx, cfg, facts, slot, dir)
+}
+
+/// Whether the kernel marks block device `device` (`/dev/NAME`) read-only (its sysfs `ro`
+/// is `1`; a partition is read-only when its disk is).
+fn device_read_only(sys_root: &Path, device: &str) -> bool {
+    let Some(name) = Path::new(device).file_name() else {
+        return false;
+    };
+    let ro = sys_root.join("class/block").join(name).join("ro");
+    crate::util::fs::read_text_limited(&ro, crate::util::fs::SYSFS_VALUE_MAX)
+        .map(|v| v.trim() == "1")
+        .unwrap_or(false)
 }
 
 /// Everything after the mount: the boot loader's state and our record in the mounted
@@ -885,7 +906,24 @@ fn stage_kexec(ctx: &Context, plan: &Plan, report_json: &str) -> Result<(), Stri
 mod tests {
     use super::*;
     use crate::stages::Roots;
-    use std::path::Path;
+
+    /// The read-only flag comes from the partition's sysfs `ro`; anything else (absent,
+    /// `0`, a bad name) is not read-only.
+    #[test]
+    fn read_only_device_is_read_from_sysfs() {
+        let d = std::env::temp_dir().join(format!("vld-slot-ro-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        for (name, ro) in [("vdb1", "1\n"), ("vda1", "0\n")] {
+            let p = d.join("class/block").join(name);
+            std::fs::create_dir_all(&p).unwrap();
+            std::fs::write(p.join("ro"), ro).unwrap();
+        }
+        assert!(device_read_only(&d, "/dev/vdb1"));
+        assert!(!device_read_only(&d, "/dev/vda1"));
+        assert!(!device_read_only(&d, "/dev/vdc1"));
+        assert!(!device_read_only(&d, "/"));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
 
     fn cfg(bootloader: Bootloader) -> Slot {
         let toml = match bootloader {

@@ -17,7 +17,7 @@ use super::{Classified, Context, Fault};
 use crate::config::bom::{self, BomError};
 use crate::config::cmdline::{Action, BootArgs};
 use crate::sys::{self, SysError};
-use crate::util::fs::{read_text_limited, InputError};
+use crate::util::fs::{read_limited, InputError};
 
 /// Most bytes read from `/proc/cmdline` (the kernel's own limit is 2048 on x86-64; some
 /// configurations allow more).
@@ -48,9 +48,20 @@ impl Classified for StartError {
 /// The stage: command line, BOM, kernel release.
 pub fn run(ctx: &mut Context) -> Result<String, StartError> {
     let path: PathBuf = ctx.roots.proc.join("cmdline");
-    let line = read_text_limited(&path, CMDLINE_MAX).map_err(StartError::Cmdline)?;
-    ctx.cmdline = line.trim_end_matches('\n').to_string();
+    let mut raw = read_limited(&path, CMDLINE_MAX).map_err(StartError::Cmdline)?;
+    while raw.last() == Some(&b'\n') {
+        raw.pop();
+    }
+    let (line, raw) = cmdline_text(raw);
+    ctx.cmdline = line;
+    ctx.cmdline_raw = raw;
     ctx.args = BootArgs::parse(&ctx.cmdline);
+    if ctx.cmdline_raw.is_some() {
+        ctx.args.warnings.push(
+            "the kernel command line holds bytes that are not UTF-8; read with U+FFFD in their place (measured as it is)"
+                .into(),
+        );
+    }
     set_panic_action(ctx.args.on_panic);
     if ctx.args.debug {
         log::set_max_level(log::LevelFilter::Debug);
@@ -77,6 +88,18 @@ pub fn run(ctx: &mut Context) -> Result<String, StartError> {
         });
     }
     Ok(detail)
+}
+
+/// The command line as text, and its exact bytes when they are not UTF-8: a byte the
+/// kernel accepted never stops the boot here (each key's value is then judged as usual).
+pub fn cmdline_text(raw: Vec<u8>) -> (String, Option<Vec<u8>>) {
+    match String::from_utf8(raw) {
+        Ok(s) => (s, None),
+        Err(e) => {
+            let bytes = e.into_bytes();
+            (String::from_utf8_lossy(&bytes).into_owned(), Some(bytes))
+        }
+    }
 }
 
 static PANIC_ACTION: AtomicU8 = AtomicU8::new(2);
@@ -212,6 +235,74 @@ mod tests {
         std::fs::create_dir(&bom).unwrap();
         let e = run(&mut ctx_in(&d)).unwrap_err();
         assert!(e.to_string().contains("is a directory"), "{e}");
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A command line over [`CMDLINE_MAX`] and a BOM over [`bom::BOM_MAX`] (sparse files)
+    /// are refused before any byte is read, the error naming the file and the limit.
+    #[test]
+    fn command_line_and_bom_over_their_limits_are_named_errors() {
+        let d = std::env::temp_dir().join(format!("vld-start-limits-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("proc")).unwrap();
+        let cmdline = d.join("proc/cmdline");
+        let f = std::fs::File::create(&cmdline).unwrap();
+        f.set_len(CMDLINE_MAX + 1).unwrap();
+        let e = run(&mut ctx_in(&d)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "cannot read the kernel command line: {}: larger than the limit of {CMDLINE_MAX} bytes",
+                cmdline.display()
+            )
+        );
+        let bom = d.join("bom.toml");
+        std::fs::write(&cmdline, format!("ro validator.bom={}\n", bom.display())).unwrap();
+        let f = std::fs::File::create(&bom).unwrap();
+        f.set_len(bom::BOM_MAX + 1).unwrap();
+        let e = run(&mut ctx_in(&d)).unwrap_err();
+        assert!(matches!(e, StartError::Bom(_)), "{e}");
+        assert!(
+            e.to_string().contains(&format!(
+                "{}: larger than the limit of {} bytes",
+                bom.display(),
+                bom::BOM_MAX
+            )),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Bytes that are not UTF-8 on the command line (the kernel passes any byte) do not
+    /// stop the boot: the text has U+FFFD in their place, the keys are still read, a
+    /// warning says so, and the exact bytes are kept for the measurement.
+    #[test]
+    fn command_line_bytes_that_are_not_utf8_are_read_not_fatal() {
+        let d = std::env::temp_dir().join(format!("vld-start-bytes-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("proc")).unwrap();
+        let mut line = b"ro x=\xff\xfe validator.root_timeout=7 validator.bom=".to_vec();
+        line.extend_from_slice(d.join("missing.toml").to_string_lossy().as_bytes());
+        line.extend_from_slice(b"\n\n");
+        std::fs::write(d.join("proc/cmdline"), &line).unwrap();
+        let mut c = ctx_in(&d);
+        let e = run(&mut c).unwrap_err();
+        // It got as far as the BOM, with the keys read.
+        assert!(matches!(e, StartError::Bom(_)), "{e}");
+        assert_eq!(c.args.root_timeout, std::time::Duration::from_secs(7));
+        assert!(
+            c.cmdline.starts_with("ro x=\u{fffd}\u{fffd} "),
+            "{}",
+            c.cmdline
+        );
+        let raw = c.cmdline_raw.as_deref().unwrap();
+        assert_eq!(raw, &line[..line.len() - 2]);
+        assert!(
+            c.facts.warnings.iter().any(|w| w.contains("not UTF-8")),
+            "{:?}",
+            c.facts.warnings
+        );
+        assert_eq!(cmdline_text(b"ok".to_vec()), ("ok".to_string(), None));
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -298,10 +298,13 @@ fn dev_numbers(sys_root: &Path, p: &FoundPartition) -> Result<(u64, u64), Verity
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let f = sys_root.join("class/block").join(&name).join("dev");
-    let s = std::fs::read_to_string(&f).map_err(|e| VerityError::Read {
-        device: f.display().to_string(),
-        why: e.to_string(),
-    })?;
+    let s =
+        crate::util::fs::read_text_limited(&f, super::storage::SYSFS_VALUE_MAX).map_err(|e| {
+            VerityError::Read {
+                device: f.display().to_string(),
+                why: e.to_string(),
+            }
+        })?;
     s.trim()
         .split_once(':')
         .and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)))
@@ -355,9 +358,11 @@ pub fn prepare(
         }
         .into());
     }
-    let f = std::fs::File::open(&parts.hash.device).map_err(|e| VerityError::Read {
-        device: parts.hash.device.clone(),
-        why: e.to_string(),
+    let f = crate::util::fs::open_input(Path::new(&parts.hash.device), true).map_err(|e| {
+        VerityError::Read {
+            device: parts.hash.device.clone(),
+            why: e.to_string(),
+        }
     })?;
     if !tree::top_matches(&f, &g, &root)? {
         return Err(VerityError::TopMismatch(crate::util::hex(&root)));

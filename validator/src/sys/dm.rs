@@ -77,8 +77,12 @@ impl Control {
     pub fn open(dev_root: &Path, sys_root: &Path) -> Result<Control, SysError> {
         let path = dev_root.join("mapper/control");
         if !path.exists() {
-            let mm = std::fs::read_to_string(sys_root.join("class/misc/device-mapper/dev"))
-                .unwrap_or_default();
+            // A `MAJ:MIN` value; anything unreadable or odd falls back to 10:236.
+            let mm = crate::util::fs::read_text_limited(
+                &sys_root.join("class/misc/device-mapper/dev"),
+                crate::util::fs::SYSFS_VALUE_MAX,
+            )
+            .unwrap_or_default();
             let (maj, min) = mm
                 .trim()
                 .split_once(':')

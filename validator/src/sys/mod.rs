@@ -163,6 +163,17 @@ pub fn chdir(p: &Path) -> Result<(), SysError> {
     nix::unistd::chdir(p).map_err(|e| SysError::new("chdir", disp(p), e))
 }
 
+/// Waits until what was written to standard output has left the terminal (`tcdrain(3)`),
+/// so that a kernel message printed next does not land inside a line still being sent
+/// (the kernel writes its messages to the console directly, past the terminal's queue).
+/// Standard output that is not a terminal (a pipe, a file) has nothing to wait for.
+pub fn drain_stdout() -> Result<(), SysError> {
+    match nix::sys::termios::tcdrain(std::io::stdout()) {
+        Ok(()) | Err(Errno::ENOTTY) | Err(Errno::EINVAL) => Ok(()),
+        Err(e) => Err(SysError::new("tcdrain", "standard output", e)),
+    }
+}
+
 /// `getpid(2)`.
 pub fn getpid() -> i32 {
     nix::unistd::getpid().as_raw()

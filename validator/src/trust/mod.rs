@@ -499,6 +499,29 @@ impl TrustStore {
 mod tests {
     use super::*;
 
+    /// A certificate file over [`CERT_FILE_MAX`] (sparse) is refused before it is read,
+    /// naming the file and the limit.
+    #[test]
+    fn certificate_file_over_the_limit_is_named() {
+        let d = std::env::temp_dir().join(format!("vld-trust-limit-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        let f = d.join("big.pem");
+        std::fs::File::create(&f)
+            .unwrap()
+            .set_len(CERT_FILE_MAX + 1)
+            .unwrap();
+        let e = TrustStore::new().add_path(&f).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}: larger than the limit of {CERT_FILE_MAX} bytes for a certificate file",
+                f.display()
+            )
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     #[test]
     fn colon_hex_like_modinfo() {
         assert_eq!(colon_hex(&[0x5e, 0xe1, 0x03]), "5E:E1:03");

@@ -81,6 +81,12 @@ pub fn open_input(path: &Path, block_ok: bool) -> Result<File, InputError> {
     Ok(f)
 }
 
+/// The limit for one sysfs attribute (`dev`, `size`, `module/compression`, ...). sysfs
+/// reports every attribute's size as one page (4096 bytes on x86-64) whatever it holds,
+/// and a value never exceeds a page, so a smaller limit would refuse every sysfs file
+/// before reading it.
+pub const SYSFS_VALUE_MAX: u64 = 4096;
+
 /// Reads a whole regular file of at most `limit` bytes.
 pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
     let f = open_input(path, false)?;
@@ -90,6 +96,12 @@ pub fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
 /// Reads an opened file to its end, refusing more than `limit` bytes (a regular file
 /// whose size already exceeds the limit is refused before any byte is read).
 pub fn read_file_limited(f: File, path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
+    read_open_limited(&f, path, limit)
+}
+
+/// [`read_file_limited`] through a borrowed file, which stays open for the caller (the
+/// module loader hands the same file to the kernel after judging its bytes).
+pub fn read_open_limited(f: &File, path: &Path, limit: u64) -> Result<Vec<u8>, InputError> {
     let meta = f.metadata().map_err(|source| InputError::Io {
         path: path.to_path_buf(),
         source,
@@ -214,6 +226,23 @@ mod tests {
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
         assert_eq!(std::fs::read_dir(p.parent().unwrap()).unwrap().count(), 1);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// sysfs says every attribute is a page long: [`SYSFS_VALUE_MAX`] reads a real one
+    /// (`/sys/class/mem/null/dev`, present wherever sysfs is mounted), and one byte less
+    /// refuses it before reading, naming the file and the limit.
+    #[test]
+    fn sysfs_values_fit_the_sysfs_limit() {
+        let p = Path::new("/sys/class/mem/null/dev");
+        assert_eq!(read_text_limited(p, SYSFS_VALUE_MAX).unwrap(), "1:3\n");
+        let e = read_text_limited(p, SYSFS_VALUE_MAX - 1).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "/sys/class/mem/null/dev: larger than the limit of {} bytes",
+                SYSFS_VALUE_MAX - 1
+            )
+        );
     }
 
     #[test]

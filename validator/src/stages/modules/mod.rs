@@ -17,7 +17,6 @@ pub mod gate;
 pub mod taint;
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -28,7 +27,7 @@ use super::{Classified, Context, Fault};
 use crate::formats::kmod::index::{Index, IndexError};
 use crate::formats::kmod::modinfo::{self, Compression};
 use crate::sys;
-use crate::util::fs::{read_text_limited, InputError};
+use crate::util::fs::{open_input, read_open_limited, read_text_limited, InputError};
 
 /// What happened to one module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -404,9 +403,12 @@ impl Loader {
     }
 
     fn kernel_compression(&self) -> Option<String> {
-        std::fs::read_to_string(self.sys_root.join("module/compression"))
-            .ok()
-            .map(|s| s.trim().to_string())
+        read_text_limited(
+            &self.sys_root.join("module/compression"),
+            crate::util::fs::SYSFS_VALUE_MAX,
+        )
+        .ok()
+        .map(|s| s.trim().to_string())
     }
 
     fn load_one(&self, name: &str, rel: &str) -> ModuleReport {
@@ -425,14 +427,16 @@ impl Loader {
             r.message = Some(msg);
             r
         };
-        let mut file = match File::open(&path) {
+        // A regular file only: a FIFO would block the open, a directory or a device is
+        // no module.
+        let file = match open_input(&path, false) {
             Ok(f) => f,
             Err(e) => {
-                return fail(
-                    r,
-                    sys::io_errno_name(&e),
-                    format!("open {}: {e}", path.display()),
-                )
+                let errno = match &e {
+                    InputError::Io { source, .. } => sys::io_errno_name(source),
+                    _ => None,
+                };
+                return fail(r, errno, format!("open {e}"));
             }
         };
         let comp = Compression::from_name(rel);
@@ -442,14 +446,16 @@ impl Loader {
         // same open file, or the image decompressed from these bytes).
         let mut image = None;
         if self.gate.is_some() || !kernel_decompresses {
-            let mut raw = Vec::new();
-            if let Err(e) = std::io::Read::read_to_end(&mut file, &mut raw) {
-                return fail(
-                    r,
-                    sys::io_errno_name(&e),
-                    format!("read {}: {e}", path.display()),
-                );
-            }
+            let raw = match read_open_limited(&file, &path, MODULE_MAX) {
+                Ok(raw) => raw,
+                Err(e) => {
+                    let errno = match &e {
+                        InputError::Io { source, .. } => sys::io_errno_name(source),
+                        _ => None,
+                    };
+                    return fail(r, errno, format!("read {e}"));
+                }
+            };
             match &self.gate {
                 Some(gate) => {
                     let t = Instant::now();
@@ -496,6 +502,11 @@ impl Loader {
         }
     }
 }
+
+/// Most bytes read from one module file, compressed or not (the largest real module,
+/// NVIDIA's proprietary `nvidia.ko`, is about 76 MB); the same limit as the operator's
+/// batch check. A module is read whole, so this also bounds the init's memory per module.
+pub const MODULE_MAX: u64 = batch::MAX_FILE;
 
 /// Most bytes read from one module index file.
 pub const INDEX_FILE_MAX: u64 = 16 << 20;
@@ -765,6 +776,56 @@ mod tests {
                 r[5].message.as_deref(),
                 Some("dependency jbd2 did not load")
             );
+        }
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// A module file is read with a limit and only when it is a regular file: a FIFO fails
+    /// at once (an open for reading would wait for a writer forever), a directory and a
+    /// file over [`MODULE_MAX`] (sparse here) fail with a message naming them; none
+    /// reaches the kernel.
+    #[test]
+    fn module_files_are_opened_and_read_with_limits() {
+        let tmp = std::env::temp_dir().join(format!("vld-mod-lim-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(tmp.join("lib/kernel")).unwrap();
+        std::fs::create_dir_all(tmp.join("sys/module")).unwrap();
+        let dir = tmp.join("lib");
+        let mut index = Index::default();
+        for n in ["fifo", "dir", "big"] {
+            index.entries.insert(
+                n.into(),
+                Entry {
+                    path: format!("kernel/{n}.ko"),
+                    deps: Vec::new(),
+                },
+            );
+        }
+        nix::unistd::mkfifo(
+            &dir.join("kernel/fifo.ko"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        std::fs::create_dir_all(dir.join("kernel/dir.ko")).unwrap();
+        let big = std::fs::File::create(dir.join("kernel/big.ko")).unwrap();
+        big.set_len(MODULE_MAX + 1).unwrap();
+        let mut l = Loader::new(&dir, index, &tmp.join("sys"));
+        l.gate = Some(gate::Gate::default());
+        let r = l.load_all(&["fifo".into(), "dir".into(), "big".into()]);
+        let get = |n: &str| r.iter().find(|m| m.name == n).unwrap();
+        for (n, want) in [
+            ("fifo", "is a FIFO, not a regular file".to_string()),
+            ("dir", "is a directory, not a regular file".to_string()),
+            (
+                "big",
+                format!("larger than the limit of {MODULE_MAX} bytes"),
+            ),
+        ] {
+            let m = get(n);
+            assert_eq!(m.status, ModStatus::Failed, "{m:?}");
+            let msg = m.message.as_deref().unwrap();
+            assert!(msg.ends_with(&want), "{n}: {msg}");
+            assert!(msg.contains(&format!("kernel/{n}.ko")), "{n}: {msg}");
         }
         std::fs::remove_dir_all(&tmp).unwrap();
     }

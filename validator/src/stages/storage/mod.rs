@@ -63,8 +63,11 @@ pub struct DiskSeen {
     pub note: String,
 }
 
+/// Most bytes read from one sysfs value (`dev`, `size`, `partition`: a few bytes each).
+pub use crate::util::fs::SYSFS_VALUE_MAX;
+
 fn read_trim(p: &Path) -> Option<String> {
-    std::fs::read_to_string(p)
+    crate::util::fs::read_text_limited(p, SYSFS_VALUE_MAX)
         .ok()
         .map(|s| s.trim().to_string())
 }

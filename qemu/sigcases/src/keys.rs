@@ -1,0 +1,210 @@
+//! The keys the cases are signed with, made with `openssl` into a directory:
+//!
+//! | name     | key           | the kernel trusts it when booted with [`db_certs`] in UEFI db |
+//! |----------|---------------|------------------------------------------------------|
+//! | `snake`  | RSA-2048, OVMF's snakeoil test key (`ovmf` package), self-signed CA | yes |
+//! | `db2`    | RSA-3072      | yes |
+//! | `leaf`   | RSA-2048 issued by `snake` (never in db itself) | through `snake` |
+//! | `p384`   | ECDSA P-384   | 6.12 only (6.1 has no ECDSA) |
+//! | `p521`   | ECDSA P-521   | 6.12 only |
+//! | `rsa2560`| RSA-2560      | no: the kernel's RSA takes 512/1024/1536/2048/3072/4096 bits |
+//! | `rsa512` | RSA-512       | yes (the kernel has no lower bound outside FIPS mode) |
+//! | `revoked`| RSA-2048, in db and its certificate's TBS hash in dbx | see the cases |
+//! | `fleet`  | RSA-2048, in no keyring | no |
+//! | `ed25519`| Ed25519 certificate (only ever embedded) | — |
+//! | `big`    | RSA-2048 with a 70 000-byte comment extension (only ever embedded) | — |
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The snakeoil certificate and its (passphrase `snakeoil`) key from Debian's `ovmf`.
+pub const SNAKEOIL_CERT: &str = "/usr/share/ovmf/PkKek-1-snakeoil.pem";
+pub const SNAKEOIL_KEY: &str = "/usr/share/ovmf/PkKek-1-snakeoil.key";
+
+/// Runs a command; panics with its stderr when it fails. Returns stdout.
+pub fn run(c: &mut Command) -> Vec<u8> {
+    let out = c
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {c:?}: {e} (run scripts/provision)"));
+    assert!(
+        out.status.success(),
+        "{c:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// One key pair: PEM private key and PEM certificate.
+#[derive(Debug, Clone)]
+pub struct Key {
+    pub name: &'static str,
+    pub key: PathBuf,
+    pub cert: PathBuf,
+}
+
+impl Key {
+    /// The certificate in DER.
+    pub fn cert_der(&self) -> Vec<u8> {
+        run(Command::new("openssl")
+            .args(["x509", "-outform", "DER", "-in"])
+            .arg(&self.cert))
+    }
+}
+
+/// Every key of the table above.
+#[derive(Debug, Clone)]
+pub struct Keys {
+    pub dir: PathBuf,
+    pub snake: Key,
+    pub db2: Key,
+    pub leaf: Key,
+    pub p384: Key,
+    pub p521: Key,
+    pub rsa2560: Key,
+    pub rsa512: Key,
+    pub revoked: Key,
+    pub fleet: Key,
+    pub ed25519: Key,
+    pub big: Key,
+}
+
+fn self_signed(dir: &Path, name: &'static str, newkey: &[&str], extra: &[&str]) -> Key {
+    let key = dir.join(format!("{name}.key"));
+    let cert = dir.join(format!("{name}.pem"));
+    run(Command::new("openssl")
+        .args(["req", "-x509", "-nodes", "-days", "36500", "-newkey"])
+        .args(newkey)
+        .args(["-subj", &format!("/CN=sigcases {name}")])
+        .args([
+            "-addext",
+            "keyUsage=digitalSignature",
+            "-addext",
+            "basicConstraints=critical,CA:FALSE",
+        ])
+        .args(extra)
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert));
+    Key { name, key, cert }
+}
+
+impl Keys {
+    /// Makes every key in `dir` (fresh ones each time; about two seconds).
+    pub fn make(dir: &Path) -> Keys {
+        std::fs::create_dir_all(dir).unwrap();
+        let snake = Key {
+            name: "snake",
+            key: dir.join("snake.key"),
+            cert: dir.join("snake.pem"),
+        };
+        run(Command::new("openssl")
+            .args([
+                "pkey",
+                "-passin",
+                "pass:snakeoil",
+                "-in",
+                SNAKEOIL_KEY,
+                "-out",
+            ])
+            .arg(&snake.key));
+        std::fs::copy(SNAKEOIL_CERT, &snake.cert)
+            .unwrap_or_else(|e| panic!("{SNAKEOIL_CERT}: {e} (install ovmf: scripts/provision)"));
+        let rsa = |bits: u32| format!("rsa:{bits}");
+        let ec = |curve: &str| {
+            ["ec", "-pkeyopt", &format!("ec_paramgen_curve:{curve}")].map(str::to_string)
+        };
+        let mk = |name, newkey: Vec<String>| {
+            let nk: Vec<&str> = newkey.iter().map(String::as_str).collect();
+            self_signed(dir, name, &nk, &[])
+        };
+        let db2 = mk("db2", vec![rsa(3072)]);
+        let p384 = mk("p384", ec("P-384").to_vec());
+        let p521 = mk("p521", ec("P-521").to_vec());
+        let rsa2560 = mk("rsa2560", vec![rsa(2560)]);
+        let rsa512 = mk("rsa512", vec![rsa(512)]);
+        let revoked = mk("revoked", vec![rsa(2048)]);
+        let fleet = mk("fleet", vec![rsa(2048)]);
+        let ed25519 = mk("ed25519", vec!["ed25519".into()]);
+        let comment = format!("nsComment={}", "A".repeat(70_000));
+        let big = self_signed(dir, "big", &["rsa:2048"], &["-addext", &comment]);
+        // A leaf issued by the snakeoil CA, named by its issuer's key identifier.
+        let leaf = Key {
+            name: "leaf",
+            key: dir.join("leaf.key"),
+            cert: dir.join("leaf.pem"),
+        };
+        let csr = dir.join("leaf.csr");
+        let ext = dir.join("leaf.ext");
+        std::fs::write(
+            &ext,
+            "basicConstraints=critical,CA:FALSE\nkeyUsage=digitalSignature\n\
+             subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n",
+        )
+        .unwrap();
+        run(Command::new("openssl")
+            .args(["req", "-new", "-nodes", "-newkey", "rsa:2048"])
+            .args(["-subj", "/CN=sigcases leaf"])
+            .arg("-keyout")
+            .arg(&leaf.key)
+            .arg("-out")
+            .arg(&csr));
+        run(Command::new("openssl")
+            .args([
+                "x509",
+                "-req",
+                "-days",
+                "36500",
+                "-set_serial",
+                "4242",
+                "-in",
+            ])
+            .arg(&csr)
+            .arg("-CA")
+            .arg(&snake.cert)
+            .arg("-CAkey")
+            .arg(&snake.key)
+            .arg("-extfile")
+            .arg(&ext)
+            .arg("-out")
+            .arg(&leaf.cert));
+        Keys {
+            dir: dir.to_path_buf(),
+            snake,
+            db2,
+            leaf,
+            p384,
+            p521,
+            rsa2560,
+            rsa512,
+            revoked,
+            fleet,
+            ed25519,
+            big,
+        }
+    }
+
+    /// The certificates that go into UEFI `db` for the QEMU runs (and into the gate's
+    /// trust store, which should trust what the kernel trusts).
+    pub fn db_certs(&self) -> Vec<&Key> {
+        vec![
+            &self.snake,
+            &self.db2,
+            &self.p384,
+            &self.p521,
+            &self.rsa2560,
+            &self.rsa512,
+            &self.revoked,
+        ]
+    }
+
+    /// SHA-256 of the `revoked` certificate's TBSCertificate (a dbx
+    /// `EFI_CERT_X509_SHA256` entry).
+    pub fn revoked_tbs_sha256(&self) -> [u8; 32] {
+        use sha2::Digest;
+        let der = self.revoked.cert_der();
+        let cert = crate::der::parse(&der);
+        let tbs = cert.kids()[0].encode();
+        sha2::Sha256::digest(&tbs).into()
+    }
+}

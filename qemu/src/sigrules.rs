@@ -1,0 +1,435 @@
+//! The kernel as the judge of module signatures: every case of [`sigcases`] handed to a
+//! real Debian kernel with no gate in between, and the kernel's answer read back.
+//!
+//! One boot per kernel ([`boot`]): OVMF (so the kernel has EFI runtime services and loads
+//! UEFI `db` into its `.platform` keyring, which Debian's kernels consult for module
+//! signatures) with a variable store made from OVMF's snakeoil store ([`vars`]): `db` holds
+//! the test keys of [`sigcases::Keys::db_certs`], `dbx` the hashes of the S40 and S41 rows,
+//! and `SecureBootEnable` is 0, so Secure Boot is off and enforcement is what
+//! `sig_enforce` says. The kernel is started with `-kernel` through OVMF and the initramfs
+//! is the test bed's own ([`initramfs`]): busybox, the static `sigcase-load` (one
+//! `finit_module` per call, as the init makes it), the case files and a script that loads
+//! each case, prints the errno and the module's taint, unloads it, and prints the kernel
+//! log lines the load produced. No validator runs in this initramfs; the production init
+//! is not involved.
+//!
+//! The script makes three passes ([`Mode`]): every case without enforcement; the lockdown
+//! cases after `/sys/kernel/security/lockdown` was raised to `integrity`; every case again
+//! after `1` was written to `/sys/module/module/parameters/sig_enforce` (the variable
+//! `module.sig_enforce=1` sets on the command line; it can be switched on, never off). So
+//! one boot per kernel covers both enforcement settings.
+//!
+//! Output lines, parsed by [`Boot::parse`]: `SIGRULE <mode> <id> <ok|ERRNO> <taint|->`,
+//! `SIGRULE-LOG <mode> <id> <kernel line>`, `SIGRULES-BOOT <kernel line>` (certificate
+//! loading, Secure Boot, lockdown), `SIGRULES-STATE <mode> sig_enforce=.. lockdown=..`,
+//! `SIGRULE-RMMOD-FAILED ...` and `SIGRULES-END`.
+//!
+//! Limits: the taint-once message ("module verification failed") appears only for the
+//! first case of the boot that earns it; the enforcing pass runs under
+//! `lockdown=integrity` (lockdown only changes the outcome of the errors enforcement
+//! already refuses).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use mkinitramfs::cpio::{Archive, Entry, Kind};
+use sigcases::{Case, Set};
+use validator::config::bom::VermagicMode;
+use validator::formats::vmlinuz::KernelFacts;
+use validator::stages::modules::gate::{Gate, Policy, Verdict};
+use validator::trust::TrustStore;
+
+use crate::efivars::{self, VarStore};
+use crate::vm::{self, Outcome, VmConfig};
+use crate::HarnessError;
+
+/// OVMF's store with the snakeoil keys enrolled (PK, KEK, db), from Debian's `ovmf`.
+pub const SNAKEOIL_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.snakeoil.fd";
+
+static LOADER: Mutex<Option<PathBuf>> = Mutex::new(None);
+
+/// The static `sigcase-load`, built once per process into the harness's target directory.
+pub fn loader() -> Result<PathBuf, HarnessError> {
+    let mut guard = LOADER.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(p) = guard.as_ref() {
+        return Ok(p.clone());
+    }
+    let ws = crate::paths::workspace();
+    let target_dir = ws.join("target/harness");
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .current_dir(&ws)
+        .args(["build", "--release", "--locked", "-q", "-p", "sigcases"])
+        .args([
+            "--bin",
+            "sigcase-load",
+            "--target",
+            "x86_64-unknown-linux-musl",
+        ])
+        .arg("--target-dir")
+        .arg(&target_dir)
+        .output()
+        .map_err(|e| HarnessError::Setup(format!("cannot run cargo: {e}")))?;
+    if !out.status.success() {
+        return Err(HarnessError::Setup(format!(
+            "building sigcase-load failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    let p = target_dir.join("x86_64-unknown-linux-musl/release/sigcase-load");
+    *guard = Some(p.clone());
+    Ok(p)
+}
+
+/// The variable store for `set`'s boots, written to `<dir>/ovmf-vars.fd`.
+pub fn vars(set: &Set, dir: &Path) -> Result<PathBuf, HarnessError> {
+    let keys = sigcases::keys();
+    let mut s = VarStore::open(Path::new(SNAKEOIL_VARS))?;
+    let certs: Vec<Vec<u8>> = keys.db_certs().iter().map(|k| k.cert_der()).collect();
+    s.replace("db", efivars::IMAGE_SECURITY_DATABASE, &efivars::db(&certs))?;
+    let dbx = efivars::dbx(&set.dbx_hashes(), &[keys.revoked_tbs_sha256()]);
+    s.replace("dbx", efivars::IMAGE_SECURITY_DATABASE, &dbx)?;
+    s.set_byte("SecureBootEnable", efivars::SECURE_BOOT_ENABLE_GUID, 0)?;
+    let out = dir.join("ovmf-vars.fd");
+    s.write(&out)?;
+    Ok(out)
+}
+
+fn file_name(c: &Case) -> String {
+    c.file.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// `id file flags module after-file after-flags after-module` (`-` for none).
+fn manifest_line(set: &Set, c: &Case) -> String {
+    let (af, afl, am) = match c.after {
+        Some(a) => {
+            let a = set.get(a);
+            (file_name(a), a.flags.to_string(), a.module.to_string())
+        }
+        None => ("-".into(), "-".into(), "-".into()),
+    };
+    format!(
+        "{} {} {} {} {af} {afl} {am}\n",
+        c.id,
+        file_name(c),
+        c.flags,
+        c.module
+    )
+}
+
+const SCRIPT: &str = r#"#!/bin/sh
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+dmesg | grep -iE 'x\.509|cert|integrity|secure ?boot|lockdown|platform|blacklist|keyring' | while read -r l; do echo "SIGRULES-BOOT $l"; done
+dmesg -c >/dev/null
+state() { echo "SIGRULES-STATE $1 sig_enforce=$(cat /sys/module/module/parameters/sig_enforce) lockdown=$(cat /sys/kernel/security/lockdown 2>/dev/null)"; }
+run_cases() {
+    while read -r id file flags mod after aflags amod; do
+        if [ "$after" != - ]; then
+            r=$(/bin/sigcase-load "/cases/$after" "$aflags")
+            echo "SIGRULE-PRE $2 $id $after $r"
+        fi
+        r=$(/bin/sigcase-load "/cases/$file" "$flags")
+        taint=-
+        if [ "$r" = ok ]; then
+            taint=$(cat "/sys/module/$mod/taint")
+            [ -n "$taint" ] || taint=none
+            rmmod "$mod" || echo "SIGRULE-RMMOD-FAILED $2 $id $mod"
+        fi
+        if [ "$after" != - ]; then rmmod "$amod"; fi
+        echo "SIGRULE $2 $id $r $taint"
+        dmesg -c | while read -r l; do echo "SIGRULE-LOG $2 $id $l"; done
+    done < "$1"
+}
+mount -t securityfs securityfs /sys/kernel/security
+state noenforce
+run_cases /cases/manifest noenforce
+echo integrity > /sys/kernel/security/lockdown
+state lockdown
+dmesg -c | while read -r l; do echo "SIGRULES-BOOT $l"; done
+run_cases /cases/manifest.lockdown lockdown
+echo 1 > /sys/module/module/parameters/sig_enforce
+state enforce
+run_cases /cases/manifest enforce
+echo SIGRULES-END
+poweroff -f
+"#;
+
+/// The test bed's initramfs for `set`: busybox, `sigcase-load`, the case files, the
+/// manifests and the script above as `/init`. Returns its path in `dir`.
+pub fn initramfs(set: &Set, dir: &Path) -> Result<PathBuf, HarnessError> {
+    let cpio = |e: mkinitramfs::cpio::CpioError| HarnessError::Setup(e.to_string());
+    let mut a = Archive::new();
+    for d in ["bin", "dev", "proc", "sys", "cases"] {
+        a.dir(d).map_err(cpio)?;
+    }
+    a.add(
+        "dev/console",
+        Entry {
+            kind: Kind::CharDev { major: 5, minor: 1 },
+            perm: 0o600,
+        },
+    )
+    .map_err(cpio)?;
+    let read = |p: &Path| std::fs::read(p).map_err(|e| HarnessError::io(p, e));
+    a.file("bin/busybox", read(Path::new("/bin/busybox"))?, 0o755)
+        .map_err(cpio)?;
+    for applet in [
+        "sh", "mount", "cat", "rmmod", "dmesg", "grep", "poweroff", "sleep",
+    ] {
+        a.add(
+            &format!("bin/{applet}"),
+            Entry {
+                kind: Kind::Symlink("busybox".into()),
+                perm: 0o777,
+            },
+        )
+        .map_err(cpio)?;
+    }
+    a.file("bin/sigcase-load", read(&loader()?)?, 0o755)
+        .map_err(cpio)?;
+    let (mut main, mut locked) = (String::new(), String::new());
+    for c in &set.cases {
+        a.file(&format!("cases/{}", file_name(c)), read(&c.file)?, 0o644)
+            .map_err(cpio)?;
+        let line = manifest_line(set, c);
+        if c.lockdown {
+            locked.push_str(&line);
+        } else {
+            main.push_str(&line);
+        }
+    }
+    a.file("cases/manifest", main.into_bytes(), 0o644)
+        .map_err(cpio)?;
+    a.file("cases/manifest.lockdown", locked.into_bytes(), 0o644)
+        .map_err(cpio)?;
+    a.file("init", SCRIPT.as_bytes().to_vec(), 0o755)
+        .map_err(cpio)?;
+    let gz = mkinitramfs::compress(&a.write(0), mkinitramfs::Compress::Gzip)
+        .map_err(|e| HarnessError::Setup(format!("gzip: {e}")))?;
+    let out = dir.join("sigrules-initrd.img");
+    std::fs::write(&out, gz).map_err(|e| HarnessError::io(&out, e))?;
+    Ok(out)
+}
+
+/// The kernel's answer to one case.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Answer {
+    /// `ok` or the errno's name (`EKEYREJECTED`).
+    pub result: String,
+    /// `/sys/module/<name>/taint` after a load (`none` when empty).
+    pub taint: Option<String>,
+    /// The kernel log lines the load produced (without their time stamps).
+    pub log: Vec<String>,
+}
+
+impl Answer {
+    pub fn loaded(&self) -> bool {
+        self.result == "ok"
+    }
+
+    /// `ok taint=E` or `EKEYREJECTED`, for messages and the doc.
+    pub fn short(&self) -> String {
+        match &self.taint {
+            Some(t) => format!("{} taint={t}", self.result),
+            None => self.result.clone(),
+        }
+    }
+
+    /// Whether a log line contains `needle`.
+    pub fn logged(&self, needle: &str) -> bool {
+        self.log.iter().any(|l| l.contains(needle))
+    }
+}
+
+/// How the kernel was set when it judged a case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Mode {
+    /// `sig_enforce` 0, no lockdown: the kernel as Debian boots it without Secure Boot.
+    NoEnforce,
+    /// `sig_enforce` 0 and `lockdown=integrity` (the [`Case::lockdown`] cases only).
+    Lockdown,
+    /// `sig_enforce` 1 (set through `/sys/module/module/parameters/sig_enforce`, the
+    /// variable `module.sig_enforce=1` sets), after the lockdown cases.
+    Enforce,
+}
+
+impl Mode {
+    pub fn label(self) -> &'static str {
+        match self {
+            Mode::NoEnforce => "noenforce",
+            Mode::Lockdown => "lockdown",
+            Mode::Enforce => "enforce",
+        }
+    }
+
+    fn from_label(s: &str) -> Option<Mode> {
+        [Mode::NoEnforce, Mode::Lockdown, Mode::Enforce]
+            .into_iter()
+            .find(|m| m.label() == s)
+    }
+}
+
+/// What one boot showed.
+#[derive(Debug, Clone)]
+pub struct Boot {
+    pub answers: BTreeMap<(Mode, String), Answer>,
+    /// Kernel lines about certificates, Secure Boot and lockdown.
+    pub boot_log: Vec<String>,
+    /// `SIGRULES-STATE` lines: each pass's mode, `sig_enforce` and lockdown as read back.
+    pub state: Vec<String>,
+    /// Modules that stayed loaded after a case (a later case of the same module would
+    /// then see EEXIST).
+    pub rmmod_failed: Vec<String>,
+    pub ended: bool,
+    pub outcome: Outcome,
+}
+
+/// A kernel log line without its `[    1.234567] ` time stamp.
+fn untimed(l: &str) -> String {
+    match l.strip_prefix('[').and_then(|r| r.split_once("] ")) {
+        Some((_, rest)) => rest.to_string(),
+        None => l.to_string(),
+    }
+}
+
+impl Boot {
+    /// Reads the script's lines from a console.
+    pub fn parse(console: &str, outcome: Outcome) -> Boot {
+        let mut answers: BTreeMap<(Mode, String), Answer> = BTreeMap::new();
+        let mut boot_log = Vec::new();
+        let mut state = Vec::new();
+        let mut rmmod_failed = Vec::new();
+        let mut ended = false;
+        let key = |m: &str, id: &str| Mode::from_label(m).map(|m| (m, id.to_string()));
+        for l in console.lines() {
+            let l = l.trim_end_matches('\r');
+            if let Some(rest) = l.strip_prefix("SIGRULE ") {
+                let f: Vec<&str> = rest.split_whitespace().collect();
+                if let [m, id, result, taint] = f.as_slice() {
+                    if let Some(k) = key(m, id) {
+                        let a = answers.entry(k).or_default();
+                        a.result = result.to_string();
+                        a.taint = (*taint != "-").then(|| taint.to_string());
+                    }
+                }
+            } else if let Some(rest) = l.strip_prefix("SIGRULE-LOG ") {
+                let mut f = rest.splitn(3, ' ');
+                if let (Some(m), Some(id), Some(line)) = (f.next(), f.next(), f.next()) {
+                    if let Some(k) = key(m, id) {
+                        answers.entry(k).or_default().log.push(untimed(line));
+                    }
+                }
+            } else if let Some(rest) = l.strip_prefix("SIGRULE-RMMOD-FAILED ") {
+                rmmod_failed.push(rest.to_string());
+            } else if let Some(rest) = l.strip_prefix("SIGRULES-BOOT ") {
+                boot_log.push(untimed(rest));
+            } else if let Some(rest) = l.strip_prefix("SIGRULES-STATE ") {
+                state.push(rest.to_string());
+            } else if l.starts_with("SIGRULES-END") {
+                ended = true;
+            }
+        }
+        Boot {
+            answers,
+            boot_log,
+            state,
+            rmmod_failed,
+            ended,
+            outcome,
+        }
+    }
+
+    /// The answer for case `id` in `mode`, if the boot got that far.
+    pub fn answer(&self, mode: Mode, id: &str) -> Option<&Answer> {
+        self.answers.get(&(mode, id.to_string()))
+    }
+}
+
+/// The command line of the boot: the V05 module in `module_blacklist=`, console quiet
+/// (the script prints the kernel's lines itself).
+pub fn append() -> String {
+    format!(
+        "loglevel=1 module_blacklist={}",
+        sigcases::cases::BLACKLISTED
+    )
+}
+
+/// Boots `set`'s kernel through OVMF and hands it every case: each case once without
+/// enforcement, the lockdown cases under `lockdown=integrity`, then each case again with
+/// `sig_enforce` on.
+pub fn boot(set: &Set) -> Result<Boot, HarnessError> {
+    let dir = crate::paths::run_dir(&format!("sigrules-{}", set.kernel.label()))?;
+    let kernel = crate::paths::kernel(set.kernel.dir())?;
+    let initrd = initramfs(set, &dir)?;
+    let vars = vars(set, &dir)?;
+    let mut cfg = VmConfig::new(&kernel.vmlinuz, &initrd);
+    cfg.tpm = None;
+    cfg.append = append();
+    cfg.extra_args = crate::firmware::Ovmf {
+        code: crate::firmware::OVMF_CODE.into(),
+        vars,
+    }
+    .qemu_args();
+    cfg.timeout = cfg.timeout.max(Duration::from_secs(600));
+    let o = vm::run(&cfg, &dir)?;
+    let console = o.console.clone();
+    Ok(Boot::parse(&console, o))
+}
+
+/// `db` certificates the gate's trust store could not load: key name and the store's
+/// message.
+pub type Refused = Vec<(&'static str, String)>;
+
+/// The gate the kernel's answers are compared with, as the init builds it but with the
+/// kernel's own vermagic rule (`VermagicMode::Kernel`): the kernel's vermagic and exports
+/// and built-in certificate from its image, plus every test certificate of UEFI `db` that
+/// the trust store can load. Returns the gate and the `db` certificates it refused, with
+/// the store's message.
+pub fn gate(set: &Set) -> Result<(Gate, Refused), HarnessError> {
+    let kernel = crate::paths::kernel(set.kernel.dir())?;
+    let image = std::fs::read(&kernel.vmlinuz).map_err(|e| HarnessError::io(&kernel.vmlinuz, e))?;
+    let facts = KernelFacts::from_image(&image)
+        .map_err(|e| HarnessError::Setup(format!("{}: {e}", kernel.vmlinuz.display())))?;
+    let mut trust = TrustStore::new();
+    for c in &facts.certs {
+        trust
+            .add_bytes(c, "kernel")
+            .map_err(|e| HarnessError::Setup(format!("kernel certificate: {e}")))?;
+    }
+    let mut refused = Vec::new();
+    for key in sigcases::keys().db_certs() {
+        if let Err(e) = trust.add_bytes(&key.cert_der(), key.name) {
+            refused.push((key.name, e.to_string()));
+        }
+    }
+    let gate = Gate {
+        trust,
+        symvers: Some(facts.symvers()),
+        policy: Policy {
+            release: Some(facts.release.clone()),
+            kernel_vermagic: facts.vermagic.clone(),
+            mode: VermagicMode::Kernel,
+            require_signature: true,
+            unknown_symbols_fatal: true,
+            ..Policy::default()
+        },
+    };
+    Ok((gate, refused))
+}
+
+/// The gate's verdict on one case (with the case's extra trusted certificates).
+pub fn verdict(gate: &Gate, c: &Case) -> Result<Verdict, HarnessError> {
+    let mut gate = gate.clone();
+    for extra in &c.extra_trust {
+        gate.trust
+            .add_path(extra)
+            .map_err(|e| HarnessError::Setup(format!("{}: {e}", extra.display())))?;
+    }
+    let raw = std::fs::read(&c.file).map_err(|e| HarnessError::io(&c.file, e))?;
+    Ok(gate.check(c.module, &file_name(c), &raw).0)
+}

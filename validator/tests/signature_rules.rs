@@ -1,0 +1,724 @@
+//! The gate's verdict on every case of `docs/SIGNATURE-RULES.md`: one test per row, named in
+//! the table's Test column, over the module files the `sigcases` crate builds from the
+//! provisioned Debian 6.1 and 6.12 modules. The same files go to the real kernels in
+//! `qemu/tests/signature_rules.rs`. `the_table_names_only_tests_that_exist` keeps the
+//! table and the tests together.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::sync::OnceLock;
+
+use sigcases::{Case, Kernel, Set};
+use validator::config::bom::VermagicMode;
+use validator::formats::vmlinuz::KernelFacts;
+use validator::stages::modules::gate::{Gate, Policy, Verdict};
+use validator::trust::TrustStore;
+
+/// The gate for one kernel, as the init builds it but in kernel mode: the kernel's
+/// vermagic and exports, its built-in certificate plus every test certificate the
+/// kernel gets in UEFI db that the trust store can load.
+struct Judge {
+    set: &'static Set,
+    gate: Gate,
+    /// db certificates the trust store refused, with its message.
+    refused: Vec<(&'static str, String)>,
+}
+
+fn judge(k: Kernel) -> &'static Judge {
+    static J: [OnceLock<Judge>; 2] = [OnceLock::new(), OnceLock::new()];
+    J[k as usize].get_or_init(|| {
+        let set = sigcases::set(k);
+        let vmlinuz = std::fs::read_dir(set.root.join("boot"))
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("vmlinuz-")
+            })
+            .unwrap();
+        let facts = KernelFacts::from_image(&std::fs::read(vmlinuz).unwrap()).unwrap();
+        let mut trust = TrustStore::new();
+        for c in &facts.certs {
+            trust.add_bytes(c, "kernel").unwrap();
+        }
+        let mut refused = Vec::new();
+        for key in sigcases::keys().db_certs() {
+            if let Err(e) = trust.add_bytes(&key.cert_der(), key.name) {
+                refused.push((key.name, e.to_string()));
+            }
+        }
+        let gate = Gate {
+            trust,
+            symvers: Some(facts.symvers()),
+            policy: Policy {
+                release: Some(facts.release.clone()),
+                kernel_vermagic: facts.vermagic.clone(),
+                mode: VermagicMode::Kernel,
+                require_signature: true,
+                unknown_symbols_fatal: true,
+                ..Policy::default()
+            },
+        };
+        Judge { set, gate, refused }
+    })
+}
+
+/// The gate's verdict on one case.
+fn verdict(k: Kernel, c: &Case) -> Verdict {
+    let j = judge(k);
+    let mut gate = j.gate.clone();
+    for extra in &c.extra_trust {
+        gate.trust.add_path(extra).unwrap();
+    }
+    let raw = std::fs::read(&c.file).unwrap();
+    let name = c.file.file_name().unwrap().to_string_lossy().into_owned();
+    gate.check(c.module, &name, &raw).0
+}
+
+fn codes(v: &Verdict) -> Vec<&'static str> {
+    let mut c: Vec<&'static str> = v.reasons.iter().map(|r| r.code.as_str()).collect();
+    c.sort_unstable();
+    c.dedup();
+    c
+}
+
+/// Asserts the gate's reason codes for each `(case, kernel, codes)`: on that kernel
+/// only, or on every kernel whose set has the case (`None`). An empty list: the gate
+/// passes the module. Whether this agrees with the kernel is the table's Verdict column,
+/// and `qemu/tests/signature_rules.rs` shows it against the real kernels.
+fn expect(want: &[(&str, Option<Kernel>, &[&str])]) {
+    let mut checked = 0;
+    for (id, only, codes_want) in want {
+        for k in Kernel::ALL {
+            if only.is_some_and(|o| o != k) {
+                continue;
+            }
+            let Some(c) = judge(k).set.cases.iter().find(|c| c.id == *id) else {
+                assert!(only.is_none(), "no case {id} on {}", k.label());
+                continue;
+            };
+            let v = verdict(k, c);
+            assert_eq!(
+                codes(&v),
+                codes_want.to_vec(),
+                "{} {id} ({}): {}",
+                k.label(),
+                c.what,
+                v.summary()
+            );
+            assert_eq!(v.pass, codes_want.is_empty());
+            checked += 1;
+        }
+    }
+    assert!(checked > 0);
+}
+
+/// Rows S01.
+#[test]
+fn sigrule_unsigned() {
+    expect(&[("S01", None, &["unsigned"])]);
+}
+
+/// Rows S02.
+#[test]
+fn sigrule_ignore_flags() {
+    expect(&[("S02", None, &[])]);
+}
+
+/// Rows S03.
+#[test]
+fn sigrule_trailer_truncated() {
+    expect(&[
+        ("S03a", None, &["bad-signature-trailer", "unreadable"]),
+        ("S03b", None, &["bad-signature-trailer", "unreadable"]),
+    ]);
+}
+
+/// Rows S04.
+#[test]
+fn sigrule_siglen_too_big() {
+    expect(&[
+        ("S04a", None, &["bad-signature-trailer"]),
+        ("S04b", None, &["bad-signature-trailer"]),
+    ]);
+}
+
+/// Rows S05.
+#[test]
+fn sigrule_siglen_zero() {
+    expect(&[("S05", None, &["bad-signature-trailer"])]);
+}
+
+/// Rows S06.
+#[test]
+fn sigrule_id_type() {
+    expect(&[("S06", None, &["bad-signature-trailer"])]);
+}
+
+/// Rows S07.
+#[test]
+fn sigrule_id_type_and_algo() {
+    expect(&[("S07", None, &["bad-signature-trailer"])]);
+}
+
+/// Rows S08.
+#[test]
+fn sigrule_nonzero_params() {
+    expect(&[
+        ("S08a", None, &["bad-signature-trailer"]),
+        ("S08b", None, &["bad-signature-trailer"]),
+    ]);
+}
+
+/// Rows S09.
+#[test]
+fn sigrule_pkcs7_too_big() {
+    expect(&[("S09", None, &[])]);
+}
+
+/// Rows S10.
+#[test]
+fn sigrule_asn1_malformed() {
+    expect(&[
+        ("S10a", None, &["bad-pkcs7"]),
+        ("S10b", None, &["bad-pkcs7"]),
+    ]);
+}
+
+/// Rows S11.
+#[test]
+fn sigrule_trailing_data() {
+    expect(&[("S11", None, &["bad-pkcs7"])]);
+}
+
+/// Rows S12.
+#[test]
+fn sigrule_ber_indefinite() {
+    expect(&[("S12", None, &["bad-pkcs7"])]);
+}
+
+/// Rows S13.
+#[test]
+fn sigrule_not_signed_data() {
+    expect(&[("S13", None, &["bad-pkcs7"])]);
+}
+
+/// Rows S14.
+#[test]
+fn sigrule_sd_version() {
+    expect(&[("S14", None, &["bad-pkcs7"])]);
+}
+
+/// Rows S15.
+#[test]
+fn sigrule_si_version() {
+    expect(&[("S15", None, &["bad-pkcs7"])]);
+}
+
+/// Rows S16.
+#[test]
+fn sigrule_version_mismatch() {
+    expect(&[("S16", None, &[])]);
+}
+
+/// Rows S17.
+#[test]
+fn sigrule_sid_version_mismatch() {
+    expect(&[("S17", None, &["bad-pkcs7"])]);
+}
+
+/// Rows S18.
+#[test]
+fn sigrule_not_detached() {
+    expect(&[("S18", None, &["bad-pkcs7"])]);
+}
+
+/// Rows S19.
+#[test]
+fn sigrule_content_type() {
+    expect(&[
+        ("S19a", None, &["bad-pkcs7"]),
+        ("S19b", None, &["bad-pkcs7"]),
+    ]);
+}
+
+/// Rows S20.
+#[test]
+fn sigrule_no_signer() {
+    expect(&[("S20a", None, &["bad-pkcs7"]), ("S20b", None, &[])]);
+}
+
+/// Rows S21.
+#[test]
+fn sigrule_authattrs() {
+    expect(&[("S21", None, &[])]);
+}
+
+/// Rows S22.
+#[test]
+fn sigrule_digest_unknown() {
+    expect(&[("S22", None, &["bad-pkcs7"])]);
+}
+
+/// Rows S23.
+#[test]
+fn sigrule_digest_unavailable() {
+    expect(&[("S23a", None, &[]), ("S23b", None, &[])]);
+}
+
+/// Rows S24.
+#[test]
+fn sigrule_digest_md5_sha3() {
+    expect(&[("S24", None, &["bad-pkcs7"])]);
+}
+
+/// Rows S25.
+#[test]
+fn sigrule_sigalg_oid() {
+    expect(&[
+        ("S25a", None, &[]),
+        ("S25b", None, &["bad-pkcs7"]),
+        ("S25c", None, &[]),
+    ]);
+}
+
+/// Rows S26.
+#[test]
+fn sigrule_ecdsa_oid_hash() {
+    expect(&[("S26", None, &["bad-signature"])]);
+}
+
+/// Rows S27.
+#[test]
+fn sigrule_digest_set() {
+    expect(&[
+        ("S27a", None, &["bad-pkcs7"]),
+        ("S27b", None, &["bad-pkcs7"]),
+        ("S27c", None, &["bad-pkcs7"]),
+    ]);
+}
+
+/// Rows S28.
+#[test]
+fn sigrule_extra_cert() {
+    expect(&[("S28a", None, &[]), ("S28b", None, &["bad-pkcs7"])]);
+}
+
+/// Rows S29.
+#[test]
+fn sigrule_embedded_cert_bad() {
+    expect(&[
+        ("S29a", None, &["untrusted-signer"]),
+        ("S29b", None, &["bad-signature"]),
+    ]);
+}
+
+/// Rows S30.
+#[test]
+fn sigrule_untrusted() {
+    expect(&[("S30", None, &["untrusted-signer"])]);
+}
+
+/// Rows S31.
+#[test]
+fn sigrule_untrusted_tampered() {
+    expect(&[("S31", None, &["untrusted-signer"])]);
+}
+
+/// Rows S32.
+#[test]
+fn sigrule_trusted_bad_sig() {
+    expect(&[("S32", None, &["bad-signature"])]);
+}
+
+/// Rows S33.
+#[test]
+fn sigrule_two_signers_first_untrusted() {
+    expect(&[
+        ("S33a", None, &["untrusted-signer"]),
+        ("S33b", None, &["untrusted-signer"]),
+    ]);
+}
+
+/// Rows S34.
+#[test]
+fn sigrule_two_signers_one_bad() {
+    expect(&[("S34a", None, &["untrusted-signer"]), ("S34b", None, &[])]);
+}
+
+/// Rows S35.
+#[test]
+fn sigrule_chain() {
+    expect(&[
+        ("S35a", None, &["untrusted-signer"]),
+        ("S35b", None, &["untrusted-signer"]),
+    ]);
+}
+
+/// Rows S36, S37.
+#[test]
+fn sigrule_key_size_type() {
+    expect(&[
+        ("S36a", None, &[]),
+        ("S36b", None, &[]),
+        ("S37a", None, &[]),
+        ("S37b", None, &["untrusted-signer"]),
+    ]);
+    // S37b is untrusted because the store cannot hold its RSA-512 certificate at all.
+    for k in Kernel::ALL {
+        let r = &judge(k).refused;
+        assert_eq!(r.len(), 1, "{r:?}");
+        assert_eq!(r[0].0, "rsa512");
+        assert!(
+            r[0].1.contains("RSA modulus of 512 bits is not supported"),
+            "{r:?}"
+        );
+    }
+}
+
+/// Rows S38.
+#[test]
+fn sigrule_trust_sources() {
+    expect(&[("S38", None, &[])]);
+}
+
+/// Rows S40.
+#[test]
+fn sigrule_hash_blacklist() {
+    expect(&[("S40", None, &[])]);
+}
+
+/// Rows S41.
+#[test]
+fn sigrule_cert_blacklist() {
+    expect(&[("S41a", None, &[]), ("S41b", None, &[])]);
+}
+
+/// Rows S42.
+#[test]
+fn sigrule_lockdown() {
+    expect(&[
+        ("S42a", None, &["unsigned"]),
+        ("S42b", None, &["untrusted-signer"]),
+        ("S42c", None, &[]),
+    ]);
+}
+
+/// Rows S43.
+#[test]
+fn sigrule_valid_trusted() {
+    expect(&[("S43a", None, &[]), ("S43b", None, &[])]);
+}
+
+/// Rows S44.
+#[test]
+fn sigrule_skid() {
+    expect(&[("S44", None, &[])]);
+}
+
+/// Rows S45.
+#[test]
+fn sigrule_sha1() {
+    expect(&[("S45", None, &[])]);
+}
+
+/// Rows V01.
+#[test]
+fn sigrule_elf_invalid() {
+    expect(&[("V01a", None, &[]), ("V01b", None, &["unreadable"])]);
+}
+
+/// Rows V02.
+#[test]
+fn sigrule_no_symtab() {
+    expect(&[("V02", None, &["unreadable"])]);
+}
+
+/// Rows V03.
+#[test]
+fn sigrule_this_module() {
+    expect(&[("V03", None, &[])]);
+}
+
+/// Rows V04.
+#[test]
+fn sigrule_dup_modinfo() {
+    expect(&[("V04", None, &["vermagic"])]);
+}
+
+/// Rows V05.
+#[test]
+fn sigrule_module_blacklist_param() {
+    expect(&[("V05", None, &[])]);
+}
+
+/// Rows V06.
+#[test]
+fn sigrule_layout_crc() {
+    expect(&[("V06", None, &["crc"])]);
+}
+
+/// Rows V07.
+#[test]
+fn sigrule_layout_missing() {
+    expect(&[("V07", None, &["no-symbol-version"])]);
+}
+
+/// Rows V08.
+#[test]
+fn sigrule_vermagic_missing() {
+    expect(&[("V08", None, &["vermagic"])]);
+}
+
+/// Rows V09.
+#[test]
+fn sigrule_vermagic_mismatch() {
+    expect(&[
+        ("V09a", None, &["vermagic"]),
+        ("V09b", None, &["no-versions", "vermagic"]),
+    ]);
+}
+
+/// Rows V10.
+#[test]
+fn sigrule_vermagic_release() {
+    expect(&[("V10", None, &[])]);
+}
+
+/// Rows V11.
+#[test]
+fn sigrule_no_versions() {
+    expect(&[("V11", None, &["no-versions"])]);
+}
+
+/// Rows V12.
+#[test]
+fn sigrule_crc_mismatch() {
+    expect(&[("V12", None, &["crc"])]);
+}
+
+/// Rows V13.
+#[test]
+fn sigrule_version_entry_missing() {
+    expect(&[("V13", None, &["no-symbol-version"])]);
+}
+
+/// Rows V14.
+#[test]
+fn sigrule_version_entry_extra() {
+    expect(&[("V14", None, &[])]);
+}
+
+/// Rows V15.
+#[test]
+fn sigrule_unknown_symbol() {
+    expect(&[("V15", None, &["unknown-symbol"])]);
+}
+
+/// Rows V16.
+#[test]
+fn sigrule_gpl_only() {
+    expect(&[("V16a", None, &[]), ("V16b", None, &[])]);
+}
+
+/// Rows V17.
+#[test]
+fn sigrule_namespace() {
+    expect(&[("V17", None, &[])]);
+}
+
+/// Rows V19.
+#[test]
+fn sigrule_dup_export() {
+    expect(&[("V19", None, &[])]);
+}
+
+/// Rows V20.
+#[test]
+fn sigrule_no_modinfo() {
+    expect(&[("V20", None, &["unreadable"])]);
+}
+
+/// Rows V22.
+#[test]
+fn sigrule_out_of_tree() {
+    expect(&[("V22", None, &[])]);
+}
+
+/// Rows V24.
+#[test]
+fn sigrule_decompress() {
+    expect(&[("V24", Some(Kernel::K612), &["unreadable"])]);
+}
+
+/// Row S39: the revocation list is compiled out of both kernels, so no module is judged
+/// by it (the gate has no such list either).
+#[test]
+fn sigrule_revocation_list() {
+    for k in Kernel::ALL {
+        let root = &judge(k).set.root;
+        let config = std::fs::read_dir(root.join("boot"))
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| {
+                p.file_name()
+                    .unwrap()
+                    .to_string_lossy()
+                    .starts_with("config-")
+            })
+            .unwrap();
+        let text = std::fs::read_to_string(&config).unwrap();
+        assert!(
+            text.lines()
+                .any(|l| l == "# CONFIG_SYSTEM_REVOCATION_LIST is not set"),
+            "{}",
+            config.display()
+        );
+    }
+}
+
+/// Row V18: a GPL module (pcbc, using GPL-only exports) whose imports come from a
+/// proprietary module. The kernel refuses it (`inherit_taint`); the gate's symbol table
+/// does not record an exporter's licence, so it passes (GAP).
+#[test]
+fn sigrule_gpl_uses_proprietary() {
+    for k in Kernel::ALL {
+        let j = judge(k);
+        let c = j.set.get("V16a");
+        let mut gate = j.gate.clone();
+        let table = gate.symvers.as_mut().unwrap();
+        let moved: Vec<(String, u32)> = table
+            .map
+            .iter()
+            .filter(|(_, e)| e.gpl)
+            .map(|(n, e)| (n.clone(), e.crc))
+            .collect();
+        assert!(!moved.is_empty());
+        for (n, crc) in moved {
+            table.insert(&n, crc, "nvidia", false);
+        }
+        let raw = std::fs::read(&c.file).unwrap();
+        let v = gate.check("pcbc", "pcbc.ko", &raw).0;
+        assert!(v.pass, "{}: {}", k.label(), v.summary());
+        assert_eq!(v.license.as_deref(), Some("GPL"));
+    }
+}
+
+/// Row V21 (policy, no kernel rule): the file holds another module than the one asked
+/// for.
+#[test]
+fn sigrule_name_policy() {
+    for k in Kernel::ALL {
+        let j = judge(k);
+        let c = j.set.get("S43b");
+        let raw = std::fs::read(&c.file).unwrap();
+        let v = j.gate.check("crc9", "crc9.ko", &raw).0;
+        assert_eq!(codes(&v), ["name"], "{}", v.summary());
+        assert!(v.summary().contains("holds module crc8, not crc9"));
+    }
+}
+
+/// Row V23 (policy, no kernel rule): the SHA-256 allowlist and the NVIDIA flavour.
+#[test]
+fn sigrule_flavour_sha256() {
+    use validator::config::bom::Flavour;
+    for k in Kernel::ALL {
+        let j = judge(k);
+        let c = j.set.get("S43b");
+        let raw = std::fs::read(&c.file).unwrap();
+        let mut gate = j.gate.clone();
+        gate.policy.sha256.insert("crc8".into(), "00".repeat(32));
+        let v = gate.check("crc8", "crc8.ko", &raw).0;
+        assert_eq!(codes(&v), ["sha256"], "{}", v.summary());
+        let mut gate = j.gate.clone();
+        gate.policy.flavour = Some(Flavour::Proprietary);
+        // The flavour is judged by the `nvidia` module's licence (crc8's is not NVIDIA).
+        let v = gate.check("nvidia", "nvidia.ko", &raw).0;
+        assert_eq!(codes(&v), ["flavour", "name"], "{}", v.summary());
+        assert!(v
+            .summary()
+            .contains("is not the Proprietary flavour the BOM names"));
+    }
+}
+
+/// The rows of the tables in `docs/SIGNATURE-RULES.md`: (ID, test name).
+fn table_rows() -> Vec<(String, String)> {
+    let doc = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/SIGNATURE-RULES.md");
+    let text = std::fs::read_to_string(doc).unwrap();
+    let mut rows = Vec::new();
+    for l in text.lines() {
+        let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+        // `| ID | ... | Test |`: empty first and last cells around the row.
+        let (Some(id), Some(test)) = (cells.get(1), cells.iter().rev().nth(1)) else {
+            continue;
+        };
+        let is_id = id.len() == 3
+            && (id.starts_with('S') || id.starts_with('V'))
+            && id[1..].bytes().all(|b| b.is_ascii_digit());
+        if !is_id {
+            continue;
+        }
+        let name = test.trim_matches('`');
+        assert!(
+            test.starts_with('`') && test.ends_with('`') && !name.is_empty(),
+            "row {id}: the Test column is not one `test_name`: {test:?}"
+        );
+        rows.push((id.to_string(), name.to_string()));
+    }
+    rows
+}
+
+/// `#[test] fn name()` in one of the two test files of the table.
+fn test_exists(name: &str) -> bool {
+    [
+        "validator/tests/signature_rules.rs",
+        "qemu/tests/signature_rules.rs",
+    ]
+    .iter()
+    .any(|f| {
+        let p = format!("{}/../{f}", env!("CARGO_MANIFEST_DIR"));
+        let src = std::fs::read_to_string(p).unwrap();
+        let lines: Vec<&str> = src.lines().map(str::trim).collect();
+        lines.windows(2).any(|w| {
+            w[0].starts_with("#[test]")
+                && (w[1] == format!("fn {name}() {{") || w[1].starts_with(&format!("fn {name}() ")))
+        })
+    })
+}
+
+/// Every row of the table names a test that exists, every row ID is unique and in
+/// order, and every case of `sigcases` belongs to a row of the table.
+#[test]
+fn the_table_names_only_tests_that_exist() {
+    let rows = table_rows();
+    assert!(rows.len() >= 69, "{} rows", rows.len());
+    let ids: Vec<&str> = rows.iter().map(|(i, _)| i.as_str()).collect();
+    let mut sorted = ids.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), ids.len(), "duplicate row IDs");
+    let missing: Vec<String> = rows
+        .iter()
+        .filter(|(_, t)| !test_exists(t))
+        .map(|(i, t)| format!("{i}: {t}"))
+        .collect();
+    assert!(missing.is_empty(), "rows naming no test: {missing:?}");
+    for k in Kernel::ALL {
+        for c in &sigcases::set(k).cases {
+            assert!(
+                ids.contains(&c.row),
+                "case {} names row {} not in the table",
+                c.id,
+                c.row
+            );
+        }
+    }
+}
