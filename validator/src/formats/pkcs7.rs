@@ -45,6 +45,7 @@ pub struct EmbeddedCert {
     pub key_alg: String,
     /// Named curve OID of an EC key.
     pub curve: Option<String>,
+    pub der: Vec<u8>,
 }
 
 /// What a signer info says about its signer.
@@ -202,7 +203,9 @@ pub fn parse_message(der_bytes: &[u8]) -> Result<Message, Pkcs7Error> {
     let mut certs = Vec::new();
     for c in sd.certificates.iter().flat_map(|s| s.0.iter()) {
         let cms::cert::CertificateChoices::Certificate(c) = c else {
-            return Err(malformed("embedded certificate is not an X.509 certificate"));
+            return Err(malformed(
+                "embedded certificate is not an X.509 certificate",
+            ));
         };
         let spki = &c.tbs_certificate.subject_public_key_info;
         certs.push(EmbeddedCert {
@@ -214,6 +217,7 @@ pub fn parse_message(der_bytes: &[u8]) -> Result<Message, Pkcs7Error> {
                 .as_ref()
                 .and_then(|p| p.decode_as::<der::asn1::ObjectIdentifier>().ok())
                 .map(|o| o.to_string()),
+            der: c.to_der().map_err(malformed)?,
         });
     }
     Ok(Message {

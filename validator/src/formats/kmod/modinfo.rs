@@ -270,8 +270,7 @@ pub fn parse_elf(bytes: &[u8]) -> Result<ModuleElf, ModFileError> {
     out.machine = crate::util::le::u16_le(bytes, 0x12).unwrap_or_default();
     for (name, sh) in &secs {
         if name == ".gnu.linkonce.this_module" {
-            out.this_module
-                .push((sh.sh_type, sh.sh_flags, sh.sh_size));
+            out.this_module.push((sh.sh_type, sh.sh_flags, sh.sh_size));
         }
         if name != ".modinfo" && name != "__versions" {
             continue;

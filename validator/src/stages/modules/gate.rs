@@ -15,10 +15,27 @@
 //!   version of symbol ..."); with a complete table an undefined, non-weak symbol that
 //!   nothing exports is an unknown symbol. Records for symbols the module does not use
 //!   are ignored, as by the kernel;
-//! - **signature**: PKCS#7 over the module body, signer by issuer and serial in the trust
-//!   store, RSA or ECDSA;
+//! - **ELF**: the kernel's checks the parser leaves (x86-64 `e_machine`,
+//!   `.gnu.linkonce.this_module`, one `.modinfo` on 6.12);
+//! - **signature**: PKCS#7 over the module body as `verify_pkcs7_signature` judges a
+//!   module's: the parser's rules (65535 bytes, versions, signature algorithms, embedded
+//!   certificates the X.509 parser takes), no signed attributes, each signer against its
+//!   embedded certificate, then every signer in the trust store (one trusted, valid
+//!   signer is enough; a trusted one that fails refuses), with the digests and keys the
+//!   running kernel supports ([`KernelRules`]: Debian's configuration by release);
+//! - **GPL-only symbols**: a module whose licence is not GPL-compatible may not import
+//!   `_GPL` exports;
 //! - **policy**: out-of-tree modules only when the BOM lists them, the NVIDIA flavour by
 //!   the `nvidia` module's licence, an optional SHA-256 allowlist.
+//!
+//! - **namespaces**: a symbol exported in a namespace (the kernel image's exports carry
+//!   theirs) must be in the module's `import_ns=`.
+//!
+//! - **`module_blacklist=`**: a module the command line names is refused.
+//!
+//! Limits (`docs/SIGNATURE-RULES.md` lists them as GAP or STRICTER): duplicate exports and dbx module hashes are not checked, nor the namespaces of
+//! symbols other modules export (their `__crc_` exports carry none); an
+//! embedded signer certificate issued by a trusted key is not followed (S35).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -51,6 +68,9 @@ pub struct Policy {
     pub sha256: BTreeMap<String, String>,
     /// An undefined symbol missing from the table is a failure (the table is complete).
     pub unknown_symbols_fatal: bool,
+    /// The kernel command line's `module_blacklist=` names
+    /// ([`crate::config::cmdline::module_blacklist`]).
+    pub module_blacklist: Vec<String>,
 }
 
 /// Why the gate refuses a module: a stable code, one per rule (the README and
@@ -90,6 +110,8 @@ pub enum ReasonCode {
     UnsupportedCrypto,
     UnusableKey,
     GplOnlySymbol,
+    NamespaceNotImported,
+    Blacklisted,
 }
 
 impl ReasonCode {
@@ -116,6 +138,8 @@ impl ReasonCode {
             ReasonCode::UnsupportedCrypto => "unsupported-crypto",
             ReasonCode::UnusableKey => "unusable-key",
             ReasonCode::GplOnlySymbol => "gpl-only-symbol",
+            ReasonCode::NamespaceNotImported => "namespace-not-imported",
+            ReasonCode::Blacklisted => "blacklisted",
         }
     }
 }
@@ -388,6 +412,12 @@ impl Gate {
         if let Some(elf) = &elf {
             self.check_elf(name, elf, &mut v);
         }
+        if self.policy.module_blacklist.iter().any(|b| b == name) {
+            v.reason(
+                ReasonCode::Blacklisted,
+                format!("Module {name} is blacklisted (module_blacklist= on the command line)"),
+            );
+        }
         match split {
             Ok(s) => {
                 // One pass over the image: the body's SHA-256 (what a sha256 signature
@@ -525,6 +555,7 @@ impl Gate {
         let mut missing = Vec::new();
         let mut unknown = Vec::new();
         let mut gpl_only = Vec::new();
+        let mut namespaces = Vec::new();
         let gplok = elf
             .modinfo
             .get("license")
@@ -550,6 +581,14 @@ impl Gate {
                 gpl_only.push(name.to_string());
                 continue;
             }
+            // verify_namespace_is_imported (CONFIG_MODULE_ALLOW_MISSING_NAMESPACE_IMPORTS
+            // is unset in both Debian kernels).
+            if !x.namespace.is_empty() && !elf.modinfo.all("import_ns").any(|n| n == x.namespace) {
+                namespaces.push(format!(
+                    "module uses symbol ({name}) from namespace {}, but does not import it",
+                    x.namespace
+                ));
+            }
             match elf.version_of(name) {
                 None => missing.push(name.to_string()),
                 Some(e) if e.crc != u64::from(x.crc) => bad.push(format!(
@@ -567,6 +606,9 @@ impl Gate {
                 ReasonCode::NoSymbolVersion,
                 format!("no symbol version for {m}"),
             );
+        }
+        for n in namespaces {
+            v.reason(ReasonCode::NamespaceNotImported, n);
         }
         if !gpl_only.is_empty() {
             v.reason(
@@ -632,11 +674,7 @@ impl Gate {
         body_sha256: Option<&[u8]>,
         v: &mut Verdict,
     ) {
-        let kc = self
-            .policy
-            .release
-            .as_deref()
-            .and_then(KernelRules::debian);
+        let kc = self.policy.release.as_deref().and_then(KernelRules::debian);
         let msg = match pkcs7::parse_message(pkcs7_der) {
             Ok(m) => m,
             Err(e) => {
@@ -692,12 +730,50 @@ impl Gate {
             );
             return;
         }
+        // pkcs7_verify_one, every signer: the digest (ENOPKG marks the signer
+        // unsupported), then the signature against the signer's own certificate when the
+        // message embeds it; a failure there is fatal whatever the trust.
+        let mut embedded = crate::trust::TrustStore::new();
+        for c in &msg.certs {
+            match crate::trust::Cert::from_der(&c.der, "the signature") {
+                Ok(cert) => embedded.add(cert),
+                Err(e) => {
+                    v.reason(
+                        ReasonCode::BadSignature,
+                        format!("embedded certificate: {e}"),
+                    );
+                    return;
+                }
+            }
+        }
+        let mut digests = Vec::with_capacity(msg.signers.len());
+        for s in &msg.signers {
+            if !kc.is_none_or(|k| k.has_digest(s.digest)) {
+                digests.push(None);
+                continue;
+            }
+            let digest = match (s.digest, body_sha256) {
+                (crate::trust::HashAlg::Sha256, Some(d)) => d.to_vec(),
+                (alg, _) => alg.digest(body),
+            };
+            if !embedded.certs.is_empty() && crate::trust::pkcs7::find_signer(s, &embedded).is_ok()
+            {
+                if let Err(e) = verify_signer(s, &digest, &embedded) {
+                    v.reason(
+                        ReasonCode::BadSignature,
+                        format!("against the embedded certificate: {e}"),
+                    );
+                    return;
+                }
+            }
+            digests.push(Some(digest));
+        }
         let mut trusted = false;
         let mut unsupported = None;
         let mut untrusted = None;
         let mut unusable_key = None;
-        for s in &msg.signers {
-            if !kc.is_none_or(|k| k.has_digest(s.digest)) {
+        for (s, digest) in msg.signers.iter().zip(&digests) {
+            let Some(digest) = digest else {
                 unsupported.get_or_insert_with(|| {
                     format!(
                         "digest {} is not built into kernel {} (a module there)",
@@ -706,7 +782,7 @@ impl Gate {
                     )
                 });
                 continue;
-            }
+            };
             let cert = match crate::trust::pkcs7::find_signer(s, &self.trust) {
                 Ok(c) => c,
                 Err(VerifyError::UntrustedSigner { signer, serial }) => {
@@ -726,11 +802,7 @@ impl Gate {
                 });
                 continue;
             }
-            let digest = match (s.digest, body_sha256) {
-                (crate::trust::HashAlg::Sha256, Some(d)) => d.to_vec(),
-                (alg, _) => alg.digest(body),
-            };
-            match verify_signer(s, &digest, &self.trust) {
+            match verify_signer(s, digest, &self.trust) {
                 Ok(_) => trusted = true,
                 Err(e) => {
                     v.reason(ReasonCode::BadSignature, e.to_string());
@@ -894,6 +966,7 @@ impl Policy {
                 })
                 .collect(),
             unknown_symbols_fatal: true,
+            module_blacklist: Vec::new(),
         }
     }
 }
