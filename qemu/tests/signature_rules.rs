@@ -312,8 +312,6 @@ const DISAGREE: &[(&str, bool, Option<Kernel>)] = &[
     ("S12", false, None),
     ("S24", false, None),
     ("S26", false, Some(Kernel::K612)),
-    ("S27b", false, None),
-    ("S27c", false, None),
     ("S35a", false, None),
     ("S37b", false, None),
     ("S38", true, None),

@@ -1,8 +1,12 @@
 //! Detached PKCS#7 / CMS SignedData, as the kernel's module signatures and the
 //! Discoverable Partitions `root-verity-sig` use it: the parser. It checks the structure
-//! the kernel's `pkcs7_parser.c` insists on (SignedData v1 or v3, detached id-data,
-//! algorithm parameters absent or NULL, SignerInfo version matching its identifier, the
-//! signer's digest among the listed ones) and returns each signer's view. Finding the
+//! the kernel's `pkcs7_parser.c` and ASN.1 decoder insist on (at most 65535 bytes,
+//! SignedData v1 or v3 with SignerInfos of the same version, detached id-data, a
+//! non-empty digestAlgorithms set whose members are otherwise ignored, signature
+//! algorithm parameters absent or NULL, SignerInfo version matching its identifier,
+//! signed attributes on every signer or none) and returns each signer's view and the
+//! embedded certificates' keys. Limits: DER only (the kernel also takes BER and trailing
+//! bytes). Finding the
 //! signer in a trust store and checking the signature is [`crate::trust::pkcs7`]'s job.
 
 use der::{Decode, Encode};
@@ -113,18 +117,11 @@ pub fn parse_message(der_bytes: &[u8]) -> Result<Message, Pkcs7Error> {
             .as_ref()
             .is_none_or(|p| der::Tagged::tag(p) == der::Tag::Null && p.value().is_empty())
     };
-    if !sd.digest_algorithms.iter().all(params_ok) {
-        return Err(malformed("digest algorithm with parameters"));
-    }
-    let listed: Vec<String> = sd
-        .digest_algorithms
-        .iter()
-        .map(|a| a.oid.to_string())
-        .collect();
-    for d in &listed {
-        if HashAlg::from_oid(d).is_none() {
-            return Err(Pkcs7Error::UnsupportedDigest(d.clone()));
-        }
+    // The kernel's grammar gives the digestAlgorithms SET no action: its members, their
+    // parameters and whether they list the signers' digests are ignored. Its decoder
+    // refuses an empty one (EBADMSG).
+    if sd.digest_algorithms.is_empty() {
+        return Err(malformed("empty SignedData digestAlgorithms"));
     }
     let mut out = Vec::new();
     for si in sd.signer_infos.0.iter() {
@@ -145,15 +142,12 @@ pub fn parse_message(der_bytes: &[u8]) -> Result<Message, Pkcs7Error> {
                 "SignerInfo version {sv} does not match its signer identifier"
             )));
         }
-        if !params_ok(&si.digest_alg) || !params_ok(&si.signature_algorithm) {
+        // The signer's digest parameters are ignored, as by the kernel; a signature
+        // algorithm with parameters (RSASSA-PSS) is refused.
+        if !params_ok(&si.signature_algorithm) {
             return Err(malformed("signer algorithm with parameters"));
         }
         let oid = si.digest_alg.oid.to_string();
-        if !listed.contains(&oid) {
-            return Err(malformed(format!(
-                "signer digest {oid} is not among the SignedData's digest algorithms"
-            )));
-        }
         let digest = HashAlg::from_oid(&oid).ok_or(Pkcs7Error::UnsupportedDigest(oid))?;
         let (issuer_der, issuer_cn, serial, skid) = match &si.sid {
             cms::signed_data::SignerIdentifier::IssuerAndSerialNumber(is) => (
