@@ -214,7 +214,7 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
         })?;
     let mut symvers = validator::formats::kmod::symvers::Symvers::default();
     for e in validator::formats::vmlinuz::exported_crcs(&vmlinux).map_err(kerr)? {
-        symvers.insert(&e.symbol, e.crc, "vmlinux", e.gpl);
+        symvers.insert_ns(&e.symbol, e.crc, "vmlinux", e.gpl, &e.namespace);
     }
     drop(vmlinux);
     let mut trust_files: Vec<(String, Vec<u8>)> = builtin

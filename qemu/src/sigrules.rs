@@ -385,8 +385,8 @@ pub fn boot(set: &Set) -> Result<Boot, HarnessError> {
 /// message.
 pub type Refused = Vec<(&'static str, String)>;
 
-/// The gate the kernel's answers are compared with, as the init builds it but with the
-/// kernel's own vermagic rule (`VermagicMode::Kernel`): the kernel's vermagic and exports
+/// The gate the kernel's answers are compared with, as the init builds it (with the
+/// boot's command line for `module_blacklist=`) but with the kernel's own vermagic rule (`VermagicMode::Kernel`): the kernel's vermagic and exports
 /// and built-in certificate from its image, plus every test certificate of UEFI `db` that
 /// the trust store can load. Returns the gate and the `db` certificates it refused, with
 /// the store's message.
@@ -416,6 +416,7 @@ pub fn gate(set: &Set) -> Result<(Gate, Refused), HarnessError> {
             mode: VermagicMode::Kernel,
             require_signature: true,
             unknown_symbols_fatal: true,
+            module_blacklist: validator::config::cmdline::module_blacklist(&append()),
             ..Policy::default()
         },
     };

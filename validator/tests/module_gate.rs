@@ -49,6 +49,16 @@ fn gate(k: &KernelFacts, trust: TrustStore) -> Gate {
     }
 }
 
+/// The same gate with no release: the running kernel's crypto (which digests and keys
+/// it has: `KernelRules`) is then unknown and not applied, so only the signature
+/// itself is judged. The modules here are 6.1's, whose kernel has no ECDSA and no
+/// built-in sha384/sha512.
+fn gate_any_crypto(k: &KernelFacts, trust: TrustStore) -> Gate {
+    let mut g = gate(k, trust);
+    g.policy.release = None;
+    g
+}
+
 fn check_tree(kernel: &str, own: &KernelFacts, other: &KernelFacts) {
     let files = all_modules(kernel);
     assert!(files.len() > 3000, "{}", files.len());
@@ -163,6 +173,7 @@ fn sign_file_signed_modules_pass_exactly_when_our_cert_is_trusted() {
     let k61 = facts("default");
     let dir = tmpdir("signfile");
     for (label, keyopt, hash) in [
+        ("rsa2048", vec!["-newkey", "rsa:2048"], "sha256"),
         ("rsa3072", vec!["-newkey", "rsa:3072"], "sha512"),
         (
             "p256",
@@ -208,14 +219,31 @@ fn sign_file_signed_modules_pass_exactly_when_our_cert_is_trusted() {
         let bytes = std::fs::read(&m).unwrap();
         let mut ours = store(&k61.certs);
         ours.add_path(&der).unwrap();
-        let (v, _) = gate(&k61, ours).check("crc16", "crc16.ko", &bytes);
+        // The 6.1 kernel itself: sha384/sha512 are not built in (ENOPKG), and no ECDSA
+        // key enters a keyring (ENOKEY).
+        let (v, _) = gate(&k61, ours.clone()).check("crc16", "crc16.ko", &bytes);
+        let on_61: &[&str] = match label {
+            "rsa2048" => &[],
+            "p256" => &["unusable-key"],
+            _ => &["unsupported-crypto"],
+        };
+        assert_eq!(
+            v.reasons
+                .iter()
+                .map(|r| r.code.as_str())
+                .collect::<Vec<_>>(),
+            on_61,
+            "{label}: {:?}",
+            v.reasons
+        );
+        let (v, _) = gate_any_crypto(&k61, ours).check("crc16", "crc16.ko", &bytes);
         assert!(v.pass, "{label}: {:?}", v.reasons);
         assert_eq!(
             v.signer.as_deref(),
             Some(format!("fleet test {label}").as_str())
         );
         assert_eq!(v.sig_hashalgo.as_deref(), Some(hash));
-        let (v, _) = gate(&k61, store(&k61.certs)).check("crc16", "crc16.ko", &bytes);
+        let (v, _) = gate_any_crypto(&k61, store(&k61.certs)).check("crc16", "crc16.ko", &bytes);
         assert!(
             !v.pass && v.has("untrusted-signer"),
             "{label}: {:?}",
@@ -418,7 +446,8 @@ fn policy_pins_and_out_of_tree() {
     let bytes = std::fs::read(&m).unwrap();
     let mut trust = store(&k61.certs);
     trust.add_path(&der).unwrap();
-    let mut g = gate(&k61, trust);
+    // A P-256 key: judged as by a kernel with ECDSA (6.1 has none).
+    let mut g = gate_any_crypto(&k61, trust);
     g.policy.out_of_tree = Some(Default::default());
     let (v, _) = g.check("crc16", "crc16.ko", &bytes);
     assert_eq!(
@@ -696,7 +725,10 @@ fn p521_signed_modules_pass_when_trusted() {
     let mut trust = store(&k61.certs);
     trust.add_path(&der).unwrap();
     assert_eq!(trust.certs.last().unwrap().key.describe(), "ecdsa-p521");
-    let (v, _) = gate(&k61, trust).check("crc16", "crc16.ko", &bytes);
+    // 6.1 has no built-in sha512 (ENOPKG), as its kernel.
+    let (v, _) = gate(&k61, trust.clone()).check("crc16", "crc16.ko", &bytes);
+    assert!(v.has("unsupported-crypto"), "{:?}", v.reasons);
+    let (v, _) = gate_any_crypto(&k61, trust).check("crc16", "crc16.ko", &bytes);
     assert!(v.pass, "{:?}", v.reasons);
     assert_eq!(v.sig_hashalgo.as_deref(), Some("sha512"));
     // A changed body byte: the P-521 signature no longer verifies.
@@ -704,6 +736,6 @@ fn p521_signed_modules_pass_when_trusted() {
     bad[100] ^= 1;
     let mut trust = store(&k61.certs);
     trust.add_path(&der).unwrap();
-    let (v, _) = gate(&k61, trust).check("crc16", "crc16.ko", &bad);
+    let (v, _) = gate_any_crypto(&k61, trust).check("crc16", "crc16.ko", &bad);
     assert!(v.has("bad-signature"), "{:?}", v.reasons);
 }

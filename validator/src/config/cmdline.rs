@@ -28,6 +28,24 @@ pub struct Split {
     pub init_args: Vec<String>,
 }
 
+/// The module names of `module_blacklist=` (comma-separated; the last occurrence wins,
+/// as for any kernel parameter). The kernel compares each with the module's name exactly
+/// (`kernel/module/main.c:blacklisted`).
+pub fn module_blacklist(line: &str) -> Vec<String> {
+    split(line)
+        .params
+        .iter()
+        .rfind(|p| name_eq(&p.name, "module_blacklist"))
+        .and_then(|p| p.value.as_deref())
+        .map(|v| {
+            v.split(',')
+                .filter(|n| !n.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Splits a command line exactly as the kernel does.
 pub fn split(line: &str) -> Split {
     let bytes = line.as_bytes();
@@ -514,5 +532,19 @@ mod tests {
         ] {
             let _ = BootArgs::parse(line);
         }
+    }
+
+    #[test]
+    fn module_blacklist_takes_the_last_occurrence() {
+        assert!(module_blacklist("quiet").is_empty());
+        assert_eq!(
+            module_blacklist("module_blacklist=a,b-c,,d"),
+            ["a", "b-c", "d"]
+        );
+        assert_eq!(
+            module_blacklist("module_blacklist=a module-blacklist=\"x,y\" -- module_blacklist=z"),
+            ["x", "y"]
+        );
+        assert!(module_blacklist("module_blacklist").is_empty());
     }
 }

@@ -1,8 +1,12 @@
 //! Detached PKCS#7 / CMS SignedData, as the kernel's module signatures and the
 //! Discoverable Partitions `root-verity-sig` use it: the parser. It checks the structure
-//! the kernel's `pkcs7_parser.c` insists on (SignedData v1 or v3, detached id-data,
-//! algorithm parameters absent or NULL, SignerInfo version matching its identifier, the
-//! signer's digest among the listed ones) and returns each signer's view. Finding the
+//! the kernel's `pkcs7_parser.c` and ASN.1 decoder insist on (at most 65535 bytes,
+//! SignedData v1 or v3 with SignerInfos of the same version, detached id-data, a
+//! non-empty digestAlgorithms set whose members are otherwise ignored, signature
+//! algorithm parameters absent or NULL, SignerInfo version matching its identifier,
+//! signed attributes on every signer or none) and returns each signer's view and the
+//! embedded certificates' keys. Limits: DER only (the kernel also takes BER and trailing
+//! bytes). Finding the
 //! signer in a trust store and checking the signature is [`crate::trust::pkcs7`]'s job.
 
 use der::{Decode, Encode};
@@ -22,6 +26,30 @@ pub enum Pkcs7Error {
     NoSigner,
     #[error("unsupported digest algorithm {0}")]
     UnsupportedDigest(String),
+    /// The kernel's ASN.1 decoder refuses more than 65535 bytes (EMSGSIZE).
+    #[error("PKCS#7 message of {0} bytes is larger than the kernel's limit of 65535 (EMSGSIZE)")]
+    TooLarge(usize),
+}
+
+/// The largest message the kernel's `asn1_ber_decoder` takes.
+pub const MAX_LEN: usize = 65535;
+
+/// A parsed message: its signers and the key algorithm of each embedded certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub signers: Vec<SignerView>,
+    pub certs: Vec<EmbeddedCert>,
+}
+
+/// What the kernel's X.509 parser looks at first in an embedded certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EmbeddedCert {
+    pub subject: String,
+    /// Public-key algorithm OID.
+    pub key_alg: String,
+    /// Named curve OID of an EC key.
+    pub curve: Option<String>,
+    pub der: Vec<u8>,
 }
 
 /// What a signer info says about its signer.
@@ -56,6 +84,15 @@ fn malformed(e: impl std::fmt::Display) -> Pkcs7Error {
 
 /// Parses a DER ContentInfo holding SignedData; returns its signers.
 pub fn parse(der_bytes: &[u8]) -> Result<Vec<SignerView>, Pkcs7Error> {
+    parse_message(der_bytes).map(|m| m.signers)
+}
+
+/// Parses a DER ContentInfo holding SignedData; returns its signers and embedded
+/// certificates.
+pub fn parse_message(der_bytes: &[u8]) -> Result<Message, Pkcs7Error> {
+    if der_bytes.len() > MAX_LEN {
+        return Err(Pkcs7Error::TooLarge(der_bytes.len()));
+    }
     let ci = cms::content_info::ContentInfo::from_der(der_bytes).map_err(malformed)?;
     let ct = ci.content_type.to_string();
     if ct != "1.2.840.113549.1.7.2" {
@@ -80,23 +117,22 @@ pub fn parse(der_bytes: &[u8]) -> Result<Vec<SignerView>, Pkcs7Error> {
             .as_ref()
             .is_none_or(|p| der::Tagged::tag(p) == der::Tag::Null && p.value().is_empty())
     };
-    if !sd.digest_algorithms.iter().all(params_ok) {
-        return Err(malformed("digest algorithm with parameters"));
-    }
-    let listed: Vec<String> = sd
-        .digest_algorithms
-        .iter()
-        .map(|a| a.oid.to_string())
-        .collect();
-    for d in &listed {
-        if HashAlg::from_oid(d).is_none() {
-            return Err(Pkcs7Error::UnsupportedDigest(d.clone()));
-        }
+    // The kernel's grammar gives the digestAlgorithms SET no action: its members, their
+    // parameters and whether they list the signers' digests are ignored. Its decoder
+    // refuses an empty one (EBADMSG).
+    if sd.digest_algorithms.is_empty() {
+        return Err(malformed("empty SignedData digestAlgorithms"));
     }
     let mut out = Vec::new();
     for si in sd.signer_infos.0.iter() {
         // SignerInfo v1 names the signer by issuer and serial, v3 by key identifier.
         let sv = si.version as u8;
+        // pkcs7_note_signerinfo_version: v1 only inside SignedData v1, v3 only inside v3.
+        if (sv == 1 && v != 1) || (sv == 3 && v == 1) {
+            return Err(malformed(format!(
+                "SignedData-SignerInfo version mismatch (SignedData v{v}, SignerInfo v{sv})"
+            )));
+        }
         let by_serial = matches!(
             si.sid,
             cms::signed_data::SignerIdentifier::IssuerAndSerialNumber(_)
@@ -106,15 +142,12 @@ pub fn parse(der_bytes: &[u8]) -> Result<Vec<SignerView>, Pkcs7Error> {
                 "SignerInfo version {sv} does not match its signer identifier"
             )));
         }
-        if !params_ok(&si.digest_alg) || !params_ok(&si.signature_algorithm) {
+        // The signer's digest parameters are ignored, as by the kernel; a signature
+        // algorithm with parameters (RSASSA-PSS) is refused.
+        if !params_ok(&si.signature_algorithm) {
             return Err(malformed("signer algorithm with parameters"));
         }
         let oid = si.digest_alg.oid.to_string();
-        if !listed.contains(&oid) {
-            return Err(malformed(format!(
-                "signer digest {oid} is not among the SignedData's digest algorithms"
-            )));
-        }
         let digest = HashAlg::from_oid(&oid).ok_or(Pkcs7Error::UnsupportedDigest(oid))?;
         let (issuer_der, issuer_cn, serial, skid) = match &si.sid {
             cms::signed_data::SignerIdentifier::IssuerAndSerialNumber(is) => (
@@ -156,7 +189,35 @@ pub fn parse(der_bytes: &[u8]) -> Result<Vec<SignerView>, Pkcs7Error> {
     if out.is_empty() {
         return Err(Pkcs7Error::NoSigner);
     }
-    Ok(out)
+    // pkcs7_check_authattrs: either every signer has signed attributes or none has.
+    let with = out.iter().filter(|s| s.signed_attrs.is_some()).count();
+    if with != 0 && with != out.len() {
+        return Err(malformed("Inconsistently supplied authAttrs"));
+    }
+    let mut certs = Vec::new();
+    for c in sd.certificates.iter().flat_map(|s| s.0.iter()) {
+        let cms::cert::CertificateChoices::Certificate(c) = c else {
+            return Err(malformed(
+                "embedded certificate is not an X.509 certificate",
+            ));
+        };
+        let spki = &c.tbs_certificate.subject_public_key_info;
+        certs.push(EmbeddedCert {
+            subject: c.tbs_certificate.subject.to_string(),
+            key_alg: spki.algorithm.oid.to_string(),
+            curve: spki
+                .algorithm
+                .parameters
+                .as_ref()
+                .and_then(|p| p.decode_as::<der::asn1::ObjectIdentifier>().ok())
+                .map(|o| o.to_string()),
+            der: c.to_der().map_err(malformed)?,
+        });
+    }
+    Ok(Message {
+        signers: out,
+        certs,
+    })
 }
 
 /// A digest algorithm.

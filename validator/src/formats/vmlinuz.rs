@@ -164,6 +164,8 @@ pub struct ExportedCrc {
     pub symbol: String,
     pub crc: u32,
     pub gpl: bool,
+    /// Symbol namespace (`EXPORT_SYMBOL_NS`), empty for none.
+    pub namespace: String,
 }
 
 struct Sections<'a> {
@@ -285,11 +287,33 @@ pub fn exported_crcs(vmlinux: &[u8]) -> Result<Vec<ExportedCrc>, VmlinuzError> {
             let symbol = name_addr.and_then(|a| secs.string_at(a)).ok_or_else(|| {
                 VmlinuzError::BadElf(format!("{tab}[{i}]: name outside the image"))
             })?;
+            // The namespace: a third PREL32 (12-byte entries) or pointer (24-byte
+            // entries) to a string, empty (or a null pointer) for none.
+            let ns_addr = match entry {
+                12 => i32_le(e, 8).map(|off| {
+                    Some(
+                        (addr as i64)
+                            .wrapping_add((i * entry) as i64)
+                            .wrapping_add(8)
+                            .wrapping_add(i64::from(off)) as u64,
+                    )
+                }),
+                24 => u64_le(e, 16).map(|a| (a != 0).then_some(a)),
+                _ => Some(None),
+            };
+            let namespace = match ns_addr {
+                Some(None) => String::new(),
+                Some(Some(a)) => secs.string_at(a).ok_or_else(|| {
+                    VmlinuzError::BadElf(format!("{tab}[{i}]: namespace outside the image"))
+                })?,
+                None => return Err(VmlinuzError::BadElf(format!("{tab}[{i}]: entry cut short"))),
+            };
             let c = u32_le(c, 0).unwrap_or_default();
             out.push(ExportedCrc {
                 symbol,
                 crc: c,
                 gpl,
+                namespace,
             });
         }
     }
@@ -448,7 +472,7 @@ impl KernelFacts {
     pub fn symvers(&self) -> crate::formats::kmod::symvers::Symvers {
         let mut s = crate::formats::kmod::symvers::Symvers::default();
         for e in &self.exports {
-            s.insert(&e.symbol, e.crc, "vmlinux", e.gpl);
+            s.insert_ns(&e.symbol, e.crc, "vmlinux", e.gpl, &e.namespace);
         }
         s
     }

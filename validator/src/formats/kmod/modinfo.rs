@@ -165,6 +165,12 @@ pub struct ModuleElf {
     pub has_versions: bool,
     /// The undefined symbols of the first `SHT_SYMTAB` section, in table order.
     pub undefined: Vec<Undefined>,
+    /// `e_machine` of the ELF header.
+    pub machine: u16,
+    /// How many `.modinfo` sections the file has (`modinfo` is the first one's).
+    pub modinfo_sections: usize,
+    /// Each `.gnu.linkonce.this_module` section: `(sh_type, sh_flags, sh_size)`.
+    pub this_module: Vec<(u32, u64, u64)>,
 }
 
 impl ModuleElf {
@@ -260,16 +266,22 @@ const SYM_SIZE: usize = 24;
 /// the symbol table are read, so this is cheap for big modules.
 pub fn parse_elf(bytes: &[u8]) -> Result<ModuleElf, ModFileError> {
     let mut out = ModuleElf::default();
-    let mut found_modinfo = false;
     let secs = sections(bytes)?;
+    out.machine = crate::util::le::u16_le(bytes, 0x12).unwrap_or_default();
     for (name, sh) in &secs {
+        if name == ".gnu.linkonce.this_module" {
+            out.this_module.push((sh.sh_type, sh.sh_flags, sh.sh_size));
+        }
         if name != ".modinfo" && name != "__versions" {
             continue;
         }
         let data = section_data(bytes, sh, name)?;
         if name == ".modinfo" {
-            found_modinfo = true;
-            out.modinfo = ModInfo::parse(data);
+            // 6.1's find_sec takes the first one (6.12 refuses a second: the gate).
+            out.modinfo_sections += 1;
+            if out.modinfo_sections == 1 {
+                out.modinfo = ModInfo::parse(data);
+            }
         } else {
             out.has_versions = true;
             if data.len() % MODVERSION_INFO_SIZE != 0 {
@@ -287,7 +299,7 @@ pub fn parse_elf(bytes: &[u8]) -> Result<ModuleElf, ModFileError> {
             }
         }
     }
-    if !found_modinfo {
+    if out.modinfo_sections == 0 {
         return Err(ModFileError::NotModule("no .modinfo section".into()));
     }
     out.undefined = undefined_symbols(bytes, &secs)?;

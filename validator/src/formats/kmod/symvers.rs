@@ -11,6 +11,8 @@ pub struct Export {
     /// `vmlinux` or the exporting module's name.
     pub module: String,
     pub gpl: bool,
+    /// The symbol namespace (`EXPORT_SYMBOL_NS`), empty for none.
+    pub namespace: String,
 }
 
 /// Symbol name to export.
@@ -42,6 +44,7 @@ impl Symvers {
                     crc,
                     module: module.to_string(),
                     gpl: rest.first().is_some_and(|t| t.ends_with("_GPL")),
+                    namespace: rest.get(1).map_or_else(String::new, |n| n.to_string()),
                 },
             );
         }
@@ -50,12 +53,18 @@ impl Symvers {
 
     /// Adds an export (a later one for the same symbol replaces it).
     pub fn insert(&mut self, symbol: &str, crc: u32, module: &str, gpl: bool) {
+        self.insert_ns(symbol, crc, module, gpl, "");
+    }
+
+    /// Adds an export in a namespace (empty: none).
+    pub fn insert_ns(&mut self, symbol: &str, crc: u32, module: &str, gpl: bool, ns: &str) {
         self.map.insert(
             symbol.to_string(),
             Export {
                 crc,
                 module: module.to_string(),
                 gpl,
+                namespace: ns.to_string(),
             },
         );
     }
@@ -71,7 +80,10 @@ impl Symvers {
             } else {
                 "EXPORT_SYMBOL"
             };
-            s.push_str(&format!("0x{:08x}\t{sym}\t{}\t{t}\t\n", e.crc, e.module));
+            s.push_str(&format!(
+                "0x{:08x}\t{sym}\t{}\t{t}\t{}\n",
+                e.crc, e.module, e.namespace
+            ));
         }
         s
     }

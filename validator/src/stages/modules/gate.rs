@@ -15,10 +15,27 @@
 //!   version of symbol ..."); with a complete table an undefined, non-weak symbol that
 //!   nothing exports is an unknown symbol. Records for symbols the module does not use
 //!   are ignored, as by the kernel;
-//! - **signature**: PKCS#7 over the module body, signer by issuer and serial in the trust
-//!   store, RSA or ECDSA;
+//! - **ELF**: the kernel's checks the parser leaves (x86-64 `e_machine`,
+//!   `.gnu.linkonce.this_module`, one `.modinfo` on 6.12);
+//! - **signature**: PKCS#7 over the module body as `verify_pkcs7_signature` judges a
+//!   module's: the parser's rules (65535 bytes, versions, signature algorithms, embedded
+//!   certificates the X.509 parser takes), no signed attributes, each signer against its
+//!   embedded certificate, then every signer in the trust store (one trusted, valid
+//!   signer is enough; a trusted one that fails refuses), with the digests and keys the
+//!   running kernel supports ([`KernelRules`]: Debian's configuration by release);
+//! - **GPL-only symbols**: a module whose licence is not GPL-compatible may not import
+//!   `_GPL` exports;
 //! - **policy**: out-of-tree modules only when the BOM lists them, the NVIDIA flavour by
 //!   the `nvidia` module's licence, an optional SHA-256 allowlist.
+//!
+//! - **namespaces**: a symbol exported in a namespace (the kernel image's exports carry
+//!   theirs) must be in the module's `import_ns=`.
+//!
+//! - **`module_blacklist=`**: a module the command line names is refused.
+//!
+//! Limits (`docs/SIGNATURE-RULES.md` lists them as GAP or STRICTER): duplicate exports and dbx module hashes are not checked, nor the namespaces of
+//! symbols other modules export (their `__crc_` exports carry none); an
+//! embedded signer certificate issued by a trusted key is not followed (S35).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -51,6 +68,9 @@ pub struct Policy {
     pub sha256: BTreeMap<String, String>,
     /// An undefined symbol missing from the table is a failure (the table is complete).
     pub unknown_symbols_fatal: bool,
+    /// The kernel command line's `module_blacklist=` names
+    /// ([`crate::config::cmdline::module_blacklist`]).
+    pub module_blacklist: Vec<String>,
 }
 
 /// Why the gate refuses a module: a stable code, one per rule (the README and
@@ -86,6 +106,12 @@ pub enum ReasonCode {
     OutOfTree,
     Flavour,
     Sha256,
+    SignedAttributes,
+    UnsupportedCrypto,
+    UnusableKey,
+    GplOnlySymbol,
+    NamespaceNotImported,
+    Blacklisted,
 }
 
 impl ReasonCode {
@@ -108,6 +134,12 @@ impl ReasonCode {
             ReasonCode::OutOfTree => "out-of-tree",
             ReasonCode::Flavour => "flavour",
             ReasonCode::Sha256 => "sha256",
+            ReasonCode::SignedAttributes => "signed-attributes",
+            ReasonCode::UnsupportedCrypto => "unsupported-crypto",
+            ReasonCode::UnusableKey => "unusable-key",
+            ReasonCode::GplOnlySymbol => "gpl-only-symbol",
+            ReasonCode::NamespaceNotImported => "namespace-not-imported",
+            ReasonCode::Blacklisted => "blacklisted",
         }
     }
 }
@@ -187,6 +219,107 @@ pub struct Gate {
     pub symvers: Option<Symvers>,
     pub policy: Policy,
 }
+
+/// What the running kernel's crypto can do for module signatures: Debian's kernel
+/// configuration by release, since neither Debian kernel embeds its configuration
+/// (CONFIG_IKCONFIG is off). Debian 6.1 builds `CONFIG_CRYPTO_SHA512=m` (sha384 and
+/// sha512 are missing until a module provides them, and the init has no modprobe) and
+/// leaves `CONFIG_CRYPTO_ECDSA` unset (no ECDSA key enters a keyring); Debian 6.12 builds
+/// both in. Both accept RSA moduli of 512, 1024, 1536, 2048, 3072 and 4096 bits only
+/// (`crypto/rsa.c:rsa_check_key_length`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KernelRules {
+    pub sha512: bool,
+    pub ecdsa: bool,
+    /// 6.12's `elf_validity_cache_*`: exactly one `.modinfo` and exactly one allocated,
+    /// non-NOBITS `.gnu.linkonce.this_module` (6.1 takes the first `.modinfo` and only
+    /// needs a `.gnu.linkonce.this_module`).
+    pub elf_exactly_one: bool,
+}
+
+impl KernelRules {
+    /// Debian's configuration for a release (`6.1.0-57-amd64`, `6.12.117+deb12-amd64`):
+    /// 6.1 up to 6.11 as Debian 6.1, 6.12 and later as Debian 6.12; `None` for a release
+    /// that does not start with `major.minor`.
+    pub fn debian(release: &str) -> Option<KernelRules> {
+        let mut it = release.split(|c: char| !c.is_ascii_digit());
+        let major: u32 = it.next()?.parse().ok()?;
+        let minor: u32 = it.next()?.parse().ok()?;
+        let new = (major, minor) >= (6, 12);
+        Some(KernelRules {
+            sha512: new,
+            ecdsa: new,
+            elf_exactly_one: new,
+        })
+    }
+
+    /// Whether the kernel can hash with `alg` (`pkcs7_digest`: missing is ENOPKG).
+    pub fn has_digest(self, alg: crate::trust::HashAlg) -> bool {
+        use crate::trust::HashAlg;
+        match alg {
+            HashAlg::Sha384 | HashAlg::Sha512 => self.sha512,
+            HashAlg::Sha1 | HashAlg::Sha224 | HashAlg::Sha256 => true,
+        }
+    }
+}
+
+/// RSA moduli the kernel's `rsa_check_key_length` takes (both kernels).
+pub const KERNEL_RSA_BITS: [u32; 6] = [512, 1024, 1536, 2048, 3072, 4096];
+
+/// Why the kernel could not hold `key` in a keyring, or `None` when it can.
+fn unusable(key: &crate::trust::PublicKey, kc: Option<KernelRules>) -> Option<String> {
+    use crate::trust::PublicKey;
+    match key {
+        PublicKey::Rsa(k) if !KERNEL_RSA_BITS.contains(&k.bits) => Some(format!(
+            "the kernel takes RSA keys of {KERNEL_RSA_BITS:?} bits only, not {}",
+            k.bits
+        )),
+        PublicKey::Rsa(_) => None,
+        _ if kc.is_some_and(|c| !c.ecdsa) => {
+            Some("this kernel is built without ECDSA (CONFIG_CRYPTO_ECDSA)".into())
+        }
+        _ => None,
+    }
+}
+
+/// The module signature algorithms the kernel's `pkcs7_sig_note_pkey_algo` takes:
+/// rsaEncryption and ecdsa-with-SHA1/224/256/384/512 (the `sha*WithRSAEncryption`,
+/// RSASSA-PSS and id-ecPublicKey OIDs are ENOPKG).
+const KERNEL_SIG_ALGS: [&str; 6] = [
+    "1.2.840.113549.1.1.1",
+    "1.2.840.10045.4.1",
+    "1.2.840.10045.4.3.1",
+    "1.2.840.10045.4.3.2",
+    "1.2.840.10045.4.3.3",
+    "1.2.840.10045.4.3.4",
+];
+
+/// Whether the kernel's X.509 parser takes an embedded certificate's key
+/// (`x509_extract_key_data`): RSA, or EC on P-192, P-256, P-384 (and P-521 from 6.12).
+fn cert_key_supported(c: &pkcs7::EmbeddedCert, kc: Option<KernelRules>) -> bool {
+    match c.key_alg.as_str() {
+        "1.2.840.113549.1.1.1" => true,
+        "1.2.840.10045.2.1" => match c.curve.as_deref() {
+            Some("1.2.840.10045.3.1.1" | "1.2.840.10045.3.1.7" | "1.3.132.0.34") => true,
+            Some("1.3.132.0.35") => kc.is_some_and(|k| k.ecdsa),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// The licences the kernel's `license_is_gpl_compatible` accepts.
+pub const GPL_COMPATIBLE: [&str; 6] = [
+    "GPL",
+    "GPL v2",
+    "GPL and additional rights",
+    "Dual BSD/GPL",
+    "Dual MIT/GPL",
+    "Dual MPL/GPL",
+];
+
+/// `e_machine` of the modules the gate judges: the kernels it reads are x86-64 bzImages.
+pub const EM_X86_64: u16 = 62;
 
 /// The symbol whose CRC stands for `struct module`'s layout; the kernel checks its
 /// `__versions` record for every module (`check_modstruct_version`).
@@ -279,6 +412,12 @@ impl Gate {
         if let Some(elf) = &elf {
             self.check_elf(name, elf, &mut v);
         }
+        if self.policy.module_blacklist.iter().any(|b| b == name) {
+            v.reason(
+                ReasonCode::Blacklisted,
+                format!("Module {name} is blacklisted (module_blacklist= on the command line)"),
+            );
+        }
         match split {
             Ok(s) => {
                 // One pass over the image: the body's SHA-256 (what a sha256 signature
@@ -312,7 +451,55 @@ impl Gate {
         (v, elf, Some(image))
     }
 
+    /// The kernel's ELF rules past the parser's (`elf_validity_check` on 6.1,
+    /// `elf_validity_cache_copy` on 6.12, `setup_load_info`): ENOEXEC in the kernel.
+    fn check_elf_rules(&self, elf: &modinfo::ModuleElf, v: &mut Verdict) {
+        let strict = self
+            .policy
+            .release
+            .as_deref()
+            .and_then(KernelRules::debian)
+            .is_some_and(|k| k.elf_exactly_one);
+        if elf.machine != EM_X86_64 {
+            v.reason(
+                ReasonCode::Unreadable,
+                format!(
+                    "Invalid architecture in ELF header: {} (the kernel is x86-64, {EM_X86_64})",
+                    elf.machine
+                ),
+            );
+        }
+        if elf.this_module.is_empty() {
+            v.reason(
+                ReasonCode::Unreadable,
+                "No module found in object (no .gnu.linkonce.this_module section)",
+            );
+        } else if strict && elf.this_module.len() != 1 {
+            v.reason(
+                ReasonCode::Unreadable,
+                "Exactly one .gnu.linkonce.this_module section must exist.",
+            );
+        } else if strict {
+            let (ty, flags, _) = elf.this_module.first().copied().unwrap_or_default();
+            if ty == goblin::elf::section_header::SHT_NOBITS
+                || flags & u64::from(goblin::elf::section_header::SHF_ALLOC) == 0
+            {
+                v.reason(
+                    ReasonCode::Unreadable,
+                    ".gnu.linkonce.this_module must be allocated and have a size set",
+                );
+            }
+        }
+        if strict && elf.modinfo_sections > 1 {
+            v.reason(
+                ReasonCode::Unreadable,
+                "Only one .modinfo section must exist.",
+            );
+        }
+    }
+
     fn check_elf(&self, name: &str, elf: &modinfo::ModuleElf, v: &mut Verdict) {
+        self.check_elf_rules(elf, v);
         let mi = &elf.modinfo;
         v.license = mi.get("license").map(str::to_string);
         if let Some(n) = mi.get("name") {
@@ -367,6 +554,12 @@ impl Gate {
         let mut bad = Vec::new();
         let mut missing = Vec::new();
         let mut unknown = Vec::new();
+        let mut gpl_only = Vec::new();
+        let mut namespaces = Vec::new();
+        let gplok = elf
+            .modinfo
+            .get("license")
+            .is_some_and(|l| GPL_COMPATIBLE.contains(&l));
         let mut seen = BTreeSet::new();
         // check_modstruct_version first, then simplify_symbols in symbol-table order.
         let layout = (table.map.contains_key(MODULE_LAYOUT)).then_some((MODULE_LAYOUT, false));
@@ -383,6 +576,19 @@ impl Gate {
                 }
                 continue;
             };
+            // find_symbol with gplok false skips GPL-only exports: "Unknown symbol".
+            if x.gpl && !gplok {
+                gpl_only.push(name.to_string());
+                continue;
+            }
+            // verify_namespace_is_imported (CONFIG_MODULE_ALLOW_MISSING_NAMESPACE_IMPORTS
+            // is unset in both Debian kernels).
+            if !x.namespace.is_empty() && !elf.modinfo.all("import_ns").any(|n| n == x.namespace) {
+                namespaces.push(format!(
+                    "module uses symbol ({name}) from namespace {}, but does not import it",
+                    x.namespace
+                ));
+            }
             match elf.version_of(name) {
                 None => missing.push(name.to_string()),
                 Some(e) if e.crc != u64::from(x.crc) => bad.push(format!(
@@ -399,6 +605,20 @@ impl Gate {
             v.reason(
                 ReasonCode::NoSymbolVersion,
                 format!("no symbol version for {m}"),
+            );
+        }
+        for n in namespaces {
+            v.reason(ReasonCode::NamespaceNotImported, n);
+        }
+        if !gpl_only.is_empty() {
+            v.reason(
+                ReasonCode::GplOnlySymbol,
+                format!(
+                    "licence '{}' is not GPL-compatible, and the module uses GPL-only \
+                     symbol(s) {} (the kernel: Unknown symbol)",
+                    elf.modinfo.get("license").unwrap_or("(none)"),
+                    gpl_only.join(", ")
+                ),
             );
         }
         if self.policy.unknown_symbols_fatal && !unknown.is_empty() {
@@ -441,6 +661,12 @@ impl Gate {
         }
     }
 
+    /// The signature as the kernel's `verify_pkcs7_signature` judges a module's: the
+    /// parser's rules (size, versions, algorithms, embedded certificates), no signed
+    /// attributes, each signer's digest available, then the trust pass over **every**
+    /// signer (`pkcs7_validate_trust`): a signer not in the store (or whose key this
+    /// kernel cannot hold) is skipped, a trusted signer whose signature fails refuses the
+    /// module at once, and one trusted valid signer is enough.
     fn check_signature(
         &self,
         pkcs7_der: &[u8],
@@ -448,31 +674,151 @@ impl Gate {
         body_sha256: Option<&[u8]>,
         v: &mut Verdict,
     ) {
-        let signers = match pkcs7::parse(pkcs7_der) {
-            Ok(s) => s,
+        let kc = self.policy.release.as_deref().and_then(KernelRules::debian);
+        let msg = match pkcs7::parse_message(pkcs7_der) {
+            Ok(m) => m,
             Err(e) => {
                 v.reason(ReasonCode::BadPkcs7, e.to_string());
                 return;
             }
         };
-        let Some(s) = signers.first() else {
+        let Some(first) = msg.signers.first() else {
             v.reason(ReasonCode::BadPkcs7, "no signer");
             return;
         };
-        v.signer = Some(s.issuer_cn.clone());
-        v.sig_key = Some(s.key_id());
-        v.sig_hashalgo = Some(s.digest.name().to_string());
-        let digest = match (s.digest, body_sha256) {
-            (crate::trust::HashAlg::Sha256, Some(d)) => d.to_vec(),
-            (alg, _) => alg.digest(body),
-        };
-        match verify_signer(s, &digest, &self.trust) {
-            Ok(_) => {}
-            Err(VerifyError::UntrustedSigner { signer, serial }) => v.reason(
-                ReasonCode::UntrustedSigner,
-                format!("signer {signer} (key {serial}) is not in the trust store"),
-            ),
-            Err(e) => v.reason(ReasonCode::BadSignature, e.to_string()),
+        v.signer = Some(first.issuer_cn.clone());
+        v.sig_key = Some(first.key_id());
+        v.sig_hashalgo = Some(first.digest.name().to_string());
+        // pkcs7_parser.c: the whole message fails on an algorithm or a certificate the
+        // kernel does not support (ENOPKG: "module with unsupported crypto").
+        if let Some(s) = msg
+            .signers
+            .iter()
+            .find(|s| !KERNEL_SIG_ALGS.contains(&s.sig_alg.as_str()))
+        {
+            v.reason(
+                ReasonCode::UnsupportedCrypto,
+                format!(
+                    "signature algorithm {} is not one the kernel takes for a module \
+                     (rsaEncryption or ecdsa-with-SHA*)",
+                    s.sig_alg
+                ),
+            );
+            return;
+        }
+        if let Some(c) = msg.certs.iter().find(|c| !cert_key_supported(c, kc)) {
+            let what = match &c.curve {
+                Some(curve) => crate::trust::key_oid_name(curve).unwrap_or(curve),
+                None => crate::trust::key_oid_name(&c.key_alg).unwrap_or(&c.key_alg),
+            };
+            v.reason(
+                ReasonCode::UnsupportedCrypto,
+                format!(
+                    "embedded certificate {} has a {what} key the kernel's X.509 parser \
+                     refuses",
+                    c.subject
+                ),
+            );
+            return;
+        }
+        // pkcs7_verify: module signatures must not carry signed attributes.
+        if first.signed_attrs.is_some() {
+            v.reason(
+                ReasonCode::SignedAttributes,
+                "signed attributes in a module signature (the kernel: Invalid module sig \
+                 (has authattrs))",
+            );
+            return;
+        }
+        // pkcs7_verify_one, every signer: the digest (ENOPKG marks the signer
+        // unsupported), then the signature against the signer's own certificate when the
+        // message embeds it; a failure there is fatal whatever the trust.
+        let mut embedded = crate::trust::TrustStore::new();
+        for c in &msg.certs {
+            match crate::trust::Cert::from_der(&c.der, "the signature") {
+                Ok(cert) => embedded.add(cert),
+                Err(e) => {
+                    v.reason(
+                        ReasonCode::BadSignature,
+                        format!("embedded certificate: {e}"),
+                    );
+                    return;
+                }
+            }
+        }
+        let mut digests = Vec::with_capacity(msg.signers.len());
+        for s in &msg.signers {
+            if !kc.is_none_or(|k| k.has_digest(s.digest)) {
+                digests.push(None);
+                continue;
+            }
+            let digest = match (s.digest, body_sha256) {
+                (crate::trust::HashAlg::Sha256, Some(d)) => d.to_vec(),
+                (alg, _) => alg.digest(body),
+            };
+            if !embedded.certs.is_empty() && crate::trust::pkcs7::find_signer(s, &embedded).is_ok()
+            {
+                if let Err(e) = verify_signer(s, &digest, &embedded) {
+                    v.reason(
+                        ReasonCode::BadSignature,
+                        format!("against the embedded certificate: {e}"),
+                    );
+                    return;
+                }
+            }
+            digests.push(Some(digest));
+        }
+        let mut trusted = false;
+        let mut unsupported = None;
+        let mut untrusted = None;
+        let mut unusable_key = None;
+        for (s, digest) in msg.signers.iter().zip(&digests) {
+            let Some(digest) = digest else {
+                unsupported.get_or_insert_with(|| {
+                    format!(
+                        "digest {} is not built into kernel {} (a module there)",
+                        s.digest.name(),
+                        self.policy.release.as_deref().unwrap_or_default()
+                    )
+                });
+                continue;
+            };
+            let cert = match crate::trust::pkcs7::find_signer(s, &self.trust) {
+                Ok(c) => c,
+                Err(VerifyError::UntrustedSigner { signer, serial }) => {
+                    untrusted.get_or_insert_with(|| {
+                        format!("signer {signer} (key {serial}) is not in the trust store")
+                    });
+                    continue;
+                }
+                Err(e) => {
+                    v.reason(ReasonCode::BadSignature, e.to_string());
+                    return;
+                }
+            };
+            if let Some(why) = unusable(&cert.key, kc) {
+                unusable_key.get_or_insert_with(|| {
+                    format!("signer {} is trusted here but {why}", cert.label())
+                });
+                continue;
+            }
+            match verify_signer(s, digest, &self.trust) {
+                Ok(_) => trusted = true,
+                Err(e) => {
+                    v.reason(ReasonCode::BadSignature, e.to_string());
+                    return;
+                }
+            }
+        }
+        if trusted {
+            return;
+        }
+        if let Some(m) = unsupported {
+            v.reason(ReasonCode::UnsupportedCrypto, m);
+        } else if let Some(m) = unusable_key {
+            v.reason(ReasonCode::UnusableKey, m);
+        } else if let Some(m) = untrusted {
+            v.reason(ReasonCode::UntrustedSigner, m);
         }
     }
 }
@@ -518,6 +864,9 @@ mod tests {
             versions: vec![],
             has_versions: true,
             undefined: vec![],
+            machine: EM_X86_64,
+            modinfo_sections: 1,
+            this_module: vec![(1, 3, 1344)],
         }
     }
 
@@ -666,6 +1015,7 @@ impl Policy {
                 })
                 .collect(),
             unknown_symbols_fatal: true,
+            module_blacklist: Vec::new(),
         }
     }
 }

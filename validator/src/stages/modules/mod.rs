@@ -605,7 +605,8 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
     let dir = ctx.roots.modules.join(&ctx.release);
     let index = load_index(&dir)?;
     let mut loader = Loader::new(&dir, index, &ctx.roots.sys);
-    let g = gate::Gate::from_initramfs(&ctx.roots.initramfs, &b.bom)?;
+    let mut g = gate::Gate::from_initramfs(&ctx.roots.initramfs, &b.bom)?;
+    g.policy.module_blacklist = crate::config::cmdline::module_blacklist(&ctx.cmdline);
     log::info!(
         "module gate: {} trusted certificate(s), {} symbol CRCs, vermagic {:?}",
         g.trust.certs.len(),
