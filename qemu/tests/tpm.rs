@@ -179,39 +179,17 @@ fn pcr13(o: &qemu::vm::Outcome) -> String {
     r.tpm.as_ref().unwrap().pcrs["sha256"][&13].clone()
 }
 
-/// A key of our own and one module re-signed twice with it (ECDSA: two different files,
-/// both trusted): the BOM stays the same, one module differs.
+/// Two RSA keys of our own (the 6.1 kernel verifies RSA only, and the gate follows it)
+/// and one module signed once with each: two different files, both trusted by the BOM;
+/// the BOM stays the same, one module differs.
 fn two_signings(
     dir: &std::path::Path,
-) -> (std::path::PathBuf, std::path::PathBuf, std::path::PathBuf) {
-    let key = dir.join("fleet.key");
-    let cert = dir.join("fleet.pem");
-    let der = dir.join("fleet.der");
+) -> (
+    Vec<std::path::PathBuf>,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
     let ok = |c: &mut Command| assert!(c.output().unwrap().status.success(), "{c:?}");
-    ok(Command::new("openssl")
-        .args([
-            "req",
-            "-new",
-            "-x509",
-            "-nodes",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=fleet modules",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert));
-    ok(Command::new("openssl")
-        .args(["x509", "-outform", "DER", "-in"])
-        .arg(&cert)
-        .arg("-out")
-        .arg(&der));
     let kernel = qemu::paths::kernel("default").unwrap();
     let tree = mkinitramfs::closure::KernelTree::open(&kernel.root).unwrap();
     let orig = std::fs::read(tree.moddir.join(&tree.files["crc16"])).unwrap();
@@ -219,8 +197,25 @@ fn two_signings(
         .unwrap()
         .body
         .to_vec();
-    let mut out = Vec::new();
+    let (mut certs, mut out) = (Vec::new(), Vec::new());
     for i in 0..2 {
+        let key = dir.join(format!("fleet-{i}.key"));
+        let cert = dir.join(format!("fleet-{i}.pem"));
+        let der = dir.join(format!("fleet-{i}.der"));
+        ok(Command::new("openssl")
+            .args([
+                "req", "-new", "-x509", "-nodes", "-newkey", "rsa:2048", "-days", "2",
+            ])
+            .args(["-subj", &format!("/CN=fleet modules {i}")])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&cert));
+        ok(Command::new("openssl")
+            .args(["x509", "-outform", "DER", "-in"])
+            .arg(&cert)
+            .arg("-out")
+            .arg(&der));
         let m = dir.join(format!("crc16-{i}.ko"));
         std::fs::write(&m, &body).unwrap();
         ok(Command::new("/usr/lib/linux-kbuild-6.1/scripts/sign-file")
@@ -228,24 +223,25 @@ fn two_signings(
             .arg(&key)
             .arg(&der)
             .arg(&m));
+        certs.push(cert);
         out.push(m);
     }
     assert_ne!(
         std::fs::read(&out[0]).unwrap(),
         std::fs::read(&out[1]).unwrap()
     );
-    (cert, out[0].clone(), out[1].clone())
+    (certs, out[0].clone(), out[1].clone())
 }
 
 #[test]
 fn same_inputs_same_pcr_different_bom_or_module_different_pcr() {
     let dir = qemu::paths::run_dir("tpm-determinism").unwrap();
-    let (cert, m0, m1) = two_signings(&dir);
+    let (certs, m0, m1) = two_signings(&dir);
     let with = |module: &std::path::Path, image: &str| {
         let mut s = Scenario::good().unwrap();
         s.name = format!("tpm-det-{image}");
         s.bom.image_id = validator::config::bom::Version(image.into());
-        s.bom.policy.trust = vec![cert.display().to_string()];
+        s.bom.policy.trust = certs.iter().map(|c| c.display().to_string()).collect();
         // Our key is trusted by the gate, not by the kernel's keyring: the kernel taints
         // with E, which this BOM allows.
         s.bom.policy.taint_allowed = validator::config::bom::TaintLetters("E".into());
