@@ -39,53 +39,7 @@ use crate::scenario::Scenario;
 use crate::vm::{self, KillAt, Outcome, Run, Throttle, VmConfig};
 use crate::HarnessError;
 
-/// An A/B slot.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Slot {
-    A,
-    B,
-}
-
-impl Slot {
-    pub const ALL: [Slot; 2] = [Slot::A, Slot::B];
-
-    /// `A` or `B`, as in grubenv's variable names and the ESP's directories.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Slot::A => "A",
-            Slot::B => "B",
-        }
-    }
-
-    /// `a` or `b`, as in the systemd-boot entry names.
-    pub fn lower(self) -> &'static str {
-        match self {
-            Slot::A => "a",
-            Slot::B => "b",
-        }
-    }
-
-    pub fn other(self) -> Slot {
-        match self {
-            Slot::A => Slot::B,
-            Slot::B => Slot::A,
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Slot> {
-        match s {
-            "A" | "a" => Some(Slot::A),
-            "B" | "b" => Some(Slot::B),
-            _ => None,
-        }
-    }
-}
-
-impl std::fmt::Display for Slot {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use crate::firmware::Slot;
 
 /// How the VM starts the kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -485,7 +439,7 @@ pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
         firmware::build_esp(&spec, &esp_img, &dir.join("esp-files"))?;
         match two.esp {
             EspCondition::Full => {
-                crate::faults::fill_fat(&esp_img)?;
+                crate::firmware::fill_fat(&esp_img)?;
             }
             EspCondition::CorruptGrubenv => {
                 let esp = Esp::image(&esp_img);

@@ -314,53 +314,6 @@ pub fn corrupt_bom(good: &str) -> Vec<u8> {
     b
 }
 
-/// Fills the FAT image `image` (a partition image, mtools-readable) to its last cluster
-/// with one file, so that no directory or file can be created on it.
-pub fn fill_fat(image: &Path) -> Result<u64, HarnessError> {
-    let free = fat_free_bytes(image)?;
-    let filler = image.with_extension("filler");
-    let f = std::fs::File::create(&filler).map_err(|e| HarnessError::io(&filler, e))?;
-    f.set_len(free).map_err(|e| HarnessError::io(&filler, e))?;
-    drop(f);
-    disk::run(
-        Command::new("mcopy")
-            .env("MTOOLS_SKIP_CHECK", "1")
-            .arg("-i")
-            .arg(image)
-            .arg(&filler)
-            .arg("::/FILLER.BIN"),
-    )?;
-    let _ = std::fs::remove_file(&filler);
-    let left = fat_free_bytes(image)?;
-    if left != 0 {
-        return Err(HarnessError::Setup(format!(
-            "{}: {left} bytes still free after filling",
-            image.display()
-        )));
-    }
-    Ok(free)
-}
-
-/// The free bytes of a FAT image, as `mdir` counts them.
-fn fat_free_bytes(image: &Path) -> Result<u64, HarnessError> {
-    let out = disk::run(
-        Command::new("mdir")
-            .env("MTOOLS_SKIP_CHECK", "1")
-            .arg("-i")
-            .arg(image)
-            .arg("::/"),
-    )?;
-    out.lines()
-        .find_map(|l| {
-            let l = l.trim();
-            let n = l.strip_suffix("bytes free")?;
-            n.trim().replace([' ', ','], "").parse().ok()
-        })
-        .ok_or_else(|| {
-            HarnessError::Setup(format!("mdir {}: no free count: {out}", image.display()))
-        })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -35,9 +35,56 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::ab::Slot;
 use crate::disk;
 use crate::HarnessError;
+
+/// An A/B slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Slot {
+    A,
+    B,
+}
+
+impl Slot {
+    pub const ALL: [Slot; 2] = [Slot::A, Slot::B];
+
+    /// `A` or `B`, as in grubenv's variable names and the ESP's directories.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Slot::A => "A",
+            Slot::B => "B",
+        }
+    }
+
+    /// `a` or `b`, as in the systemd-boot entry names.
+    pub fn lower(self) -> &'static str {
+        match self {
+            Slot::A => "a",
+            Slot::B => "b",
+        }
+    }
+
+    pub fn other(self) -> Slot {
+        match self {
+            Slot::A => Slot::B,
+            Slot::B => Slot::A,
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Slot> {
+        match s {
+            "A" | "a" => Some(Slot::A),
+            "B" | "b" => Some(Slot::B),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// GPT type of an EFI System Partition.
 pub const ESP_TYPE: &str = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B";
@@ -188,6 +235,46 @@ pub fn entry_name(slot: Slot, tries: Option<u32>) -> String {
         Some(n) => format!("slot-{}+{n}.conf", slot.lower()),
         None => format!("slot-{}.conf", slot.lower()),
     }
+}
+
+/// Fills the FAT image `image` (a partition image, mtools-readable) to its last cluster
+/// with one file, so that no directory or file can be created on it.
+pub fn fill_fat(image: &Path) -> Result<u64, HarnessError> {
+    let free = fat_free_bytes(image)?;
+    let filler = image.with_extension("filler");
+    let f = std::fs::File::create(&filler).map_err(|e| HarnessError::io(&filler, e))?;
+    f.set_len(free).map_err(|e| HarnessError::io(&filler, e))?;
+    drop(f);
+    disk::run(
+        mtools("mcopy")
+            .arg("-i")
+            .arg(image)
+            .arg(&filler)
+            .arg("::/FILLER.BIN"),
+    )?;
+    let _ = std::fs::remove_file(&filler);
+    let left = fat_free_bytes(image)?;
+    if left != 0 {
+        return Err(HarnessError::Setup(format!(
+            "{}: {left} bytes still free after filling",
+            image.display()
+        )));
+    }
+    Ok(free)
+}
+
+/// The free bytes of a FAT image, as `mdir` counts them.
+fn fat_free_bytes(image: &Path) -> Result<u64, HarnessError> {
+    let out = disk::run(mtools("mdir").arg("-i").arg(image).arg("::/"))?;
+    out.lines()
+        .find_map(|l| {
+            let l = l.trim();
+            let n = l.strip_suffix("bytes free")?;
+            n.trim().replace([' ', ','], "").parse().ok()
+        })
+        .ok_or_else(|| {
+            HarnessError::Setup(format!("mdir {}: no free count: {out}", image.display()))
+        })
 }
 
 fn mtools(tool: &str) -> Command {
