@@ -15,17 +15,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn validator(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_validator"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod run;
+use run::validator;
 
 fn ws() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
