@@ -155,6 +155,27 @@ impl Builder {
         p
     }
 
+    /// Adds a `crc8` case: `body` signed with the PKCS#7 `good` as `edit` changed it.
+    fn add_edited(
+        &mut self,
+        id: &str,
+        row: &'static str,
+        what: &'static str,
+        body: &[u8],
+        good: &[u8],
+        edit: impl FnOnce(&mut Pkcs7),
+    ) {
+        let mut t = Pkcs7::parse(good);
+        edit(&mut t);
+        self.add(
+            id,
+            row,
+            what,
+            "crc8",
+            &elf::append_signature(body, &t.encode()),
+        );
+    }
+
     /// `sign-file [-k] <hash> key cert` over `body`: the whole signed module.
     fn sign_file(&mut self, body: &[u8], key: &Key, hash: &str, skid: bool) -> Vec<u8> {
         let m = self.tmp(body);
@@ -366,41 +387,31 @@ pub fn build(kernel: Kernel, kernels: &Path, keys: &Keys, out: &Path) -> Set {
         "crc8",
         &elf::append_signature(&body, &p),
     );
-    let mut t = Pkcs7::parse(&good);
-    *t.content_type().last_mut().unwrap() = 3;
-    b.add(
+    b.add_edited(
         "S13",
         "S13",
         "outer contentType envelopedData",
-        "crc8",
-        &elf::append_signature(&body, &t.encode()),
+        &body,
+        &good,
+        |t| {
+            *t.content_type().last_mut().unwrap() = 3;
+        },
     );
-    let mut t = Pkcs7::parse(&good);
-    *t.version() = vec![2];
-    b.add(
-        "S14",
-        "S14",
-        "SignedData version 2",
-        "crc8",
-        &elf::append_signature(&body, &t.encode()),
-    );
-    let mut t = Pkcs7::parse(&good);
-    *t.signer(0).kids_mut()[0].bytes_mut() = vec![2];
-    b.add(
-        "S15",
-        "S15",
-        "SignerInfo version 2",
-        "crc8",
-        &elf::append_signature(&body, &t.encode()),
-    );
-    let mut t = Pkcs7::parse(&good);
-    *t.version() = vec![3];
-    b.add(
+    b.add_edited("S14", "S14", "SignedData version 2", &body, &good, |t| {
+        *t.version() = vec![2];
+    });
+    b.add_edited("S15", "S15", "SignerInfo version 2", &body, &good, |t| {
+        *t.signer(0).kids_mut()[0].bytes_mut() = vec![2];
+    });
+    b.add_edited(
         "S16",
         "S16",
         "SignedData version 3 around a SignerInfo version 1",
-        "crc8",
-        &elf::append_signature(&body, &t.encode()),
+        &body,
+        &good,
+        |t| {
+            *t.version() = vec![3];
+        },
     );
     let skid_signed = b.sign_file(&body, &k.snake, sha256, true);
     let mut t = Pkcs7::parse(&elf::pkcs7(&skid_signed));
@@ -426,33 +437,29 @@ pub fn build(kernel: Kernel, kernels: &Path, keys: &Keys, out: &Path) -> Set {
         "crc8",
         &elf::append_signature(&body, &p),
     );
-    let mut t = Pkcs7::parse(&good);
-    *t.encap().kids_mut()[0].bytes_mut() = der::oid("1.2.840.113549.1.7.2");
-    b.add(
+    b.add_edited(
         "S19a",
         "S19",
         "eContentType signedData",
-        "crc8",
-        &elf::append_signature(&body, &t.encode()),
+        &body,
+        &good,
+        |t| {
+            *t.encap().kids_mut()[0].bytes_mut() = der::oid("1.2.840.113549.1.7.2");
+        },
     );
-    let mut t = Pkcs7::parse(&good);
-    *t.encap().kids_mut()[0].bytes_mut() = der::oid("1.3.6.1.4.1.311.2.1.4");
-    b.add(
+    b.add_edited(
         "S19b",
         "S19",
         "eContentType msIndirectData without signed attributes",
-        "crc8",
-        &elf::append_signature(&body, &t.encode()),
+        &body,
+        &good,
+        |t| {
+            *t.encap().kids_mut()[0].bytes_mut() = der::oid("1.3.6.1.4.1.311.2.1.4");
+        },
     );
-    let mut t = Pkcs7::parse(&good);
-    t.signer_infos().clear();
-    b.add(
-        "S20a",
-        "S20",
-        "no SignerInfo",
-        "crc8",
-        &elf::append_signature(&body, &t.encode()),
-    );
+    b.add_edited("S20a", "S20", "no SignerInfo", &body, &good, |t| {
+        t.signer_infos().clear();
+    });
     let mut t = Pkcs7::parse(&good);
     let mut with_attrs = Pkcs7::parse(&b.cms(&body, &k.db2, sha256, &["-nocerts", "-nosmimecap"]));
     let second = with_attrs.signer(0).clone();
@@ -504,16 +511,17 @@ pub fn build(kernel: Kernel, kernels: &Path, keys: &Keys, out: &Path) -> Set {
         "crc8",
         &elf::append_signature(&body, extra),
     );
-    let mut t = Pkcs7::parse(&good);
-    let si = t.signer(0);
-    let i = der::signer_sig_alg_index(si);
-    si.kids_mut()[i] = der::alg("1.2.840.113549.1.1.11", true);
-    b.add(
+    b.add_edited(
         "S25a",
         "S25",
         "signatureAlgorithm sha256WithRSAEncryption",
-        "crc8",
-        &elf::append_signature(&body, &t.encode()),
+        &body,
+        &good,
+        |t| {
+            let si = t.signer(0);
+            let i = der::signer_sig_alg_index(si);
+            si.kids_mut()[i] = der::alg("1.2.840.113549.1.1.11", true);
+        },
     );
     let p = b.cms(
         &body,
@@ -550,39 +558,42 @@ pub fn build(kernel: Kernel, kernels: &Path, keys: &Keys, out: &Path) -> Set {
         "crc8",
         &elf::append_signature(&body, &t.encode()),
     );
-    let mut t = Pkcs7::parse(&good);
-    t.digest_algorithms().clear();
-    b.add(
+    b.add_edited(
         "S27a",
         "S27",
         "empty SignedData digestAlgorithms",
-        "crc8",
-        &elf::append_signature(&body, &t.encode()),
+        &body,
+        &good,
+        |t| {
+            t.digest_algorithms().clear();
+        },
     );
-    let mut t = Pkcs7::parse(&good);
-    t.digest_algorithms()
-        .insert(0, der::alg("1.2.840.113549.2.5", true));
-    b.add(
+    b.add_edited(
         "S27b",
         "S27",
         "md5 added to the SignedData digestAlgorithms",
-        "crc8",
-        &elf::append_signature(&body, &t.encode()),
+        &body,
+        &good,
+        |t| {
+            t.digest_algorithms()
+                .insert(0, der::alg("1.2.840.113549.2.5", true));
+        },
     );
-    let mut t = Pkcs7::parse(&good);
-    t.signer(0).kids_mut()[2] = Node::cons(
-        der::SEQ,
-        vec![
-            Node::prim(der::OID, &der::oid("2.16.840.1.101.3.4.2.1")),
-            Node::prim(der::INT, &[5]),
-        ],
-    );
-    b.add(
+    b.add_edited(
         "S27c",
         "S27",
         "the signer's digest algorithm with an INTEGER parameter",
-        "crc8",
-        &elf::append_signature(&body, &t.encode()),
+        &body,
+        &good,
+        |t| {
+            t.signer(0).kids_mut()[2] = Node::cons(
+                der::SEQ,
+                vec![
+                    Node::prim(der::OID, &der::oid("2.16.840.1.101.3.4.2.1")),
+                    Node::prim(der::INT, &[5]),
+                ],
+            );
+        },
     );
 
     // ---- certificates in the message, signers, keys ----
@@ -604,15 +615,16 @@ pub fn build(kernel: Kernel, kernels: &Path, keys: &Keys, out: &Path) -> Set {
         "crc8",
         &elf::append_signature(&body, &p),
     );
-    let mut t = Pkcs7::parse(&good);
-    t.certificates()
-        .push(Node::cons(der::SEQ, vec![Node::prim(der::INT, &[0])]));
-    b.add(
+    b.add_edited(
         "S28b",
         "S28",
         "a malformed certificate embedded (db-key signer)",
-        "crc8",
-        &elf::append_signature(&body, &t.encode()),
+        &body,
+        &good,
+        |t| {
+            t.certificates()
+                .push(Node::cons(der::SEQ, vec![Node::prim(der::INT, &[0])]));
+        },
     );
     let p = b.cms(&body, &k.fleet, sha256, &["-noattr"]);
     b.add(
