@@ -23,9 +23,13 @@ fn example(name: &str) -> String {
         .to_string()
 }
 
-fn tmp() -> PathBuf {
-    let d = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(format!("../target/test-tmp/report-{}", std::process::id()));
+/// A scratch directory of this test's own: `tag` names the test, since the tests of one
+/// binary run in parallel in one process and would otherwise remove each other's files.
+fn tmp(tag: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "../target/test-tmp/report-{tag}-{}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
     d
@@ -89,7 +93,7 @@ fn previous_renders_the_failed_slots_report() {
 
 #[test]
 fn metrics_labels_and_timeline_files() {
-    let d = tmp();
+    let d = tmp("metrics");
     let prom = d.join("bad.prom");
     let nfd = d.join("validator");
     let svg = d.join("good.svg");
@@ -144,7 +148,7 @@ fn metrics_labels_and_timeline_files() {
 
 #[test]
 fn hostile_reports_are_refused_or_defused() {
-    let d = tmp();
+    let d = tmp("hostile");
     let empty = d.join("empty.json");
     std::fs::write(&empty, "").unwrap();
     let junk = d.join("junk.json");
