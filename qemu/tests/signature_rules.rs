@@ -171,6 +171,9 @@ const EXPECTED: &[(&str, &str, &str, &str)] = &[
     ("S34a", "EINVAL", "EINVAL", ""),
     ("S34b", "EKEYREJECTED", "EKEYREJECTED", ""),
     ("S35a", "ok -", "ok -", ""),
+    ("S35c", "EKEYREJECTED", "EKEYREJECTED", ""),
+    ("S35d", "ok -", "ok -", ""),
+    ("S35e", "EKEYREJECTED", "EKEYREJECTED", ""),
     (
         "S35b",
         "ok E",
@@ -312,7 +315,6 @@ const DISAGREE: &[(&str, bool, Option<Kernel>)] = &[
     ("S12", false, None),
     ("S24", false, None),
     ("S26", false, Some(Kernel::K612)),
-    ("S35a", false, None),
     ("S37b", false, None),
     ("S38", true, None),
     ("S40", true, None),

@@ -373,8 +373,11 @@ fn sigrule_two_signers_one_bad() {
 #[test]
 fn sigrule_chain() {
     expect(&[
-        ("S35a", None, &["untrusted-signer"]),
+        ("S35a", None, &[]),
         ("S35b", None, &["untrusted-signer"]),
+        ("S35c", None, &["bad-signature"]),
+        ("S35d", None, &[]),
+        ("S35e", None, &["bad-signature"]),
     ]);
 }
 

@@ -728,6 +728,42 @@ pub fn build(kernel: Kernel, kernels: &Path, keys: &Keys, out: &Path) -> Set {
         "crc8",
         &elf::append_signature(&body, &p),
     );
+    let good = b.cms(&body, &k.leaf, sha256, &["-noattr"]);
+    b.add_edited(
+        "S35c",
+        "S35",
+        "signed by a leaf of the db CA, the leaf embedded with its certificate's signature broken",
+        &body,
+        &good,
+        |t| {
+            let cert = &mut t.certificates()[0];
+            *cert.kids_mut()[2].bytes_mut().last_mut().unwrap() ^= 1;
+        },
+    );
+    let mid = k.mid.cert.to_str().unwrap().to_string();
+    let good = b.cms(&body, &k.leaf2, sha256, &["-noattr", "-certfile", &mid]);
+    b.add(
+        "S35d",
+        "S35",
+        "signed by a leaf of an intermediate of the db CA, leaf and intermediate embedded",
+        "crc8",
+        &elf::append_signature(&body, &good),
+    );
+    b.add_edited(
+        "S35e",
+        "S35",
+        "as S35d, the leaf's certificate signature (by the embedded intermediate) broken",
+        &body,
+        &good,
+        |t| {
+            let certs = t.certificates();
+            let leaf = certs
+                .iter_mut()
+                .find(|c| String::from_utf8_lossy(&c.kids()[0].encode()).contains("sigcases leaf2"))
+                .unwrap();
+            *leaf.kids_mut()[2].bytes_mut().last_mut().unwrap() ^= 1;
+        },
+    );
     let m = b.sign_file(&body, &k.rsa2560, sha256, false);
     b.add("S36a", "S36", "signed by an RSA-2560 key in db", "crc8", &m);
     let m = b.sign_file(&body, &k.p384, sha384, false);

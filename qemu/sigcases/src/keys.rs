@@ -5,6 +5,8 @@
 //! | `snake`  | RSA-2048, OVMF's snakeoil test key (`ovmf` package), self-signed CA | yes |
 //! | `db2`    | RSA-3072      | yes |
 //! | `leaf`   | RSA-2048 issued by `snake` (never in db itself) | through `snake` |
+//! | `mid`    | RSA-2048 CA issued by `snake` (never in db itself) | through `snake` |
+//! | `leaf2`  | RSA-2048 issued by `mid` | through `mid` and `snake` |
 //! | `p384`   | ECDSA P-384   | 6.12 only (6.1 has no ECDSA) |
 //! | `p521`   | ECDSA P-521   | 6.12 only |
 //! | `rsa2560`| RSA-2560      | no: the kernel's RSA takes 512/1024/1536/2048/3072/4096 bits |
@@ -58,6 +60,8 @@ pub struct Keys {
     pub snake: Key,
     pub db2: Key,
     pub leaf: Key,
+    pub mid: Key,
+    pub leaf2: Key,
     pub p384: Key,
     pub p521: Key,
     pub rsa2560: Key,
@@ -87,6 +91,49 @@ fn self_signed(dir: &Path, name: &'static str, newkey: &[&str], extra: &[&str]) 
         .arg("-out")
         .arg(&cert));
     Key { name, key, cert }
+}
+
+/// A key with a certificate issued by `ca` (serial `serial`), carrying its own subject
+/// key identifier and its issuer's as authority key identifier; a CA when `is_ca`.
+fn issue(dir: &Path, name: &'static str, ca: &Key, is_ca: bool, serial: u32) -> Key {
+    let k = Key {
+        name,
+        key: dir.join(format!("{name}.key")),
+        cert: dir.join(format!("{name}.pem")),
+    };
+    let csr = dir.join(format!("{name}.csr"));
+    let ext = dir.join(format!("{name}.ext"));
+    let basic = if is_ca {
+        "basicConstraints=critical,CA:TRUE\nkeyUsage=keyCertSign,digitalSignature\n"
+    } else {
+        "basicConstraints=critical,CA:FALSE\nkeyUsage=digitalSignature\n"
+    };
+    std::fs::write(
+        &ext,
+        format!("{basic}subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n"),
+    )
+    .unwrap();
+    run(Command::new("openssl")
+        .args(["req", "-new", "-nodes", "-newkey", "rsa:2048"])
+        .args(["-subj", &format!("/CN=sigcases {name}")])
+        .arg("-keyout")
+        .arg(&k.key)
+        .arg("-out")
+        .arg(&csr));
+    run(Command::new("openssl")
+        .args(["x509", "-req", "-days", "36500", "-set_serial"])
+        .arg(serial.to_string())
+        .arg("-in")
+        .arg(&csr)
+        .arg("-CA")
+        .arg(&ca.cert)
+        .arg("-CAkey")
+        .arg(&ca.key)
+        .arg("-extfile")
+        .arg(&ext)
+        .arg("-out")
+        .arg(&k.cert));
+    k
 }
 
 impl Keys {
@@ -128,51 +175,18 @@ impl Keys {
         let ed25519 = mk("ed25519", vec!["ed25519".into()]);
         let comment = format!("nsComment={}", "A".repeat(70_000));
         let big = self_signed(dir, "big", &["rsa:2048"], &["-addext", &comment]);
-        // A leaf issued by the snakeoil CA, named by its issuer's key identifier.
-        let leaf = Key {
-            name: "leaf",
-            key: dir.join("leaf.key"),
-            cert: dir.join("leaf.pem"),
-        };
-        let csr = dir.join("leaf.csr");
-        let ext = dir.join("leaf.ext");
-        std::fs::write(
-            &ext,
-            "basicConstraints=critical,CA:FALSE\nkeyUsage=digitalSignature\n\
-             subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n",
-        )
-        .unwrap();
-        run(Command::new("openssl")
-            .args(["req", "-new", "-nodes", "-newkey", "rsa:2048"])
-            .args(["-subj", "/CN=sigcases leaf"])
-            .arg("-keyout")
-            .arg(&leaf.key)
-            .arg("-out")
-            .arg(&csr));
-        run(Command::new("openssl")
-            .args([
-                "x509",
-                "-req",
-                "-days",
-                "36500",
-                "-set_serial",
-                "4242",
-                "-in",
-            ])
-            .arg(&csr)
-            .arg("-CA")
-            .arg(&snake.cert)
-            .arg("-CAkey")
-            .arg(&snake.key)
-            .arg("-extfile")
-            .arg(&ext)
-            .arg("-out")
-            .arg(&leaf.cert));
+        // A leaf issued by the snakeoil CA, named by its issuer's key identifier; an
+        // intermediate CA issued by it, and a leaf of that intermediate.
+        let leaf = issue(dir, "leaf", &snake, false, 4242);
+        let mid = issue(dir, "mid", &snake, true, 4243);
+        let leaf2 = issue(dir, "leaf2", &mid, false, 4244);
         Keys {
             dir: dir.to_path_buf(),
             snake,
             db2,
             leaf,
+            mid,
+            leaf2,
             p384,
             p521,
             rsa2560,

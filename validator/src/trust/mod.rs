@@ -232,6 +232,33 @@ pub struct Cert {
     pub key: PublicKey,
     /// SHA-256 of the DER: the certificate fingerprint.
     pub sha256: [u8; 32],
+    /// The subject name, DER (compared with the issuer to find self-signed certificates).
+    pub subject_der: Vec<u8>,
+    /// The authority key identifier: who issued this certificate, as the kernel's X.509
+    /// parser reads it (`auth_ids`).
+    pub akid: Akid,
+    /// The signed part (`TBSCertificate`, DER), its signature algorithm OID and the
+    /// signature: what an issuer's key verifies when this certificate is a chain link.
+    pub tbs: Vec<u8>,
+    pub sig_alg: String,
+    pub signature: Vec<u8>,
+}
+
+/// A certificate's authority key identifier extension, as the kernel keeps it: the key
+/// identifier (`auth_ids[1]`), and the issuer name and serial (`auth_ids[0]`, only when
+/// both are there and the name is a directory name).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Akid {
+    pub keyid: Option<Vec<u8>>,
+    /// (issuer name DER, serial bytes as encoded).
+    pub issuer_serial: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl Akid {
+    /// Neither part is there: the certificate names no issuer key.
+    pub fn is_empty(&self) -> bool {
+        self.keyid.is_none() && self.issuer_serial.is_none()
+    }
 }
 
 impl Cert {
@@ -302,10 +329,19 @@ impl Cert {
                 .and_then(|e| der::asn1::OctetString::from_der(e.extn_value.as_bytes()).ok())
                 .map(|o| o.as_bytes().to_vec())
         });
+        let akid = match tbs
+            .extensions
+            .as_ref()
+            .and_then(|exts| exts.iter().find(|e| e.extn_id.to_string() == "2.5.29.35"))
+        {
+            Some(e) => akid_of(e.extn_value.as_bytes()).map_err(bad)?,
+            None => Akid::default(),
+        };
         Ok(Cert {
             der: der.to_vec(),
             origin: origin.to_string(),
             subject_cn: common_name(&tbs.subject),
+            subject_der: tbs.subject.to_der().map_err(|e| bad(e.to_string()))?,
             subject,
             issuer_der: tbs.issuer.to_der().map_err(|e| bad(e.to_string()))?,
             issuer_cn: common_name(&tbs.issuer),
@@ -313,6 +349,10 @@ impl Cert {
             skid,
             key,
             sha256: sha2::Sha256::digest(der).into(),
+            akid,
+            tbs: tbs.to_der().map_err(|e| bad(e.to_string()))?,
+            sig_alg: c.signature_algorithm.oid.to_string(),
+            signature: c.signature.raw_bytes().to_vec(),
         })
     }
 
@@ -354,6 +394,28 @@ impl Cert {
             }
         }
     }
+}
+
+/// Reads an authority key identifier extension's value (RFC 5280 4.2.1.1). The issuer
+/// and serial count only together and only for a directory name, as in the kernel's
+/// `x509_akid_note_serial`.
+fn akid_of(value: &[u8]) -> Result<Akid, String> {
+    use x509_cert::ext::pkix::name::GeneralName;
+    let a = x509_cert::ext::pkix::AuthorityKeyIdentifier::from_der(value)
+        .map_err(|e| format!("authority key identifier: {e}"))?;
+    let name = a.authority_cert_issuer.as_ref().and_then(|names| {
+        names.iter().find_map(|n| match n {
+            GeneralName::DirectoryName(d) => d.to_der().ok(),
+            _ => None,
+        })
+    });
+    Ok(Akid {
+        keyid: a.key_identifier.as_ref().map(|k| k.as_bytes().to_vec()),
+        issuer_serial: match (name, a.authority_cert_serial_number.as_ref()) {
+            (Some(n), Some(s)) => Some((n, s.as_bytes().to_vec())),
+            _ => None,
+        },
+    })
 }
 
 /// Splits PEM text into the DER of each `CERTIFICATE` block.

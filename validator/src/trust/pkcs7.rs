@@ -2,7 +2,10 @@
 //! subject key identifier, as the kernel's `pkcs7_verify.c` does), check that the
 //! signature algorithm fits the signer's key and digest, and verify the signature over
 //! the content's digest, or over the signed attributes when there are any (then their
-//! message digest must match the content).
+//! message digest must match the content). For module signatures, the kernel's chain
+//! rules too: the embedded certificates that issued the signer's
+//! ([`embedded_chain`], `pkcs7_verify_sig_chain`) and the trust store lookups of
+//! `pkcs7_validate_trust_one` ([`validate_trust`]).
 
 use crate::formats::pkcs7::{parse, HashAlg, Pkcs7Error, SignerView};
 use crate::trust::{Cert, PublicKey, TrustError, TrustStore};
@@ -116,4 +119,218 @@ pub fn verify_detached<'a>(
     let digest = s.digest.digest(content);
     let cert = verify_signer(&s, &digest, store)?;
     Ok(Verified { signer: s, cert })
+}
+
+/// Whether `c` is self-signed as the kernel's `x509_check_for_self_signed` decides before
+/// it checks the self-signature: subject and issuer equal, and an authority key
+/// identifier, when there is one, naming the certificate itself.
+fn names_itself(c: &Cert) -> bool {
+    if c.subject_der != c.issuer_der {
+        return false;
+    }
+    if c.akid.is_empty() {
+        return true;
+    }
+    let by_key = c.akid.keyid.is_some() && c.akid.keyid == c.skid;
+    let by_id = c
+        .akid
+        .issuer_serial
+        .as_ref()
+        .is_some_and(|(i, s)| *i == c.issuer_der && *s == c.serial);
+    by_key || by_id
+}
+
+/// The certificate in `store` that `child`'s authority key identifier names, as the
+/// kernel's `find_asymmetric_key(keyring, auth_ids[0], auth_ids[1])`: by issuer and
+/// serial when the identifier has them (then a key identifier that disagrees is a
+/// rejection), else by key identifier. `Ok(None)`: none.
+pub fn find_issuer<'a>(
+    child: &Cert,
+    store: &'a TrustStore,
+) -> Result<Option<&'a Cert>, VerifyError> {
+    match (&child.akid.issuer_serial, &child.akid.keyid) {
+        (Some((issuer, serial)), keyid) => {
+            let Some(c) = store.by_issuer_serial(issuer, serial) else {
+                return Ok(None);
+            };
+            if keyid.is_some() && c.skid != *keyid {
+                return Err(VerifyError::Algorithm(format!(
+                    "certificate {}: its authority's issuer and serial name {} but the key \
+                     identifier does not match it",
+                    child.label(),
+                    c.label()
+                )));
+            }
+            Ok(Some(c))
+        }
+        (None, Some(k)) => Ok(store.by_skid(k)),
+        (None, None) => Ok(None),
+    }
+}
+
+/// Verifies that `issuer`'s key signed `child` (its TBSCertificate under its signature
+/// algorithm). `has_digest` says whether the kernel can hash with the algorithm.
+pub fn verify_cert(
+    child: &Cert,
+    issuer: &Cert,
+    has_digest: impl Fn(HashAlg) -> bool,
+) -> Result<(), VerifyError> {
+    let digest = cert_sig_digest(&child.sig_alg).ok_or_else(|| {
+        VerifyError::Algorithm(format!(
+            "certificate {}: unsupported signature algorithm {}",
+            child.label(),
+            child.sig_alg
+        ))
+    })?;
+    if !has_digest(digest) {
+        return Err(VerifyError::Algorithm(format!(
+            "certificate {}: digest {} is not available in this kernel",
+            child.label(),
+            digest.name()
+        )));
+    }
+    check_sig_alg(&child.sig_alg, digest, &issuer.key)?;
+    let d = digest.digest(&child.tbs);
+    issuer
+        .verify_digest(digest, &d, &child.signature)
+        .map_err(|e| match e {
+            TrustError::BadSignature { cert, algo } => TrustError::BadSignature {
+                cert: format!("{cert}, over certificate {}", child.label()),
+                algo,
+            },
+            other => other,
+        })?;
+    Ok(())
+}
+
+/// The digest a certificate's signature algorithm names (a certificate's algorithm
+/// always names one).
+fn cert_sig_digest(oid: &str) -> Option<HashAlg> {
+    Some(match oid {
+        "1.2.840.113549.1.1.5" | "1.2.840.10045.4.1" => HashAlg::Sha1,
+        "1.2.840.113549.1.1.14" | "1.2.840.10045.4.3.1" => HashAlg::Sha224,
+        "1.2.840.113549.1.1.11" | "1.2.840.10045.4.3.2" => HashAlg::Sha256,
+        "1.2.840.113549.1.1.12" | "1.2.840.10045.4.3.3" => HashAlg::Sha384,
+        "1.2.840.113549.1.1.13" | "1.2.840.10045.4.3.4" => HashAlg::Sha512,
+        _ => return None,
+    })
+}
+
+/// The chain of certificates a message carries for one signer, as the kernel's
+/// `pkcs7_verify_sig_chain` builds it: the signer's own certificate (found by the
+/// signer's identifier in `embedded`), then each certificate's issuer among the embedded
+/// ones (by the authority key identifier), every link's signature verified with the
+/// issuer's key. It ends at a self-signed certificate (`self_signed`: true) or at one
+/// whose issuer the message does not carry; a loop ends it too. Empty when the signer's
+/// certificate is not embedded. A link that does not verify, or an issuer found by name
+/// whose key identifier disagrees, is an error (the kernel refuses the message).
+pub fn embedded_chain<'m>(
+    s: &SignerView,
+    embedded: &'m TrustStore,
+    has_digest: impl Fn(HashAlg) -> bool + Copy,
+) -> Result<(Vec<&'m Cert>, bool), VerifyError> {
+    let Ok(mut x) = find_signer(s, embedded) else {
+        return Ok((Vec::new(), false));
+    };
+    let mut chain = vec![x];
+    loop {
+        if names_itself(x) {
+            return Ok((chain, true));
+        }
+        let Some(p) = find_issuer(x, embedded)? else {
+            return Ok((chain, false));
+        };
+        if chain.iter().any(|c| std::ptr::eq(*c, p)) {
+            return Ok((chain, false));
+        }
+        verify_cert(x, p, has_digest)?;
+        chain.push(p);
+        x = p;
+    }
+}
+
+/// How a signer reached the trust store.
+#[derive(Debug)]
+pub enum Anchored<'a> {
+    /// A trusted key verified the signature, or the last embedded certificate.
+    Trusted(&'a Cert),
+    /// No trusted key found (the kernel's ENOKEY); `unusable` names a trusted
+    /// certificate that would have matched but whose key this kernel cannot hold.
+    NoKey { unusable: Option<String> },
+}
+
+/// The kernel's `pkcs7_validate_trust_one` for one signer whose content digest is
+/// `digest` and whose embedded chain is `chain` ([`embedded_chain`]):
+/// 1. each certificate of the chain, in order, looked up in `store` by its issuer and
+///    serial (a key identifier that disagrees is a rejection): the first found verifies
+///    the signer's signature (for the signer's own certificate) or the signature of the
+///    certificate before it; an unknown self-signed certificate ends the search;
+/// 2. else the last certificate's issuer, by its authority key identifier, verifies
+///    that certificate's signature;
+/// 3. else the signer's own identifier, looked up directly, verifies the signature.
+///
+/// `unusable` says why a trusted certificate's key cannot be used by this kernel (it
+/// never entered a keyring there); such a certificate is skipped. A signature that does
+/// not verify with the key found is an error, as in the kernel (EKEYREJECTED).
+pub fn validate_trust<'a>(
+    s: &SignerView,
+    digest: &[u8],
+    chain: (&[&Cert], bool),
+    store: &'a TrustStore,
+    has_digest: impl Fn(HashAlg) -> bool + Copy,
+    unusable: impl Fn(&Cert) -> Option<String>,
+) -> Result<Anchored<'a>, VerifyError> {
+    let mut skipped = None;
+    let usable = |c: &'a Cert, skipped: &mut Option<String>| match unusable(c) {
+        Some(why) => {
+            skipped
+                .get_or_insert_with(|| format!("signer {} is trusted here but {why}", c.label()));
+            None
+        }
+        None => Some(c),
+    };
+    let (chain, ends_self_signed) = chain;
+    for (i, x) in chain.iter().enumerate() {
+        if let Some(k) = store
+            .by_issuer_serial(&x.issuer_der, &x.serial)
+            .and_then(|c| usable(c, &mut skipped))
+        {
+            if x.skid.is_some() && k.skid != x.skid {
+                return Err(VerifyError::Algorithm(format!(
+                    "certificate {} is in the trust store by issuer and serial as {}, but \
+                     the key identifiers differ",
+                    x.label(),
+                    k.label()
+                )));
+            }
+            match i.checked_sub(1).and_then(|j| chain.get(j)) {
+                None => {
+                    check_sig_alg(&s.sig_alg, s.digest, &k.key)?;
+                    k.verify_digest(s.digest, digest, &s.signature)?;
+                }
+                Some(child) => verify_cert(child, k, has_digest)?,
+            }
+            return Ok(Anchored::Trusted(k));
+        }
+        if ends_self_signed && i + 1 == chain.len() {
+            return Ok(Anchored::NoKey { unusable: skipped });
+        }
+    }
+    if let Some(last) = chain.last() {
+        if let Some(k) = find_issuer(last, store)?.and_then(|c| usable(c, &mut skipped)) {
+            verify_cert(last, k, has_digest)?;
+            return Ok(Anchored::Trusted(k));
+        }
+    }
+    match find_signer(s, store) {
+        Ok(k) => match usable(k, &mut skipped) {
+            Some(k) => {
+                verify_signer(s, digest, store)?;
+                Ok(Anchored::Trusted(k))
+            }
+            None => Ok(Anchored::NoKey { unusable: skipped }),
+        },
+        Err(VerifyError::UntrustedSigner { .. }) => Ok(Anchored::NoKey { unusable: skipped }),
+        Err(e) => Err(e),
+    }
 }

@@ -20,9 +20,12 @@
 //! - **signature**: PKCS#7 over the module body as `verify_pkcs7_signature` judges a
 //!   module's: the parser's rules (65535 bytes, versions, signature algorithms, embedded
 //!   certificates the X.509 parser takes), no signed attributes, each signer against its
-//!   embedded certificate, then every signer in the trust store (one trusted, valid
-//!   signer is enough; a trusted one that fails refuses), with the digests and keys the
-//!   running kernel supports ([`KernelRules`]: Debian's configuration by release);
+//!   embedded certificate and that certificate's chain through the other embedded ones
+//!   (`pkcs7_verify_sig_chain`), then every signer in the trust store as
+//!   `pkcs7_validate_trust_one` looks: a certificate of the chain, the issuer of its last
+//!   certificate, or the signer directly (one trusted, valid signer is enough; a trusted
+//!   one that fails refuses), with the digests and keys the running kernel supports
+//!   ([`KernelRules`]: Debian's configuration by release);
 //! - **GPL-only symbols**: a module whose licence is not GPL-compatible may not import
 //!   `_GPL` exports;
 //! - **policy**: out-of-tree modules only when the BOM lists them, the NVIDIA flavour by
@@ -33,9 +36,10 @@
 //!
 //! - **`module_blacklist=`**: a module the command line names is refused.
 //!
-//! Limits (`docs/SIGNATURE-RULES.md` lists them as GAP or STRICTER): duplicate exports and dbx module hashes are not checked, nor the namespaces of
-//! symbols other modules export (their `__crc_` exports carry none); an
-//! embedded signer certificate issued by a trusted key is not followed (S35).
+//! Limits (`docs/SIGNATURE-RULES.md` lists them as GAP or STRICTER): duplicate exports
+//! and dbx module hashes are not checked, nor the namespaces of symbols other modules
+//! export (their `__crc_` exports carry none); the self-signature of an embedded
+//! self-signed certificate is not verified (the kernel's X.509 parser does).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -48,7 +52,7 @@ use crate::formats::kmod::modinfo::{self, Compression};
 use crate::formats::kmod::sig::{self, SigError};
 use crate::formats::kmod::symvers::Symvers;
 use crate::formats::pkcs7;
-use crate::trust::pkcs7::{verify_signer, VerifyError};
+use crate::trust::pkcs7::{verify_signer, Anchored};
 use crate::trust::TrustStore;
 
 /// What the gate holds modules to.
@@ -746,9 +750,10 @@ impl Gate {
                 }
             }
         }
+        let has_digest = |a: crate::trust::HashAlg| kc.is_none_or(|k| k.has_digest(a));
         let mut digests = Vec::with_capacity(msg.signers.len());
         for s in &msg.signers {
-            if !kc.is_none_or(|k| k.has_digest(s.digest)) {
+            if !has_digest(s.digest) {
                 digests.push(None);
                 continue;
             }
@@ -756,24 +761,41 @@ impl Gate {
                 (crate::trust::HashAlg::Sha256, Some(d)) => d.to_vec(),
                 (alg, _) => alg.digest(body),
             };
-            if !embedded.certs.is_empty() && crate::trust::pkcs7::find_signer(s, &embedded).is_ok()
-            {
-                if let Err(e) = verify_signer(s, &digest, &embedded) {
-                    v.reason(
-                        ReasonCode::BadSignature,
-                        format!("against the embedded certificate: {e}"),
-                    );
-                    return;
+            let chain = if embedded.certs.is_empty() {
+                (Vec::new(), false)
+            } else {
+                if crate::trust::pkcs7::find_signer(s, &embedded).is_ok() {
+                    if let Err(e) = verify_signer(s, &digest, &embedded) {
+                        v.reason(
+                            ReasonCode::BadSignature,
+                            format!("against the embedded certificate: {e}"),
+                        );
+                        return;
+                    }
                 }
-            }
-            digests.push(Some(digest));
+                // pkcs7_verify_sig_chain: the embedded certificates that issued the
+                // signer's, each link verified.
+                match crate::trust::pkcs7::embedded_chain(s, &embedded, has_digest) {
+                    Ok(c) => c,
+                    Err(e) => {
+                        v.reason(
+                            ReasonCode::BadSignature,
+                            format!("embedded certificate chain: {e}"),
+                        );
+                        return;
+                    }
+                }
+            };
+            digests.push(Some((digest, chain)));
         }
+        // pkcs7_validate_trust, every signer: the chain's certificates, the last one's
+        // issuer, then the signer directly, against the trust store.
         let mut trusted = false;
         let mut unsupported = None;
         let mut untrusted = None;
         let mut unusable_key = None;
         for (s, digest) in msg.signers.iter().zip(&digests) {
-            let Some(digest) = digest else {
+            let Some((digest, (chain, self_signed))) = digest else {
                 unsupported.get_or_insert_with(|| {
                     format!(
                         "digest {} is not built into kernel {} (a module there)",
@@ -783,27 +805,38 @@ impl Gate {
                 });
                 continue;
             };
-            let cert = match crate::trust::pkcs7::find_signer(s, &self.trust) {
-                Ok(c) => c,
-                Err(VerifyError::UntrustedSigner { signer, serial }) => {
-                    untrusted.get_or_insert_with(|| {
-                        format!("signer {signer} (key {serial}) is not in the trust store")
-                    });
-                    continue;
-                }
-                Err(e) => {
-                    v.reason(ReasonCode::BadSignature, e.to_string());
-                    return;
-                }
-            };
-            if let Some(why) = unusable(&cert.key, kc) {
-                unusable_key.get_or_insert_with(|| {
-                    format!("signer {} is trusted here but {why}", cert.label())
-                });
-                continue;
-            }
-            match verify_signer(s, digest, &self.trust) {
-                Ok(_) => trusted = true,
+            match crate::trust::pkcs7::validate_trust(
+                s,
+                digest,
+                (chain, *self_signed),
+                &self.trust,
+                has_digest,
+                |c| unusable(&c.key, kc),
+            ) {
+                Ok(Anchored::Trusted(_)) => trusted = true,
+                Ok(Anchored::NoKey { unusable: why }) => match why {
+                    Some(m) => {
+                        unusable_key.get_or_insert(m);
+                    }
+                    None => {
+                        untrusted.get_or_insert_with(|| {
+                            format!(
+                                "signer {} (key {}) is not in the trust store{}",
+                                if s.issuer_cn.is_empty() {
+                                    "(by key id)"
+                                } else {
+                                    &s.issuer_cn
+                                },
+                                s.key_id(),
+                                if chain.is_empty() {
+                                    ""
+                                } else {
+                                    ", nor is an issuer of its certificate"
+                                }
+                            )
+                        });
+                    }
+                },
                 Err(e) => {
                     v.reason(ReasonCode::BadSignature, e.to_string());
                     return;
