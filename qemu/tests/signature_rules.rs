@@ -173,7 +173,7 @@ const EXPECTED: &[(&str, &str, &str, &str)] = &[
     ("S35a", "ok -", "ok -", ""),
     ("S35c", "EKEYREJECTED", "EKEYREJECTED", ""),
     ("S35d", "ok -", "ok -", ""),
-    ("S35e", "EKEYREJECTED", "EKEYREJECTED", ""),
+    ("S35e", "EINVAL", "EINVAL", ""),
     (
         "S35b",
         "ok E",
