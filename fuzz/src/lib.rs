@@ -205,29 +205,47 @@ pub fn modinfo(data: &[u8]) {
 
 /// A signed module with `[u16 len][certificate DER]` in front: the trailer, the PKCS#7,
 /// the detached verification against a store holding that certificate, and the gate's
-/// check with that store, which may pass only what verified.
+/// check with that store. What the gate passes must rest on the trust and on the body:
+/// with an empty store it fails, and with one body byte changed it fails.
 pub fn modsig(data: &[u8]) {
     use validator::stages::modules::gate::{Gate, Policy};
     let (store, module) = framed_store(data);
-    let verified = match formats::kmod::sig::split(module) {
+    let body_len = match formats::kmod::sig::split(module) {
         Ok(s) => {
             let _ = formats::pkcs7::parse(s.pkcs7);
-            validator::trust::pkcs7::verify_detached(s.pkcs7, s.body, &store).is_ok()
+            let _ = validator::trust::pkcs7::verify_detached(s.pkcs7, s.body, &store);
+            Some(s.body.len())
         }
-        Err(_) => false,
+        Err(_) => None,
+    };
+    let policy = Policy {
+        require_signature: true,
+        ..Policy::default()
     };
     let gate = Gate {
         trust: store,
-        policy: Policy {
-            require_signature: true,
-            ..Policy::default()
-        },
+        policy: policy.clone(),
         ..Gate::default()
     };
     let (v, _) = gate.check("fuzz", "fuzz.ko", module);
+    if !v.pass {
+        return;
+    }
+    let untrusting = Gate {
+        policy,
+        ..Gate::default()
+    };
+    let (u, _) = untrusting.check("fuzz", "fuzz.ko", module);
+    assert!(!u.pass, "the gate passed a module with no trusted key: {u:?}");
+    let body_len = body_len.unwrap_or_else(|| panic!("the gate passed an unsigned module: {v:?}"));
+    let mut changed = module.to_vec();
+    if let Some(b) = changed.get_mut(body_len / 2) {
+        *b ^= 0x01;
+    }
+    let (c, _) = gate.check("fuzz", "fuzz.ko", &changed);
     assert!(
-        !v.pass || verified,
-        "the gate passed a module whose signature does not verify: {v:?}"
+        !c.pass,
+        "the gate passed a module after a body byte changed: {c:?}"
     );
 }
 
