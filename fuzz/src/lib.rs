@@ -236,7 +236,10 @@ pub fn modsig(data: &[u8]) {
         ..Gate::default()
     };
     let (u, _) = untrusting.check("fuzz", "fuzz.ko", module);
-    assert!(!u.pass, "the gate passed a module with no trusted key: {u:?}");
+    assert!(
+        !u.pass,
+        "the gate passed a module with no trusted key: {u:?}"
+    );
     let body_len = body_len.unwrap_or_else(|| panic!("the gate passed an unsigned module: {v:?}"));
     let mut changed = module.to_vec();
     if let Some(b) = changed.get_mut(body_len / 2) {

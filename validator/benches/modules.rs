@@ -4,7 +4,8 @@
 //! `cargo bench -p validator --bench modules -- [KERNEL_DIR] [SAMPLE]`
 //! (default `target/kernels/default`, 200 modules for openssl; a relative path is taken
 //! from the repository root when it does not exist in `validator/`, where cargo runs
-//! benchmarks). Not a test: it prints, and a failure stops it with a panic.
+//! benchmarks). Not a test: it prints, and a failure stops it with a panic. SHA-256 and
+//! the gate are timed [`RUNS`] times each, and the best run is printed.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -20,6 +21,9 @@ use std::time::Instant;
 
 use sha2::Digest;
 use validator::stages::modules::{batch, gate};
+
+/// Runs of each timed pass; the best counts.
+const RUNS: usize = 3;
 
 fn main() {
     let args: Vec<String> = std::env::args()
@@ -63,12 +67,17 @@ fn main() {
     let data: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
     let total: usize = data.iter().map(Vec::len).sum();
     let mb = total as f64 / 1e6;
-    let t = Instant::now();
+    // Each timing is the best of RUNS: the machines this runs on are shared, and the
+    // best run is the one least disturbed.
     let mut x = 0u8;
-    for d in &data {
-        x ^= sha2::Sha256::digest(d)[0];
+    let mut sha_s = f64::INFINITY;
+    for _ in 0..RUNS {
+        let t = Instant::now();
+        for d in &data {
+            x ^= sha2::Sha256::digest(d)[0];
+        }
+        sha_s = sha_s.min(t.elapsed().as_secs_f64());
     }
-    let sha_s = t.elapsed().as_secs_f64();
     drop(data);
     let sha = mb / sha_s;
     println!(
@@ -99,10 +108,13 @@ fn main() {
     }
     let mut results = Vec::new();
     for jobs in [1, cores] {
-        let b = batch::check_files(&g, &files, jobs);
-        let failed = b.verdicts.iter().filter(|v| !v.pass).count();
-        assert_eq!(failed, 0, "modules failed the gate");
-        let s = b.elapsed.as_secs_f64();
+        let mut s = f64::INFINITY;
+        for _ in 0..RUNS {
+            let b = batch::check_files(&g, &files, jobs);
+            let failed = b.verdicts.iter().filter(|v| !v.pass).count();
+            assert_eq!(failed, 0, "modules failed the gate");
+            s = s.min(b.elapsed.as_secs_f64());
+        }
         results.push((jobs, s));
         println!(
             "validator modules check, {jobs} thread(s): {:>8.0} MB/s   ({:.2})  {:.2} s",

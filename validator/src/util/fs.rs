@@ -112,7 +112,13 @@ pub fn read_open_limited(f: &File, path: &Path, limit: u64) -> Result<Vec<u8>, I
             limit,
         });
     }
-    let mut buf = Vec::new();
+    // A regular file's size is known: one allocation of it (and the byte that shows the
+    // end) instead of growing, and copying, the buffer while reading.
+    let mut buf = if meta.is_file() {
+        Vec::with_capacity(usize::try_from(meta.len()).map_or(0, |n| n.saturating_add(1)))
+    } else {
+        Vec::new()
+    };
     f.take(limit.saturating_add(1))
         .read_to_end(&mut buf)
         .map_err(|source| InputError::Io {

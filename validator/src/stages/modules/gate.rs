@@ -565,6 +565,12 @@ impl Gate {
             .get("license")
             .is_some_and(|l| GPL_COMPATIBLE.contains(&l));
         let mut seen = BTreeSet::new();
+        // The kernel's check_version takes the first `__versions` record of a name; one
+        // map instead of a scan per import (modules import hundreds of symbols).
+        let mut versions = std::collections::HashMap::with_capacity(elf.versions.len());
+        for r in &elf.versions {
+            versions.entry(r.symbol.as_str()).or_insert(r);
+        }
         // check_modstruct_version first, then simplify_symbols in symbol-table order.
         let layout = (table.map.contains_key(MODULE_LAYOUT)).then_some((MODULE_LAYOUT, false));
         let undefined = elf.undefined.iter().map(|u| (u.name.as_str(), u.weak));
@@ -593,7 +599,7 @@ impl Gate {
                     x.namespace
                 ));
             }
-            match elf.version_of(name) {
+            match versions.get(name) {
                 None => missing.push(name.to_string()),
                 Some(e) if e.crc != u64::from(x.crc) => bad.push(format!(
                     "disagrees about version of symbol {name} (module {:#010x}, {} {:#010x})",
