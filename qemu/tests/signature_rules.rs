@@ -151,6 +151,7 @@ const EXPECTED: &[(&str, &str, &str, &str)] = &[
         "Loading of module with unsupported crypto is rejected",
     ),
     ("S28b", "EBADMSG", "EBADMSG", ""),
+    ("S28c", "EINVAL", "EINVAL", ""),
     ("S29a", "EKEYREJECTED", "EKEYREJECTED", ""),
     ("S29b", "EKEYREJECTED", "EKEYREJECTED", ""),
     (

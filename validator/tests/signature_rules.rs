@@ -324,6 +324,7 @@ fn sigrule_extra_cert() {
     expect(&[
         ("S28a", None, &["unsupported-crypto"]),
         ("S28b", None, &["bad-pkcs7"]),
+        ("S28c", None, &["bad-signature"]),
     ]);
 }
 

@@ -626,6 +626,24 @@ pub fn build(kernel: Kernel, kernels: &Path, keys: &Keys, out: &Path) -> Set {
                 .push(Node::cons(der::SEQ, vec![Node::prim(der::INT, &[0])]));
         },
     );
+    let db2 = k.db2.cert.to_str().unwrap().to_string();
+    let p = b.cms(
+        &body,
+        &k.snake,
+        sha256,
+        &["-noattr", "-nocerts", "-certfile", &db2],
+    );
+    b.add_edited(
+        "S28c",
+        "S28",
+        "a self-signed certificate embedded with its self-signature broken (db-key signer)",
+        &body,
+        &p,
+        |t| {
+            let cert = &mut t.certificates()[0];
+            *cert.kids_mut()[2].bytes_mut().last_mut().unwrap() ^= 1;
+        },
+    );
     let p = b.cms(&body, &k.fleet, sha256, &["-noattr"]);
     b.add(
         "S29a",

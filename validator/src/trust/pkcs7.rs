@@ -23,6 +23,9 @@ pub enum VerifyError {
     Algorithm(String),
     #[error("{0}")]
     Signature(#[from] TrustError),
+    /// A certificate of the message (its self-signature, its issuer link) is refused.
+    #[error("{0}")]
+    Certificate(String),
 }
 
 /// The result of a successful verification.
@@ -121,23 +124,48 @@ pub fn verify_detached<'a>(
     Ok(Verified { signer: s, cert })
 }
 
-/// Whether `c` is self-signed as the kernel's `x509_check_for_self_signed` decides before
-/// it checks the self-signature: subject and issuer equal, and an authority key
-/// identifier, when there is one, naming the certificate itself.
-fn names_itself(c: &Cert) -> bool {
+/// Whether `c` is self-signed, as the kernel's X.509 parser decides
+/// (`x509_check_for_self_signed`): subject and issuer equal, an authority key identifier,
+/// when there is one, naming the certificate itself (both parts when it has both: one
+/// naming it and the other not is a rejection), and the signature verified with the
+/// certificate's own key (a failure is a rejection: the kernel refuses the certificate,
+/// and with it the message that carries it). A digest the kernel lacks makes it "not
+/// self-signed" rather than an error, as there.
+pub fn self_signed(c: &Cert, has_digest: impl Fn(HashAlg) -> bool) -> Result<bool, VerifyError> {
     if c.subject_der != c.issuer_der {
-        return false;
+        return Ok(false);
     }
-    if c.akid.is_empty() {
-        return true;
+    if !c.akid.is_empty() {
+        let by_key = c.akid.keyid.is_some() && c.akid.keyid == c.skid;
+        let by_id = c
+            .akid
+            .issuer_serial
+            .as_ref()
+            .is_some_and(|(i, s)| *i == c.issuer_der && *s == c.serial);
+        if !by_key && !by_id {
+            return Ok(false);
+        }
+        if by_key != by_id && c.akid.keyid.is_some() && c.akid.issuer_serial.is_some() {
+            return Err(VerifyError::Certificate(format!(
+                "certificate {}: its authority key identifier names it by one part and not                  by the other",
+                c.label()
+            )));
+        }
     }
-    let by_key = c.akid.keyid.is_some() && c.akid.keyid == c.skid;
-    let by_id = c
-        .akid
-        .issuer_serial
-        .as_ref()
-        .is_some_and(|(i, s)| *i == c.issuer_der && *s == c.serial);
-    by_key || by_id
+    match cert_sig_digest(&c.sig_alg) {
+        Some(d) if has_digest(d) => {}
+        _ => return Ok(false),
+    }
+    verify_cert(c, c, has_digest).map_err(|e| match e {
+        VerifyError::Signature(TrustError::BadSignature { .. }) => {
+            VerifyError::Certificate(format!(
+                "certificate {}: its self-signature does not verify",
+                c.label()
+            ))
+        }
+        other => other,
+    })?;
+    Ok(true)
 }
 
 /// The certificate in `store` that `child`'s authority key identifier names, as the
@@ -154,7 +182,7 @@ pub fn find_issuer<'a>(
                 return Ok(None);
             };
             if keyid.is_some() && c.skid != *keyid {
-                return Err(VerifyError::Algorithm(format!(
+                return Err(VerifyError::Certificate(format!(
                     "certificate {}: its authority's issuer and serial name {} but the key \
                      identifier does not match it",
                     child.label(),
@@ -176,20 +204,25 @@ pub fn verify_cert(
     has_digest: impl Fn(HashAlg) -> bool,
 ) -> Result<(), VerifyError> {
     let digest = cert_sig_digest(&child.sig_alg).ok_or_else(|| {
-        VerifyError::Algorithm(format!(
+        VerifyError::Certificate(format!(
             "certificate {}: unsupported signature algorithm {}",
             child.label(),
             child.sig_alg
         ))
     })?;
     if !has_digest(digest) {
-        return Err(VerifyError::Algorithm(format!(
+        return Err(VerifyError::Certificate(format!(
             "certificate {}: digest {} is not available in this kernel",
             child.label(),
             digest.name()
         )));
     }
-    check_sig_alg(&child.sig_alg, digest, &issuer.key)?;
+    check_sig_alg(&child.sig_alg, digest, &issuer.key).map_err(|e| match e {
+        VerifyError::Algorithm(m) => {
+            VerifyError::Certificate(format!("certificate {}: {m}", child.label()))
+        }
+        other => other,
+    })?;
     let d = digest.digest(&child.tbs);
     issuer
         .verify_digest(digest, &d, &child.signature)
@@ -234,7 +267,7 @@ pub fn embedded_chain<'m>(
     };
     let mut chain = vec![x];
     loop {
-        if names_itself(x) {
+        if self_signed(x, has_digest)? {
             return Ok((chain, true));
         }
         let Some(p) = find_issuer(x, embedded)? else {
@@ -296,7 +329,7 @@ pub fn validate_trust<'a>(
             .and_then(|c| usable(c, &mut skipped))
         {
             if x.skid.is_some() && k.skid != x.skid {
-                return Err(VerifyError::Algorithm(format!(
+                return Err(VerifyError::Certificate(format!(
                     "certificate {} is in the trust store by issuer and serial as {}, but \
                      the key identifiers differ",
                     x.label(),

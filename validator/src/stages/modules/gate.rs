@@ -19,7 +19,8 @@
 //!   `.gnu.linkonce.this_module`, one `.modinfo` on 6.12);
 //! - **signature**: PKCS#7 over the module body as `verify_pkcs7_signature` judges a
 //!   module's: the parser's rules (65535 bytes, versions, signature algorithms, embedded
-//!   certificates the X.509 parser takes), no signed attributes, each signer against its
+//!   certificates the X.509 parser takes, a self-signed one only with a valid
+//!   self-signature), no signed attributes, each signer against its
 //!   embedded certificate and that certificate's chain through the other embedded ones
 //!   (`pkcs7_verify_sig_chain`), then every signer in the trust store as
 //!   `pkcs7_validate_trust_one` looks: a certificate of the chain, the issuer of its last
@@ -38,8 +39,7 @@
 //!
 //! Limits (`docs/SIGNATURE-RULES.md` lists them as GAP or STRICTER): duplicate exports
 //! and dbx module hashes are not checked, nor the namespaces of symbols other modules
-//! export (their `__crc_` exports carry none); the self-signature of an embedded
-//! self-signed certificate is not verified (the kernel's X.509 parser does).
+//! export (their `__crc_` exports carry none).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -743,10 +743,22 @@ impl Gate {
         // pkcs7_verify_one, every signer: the digest (ENOPKG marks the signer
         // unsupported), then the signature against the signer's own certificate when the
         // message embeds it; a failure there is fatal whatever the trust.
+        let has_digest = |a: crate::trust::HashAlg| kc.is_none_or(|k| k.has_digest(a));
         let mut embedded = crate::trust::TrustStore::new();
         for c in &msg.certs {
             match crate::trust::Cert::from_der(&c.der, "the signature") {
-                Ok(cert) => embedded.add(cert),
+                // x509_cert_parse: a self-signed certificate whose self-signature fails
+                // is refused, and the whole message with it.
+                Ok(cert) => {
+                    if let Err(e) = crate::trust::pkcs7::self_signed(&cert, has_digest) {
+                        v.reason(
+                            ReasonCode::BadSignature,
+                            format!("embedded certificate: {e}"),
+                        );
+                        return;
+                    }
+                    embedded.add(cert)
+                }
                 Err(e) => {
                     v.reason(
                         ReasonCode::BadSignature,
@@ -756,7 +768,6 @@ impl Gate {
                 }
             }
         }
-        let has_digest = |a: crate::trust::HashAlg| kc.is_none_or(|k| k.has_digest(a));
         let mut digests = Vec::with_capacity(msg.signers.len());
         for s in &msg.signers {
             if !has_digest(s.digest) {
