@@ -16,6 +16,15 @@
 use qemu::sigrules::{self, Mode};
 use sigcases::Kernel;
 
+/// The errno of an RSA signature whose bytes were changed, checked outside the trust
+/// lookup (against an embedded certificate): the crypto layer's own, and it depends on the
+/// value the changed signature decrypts to. A leading byte that is not zero is EINVAL
+/// (pkcs1pad on 6.1, rsassa-pkcs1 on 6.12: "no leading 0 byte"), a zero one followed by
+/// anything but 0x01 EBADMSG; with fresh keys each run the second happens now and then
+/// (seen once on 6.12 for S34a). Both are a refusal; `|` separates the answers a row
+/// takes.
+const GARBLED: &str = "EINVAL|EBADMSG";
+
 /// The kernel's answer per case: id, without enforcement, with enforcement (lockdown for
 /// the S42 cases, which run only there), and a line the enforcing (or lockdown) load logs
 /// (`""`: none expected). `ok E` is a load with taint E, `ok -` one without taint.
@@ -151,7 +160,7 @@ const EXPECTED: &[(&str, &str, &str, &str)] = &[
         "Loading of module with unsupported crypto is rejected",
     ),
     ("S28b", "EBADMSG", "EBADMSG", ""),
-    ("S28c", "EINVAL", "EINVAL", ""),
+    ("S28c", GARBLED, GARBLED, ""),
     ("S29a", "EKEYREJECTED", "EKEYREJECTED", ""),
     ("S29b", "EKEYREJECTED", "EKEYREJECTED", ""),
     (
@@ -169,12 +178,12 @@ const EXPECTED: &[(&str, &str, &str, &str)] = &[
     ("S32", "EKEYREJECTED", "EKEYREJECTED", ""),
     ("S33a", "ok -", "ok -", ""),
     ("S33b", "ok -", "ok -", ""),
-    ("S34a", "EINVAL", "EINVAL", ""),
+    ("S34a", GARBLED, GARBLED, ""),
     ("S34b", "EKEYREJECTED", "EKEYREJECTED", ""),
     ("S35a", "ok -", "ok -", ""),
     ("S35c", "EKEYREJECTED", "EKEYREJECTED", ""),
     ("S35d", "ok -", "ok -", ""),
-    ("S35e", "EINVAL", "EINVAL", ""),
+    ("S35e", GARBLED, GARBLED, ""),
     (
         "S35b",
         "ok E",
@@ -325,6 +334,11 @@ const DISAGREE: &[(&str, bool, Option<Kernel>)] = &[
     ("V20", false, None),
 ];
 
+/// Whether the kernel's answer `got` is one the table's `want` allows (`A|B`: either).
+fn fits(got: &str, want: &str) -> bool {
+    want.split('|').any(|w| w == got)
+}
+
 /// `ok taint=E` as the table writes it: `ok E`; no taint: `ok -`.
 fn short(a: &sigrules::Answer) -> String {
     if !a.loaded() {
@@ -405,7 +419,7 @@ fn judge(k: Kernel) {
             enf_mode.label(),
             short(ge)
         ));
-        if short(ge) != enf {
+        if !fits(&short(ge), enf) {
             failures.push(format!(
                 "{id} {}: kernel {} but the table says {enf}",
                 enf_mode.label(),
@@ -417,7 +431,7 @@ fn judge(k: Kernel) {
         }
         if !c.lockdown {
             match got_no {
-                Some(a) if short(a) == no_enf => {}
+                Some(a) if fits(&short(a), no_enf) => {}
                 Some(a) => failures.push(format!(
                     "{id} noenforce: kernel {} but the table says {no_enf}",
                     short(a)
