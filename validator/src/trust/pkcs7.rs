@@ -253,13 +253,16 @@ fn cert_sig_digest(oid: &str) -> Option<HashAlg> {
 /// `pkcs7_verify_sig_chain` builds it: the signer's own certificate (found by the
 /// signer's identifier in `embedded`), then each certificate's issuer among the embedded
 /// ones (by the authority key identifier), every link's signature verified with the
-/// issuer's key. It ends at a self-signed certificate (`self_signed`: true) or at one
+/// issuer's key. It ends at a certificate `is_self_signed` says is self-signed (the
+/// caller decided that once per certificate with [`self_signed`], as the kernel's parser
+/// does; the returned flag is then true) or at one
 /// whose issuer the message does not carry; a loop ends it too. Empty when the signer's
 /// certificate is not embedded. A link that does not verify, or an issuer found by name
 /// whose key identifier disagrees, is an error (the kernel refuses the message).
 pub fn embedded_chain<'m>(
     s: &SignerView,
     embedded: &'m TrustStore,
+    is_self_signed: impl Fn(&Cert) -> bool,
     has_digest: impl Fn(HashAlg) -> bool + Copy,
 ) -> Result<(Vec<&'m Cert>, bool), VerifyError> {
     let Ok(mut x) = find_signer(s, embedded) else {
@@ -267,7 +270,7 @@ pub fn embedded_chain<'m>(
     };
     let mut chain = vec![x];
     loop {
-        if self_signed(x, has_digest)? {
+        if is_self_signed(x) {
             return Ok((chain, true));
         }
         let Some(p) = find_issuer(x, embedded)? else {

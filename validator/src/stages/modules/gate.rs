@@ -745,20 +745,28 @@ impl Gate {
         // message embeds it; a failure there is fatal whatever the trust.
         let has_digest = |a: crate::trust::HashAlg| kc.is_none_or(|k| k.has_digest(a));
         let mut embedded = crate::trust::TrustStore::new();
+        // The self-signed certificates (by fingerprint), decided once here with their
+        // signatures verified, for every signer's chain below.
+        let mut self_signed = BTreeSet::new();
         for c in &msg.certs {
             match crate::trust::Cert::from_der(&c.der, "the signature") {
                 // x509_cert_parse: a self-signed certificate whose self-signature fails
                 // is refused, and the whole message with it.
-                Ok(cert) => {
-                    if let Err(e) = crate::trust::pkcs7::self_signed(&cert, has_digest) {
+                Ok(cert) => match crate::trust::pkcs7::self_signed(&cert, has_digest) {
+                    Ok(yes) => {
+                        if yes {
+                            self_signed.insert(cert.sha256);
+                        }
+                        embedded.add(cert)
+                    }
+                    Err(e) => {
                         v.reason(
                             ReasonCode::BadSignature,
                             format!("embedded certificate: {e}"),
                         );
                         return;
                     }
-                    embedded.add(cert)
-                }
+                },
                 Err(e) => {
                     v.reason(
                         ReasonCode::BadSignature,
@@ -792,7 +800,12 @@ impl Gate {
                 }
                 // pkcs7_verify_sig_chain: the embedded certificates that issued the
                 // signer's, each link verified.
-                match crate::trust::pkcs7::embedded_chain(s, &embedded, has_digest) {
+                match crate::trust::pkcs7::embedded_chain(
+                    s,
+                    &embedded,
+                    |c| self_signed.contains(&c.sha256),
+                    has_digest,
+                ) {
                     Ok(c) => c,
                     Err(e) => {
                         v.reason(
