@@ -57,7 +57,7 @@ fn main() -> ExitCode {
         }
         ["bench-recover", rest @ ..] => {
             let runs = rest.first().and_then(|r| r.parse().ok()).unwrap_or(3);
-            if let Err(e) = qemu::ab::bench_recover(runs) {
+            if let Err(e) = qemu::bench::bench_recover(runs) {
                 eprintln!("qemu-harness: {e}");
                 return ExitCode::from(2);
             }
@@ -84,7 +84,7 @@ fn main() -> ExitCode {
         }
         ["bench-boot-paths", rest @ ..] => {
             let runs = rest.first().and_then(|r| r.parse().ok()).unwrap_or(3);
-            if let Err(e) = qemu::ab::bench_boot_paths(runs) {
+            if let Err(e) = qemu::bench::bench_boot_paths(runs) {
                 eprintln!("qemu-harness: {e}");
                 return ExitCode::from(2);
             }
