@@ -9,7 +9,7 @@
 //! files are written under `target/qemu-runs/fault-files-<pid>/`. Verity faults use the
 //! variants of [`crate::verity`]. The A/B faults boot the gate's A/B node directly (no
 //! firmware, for speed) with its ESP absent, full, on a read-only disk, or with a grubenv
-//! GRUB cannot read ([`crate::ab::EspCondition`]); every A/B fault follows reboots, so a
+//! GRUB cannot read ([`crate::scenario::EspCondition`]); every A/B fault follows reboots, so a
 //! loop would show as more boots.
 //!
 //! Limits: the CRC fault is signed by a test key (trusted by the BOM, unknown to the

@@ -12,7 +12,7 @@
 //! timeout) with the log path. The process group is killed at the end, whatever happened.
 //!
 //! [`verity`] makes signed DPS verity roots, [`tpmcheck`] reads what the test root printed
-//! about its TPM, [`bench`] runs every benchmark: the boot against Debian's initramfs and the
+//! about its TPM, [`mod@bench`] runs every benchmark: the boot against Debian's initramfs and the
 //! floor ([`floor`]: a busybox initramfs that only loads the same modules and mounts the
 //! same root), PID 1's peak memory, the A/B boot paths and the time to recover.
 //!

@@ -2,7 +2,7 @@
 //!
 //! Contract: a [`Scenario`] is everything one boot needs (kernel, BOM, command line, root
 //! disk, initramfs extras, TPM, devices, and [`Boot`]: the boot path and the A/B layout of
-//! [`layout`]); [`Name`] is every scenario by name ([`name`]). [`Scenario::good`] is the
+//! `layout.rs`); [`Name`] is every scenario by name (`name.rs`). [`Scenario::good`] is the
 //! good boot every named scenario starts from. This module imports no set-up: the
 //! catalogue ([`crate::catalogue`]: `Scenario::named`) maps a name to its set-up (by
 //! topic: [`crate::basic`], [`crate::ab`], [`crate::preflight`], [`crate::faults`]), and
