@@ -25,10 +25,10 @@
 //! The kernel command line is the scenario's `cmdline` for both slots, plus
 //! `validator.slot=<slot>`; where the boot path carries options per slot (direct boots,
 //! systemd-boot entries) each slot also gets the options that name its own root
-//! ([`Roots::slot_options`]) and its [`crate::scenario::SlotImage::options`]. GRUB's shipped `grub.cfg`
-//! gives both slots the same line (from `node.cfg`), so there the slot's root must follow
-//! from `validator.slot=` and the BOM's `[slot]` templates (`root =
-//! "PARTLABEL=root-{slot}"`, `verity_sig = "PARTLABEL=root-{slot}-sig"`), or from the
+//! ([`Roots::slot_options`]) and its [`crate::scenario::SlotImage::options`]. GRUB's
+//! shipped `grub.cfg` gives both slots the same line (from `node.cfg`), so there the
+//! slot's root must follow from `validator.slot=` and the BOM's `[slot]` templates
+//! (`root = "PARTLABEL=root-{slot}"`, `verity_sig = "PARTLABEL=root-{slot}-sig"`), or from the
 //! slot's BOM alone ([`Roots::Verity`] with `RootHashSource::Bom`: the initramfs pins its
 //! root hash, which names its partitions).
 //!

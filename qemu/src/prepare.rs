@@ -130,8 +130,8 @@ impl Scenario {
         Bed::new(self, dir, cfg)
     }
 
-    /// Prepares and powers on once, following reboots as [`crate::scenario::Boot::follow_reboots`] says;
-    /// the images are removed afterwards.
+    /// Prepares and powers on once, following reboots as
+    /// [`crate::scenario::Boot::follow_reboots`] says; the images are removed afterwards.
     pub fn run_boots(&self) -> Result<Run, HarnessError> {
         self.bed()?.boot()
     }
