@@ -545,6 +545,13 @@ fn check(dir: &str) {
     let files = read_crate(&workspace().join(dir));
     assert!(!files.is_empty(), "{dir}: no sources");
     let all = edges(&files, depth);
+    // A scan that sees nothing would pass every crate: a crate of many files has imports.
+    assert!(
+        files.len() < 10 || all.len() > 10,
+        "{dir}: {} files but only {} edges found",
+        files.len(),
+        all.len()
+    );
     if let Some(msg) = describe(dir, &cycles(&all)) {
         panic!("{msg}");
     }
