@@ -18,7 +18,9 @@
 //! Current limits: a text scan, not name resolution: a path brought in by a glob
 //! (`use crate::a::*` then `b::x`) or through a re-export counts as an edge to the module
 //! it names, not to where the item lives; a bare relative path (`child::x`) is only valid
-//! from a module to its own children, which are not counted anyway. Macros are read as
+//! from a module to its own children, which are not counted anyway. A method of an
+//! inherent impl written in another module (`Scenario::named`, in `qemu::catalogue`) is
+//! called through its type, so the call is no edge to that module. Macros are read as
 //! the text they are written in. `src/bin/*` files are crate roots of their own and are
 //! not resolved.
 // Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
