@@ -3,25 +3,32 @@
 //! through OVMF with GRUB or systemd-boot; with reboots followed, power cuts and slow
 //! writes on request.
 //!
-//! Contract: a [`Scenario`] whose [`Boot`] asks for a firmware boot path or carries
-//! [`TwoSlots`] is prepared by [`prepare`]: in `<run dir>/slot-A` and `slot-B` each slot
-//! gets a root tree (the test root of [`crate::rootfs`] with `/etc/slot` holding `A` or
-//! `B`, printed by its init as `ROOT-SLOT A`), a root partition made from it (plain ext4
-//! labelled `root-A`, or a signed dm-verity root labelled `root-A`, `root-A-verity`,
-//! `root-A-sig`), its BOM (`bom.toml`; the verity root hash filled in when the BOM pins
-//! it) and its initramfs; then the ESP ([`crate::firmware::build_esp`]: both slots'
-//! kernels and initramfs images, GRUB's `grubenv` or systemd-boot's counted entries) and
-//! the GPT disk `disk.img` = ESP + slot A's partitions + slot B's. [`Scenario::bed`]
+//! Contract: a [`Scenario`] whose [`crate::scenario::Boot`] (described there, with
+//! [`TwoSlots`] and the rest of the A/B layout) asks for a firmware boot path or carries
+//! [`TwoSlots`] is prepared by [`prepare`] (called by `Scenario::prepare`): in
+//! `<run dir>/slot-A` and `slot-B` each slot gets a root tree (the test root of
+//! [`crate::rootfs`] with `/etc/slot` holding `A` or `B`, printed by its init as
+//! `ROOT-SLOT A`), a root partition made from it (plain ext4 labelled `root-A`, or a
+//! signed dm-verity root labelled `root-A`, `root-A-verity`, `root-A-sig`), its BOM
+//! (`bom.toml`; the verity root hash filled in when the BOM pins it) and its initramfs;
+//! then the ESP ([`crate::firmware::build_esp`]: both slots' kernels and initramfs
+//! images, GRUB's `grubenv` or systemd-boot's counted entries) and the GPT disk
+//! `disk.img` = ESP + slot A's partitions + slot B's. `Scenario::bed` ([`crate::prepare`])
 //! keeps that disk for several power-ons and for reading the ESP back on the host
-//! ([`Bed::esp`]); [`Scenario::run`] boots once and removes the images.
+//! ([`Bed::esp`]); `Scenario::run` boots once and removes the images.
+//!
+//! The A/B set-ups live here too: [`Scenario::two_slots`], [`Scenario::ab_gate`] and
+//! [`setup`] (the catalogue's A/B scenarios); the slot readers ([`root_slot`],
+//! [`grub_slot`], [`cmdline_slot`]) tell from a boot's console which slot ran. The A/B
+//! benchmarks are in [`crate::bench`].
 //!
 //! The kernel command line is the scenario's `cmdline` for both slots, plus
 //! `validator.slot=<slot>`; where the boot path carries options per slot (direct boots,
 //! systemd-boot entries) each slot also gets the options that name its own root
-//! ([`Roots::slot_options`]) and its [`SlotImage::options`]. GRUB's shipped `grub.cfg`
-//! gives both slots the same line (from `node.cfg`), so there the slot's root must follow
-//! from `validator.slot=` and the BOM's `[slot]` templates (`root =
-//! "PARTLABEL=root-{slot}"`, `verity_sig = "PARTLABEL=root-{slot}-sig"`), or from the
+//! ([`Roots::slot_options`]) and its [`crate::scenario::SlotImage::options`]. GRUB's
+//! shipped `grub.cfg` gives both slots the same line (from `node.cfg`), so there the
+//! slot's root must follow from `validator.slot=` and the BOM's `[slot]` templates
+//! (`root = "PARTLABEL=root-{slot}"`, `verity_sig = "PARTLABEL=root-{slot}-sig"`), or from the
 //! slot's BOM alone ([`Roots::Verity`] with `RootHashSource::Bom`: the initramfs pins its
 //! root hash, which names its partitions).
 //!
@@ -30,231 +37,18 @@
 
 use std::path::{Path, PathBuf};
 
-use validator::config::bom::{self as vbom, Bom, ModuleName, RootHashSource};
+use validator::config::bom::{self as vbom, RootHashSource};
 
 use crate::disk::{self, Content, PartitionSpec};
 use crate::firmware::{self, Esp, EspSlot, EspSpec, Loader, Ovmf};
-use crate::paths::{self, Kernel};
-use crate::scenario::Scenario;
-use crate::vm::{self, KillAt, Outcome, Run, Throttle, VmConfig};
+use crate::paths;
+use crate::scenario::{
+    gate_config, BootPath, EspCondition, Name, Roots, Scenario, TwoSlots, ESP_DISK,
+};
+use crate::vm::{self, Outcome, Run, VmConfig};
 use crate::HarnessError;
 
 pub use crate::firmware::Slot;
-
-/// How the VM starts the kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum BootPath {
-    /// QEMU's `-kernel`/`-initrd`/`-append` (SeaBIOS); fastest.
-    #[default]
-    Direct,
-    /// OVMF, then GRUB (`grub-mkstandalone`) with the shipped `grub.cfg` and `grubenv`.
-    Grub,
-    /// OVMF, then systemd-boot with counted BLS entries.
-    SystemdBoot,
-}
-
-/// What each slot's root is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Roots {
-    /// Plain ext4 labelled `root-A` / `root-B`, named by `root=PARTLABEL=root-<slot>`
-    /// where the boot path carries per-slot options (direct, systemd-boot); under GRUB
-    /// only a BOM `[slot] root` template names it.
-    Plain,
-    /// A dm-verity root per slot (DPS partition types, labels `root-A`, `root-A-verity`,
-    /// `root-A-sig`); the trusted root hash comes from the signature partition (named by
-    /// `validator.verity_sig=PARTLABEL=root-<slot>-sig` where options are per slot) or
-    /// from the slot's BOM (which then alone finds the slot's partitions, by the PARTUUIDs
-    /// made from the root hash).
-    Verity(RootHashSource),
-}
-
-impl Roots {
-    /// The options that name `slot`'s root on the command line (where the boot path can
-    /// carry options per slot).
-    pub fn slot_options(self, slot: Slot) -> String {
-        match self {
-            Roots::Plain => format!("root=PARTLABEL=root-{slot}"),
-            Roots::Verity(RootHashSource::Signature) => {
-                format!("validator.verity_sig=PARTLABEL=root-{slot}-sig")
-            }
-            Roots::Verity(RootHashSource::Bom) => String::new(),
-        }
-    }
-}
-
-/// One slot's image: what differs between A and B.
-#[derive(Debug, Clone)]
-pub struct SlotImage {
-    pub kernel: Kernel,
-    /// The slot's BOM (its `image_id` ends in `-A` / `-B` by default, so the report
-    /// tells which initramfs ran).
-    pub bom: Bom,
-    /// Packed with one byte of the ELF body flipped.
-    pub tampered_modules: Vec<String>,
-    /// Module files packed in place of the kernel's.
-    pub module_overrides: Vec<(String, PathBuf)>,
-    /// Shell the slot root's init runs after its marker (after the scenario's
-    /// `root_extra`).
-    pub root_extra: String,
-    /// What is done to the slot's verity root ([`Roots::Verity`] only).
-    pub verity: crate::verity::Variant,
-    /// Command-line options of this slot alone (direct and systemd-boot only).
-    pub options: String,
-}
-
-/// The state of the node's ESP (the fault matrix breaks it in these ways).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum EspCondition {
-    /// A partition of the node's disk, as built.
-    #[default]
-    Present,
-    /// No ESP at all (direct boots only: nothing else could start a boot loader).
-    Absent,
-    /// Filled to its last cluster by one file: nothing can be created on it (files that
-    /// exist can still be rewritten in place).
-    Full,
-    /// On a second disk of its own that QEMU attaches read-only (`readonly=on`: the
-    /// guest sees a write-protected device), as an ESP on locked media.
-    ReadOnlyDisk,
-    /// A grubenv whose signature line is damaged (one byte): GRUB cannot load it.
-    CorruptGrubenv,
-}
-
-/// The disk image of an ESP on a disk of its own ([`EspCondition::ReadOnlyDisk`]).
-pub const ESP_DISK: &str = "esp-disk.img";
-
-/// The A/B layout.
-#[derive(Debug, Clone)]
-pub struct TwoSlots {
-    pub roots: Roots,
-    pub a: SlotImage,
-    pub b: SlotImage,
-    /// GRUB's initial `grubenv` variables (default: both good, none tried, A first).
-    pub grubenv: Vec<(String, String)>,
-    /// systemd-boot's initial tries per entry (`slot-a+3.conf`); `None`: no counting.
-    pub tries: Option<u32>,
-    /// The slot a direct boot starts.
-    pub direct_slot: Slot,
-    /// The loader whose files the ESP holds on a direct boot (for code that reads the
-    /// boot state; nothing runs it).
-    pub direct_esp: Loader,
-    /// The ESP as built, or broken ([`EspCondition`]).
-    pub esp: EspCondition,
-}
-
-/// The slot's BOM made from `base`: `image_id` suffixed with `-<slot>`, the FAT modules
-/// in `modules.load` (so the init can mount the ESP), and for verity roots a `[verity]`
-/// section (with `dm_verity` loaded and, for signed roots, `trusted.pem` trusted) unless
-/// `base` has one.
-pub fn slot_bom(base: &Bom, slot: Slot, roots: Roots) -> Bom {
-    let mut b = base.clone();
-    b.image_id = vbom::Version(format!("{}-{slot}", base.image_id));
-    for m in ESP_MODULES {
-        if !b.modules.load.iter().any(|x| x.normalized() == *m) {
-            b.modules.load.push(ModuleName((*m).into()));
-        }
-    }
-    if let Roots::Verity(source) = roots {
-        if !b.modules.load.iter().any(|x| x.normalized() == "dm_verity") {
-            b.modules.load.push(ModuleName("dm_verity".into()));
-        }
-        if b.verity.is_none() {
-            b.verity = Some(vbom::Verity {
-                source,
-                algorithm: Some(vbom::VerityAlgorithm("sha256".into())),
-                data_block_size: Some(4096),
-                hash_block_size: Some(4096),
-                critical: vec![
-                    vbom::RootPath("/sbin/init".into()),
-                    vbom::RootPath("/bin/busybox".into()),
-                ],
-                ..Default::default()
-            });
-        }
-        if source == RootHashSource::Signature && !b.policy.trust.iter().any(|t| t == "trusted.pem")
-        {
-            b.policy.trust.push("trusted.pem".into());
-        }
-    }
-    b
-}
-
-/// The modules the init needs to mount the FAT ESP (Debian's 6.1 has them as modules:
-/// `vfat` over `fat`, code page 437 and the `ascii` I/O charset, the kernel's defaults).
-pub const ESP_MODULES: &[&str] = &["vfat", "fat", "nls_cp437", "nls_ascii"];
-
-impl TwoSlots {
-    /// Both slots from `base`'s kernel and BOM ([`slot_bom`]), nothing altered.
-    pub fn new(base: &Scenario, roots: Roots) -> TwoSlots {
-        let image = |slot| SlotImage {
-            kernel: base.kernel.clone(),
-            bom: slot_bom(&base.bom, slot, roots),
-            tampered_modules: Vec::new(),
-            module_overrides: Vec::new(),
-            root_extra: String::new(),
-            verity: crate::verity::Variant::Good,
-            options: String::new(),
-        };
-        TwoSlots {
-            roots,
-            a: image(Slot::A),
-            b: image(Slot::B),
-            grubenv: firmware::default_grubenv(),
-            tries: Some(3),
-            direct_slot: Slot::A,
-            direct_esp: Loader::Grub,
-            esp: EspCondition::Present,
-        }
-    }
-
-    pub fn slot(&self, s: Slot) -> &SlotImage {
-        match s {
-            Slot::A => &self.a,
-            Slot::B => &self.b,
-        }
-    }
-
-    pub fn slot_mut(&mut self, s: Slot) -> &mut SlotImage {
-        match s {
-            Slot::A => &mut self.a,
-            Slot::B => &mut self.b,
-        }
-    }
-}
-
-/// How a scenario boots (the default: kernel direct, one root, `-no-reboot`).
-#[derive(Debug, Clone, Default)]
-pub struct Boot {
-    pub path: BootPath,
-    /// The A/B layout; a firmware path without one gets [`TwoSlots::new`] with plain
-    /// roots.
-    pub slots: Option<TwoSlots>,
-    /// Follow reboots, up to this many boots ([`VmConfig::follow_reboots`]); the VM's
-    /// timeout is then per boot.
-    pub follow_reboots: Option<u32>,
-    pub kill_at: Option<KillAt>,
-    pub throttle: Option<Throttle>,
-    /// The console text that starts a boot ([`VmConfig::split_at`]).
-    pub split_at: Option<String>,
-}
-
-impl Boot {
-    /// Whether [`prepare`] builds the scenario (firmware path or A/B layout).
-    pub fn two_slots(&self) -> bool {
-        self.path != BootPath::Direct || self.slots.is_some()
-    }
-
-    /// Puts reboot following, the power cut and throttling into `cfg`.
-    pub fn apply(&self, cfg: &mut VmConfig) {
-        cfg.follow_reboots = self.follow_reboots;
-        if let Some(n) = self.follow_reboots {
-            cfg.timeout = cfg.timeout.saturating_mul(n.max(1));
-        }
-        cfg.kill_at = self.kill_at.clone();
-        cfg.throttle = self.throttle;
-        cfg.split_at = self.split_at.clone();
-    }
-}
 
 /// Printed by a slot root's init: `ROOT-SLOT A`.
 pub const ROOT_SLOT: &str = "ROOT-SLOT ";
@@ -613,34 +407,24 @@ impl Drop for Bed {
     }
 }
 
-impl TwoSlots {
-    /// Puts the gate's `[slot]` section into both slots' BOMs: the init's slot handling is
-    /// on.
-    pub fn with_gate(&mut self, cfg: &vbom::Slot) {
-        self.a.bom.slot = Some(cfg.clone());
-        self.b.bom.slot = Some(cfg.clone());
-    }
-}
-
-/// The gate's `[slot]` section for a node booted by `path` with `roots`: the boot loader,
-/// and the slot's root named by template where the boot loader gives both slots one
-/// command line (GRUB).
-pub fn gate_config(path: BootPath, roots: Roots) -> vbom::Slot {
-    let mut toml = String::new();
-    if path == BootPath::SystemdBoot {
-        toml.push_str("bootloader = \"systemd-boot\"\n");
-    }
-    match roots {
-        Roots::Plain => toml.push_str("root = \"PARTLABEL=root-{slot}\"\n"),
-        Roots::Verity(RootHashSource::Signature) => {
-            toml.push_str("verity_sig = \"PARTLABEL=root-{slot}-sig\"\n")
-        }
-        Roots::Verity(RootHashSource::Bom) => {}
-    }
-    // The test bed's own configuration: a bad value here is a bug of the test bed.
-    match vbom::Slot::from_toml(&toml) {
-        Ok(c) => c,
-        Err(e) => panic!("test bed [slot] section {toml:?}: {e}"),
+impl Bed {
+    /// The bed of scenario `s`, prepared in `dir` as `cfg` (`Scenario::bed`).
+    pub(crate) fn new(s: &Scenario, dir: PathBuf, cfg: VmConfig) -> Result<Bed, HarnessError> {
+        let slots = layout(s);
+        let loader = esp_loader(s.boot.path, &slots);
+        let disk = cfg
+            .disks
+            .first()
+            .cloned()
+            .ok_or_else(|| HarnessError::Setup(format!("scenario {}: no disk", s.name)))?;
+        Ok(Bed {
+            dir,
+            cfg,
+            disk,
+            loader,
+            slots,
+            power_ons: std::cell::Cell::new(0),
+        })
     }
 }
 
@@ -677,172 +461,85 @@ impl Scenario {
         s.boot.slots = Some(TwoSlots::new(&s, roots));
         Ok(s)
     }
-
-    /// Prepares the scenario in a fresh run directory and keeps it for [`Bed::boot`].
-    pub fn bed(&self) -> Result<Bed, HarnessError> {
-        let dir = paths::run_dir(&self.name)?;
-        let cfg = self.prepare(&dir)?;
-        let slots = layout(self);
-        let loader = esp_loader(self.boot.path, &slots);
-        let disk = cfg
-            .disks
-            .first()
-            .cloned()
-            .ok_or_else(|| HarnessError::Setup(format!("scenario {}: no disk", self.name)))?;
-        Ok(Bed {
-            dir,
-            cfg,
-            disk,
-            loader,
-            slots,
-            power_ons: std::cell::Cell::new(0),
-        })
-    }
-
-    /// Prepares and powers on once, following reboots as [`Boot::follow_reboots`] says;
-    /// the images are removed afterwards.
-    pub fn run_boots(&self) -> Result<Run, HarnessError> {
-        self.bed()?.boot()
-    }
 }
 
-/// One row of [`bench_boot_paths`]: host seconds from QEMU's start.
-#[derive(Debug, Clone, Copy)]
-pub struct PathSample {
-    pub run_init: f64,
-    pub root: f64,
-}
-
-/// Boots slot A of the same A/B node (verity roots pinned by each slot's BOM, so every
-/// path reaches the root) directly, through OVMF + GRUB and through OVMF + systemd-boot,
-/// `runs` times each in turn, and prints the median host time from QEMU's start to the
-/// kernel's "Run /init" and to the root's init, with each path's ratio to the direct boot.
-pub fn bench_boot_paths(runs: usize) -> Result<Vec<(BootPath, Vec<PathSample>)>, HarnessError> {
-    let paths_ = [BootPath::Direct, BootPath::Grub, BootPath::SystemdBoot];
-    let mut beds = Vec::new();
-    for p in paths_ {
-        let s = Scenario::two_slots(p, Roots::Verity(RootHashSource::Bom))?;
-        beds.push((p, s.bed()?));
-    }
-    let mut all: Vec<(BootPath, Vec<PathSample>)> =
-        paths_.iter().map(|p| (*p, Vec::new())).collect();
-    for i in 0..runs {
-        for (k, (p, bed)) in beds.iter().enumerate() {
-            bed.reset_boot_state()?;
-            let r = bed.boot()?;
-            let first = r.boots.first().ok_or_else(|| {
-                HarnessError::Setup(format!("{p:?}: no boot seen: {}", r.describe()))
-            })?;
-            if first.verdict != vm::Verdict::RootInitReached {
-                return Err(HarnessError::Setup(format!(
-                    "{p:?} did not reach the root: {}",
-                    r.describe()
-                )));
+/// Sets up the A/B scenario `name` on `s` (the good boot): the gate's A/B node booted
+/// through OVMF and GRUB or systemd-boot, with the slot faults the name says.
+pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
+    match name {
+        Name::AbGood
+        | Name::AbImageFault
+        | Name::AbImageFaultReboot
+        | Name::AbCorruptRoot
+        | Name::AbBothBad
+        | Name::AbNoTpm
+        | Name::AbHardwareFault => {
+            let roots = if name == Name::AbCorruptRoot {
+                Roots::Verity(validator::config::bom::RootHashSource::Bom)
+            } else {
+                Roots::Plain
+            };
+            *s = Scenario::ab_gate(BootPath::Grub, roots)?;
+            s.name = name.as_str().into();
+            s.boot.follow_reboots = Some(3);
+            if let Some(two) = s.boot.slots.as_mut() {
+                match name {
+                    Name::AbImageFault | Name::AbImageFaultReboot => {
+                        two.a.tampered_modules.push("crc16".into());
+                    }
+                    Name::AbBothBad => {
+                        two.a.tampered_modules.push("crc16".into());
+                        two.b.tampered_modules.push("crc16".into());
+                    }
+                    Name::AbCorruptRoot => {
+                        two.a.verity = crate::verity::Variant::CorruptCritical;
+                    }
+                    Name::AbHardwareFault => {
+                        // The VM has no NVMe controller; the BOM promises four.
+                        two.a.bom.hardware.nvme = Some(4);
+                        two.a.bom.hardware.link_wait_s = Some(1);
+                    }
+                    _ => {}
+                }
+                if name == Name::AbImageFaultReboot {
+                    for b in [&mut two.a.bom, &mut two.b.bom] {
+                        if let Some(c) = b.slot.as_mut() {
+                            c.fallback = validator::config::bom::FallbackVia::Reboot;
+                        }
+                    }
+                }
             }
-            let t = |needle: &str| {
-                r.seen_at(0, needle)
-                    .map(|d| d.as_secs_f64())
-                    .ok_or_else(|| {
-                        HarnessError::Setup(format!("{p:?}: no {needle:?}: {}", r.describe()))
-                    })
-            };
-            let sample = PathSample {
-                run_init: t("Run /init as init process")?,
-                root: t(crate::rootfs::MARKER)?,
-            };
-            println!(
-                "run {}: {p:?}: Run /init at {:.2} s, root at {:.2} s",
-                i + 1,
-                sample.run_init,
-                sample.root
-            );
-            all[k].1.push(sample);
+            if name == Name::AbNoTpm {
+                s.tpm_banks = None;
+            }
+            // The slot that takes over by kexec shows its TPM's view and our log.
+            s.root_tpm_tools = name == Name::AbImageFault;
         }
-    }
-    let med = |v: &[PathSample], f: fn(&PathSample) -> f64| {
-        crate::bench::median(&v.iter().map(f).collect::<Vec<_>>())
-    };
-    let direct_init = med(&all[0].1, |s| s.run_init);
-    let direct_root = med(&all[0].1, |s| s.root);
-    println!(
-        "QEMU start -> kernel's Run /init and -> root init, host seconds, median of {runs}, {:?}",
-        vm::Accel::from_env()
-    );
-    println!("path            Run /init   ratio    root       ratio");
-    for (p, v) in &all {
-        let (a, b) = (med(v, |s| s.run_init), med(v, |s| s.root));
-        println!(
-            "{:<14}  {a:>7.2} s  {:>6.2}  {b:>7.2} s  {:>6.2}",
-            format!("{p:?}"),
-            a / direct_init,
-            b / direct_root
-        );
-    }
-    Ok(all)
-}
-
-/// Time to recover from a bad image: host seconds from the bad slot's kernel start to the
-/// good slot's root init, by kexec and by a reboot through OVMF and GRUB.
-#[derive(Debug, Clone, Default)]
-pub struct Recovery {
-    pub kexec: Vec<f64>,
-    pub reboot: Vec<f64>,
-}
-
-/// Boots the A/B node whose slot A has an image fault `runs` times each way (kexec, and
-/// reboot through OVMF + GRUB), in turn, from the same boot-loader state; prints each run
-/// and the medians with their ratio.
-pub fn bench_recover(runs: usize) -> Result<Recovery, HarnessError> {
-    use crate::scenario::Name;
-    let beds = [
-        ("kexec", Scenario::named(Name::AbImageFault)?.bed()?),
-        ("reboot", Scenario::named(Name::AbImageFaultReboot)?.bed()?),
-    ];
-    let mut out = Recovery::default();
-    for i in 0..runs.max(1) {
-        for (how, bed) in &beds {
-            bed.reset_boot_state()?;
-            let r = bed.boot()?;
-            let fail = |why: &str| HarnessError::Setup(format!("{how}: {why}: {}", r.describe()));
-            if r.boots.len() != 2 {
-                return Err(fail("not two kernel boots"));
-            }
-            if root_slot(r.boots.last().ok_or_else(|| fail("no boot"))?) != Some(Slot::B) {
-                return Err(fail("slot B's root was not reached"));
-            }
-            let start = r
-                .seen_at(0, vm::KERNEL_BOOT_MARKER)
-                .ok_or_else(|| fail("no kernel start"))?;
-            let root = r
-                .seen_at(1, crate::rootfs::MARKER)
-                .ok_or_else(|| fail("no root marker"))?;
-            let secs = root.saturating_sub(start).as_secs_f64();
-            let why = r
-                .boots
-                .first()
-                .and_then(|o| o.report.as_ref())
-                .and_then(|rep| rep.reason.clone())
-                .unwrap_or_default();
-            println!(
-                "run {}: {how}: {secs:.2} s from slot A's kernel to slot B's root",
-                i + 1
-            );
-            println!("  slot A: {why}");
-            match *how {
-                "kexec" => out.kexec.push(secs),
-                _ => out.reboot.push(secs),
+        Name::Node => {
+            // The real node: OVMF + GRUB, slot A, signed verity roots, the module
+            // gate, the TPM with tpm2-tools in the root.
+            *s = Scenario::ab_gate(
+                BootPath::Grub,
+                Roots::Verity(validator::config::bom::RootHashSource::Signature),
+            )?;
+            s.name = name.as_str().into();
+            s.root_tpm_tools = true;
+        }
+        Name::SdbootGood | Name::SdbootImageFault => {
+            *s = Scenario::ab_gate(BootPath::SystemdBoot, Roots::Plain)?;
+            s.name = name.as_str().into();
+            s.boot.follow_reboots = Some(3);
+            if name == Name::SdbootImageFault {
+                if let Some(two) = s.boot.slots.as_mut() {
+                    two.a.tampered_modules.push("crc16".into());
+                }
             }
         }
+        other => {
+            return Err(HarnessError::Setup(format!(
+                "{other} is not an A/B scenario"
+            )))
+        }
     }
-    let (k, b) = (
-        crate::bench::median(&out.kexec),
-        crate::bench::median(&out.reboot),
-    );
-    println!(
-        "time to recover (bad slot's kernel start -> good slot's root init), host seconds, median of {runs}, {:?}",
-        vm::Accel::from_env()
-    );
-    println!("by kexec                 {k:>7.2} s   1.00");
-    println!("by reboot (OVMF + GRUB)  {b:>7.2} s  {:>5.2}", b / k);
-    Ok(out)
+    Ok(())
 }

@@ -5,10 +5,21 @@
 //! (the root's init writes its marker to `/dev/kmsg`), so both ends are on one clock.
 //! Medians and ratios are printed: ours/debian, and ours/floor (what our checks cost over
 //! what the kernel itself spends).
+//!
+//! Every benchmark of the test bed is here: the initramfs benchmark above ([`run`]);
+//! PID 1's peak memory ([`peak_memory`]); the A/B node's boot paths, direct against OVMF +
+//! GRUB and OVMF + systemd-boot ([`bench_boot_paths`]); the time to recover from a bad
+//! image by kexec and by reboot ([`bench_recover`]).
+//!
+//! Limits: host or guest wall-clock times under TCG by default (`VALIDATOR_ACCEL=kvm`);
+//! each benchmark prints its medians and returns its samples.
 
 use std::path::{Path, PathBuf};
 
-use crate::scenario::Scenario;
+use validator::config::bom::RootHashSource;
+
+use crate::ab::{root_slot, Slot};
+use crate::scenario::{BootPath, Name, Roots, Scenario};
 use crate::vm::{self, Outcome, Verdict};
 use crate::HarnessError;
 
@@ -172,7 +183,7 @@ pub struct PeakSample {
 
 /// Boots scenario `name` once and reads PID 1's peak memory from its report (the boot
 /// must reach a decision with a report; any decision will do).
-pub fn peak_sample(name: crate::scenario::Name) -> Result<PeakSample, HarnessError> {
+pub fn peak_sample(name: Name) -> Result<PeakSample, HarnessError> {
     let s = Scenario::named(name)?;
     let tree = mkinitramfs::closure::KernelTree::open(&s.kernel.root)
         .map_err(|e| HarnessError::Setup(e.to_string()))?;
@@ -210,7 +221,7 @@ pub fn peak_sample(name: crate::scenario::Name) -> Result<PeakSample, HarnessErr
 /// PID 1's peak memory on each scenario of `names`, `runs` boots each, in turn; prints
 /// the median, min and max peak and the modules read, with each scenario's peak as a
 /// ratio of the first's (how the peak grows with the BOM).
-pub fn peak_memory(names: &[crate::scenario::Name], runs: u32) -> Result<(), HarnessError> {
+pub fn peak_memory(names: &[Name], runs: u32) -> Result<(), HarnessError> {
     let mut rows = Vec::new();
     for _ in 0..runs.max(1) {
         for (i, n) in names.iter().enumerate() {
@@ -256,6 +267,142 @@ pub fn peak_memory(names: &[crate::scenario::Name], runs: u32) -> Result<(), Har
         );
     }
     Ok(())
+}
+
+/// One row of [`bench_boot_paths`]: host seconds from QEMU's start.
+#[derive(Debug, Clone, Copy)]
+pub struct PathSample {
+    pub run_init: f64,
+    pub root: f64,
+}
+
+/// Boots slot A of the same A/B node (verity roots pinned by each slot's BOM, so every
+/// path reaches the root) directly, through OVMF + GRUB and through OVMF + systemd-boot,
+/// `runs` times each in turn, and prints the median host time from QEMU's start to the
+/// kernel's "Run /init" and to the root's init, with each path's ratio to the direct boot.
+pub fn bench_boot_paths(runs: usize) -> Result<Vec<(BootPath, Vec<PathSample>)>, HarnessError> {
+    let paths_ = [BootPath::Direct, BootPath::Grub, BootPath::SystemdBoot];
+    let mut beds = Vec::new();
+    for p in paths_ {
+        let s = Scenario::two_slots(p, Roots::Verity(RootHashSource::Bom))?;
+        beds.push((p, s.bed()?));
+    }
+    let mut all: Vec<(BootPath, Vec<PathSample>)> =
+        paths_.iter().map(|p| (*p, Vec::new())).collect();
+    for i in 0..runs {
+        for (k, (p, bed)) in beds.iter().enumerate() {
+            bed.reset_boot_state()?;
+            let r = bed.boot()?;
+            let first = r.boots.first().ok_or_else(|| {
+                HarnessError::Setup(format!("{p:?}: no boot seen: {}", r.describe()))
+            })?;
+            if first.verdict != vm::Verdict::RootInitReached {
+                return Err(HarnessError::Setup(format!(
+                    "{p:?} did not reach the root: {}",
+                    r.describe()
+                )));
+            }
+            let t = |needle: &str| {
+                r.seen_at(0, needle)
+                    .map(|d| d.as_secs_f64())
+                    .ok_or_else(|| {
+                        HarnessError::Setup(format!("{p:?}: no {needle:?}: {}", r.describe()))
+                    })
+            };
+            let sample = PathSample {
+                run_init: t("Run /init as init process")?,
+                root: t(crate::rootfs::MARKER)?,
+            };
+            println!(
+                "run {}: {p:?}: Run /init at {:.2} s, root at {:.2} s",
+                i + 1,
+                sample.run_init,
+                sample.root
+            );
+            all[k].1.push(sample);
+        }
+    }
+    let med =
+        |v: &[PathSample], f: fn(&PathSample) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
+    let direct_init = med(&all[0].1, |s| s.run_init);
+    let direct_root = med(&all[0].1, |s| s.root);
+    println!(
+        "QEMU start -> kernel's Run /init and -> root init, host seconds, median of {runs}, {:?}",
+        vm::Accel::from_env()
+    );
+    println!("path            Run /init   ratio    root       ratio");
+    for (p, v) in &all {
+        let (a, b) = (med(v, |s| s.run_init), med(v, |s| s.root));
+        println!(
+            "{:<14}  {a:>7.2} s  {:>6.2}  {b:>7.2} s  {:>6.2}",
+            format!("{p:?}"),
+            a / direct_init,
+            b / direct_root
+        );
+    }
+    Ok(all)
+}
+
+/// Time to recover from a bad image: host seconds from the bad slot's kernel start to the
+/// good slot's root init, by kexec and by a reboot through OVMF and GRUB.
+#[derive(Debug, Clone, Default)]
+pub struct Recovery {
+    pub kexec: Vec<f64>,
+    pub reboot: Vec<f64>,
+}
+
+/// Boots the A/B node whose slot A has an image fault `runs` times each way (kexec, and
+/// reboot through OVMF + GRUB), in turn, from the same boot-loader state; prints each run
+/// and the medians with their ratio.
+pub fn bench_recover(runs: usize) -> Result<Recovery, HarnessError> {
+    let beds = [
+        ("kexec", Scenario::named(Name::AbImageFault)?.bed()?),
+        ("reboot", Scenario::named(Name::AbImageFaultReboot)?.bed()?),
+    ];
+    let mut out = Recovery::default();
+    for i in 0..runs.max(1) {
+        for (how, bed) in &beds {
+            bed.reset_boot_state()?;
+            let r = bed.boot()?;
+            let fail = |why: &str| HarnessError::Setup(format!("{how}: {why}: {}", r.describe()));
+            if r.boots.len() != 2 {
+                return Err(fail("not two kernel boots"));
+            }
+            if root_slot(r.boots.last().ok_or_else(|| fail("no boot"))?) != Some(Slot::B) {
+                return Err(fail("slot B's root was not reached"));
+            }
+            let start = r
+                .seen_at(0, vm::KERNEL_BOOT_MARKER)
+                .ok_or_else(|| fail("no kernel start"))?;
+            let root = r
+                .seen_at(1, crate::rootfs::MARKER)
+                .ok_or_else(|| fail("no root marker"))?;
+            let secs = root.saturating_sub(start).as_secs_f64();
+            let why = r
+                .boots
+                .first()
+                .and_then(|o| o.report.as_ref())
+                .and_then(|rep| rep.reason.clone())
+                .unwrap_or_default();
+            println!(
+                "run {}: {how}: {secs:.2} s from slot A's kernel to slot B's root",
+                i + 1
+            );
+            println!("  slot A: {why}");
+            match *how {
+                "kexec" => out.kexec.push(secs),
+                _ => out.reboot.push(secs),
+            }
+        }
+    }
+    let (k, b) = (median(&out.kexec), median(&out.reboot));
+    println!(
+        "time to recover (bad slot's kernel start -> good slot's root init), host seconds, median of {runs}, {:?}",
+        vm::Accel::from_env()
+    );
+    println!("by kexec                 {k:>7.2} s   1.00");
+    println!("by reboot (OVMF + GRUB)  {b:>7.2} s  {:>5.2}", b / k);
+    Ok(out)
 }
 
 #[cfg(test)]

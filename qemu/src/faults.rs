@@ -1,6 +1,6 @@
 //! The fault matrix's scenarios (`docs/FAULTS.md`): each one a good boot with exactly one
 //! thing broken the way it breaks on a real node, set up here so the tests only pick a
-//! name ([`crate::scenario::Scenario::named`] calls [`setup`]).
+//! name (the catalogue's `Scenario::named`, [`crate::catalogue`], calls [`setup`]).
 //!
 //! Contract: module faults replace `virtio_blk` (the root's disk driver, so nothing past
 //! the modules stage can hide the refusal) by a real module file edited as the fault says
@@ -9,7 +9,7 @@
 //! files are written under `target/qemu-runs/fault-files-<pid>/`. Verity faults use the
 //! variants of [`crate::verity`]. The A/B faults boot the gate's A/B node directly (no
 //! firmware, for speed) with its ESP absent, full, on a read-only disk, or with a grubenv
-//! GRUB cannot read ([`crate::ab::EspCondition`]); every A/B fault follows reboots, so a
+//! GRUB cannot read ([`crate::scenario::EspCondition`]); every A/B fault follows reboots, so a
 //! loop would show as more boots.
 //!
 //! Limits: the CRC fault is signed by a test key (trusted by the BOM, unknown to the
@@ -20,8 +20,7 @@ use std::process::Command;
 
 use validator::config::bom::{HexString, RootHashSource};
 
-use crate::ab::{BootPath, EspCondition, Roots};
-use crate::scenario::{Name, Scenario};
+use crate::scenario::{BootPath, EspCondition, Name, Roots, Scenario};
 use crate::{disk, paths, HarnessError};
 
 /// The module every module fault replaces.
@@ -90,7 +89,7 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
             );
         }
         Name::VerityCorruptHash | Name::VerityWrongRootHash => {
-            *s = Scenario::named(Name::VerityCorrupt)?;
+            *s = crate::basic::named(Name::VerityCorrupt)?;
             s.verity = Some(match name {
                 Name::VerityCorruptHash => crate::verity::Variant::CorruptHash,
                 _ => crate::verity::Variant::Good,
@@ -145,7 +144,7 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
             }
         }
         Name::LowMemory => {
-            *s = Scenario::named(Name::Modules40)?;
+            *s = crate::basic::named(Name::Modules40)?;
             s.memory_mib = Some(LOW_MEMORY_MIB);
         }
         Name::AbNoEsp | Name::AbEspFull | Name::AbEspReadOnly | Name::AbCorruptGrubenv => {

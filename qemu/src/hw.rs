@@ -1,5 +1,5 @@
 //! Hardware for the preflight scenarios: the drivers a root carries and the devices QEMU
-//! can show.
+//! can show (the scenarios themselves are set up in [`crate::preflight`]).
 //!
 //! [`install_root_modules`] lays out `/lib/modules/<release>` on a test root as a Debian
 //! root has it: the in-tree modules a driver set needs, copied from the kernel under test;
@@ -170,95 +170,4 @@ pub fn qemu_args(devices: &[Device], dir: &Path) -> Result<Vec<String>, HarnessE
         }
     }
     Ok(args)
-}
-
-/// The preflight scenarios.
-///
-/// `preflight-pcie`: a plain root carrying `nvme`; an NVMe controller behind a
-/// `pcie-root-port` set to `x-speed=8,x-width=4`, and the standard VGA; the BOM expects no
-/// GPU, one live NVMe controller and an NVMe link of at least 8 GT/s x4. QEMU 7.2's
-/// emulated endpoints advertise 2.5 GT/s x1, so the link trains there, below the port's
-/// capability: a hardware fault against the BOM (quarantine), with the link in the facts.
-///
-/// `preflight-nvidia`: the signed verity root of `verity`, carrying `nvme` and the real
-/// proprietary `nvidia.ko` (76 MB, licence "NVIDIA", signed with the fleet key the BOM
-/// trusts) under `updates/dkms`; the BOM names the built driver and expects 8 GPUs. The VM
-/// has no NVIDIA GPU: the gate passes `nvidia.ko`, the kernel is handed it, and the
-/// preflight attributes the outcome. 2 GiB of memory: the gate and the kernel each hold the
-/// module image.
-pub fn preflight_scenario(
-    s: &mut crate::scenario::Scenario,
-    name: crate::scenario::Name,
-) -> Result<(), HarnessError> {
-    use crate::scenario::{Name, Scenario};
-    use validator::config::bom::{Flavour, ModuleName, Nvidia, TaintLetters, Version};
-    use validator::config::hardware::{MinLinkSpeed, NvmeModel};
-    use validator::formats::sysfs::LinkSpeed;
-    let hw = |s: &mut Scenario| {
-        s.bom.hardware.nvme = Some(1);
-        // What QEMU's controller reports as its Identify model.
-        s.bom.hardware.nvme_models = vec![NvmeModel("QEMU NVMe Ctrl".into())];
-        s.bom.hardware.link_wait_s = Some(30);
-    };
-    match name {
-        Name::PreflightNvidia => {
-            *s = Scenario::named(Name::Verity)?;
-            s.name = name.as_str().to_string();
-            let release = s.kernel.release.clone();
-            let (cert, version) = nvidia_fleet("proprietary", &release)?;
-            s.root_modules = Some(RootModules {
-                in_tree: vec!["nvme".into()],
-                dkms: vec![nvidia_module("proprietary", &release, "nvidia.ko")?],
-            });
-            s.bom.modules.root = vec![ModuleName("nvme".into()), ModuleName("nvidia".into())];
-            s.bom.nvidia = Some(Nvidia {
-                driver_version: Version(version),
-                flavour: Flavour::Proprietary,
-                fabric_manager_version: None,
-            });
-            s.bom.policy.out_of_tree = vec![ModuleName("nvidia".into())];
-            s.bom.policy.trust.push(cert.display().to_string());
-            // Proprietary licence (P), out of tree (O), and a signer the kernel's own
-            // keyring does not know (E): the fleet key is trusted by the gate only.
-            s.bom.policy.taint_allowed = TaintLetters("POE".into());
-            s.bom.hardware.gpus = Some(8);
-            hw(s);
-            s.devices = vec![
-                Device::Nvme {
-                    serial: "FAKESN0000000001".into(),
-                    port: None,
-                },
-                Device::Vga,
-            ];
-            s.memory_mib = Some(2048);
-        }
-        Name::PreflightPcie => {
-            s.root_modules = Some(RootModules {
-                in_tree: vec!["nvme".into()],
-                dkms: vec![],
-            });
-            s.bom.modules.root = vec![ModuleName("nvme".into())];
-            s.bom.hardware.gpus = Some(0);
-            // The port is set to 8 GT/s x4; the BOM asks that much of the NVMe link.
-            s.bom.hardware.nvme_link_min_speed = Some(MinLinkSpeed(LinkSpeed(8000)));
-            s.bom.hardware.nvme_link_min_width = Some(4);
-            hw(s);
-            s.devices = vec![
-                Device::Nvme {
-                    serial: "FAKESN0000000002".into(),
-                    port: Some(Link {
-                        speed: "8".into(),
-                        width: 4,
-                    }),
-                },
-                Device::Vga,
-            ];
-        }
-        other => {
-            return Err(HarnessError::Setup(format!(
-                "{other} is not a preflight scenario"
-            )))
-        }
-    }
-    Ok(())
 }

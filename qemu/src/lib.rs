@@ -1,7 +1,9 @@
 //! The boot gate's test bed: real Debian kernels in QEMU under TCG, with real disks,
 //! real module files, real dm-verity images (`veritysetup format`) and a swtpm per VM.
 //!
-//! Contract: [`scenario::Scenario`] assembles a boot (BOM, initramfs built with the
+//! Contract: [`scenario::Scenario`] describes a boot and [`catalogue`] names them
+//! (`Scenario::named`: a name to its set-up, by topic: [`basic`], [`ab`], [`preflight`],
+//! [`faults`]); [`prepare`] assembles it (BOM, initramfs built with the
 //! `mkinitramfs` library, a GPT root disk made from a directory with `mkfs.ext4 -d` and
 //! `sfdisk`, no loop devices, the kernel command line) in a fresh directory under
 //! `target/qemu-runs/`, and [`vm::run`] boots it in its own process group with the serial
@@ -10,9 +12,9 @@
 //! timeout) with the log path. The process group is killed at the end, whatever happened.
 //!
 //! [`verity`] makes signed DPS verity roots, [`tpmcheck`] reads what the test root printed
-//! about its TPM, [`bench`] runs the boot benchmark against Debian's initramfs and the
+//! about its TPM, [`mod@bench`] runs every benchmark: the boot against Debian's initramfs and the
 //! floor ([`floor`]: a busybox initramfs that only loads the same modules and mounts the
-//! same root).
+//! same root), PID 1's peak memory, the A/B boot paths and the time to recover.
 //!
 //! [`firmware`] boots through OVMF with GRUB or systemd-boot on a FAT ESP and reads that
 //! ESP back on the host; [`ab`] builds the A/B node (an ESP and two slots, each with its
@@ -23,6 +25,12 @@
 //! [`sigrules`] hands every case of the `sigcases` crate (module files breaking one
 //! kernel signature, vermagic or CRC rule each) to the real kernels with no gate in
 //! between, booted through OVMF with test keys in UEFI `db` ([`efivars`]).
+//!
+//! Module order (no module imports one above it; `tests/import_cycles.rs` checks that
+//! no two import each other, directly or round a circle): `paths`, `disk`, `rootfs`,
+//! `verity`, `initramfs`, `firmware`, `efivars`, `reportcheck`, `tpmcheck`, `vm`, `hw`,
+//! `sigrules`; then `scenario` (types only); the set-ups `basic`, `ab`, `preflight`,
+//! `faults` and the builder `prepare`; then `catalogue`; then `floor` and `bench`.
 //!
 //! Current limits: x86-64 guests only; TCG by default (`VALIDATOR_ACCEL=kvm` switches);
 //! one vCPU unless a config says more; kernels come from `scripts/provision`
@@ -39,7 +47,9 @@
 )]
 
 pub mod ab;
+pub mod basic;
 pub mod bench;
+pub mod catalogue;
 pub mod disk;
 pub mod efivars;
 pub mod faults;
@@ -48,6 +58,8 @@ pub mod floor;
 pub mod hw;
 pub mod initramfs;
 pub mod paths;
+pub mod preflight;
+pub mod prepare;
 pub mod reportcheck;
 pub mod rootfs;
 pub mod scenario;

@@ -1,4 +1,15 @@
-//! `qemu-harness`: boot a scenario of the boot gate in QEMU and print its health report.
+//! `qemu-harness`: boot a scenario of the boot gate in QEMU and print its health report,
+//! or run one of the test bed's benchmarks.
+//!
+//! Contract: the arguments are parsed by clap (`--help` on every subcommand,
+//! `--version`), positional as they always were: `run [SCENARIO]`, `bench [RUNS]
+//! [DEBIAN_INITRD] [CPUS]` (CPUS comma-separated), `bench-recover [RUNS]`, `peak-memory
+//! [RUNS] [SCENARIO...]`, `bench-boot-paths [RUNS]`. Exit status: `run` 0 when the root's
+//! init was reached, 1 on a validator decision, 3 on anything else (kernel panic,
+//! timeout); 2 on a test-bed error or a usage error (clap's), for every subcommand.
+//!
+//! Limits: a number that does not parse is a usage error (before clap, it fell back to
+//! the default).
 
 // The test bed is test infrastructure: a broken setup step (a missing tool, a failed
 // image build) should stop the test that asked for it loudly, so the workspace's denial
@@ -10,22 +21,18 @@
     clippy::indexing_slicing
 )]
 
+use std::path::PathBuf;
 use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
 
 use qemu::scenario::{Name, Scenario};
 use qemu::vm::Verdict;
 
-fn usage() -> String {
+/// The scenarios and the environment, after the command list.
+fn after_help() -> String {
     format!(
-        "usage:\n  qemu-harness run [SCENARIO]     boot a scenario (default: good) and print the report\n\
-         \x20 qemu-harness bench [RUNS] [DEBIAN_INITRD] [CPUS,...]\n\
-         \x20                                boot ours and Debian's initramfs alternately; print medians\n\
-         \x20 qemu-harness peak-memory [RUNS] [SCENARIO...]\n\
-         \x20                                PID 1's peak memory (default: node, modules-40)\n\
-         \x20 qemu-harness bench-boot-paths [RUNS]\n\
-         \x20                                boot one A/B node directly, via OVMF+GRUB and via\n\
-         \x20                                OVMF+systemd-boot in turn; print medians and ratios\n\
-         scenarios: {}\nenvironment: VALIDATOR_ACCEL=tcg|kvm, VALIDATOR_VM_TIMEOUT=seconds, VALIDATOR_INIT=path\n",
+        "Scenarios: {}\n\nEnvironment: VALIDATOR_ACCEL=tcg|kvm, VALIDATOR_VM_TIMEOUT=seconds, VALIDATOR_INIT=path",
         Name::ALL
             .iter()
             .map(|n| n.as_str())
@@ -34,78 +41,113 @@ fn usage() -> String {
     )
 }
 
+/// A scenario name on the command line.
+fn scenario(s: &str) -> Result<Name, String> {
+    Name::parse(s).ok_or_else(|| format!("unknown scenario {s} (see --help for the list)"))
+}
+
+/// Boot the boot gate's scenarios in QEMU (kernels from scripts/provision) and time them.
+#[derive(Debug, Parser)]
+#[command(name = "qemu-harness", version, arg_required_else_help = true, after_help = after_help())]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Boot a scenario and print its report (JSON on stdout, the outcome on stderr).
+    #[command(after_help = after_help())]
+    Run {
+        /// The scenario.
+        #[arg(value_name = "SCENARIO", default_value = "good", value_parser = scenario)]
+        name: Name,
+    },
+    /// Boot ours, Debian's initramfs and the floor alternately on the same kernel and
+    /// root; print medians and ratios, for each vCPU count.
+    Bench {
+        /// Boots of each initramfs.
+        #[arg(value_name = "RUNS", default_value_t = 5)]
+        runs: usize,
+        /// Debian's initramfs-tools image (default: the one of the provisioned kernel).
+        #[arg(value_name = "DEBIAN_INITRD")]
+        debian: Option<PathBuf>,
+        /// vCPU counts, comma-separated [default: 1,2].
+        #[arg(value_name = "CPUS", value_delimiter = ',', num_args = 1)]
+        cpus: Vec<u32>,
+    },
+    /// Time to recover from a bad image on the A/B node: by kexec and by a reboot through
+    /// OVMF and GRUB; print each run and the medians.
+    BenchRecover {
+        /// Boots of each way.
+        #[arg(value_name = "RUNS", default_value_t = 3)]
+        runs: usize,
+    },
+    /// PID 1's peak memory (VmHWM) on each scenario, alternating; print median, min, max.
+    #[command(after_help = after_help())]
+    PeakMemory {
+        /// Boots of each scenario.
+        #[arg(value_name = "RUNS", default_value_t = 3)]
+        runs: u32,
+        /// The scenarios [default: node modules-40].
+        #[arg(value_name = "SCENARIO", value_parser = scenario)]
+        names: Vec<Name>,
+    },
+    /// Boot one A/B node directly, via OVMF + GRUB and via OVMF + systemd-boot in turn;
+    /// print medians and ratios.
+    BenchBootPaths {
+        /// Boots of each path.
+        #[arg(value_name = "RUNS", default_value_t = 3)]
+        runs: usize,
+    },
+}
+
+/// A test-bed error: printed, exit status 2.
+fn harness_error(e: impl std::fmt::Display) -> ExitCode {
+    eprintln!("qemu-harness: {e}");
+    ExitCode::from(2)
+}
+
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let name = match a.as_slice() {
-        ["run"] => "good",
-        ["run", n] => n,
-        ["bench", rest @ ..] => {
-            let runs = rest.first().and_then(|r| r.parse().ok()).unwrap_or(5);
-            let deb = rest.get(1).map(std::path::Path::new);
-            let cpus: Vec<u32> = rest
-                .get(2)
-                .map(|c| c.split(',').filter_map(|x| x.parse().ok()).collect())
-                .unwrap_or_else(|| vec![1, 2]);
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Run { name } => run(name),
+        Command::Bench { runs, debian, cpus } => {
+            let cpus = if cpus.is_empty() { vec![1, 2] } else { cpus };
             for c in cpus {
-                if let Err(e) = qemu::bench::run(runs, deb, c) {
-                    eprintln!("qemu-harness: {e}");
-                    return ExitCode::from(2);
+                if let Err(e) = qemu::bench::run(runs, debian.as_deref(), c) {
+                    return harness_error(e);
                 }
             }
-            return ExitCode::SUCCESS;
+            ExitCode::SUCCESS
         }
-        ["bench-recover", rest @ ..] => {
-            let runs = rest.first().and_then(|r| r.parse().ok()).unwrap_or(3);
-            if let Err(e) = qemu::ab::bench_recover(runs) {
-                eprintln!("qemu-harness: {e}");
-                return ExitCode::from(2);
-            }
-            return ExitCode::SUCCESS;
-        }
-        ["peak-memory", rest @ ..] => {
-            let runs = rest.first().and_then(|r| r.parse().ok()).unwrap_or(3);
-            let names: Vec<Name> = if rest.len() > 1 {
-                match rest[1..].iter().map(|n| Name::parse(n).ok_or(n)).collect() {
-                    Ok(v) => v,
-                    Err(n) => {
-                        eprintln!("qemu-harness: unknown scenario {n}");
-                        return ExitCode::from(2);
-                    }
-                }
-            } else {
+        Command::BenchRecover { runs } => match qemu::bench::bench_recover(runs) {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => harness_error(e),
+        },
+        Command::PeakMemory { runs, names } => {
+            let names = if names.is_empty() {
                 vec![Name::Node, Name::Modules40]
+            } else {
+                names
             };
-            if let Err(e) = qemu::bench::peak_memory(&names, runs) {
-                eprintln!("qemu-harness: {e}");
-                return ExitCode::from(2);
+            match qemu::bench::peak_memory(&names, runs) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => harness_error(e),
             }
-            return ExitCode::SUCCESS;
         }
-        ["bench-boot-paths", rest @ ..] => {
-            let runs = rest.first().and_then(|r| r.parse().ok()).unwrap_or(3);
-            if let Err(e) = qemu::ab::bench_boot_paths(runs) {
-                eprintln!("qemu-harness: {e}");
-                return ExitCode::from(2);
-            }
-            return ExitCode::SUCCESS;
-        }
-        _ => {
-            eprint!("{}", usage());
-            return ExitCode::from(2);
-        }
-    };
-    let Some(name) = Name::parse(name) else {
-        eprintln!("qemu-harness: unknown scenario {name}");
-        eprint!("{}", usage());
-        return ExitCode::from(2);
-    };
+        Command::BenchBootPaths { runs } => match qemu::bench::bench_boot_paths(runs) {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => harness_error(e),
+        },
+    }
+}
+
+/// `run`: boots scenario `name`, prints its report and outcome.
+fn run(name: Name) -> ExitCode {
     let outcome = match Scenario::named(name).and_then(|s| s.run()) {
         Ok(o) => o,
-        Err(e) => {
-            eprintln!("qemu-harness: {e}");
-            return ExitCode::from(2);
-        }
+        Err(e) => return harness_error(e),
     };
     match &outcome.report {
         Some(r) => println!("{}", serde_json::to_string_pretty(r).unwrap_or_default()),
@@ -128,5 +170,52 @@ fn main() -> ExitCode {
         Verdict::RootInitReached => ExitCode::SUCCESS,
         Verdict::Decision(_) => ExitCode::from(1),
         _ => ExitCode::from(3),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cli_is_consistent() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn callers_argument_syntax_still_parses() {
+        let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| format!("{:?}", c.command));
+        // scripts/demo, scripts/bench, docs/PERFORMANCE.md, docs/FAULTS.md.
+        assert_eq!(
+            parse(&["qemu-harness", "run", "node"]).unwrap(),
+            "Run { name: Node }"
+        );
+        assert_eq!(
+            parse(&["qemu-harness", "run"]).unwrap(),
+            "Run { name: Good }"
+        );
+        assert_eq!(
+            parse(&["qemu-harness", "bench", "5", "/boot/initrd.img-6.1", "1,2"]).unwrap(),
+            "Bench { runs: 5, debian: Some(\"/boot/initrd.img-6.1\"), cpus: [1, 2] }"
+        );
+        assert_eq!(
+            parse(&["qemu-harness", "bench", "3"]).unwrap(),
+            "Bench { runs: 3, debian: None, cpus: [] }"
+        );
+        assert_eq!(
+            parse(&["qemu-harness", "peak-memory", "3", "node", "modules-40"]).unwrap(),
+            "PeakMemory { runs: 3, names: [Node, Modules40] }"
+        );
+        assert_eq!(
+            parse(&["qemu-harness", "bench-recover", "1"]).unwrap(),
+            "BenchRecover { runs: 1 }"
+        );
+        assert_eq!(
+            parse(&["qemu-harness", "bench-boot-paths"]).unwrap(),
+            "BenchBootPaths { runs: 3 }"
+        );
+        assert!(parse(&["qemu-harness", "run", "nope"]).is_err());
+        assert!(parse(&["qemu-harness"]).is_err());
     }
 }

@@ -13,8 +13,8 @@
 
 use std::time::Duration;
 
-use qemu::ab::{self, BootPath, Roots, Slot};
-use qemu::scenario::{Name, Scenario};
+use qemu::ab::{self, Slot};
+use qemu::scenario::{BootPath, Name, Roots, Scenario};
 use qemu::vm::{KillAt, Outcome, Run, Throttle, Verdict};
 use validator::formats::grubenv::GrubEnv;
 use validator::formats::slotstate;

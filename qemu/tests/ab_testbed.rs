@@ -15,8 +15,8 @@
 
 use std::time::Duration;
 
-use qemu::ab::{self, BootPath, Roots, Slot};
-use qemu::scenario::Scenario;
+use qemu::ab::{self, Slot};
+use qemu::scenario::{BootPath, Roots, Scenario, ESP_MODULES};
 use qemu::vm::{KillAt, Throttle, Verdict};
 use validator::config::bom::{ModuleName, RootHashSource};
 use validator::report::Decision;
@@ -72,7 +72,7 @@ fn grub_boots_slot_a_from_grubenv_and_saves_the_try() {
     assert_slot_root(o, Slot::A);
     let r = o.report.as_ref().unwrap();
     // The modules the init needs to mount the ESP are in the slot's BOM and loaded.
-    for m in ab::ESP_MODULES {
+    for m in ESP_MODULES {
         assert!(
             r.modules
                 .iter()

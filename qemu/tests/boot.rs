@@ -16,7 +16,7 @@ use validator::stages::Stage;
 use qemu::scenario::Name;
 
 fn run(name: Name) -> qemu::vm::Outcome {
-    qemu::scenario::run_named(name)
+    qemu::catalogue::run_named(name)
 }
 
 #[test]

@@ -10,7 +10,8 @@
     clippy::indexing_slicing
 )]
 
-use qemu::scenario::{run_named, Name};
+use qemu::catalogue::run_named;
+use qemu::scenario::Name;
 use validator::report::{Decision, Fault};
 use validator::stages::modules::ModStatus;
 use validator::stages::preflight::{pci::Role, CheckStatus};

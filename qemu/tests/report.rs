@@ -116,7 +116,7 @@ fn work_dir(name: &str) -> PathBuf {
 /// passes promtool's lint; the NFD file is in place in the new root.
 #[test]
 fn forty_module_node_reports_in_one_short_line() {
-    let o = qemu::scenario::run_named(Name::Modules40);
+    let o = qemu::catalogue::run_named(Name::Modules40);
     let r = o.reached_root();
     assert_eq!(r.decision, Decision::Pass, "{:?}", r.reason);
     for m in qemu::scenario::FORTY_MODULES {
@@ -226,8 +226,8 @@ fn forty_module_node_reports_in_one_short_line() {
 /// and the image-fault alert fires for the second node only.
 #[test]
 fn node_exporter_and_prometheus_see_the_reports() {
-    let bad = std::thread::spawn(|| qemu::scenario::run_named(Name::TamperedModule));
-    let good = qemu::scenario::run_named(Name::Good);
+    let bad = std::thread::spawn(|| qemu::catalogue::run_named(Name::TamperedModule));
+    let good = qemu::catalogue::run_named(Name::Good);
     let bad = bad.join().unwrap();
     let good_metrics = section(&good.console, "METRICS").expect("metrics in the root");
     let br = bad.stopped();

@@ -23,7 +23,7 @@ fn run_scenario(s: Scenario) -> qemu::vm::Outcome {
 use qemu::scenario::Name;
 
 fn run(name: Name) -> qemu::vm::Outcome {
-    qemu::scenario::run_named(name)
+    qemu::catalogue::run_named(name)
 }
 
 fn validator_replay(log: &[u8], dir: &std::path::Path, name: &str) -> Listing {

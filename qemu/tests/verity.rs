@@ -15,7 +15,7 @@ use validator::report::{Decision, Fault};
 use qemu::scenario::Name;
 
 fn run(name: Name) -> qemu::vm::Outcome {
-    qemu::scenario::run_named(name)
+    qemu::catalogue::run_named(name)
 }
 
 #[test]

@@ -1,0 +1,123 @@
+//! Set-ups of the one-root scenarios booted directly: the good boot's variations of root
+//! disk, modules, dm-verity root, kernel, TPM and panic.
+//!
+//! Contract: [`setup`] turns the good boot ([`Scenario::good`], already named) into the
+//! scenario `name` says, for the names listed in it; [`named`] is the good boot set up
+//! that way (what `Scenario::named` returns for those names; the set-ups of
+//! [`crate::faults`] and [`crate::preflight`] start from it). Only the scenario's
+//! description changes here; [`crate::prepare`] builds it.
+//!
+//! Limits: `k612` needs the 6.12 kernel from `scripts/provision`.
+
+use validator::config::bom::ModuleName;
+
+use crate::paths;
+use crate::scenario::{Name, Scenario, FORTY_MODULES};
+use crate::HarnessError;
+
+/// The good boot, named `name` and set up by [`setup`].
+pub fn named(name: Name) -> Result<Scenario, HarnessError> {
+    let mut s = Scenario::good()?;
+    s.name = name.as_str().to_string();
+    setup(&mut s, name)?;
+    Ok(s)
+}
+
+/// Sets up the one-root scenario `name` on `s` (the good boot).
+pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
+    match name {
+        Name::Good => {}
+        Name::NoRoot => {
+            s.with_root_disk = false;
+            s.cmdline =
+                "root=PARTLABEL=root validator.on_stop=poweroff validator.root_timeout=3".into();
+        }
+        Name::BadModule => {
+            // Under TCG the CPU has no VMX, so kvm_intel's init fails with EOPNOTSUPP:
+            // a real module that the kernel refuses.
+            s.bom.modules.load.push(ModuleName("kvm_intel".into()));
+        }
+        Name::Verity
+        | Name::VerityCorrupt
+        | Name::VerityBadSig
+        | Name::VerityUntrusted
+        | Name::VerityBadSuperblock
+        | Name::VerityKernelSig
+        | Name::VerityErofs => {
+            use crate::verity::Variant;
+            s.verity = Some(match name {
+                Name::Verity | Name::VerityKernelSig => Variant::Good,
+                Name::VerityCorrupt => Variant::CorruptCritical,
+                Name::VerityBadSig => Variant::BadSignature,
+                Name::VerityUntrusted => Variant::UntrustedCert,
+                Name::VerityErofs => Variant::Erofs,
+                _ => Variant::BadSuperblock,
+            });
+            s.bom.modules.load.push(ModuleName("dm_verity".into()));
+            if name == Name::VerityErofs {
+                s.bom.modules.load.push(ModuleName("erofs".into()));
+            }
+            s.bom.verity = Some(validator::config::bom::Verity {
+                // The good boot also carries every table option; a corruption must
+                // give EIO (the default) so the report can name the file.
+                on_corruption: if name == Name::Verity {
+                    validator::config::bom::OnCorruption::Restart
+                } else {
+                    validator::config::bom::OnCorruption::Eio
+                },
+                ignore_zero_blocks: name == Name::Verity,
+                check_at_most_once: name == Name::Verity,
+                kernel_signature: name == Name::VerityKernelSig,
+                algorithm: Some(validator::config::bom::VerityAlgorithm("sha256".into())),
+                data_block_size: Some(4096),
+                hash_block_size: Some(4096),
+                critical: vec![
+                    validator::config::bom::RootPath("/sbin/init".into()),
+                    validator::config::bom::RootPath("/bin/busybox".into()),
+                ],
+                ..Default::default()
+            });
+            s.bom.policy.trust.push("trusted.pem".into());
+            s.cmdline = "validator.on_stop=poweroff validator.root_timeout=30".into();
+        }
+        Name::K612 => {
+            // Debian's 6.12 kernel: ECDSA P-384 module signatures, .ko.xz modules the
+            // kernel decompresses itself (MODULE_INIT_COMPRESSED_FILE), virtio_pci
+            // built in.
+            s.kernel = paths::kernel("k612")?;
+            s.bom.kernel.release = validator::config::bom::Version(s.kernel.release.clone());
+        }
+        Name::Tpm => {
+            s.root_tpm_tools = true;
+        }
+        Name::TpmSha384 => {
+            s.root_tpm_tools = true;
+            s.tpm_banks = Some(vec!["sha256".into(), "sha384".into()]);
+        }
+        Name::NoTpm => {
+            s.tpm_banks = None;
+        }
+        Name::TpmKilled => {
+            s.kill_tpm_on = Some("stage modules: start".into());
+        }
+        Name::TamperedModule => {
+            s.tampered_modules.push("virtio_blk".into());
+        }
+        Name::Modules40 => {
+            s.bom.modules.load = FORTY_MODULES
+                .iter()
+                .map(|m| ModuleName((*m).into()))
+                .collect();
+        }
+        Name::Panic => {
+            s.cmdline
+                .push_str(" validator.test_panic=modules validator.on_panic=poweroff");
+        }
+        other => {
+            return Err(HarnessError::Setup(format!(
+                "{other} is not a one-root scenario"
+            )))
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,267 @@
+//! How a scenario boots: the boot path (kernel direct, OVMF with GRUB or systemd-boot),
+//! the A/B layout ([`TwoSlots`]: each slot's kernel, BOM, root and faults, the ESP's
+//! condition, the boot loader's initial state), reboot following, power cuts and
+//! throttled writes ([`Boot`]).
+//!
+//! Contract: descriptions only. [`crate::ab::prepare`] builds the A/B node these types
+//! describe; [`Boot::apply`] puts the run-time settings into a [`VmConfig`];
+//! [`slot_bom`] and [`gate_config`] derive each slot's BOM and the gate's `[slot]`
+//! section. Nothing here builds an image or boots a VM.
+//!
+//! Limits: two slots, A and B; x86-64 only.
+
+use std::path::PathBuf;
+
+use validator::config::bom::{self as vbom, Bom, ModuleName, RootHashSource};
+
+use crate::firmware::{self, Loader, Slot};
+use crate::paths::Kernel;
+use crate::vm::{KillAt, Throttle, VmConfig};
+
+use super::Scenario;
+
+/// How the VM starts the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BootPath {
+    /// QEMU's `-kernel`/`-initrd`/`-append` (SeaBIOS); fastest.
+    #[default]
+    Direct,
+    /// OVMF, then GRUB (`grub-mkstandalone`) with the shipped `grub.cfg` and `grubenv`.
+    Grub,
+    /// OVMF, then systemd-boot with counted BLS entries.
+    SystemdBoot,
+}
+
+/// What each slot's root is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Roots {
+    /// Plain ext4 labelled `root-A` / `root-B`, named by `root=PARTLABEL=root-<slot>`
+    /// where the boot path carries per-slot options (direct, systemd-boot); under GRUB
+    /// only a BOM `[slot] root` template names it.
+    Plain,
+    /// A dm-verity root per slot (DPS partition types, labels `root-A`, `root-A-verity`,
+    /// `root-A-sig`); the trusted root hash comes from the signature partition (named by
+    /// `validator.verity_sig=PARTLABEL=root-<slot>-sig` where options are per slot) or
+    /// from the slot's BOM (which then alone finds the slot's partitions, by the PARTUUIDs
+    /// made from the root hash).
+    Verity(RootHashSource),
+}
+
+impl Roots {
+    /// The options that name `slot`'s root on the command line (where the boot path can
+    /// carry options per slot).
+    pub fn slot_options(self, slot: Slot) -> String {
+        match self {
+            Roots::Plain => format!("root=PARTLABEL=root-{slot}"),
+            Roots::Verity(RootHashSource::Signature) => {
+                format!("validator.verity_sig=PARTLABEL=root-{slot}-sig")
+            }
+            Roots::Verity(RootHashSource::Bom) => String::new(),
+        }
+    }
+}
+
+/// One slot's image: what differs between A and B.
+#[derive(Debug, Clone)]
+pub struct SlotImage {
+    pub kernel: Kernel,
+    /// The slot's BOM (its `image_id` ends in `-A` / `-B` by default, so the report
+    /// tells which initramfs ran).
+    pub bom: Bom,
+    /// Packed with one byte of the ELF body flipped.
+    pub tampered_modules: Vec<String>,
+    /// Module files packed in place of the kernel's.
+    pub module_overrides: Vec<(String, PathBuf)>,
+    /// Shell the slot root's init runs after its marker (after the scenario's
+    /// `root_extra`).
+    pub root_extra: String,
+    /// What is done to the slot's verity root ([`Roots::Verity`] only).
+    pub verity: crate::verity::Variant,
+    /// Command-line options of this slot alone (direct and systemd-boot only).
+    pub options: String,
+}
+
+/// The state of the node's ESP (the fault matrix breaks it in these ways).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EspCondition {
+    /// A partition of the node's disk, as built.
+    #[default]
+    Present,
+    /// No ESP at all (direct boots only: nothing else could start a boot loader).
+    Absent,
+    /// Filled to its last cluster by one file: nothing can be created on it (files that
+    /// exist can still be rewritten in place).
+    Full,
+    /// On a second disk of its own that QEMU attaches read-only (`readonly=on`: the
+    /// guest sees a write-protected device), as an ESP on locked media.
+    ReadOnlyDisk,
+    /// A grubenv whose signature line is damaged (one byte): GRUB cannot load it.
+    CorruptGrubenv,
+}
+
+/// The disk image of an ESP on a disk of its own ([`EspCondition::ReadOnlyDisk`]).
+pub const ESP_DISK: &str = "esp-disk.img";
+
+/// The A/B layout.
+#[derive(Debug, Clone)]
+pub struct TwoSlots {
+    pub roots: Roots,
+    pub a: SlotImage,
+    pub b: SlotImage,
+    /// GRUB's initial `grubenv` variables (default: both good, none tried, A first).
+    pub grubenv: Vec<(String, String)>,
+    /// systemd-boot's initial tries per entry (`slot-a+3.conf`); `None`: no counting.
+    pub tries: Option<u32>,
+    /// The slot a direct boot starts.
+    pub direct_slot: Slot,
+    /// The loader whose files the ESP holds on a direct boot (for code that reads the
+    /// boot state; nothing runs it).
+    pub direct_esp: Loader,
+    /// The ESP as built, or broken ([`EspCondition`]).
+    pub esp: EspCondition,
+}
+
+/// The slot's BOM made from `base`: `image_id` suffixed with `-<slot>`, the FAT modules
+/// in `modules.load` (so the init can mount the ESP), and for verity roots a `[verity]`
+/// section (with `dm_verity` loaded and, for signed roots, `trusted.pem` trusted) unless
+/// `base` has one.
+pub fn slot_bom(base: &Bom, slot: Slot, roots: Roots) -> Bom {
+    let mut b = base.clone();
+    b.image_id = vbom::Version(format!("{}-{slot}", base.image_id));
+    for m in ESP_MODULES {
+        if !b.modules.load.iter().any(|x| x.normalized() == *m) {
+            b.modules.load.push(ModuleName((*m).into()));
+        }
+    }
+    if let Roots::Verity(source) = roots {
+        if !b.modules.load.iter().any(|x| x.normalized() == "dm_verity") {
+            b.modules.load.push(ModuleName("dm_verity".into()));
+        }
+        if b.verity.is_none() {
+            b.verity = Some(vbom::Verity {
+                source,
+                algorithm: Some(vbom::VerityAlgorithm("sha256".into())),
+                data_block_size: Some(4096),
+                hash_block_size: Some(4096),
+                critical: vec![
+                    vbom::RootPath("/sbin/init".into()),
+                    vbom::RootPath("/bin/busybox".into()),
+                ],
+                ..Default::default()
+            });
+        }
+        if source == RootHashSource::Signature && !b.policy.trust.iter().any(|t| t == "trusted.pem")
+        {
+            b.policy.trust.push("trusted.pem".into());
+        }
+    }
+    b
+}
+
+/// The modules the init needs to mount the FAT ESP (Debian's 6.1 has them as modules:
+/// `vfat` over `fat`, code page 437 and the `ascii` I/O charset, the kernel's defaults).
+pub const ESP_MODULES: &[&str] = &["vfat", "fat", "nls_cp437", "nls_ascii"];
+
+impl TwoSlots {
+    /// Both slots from `base`'s kernel and BOM ([`slot_bom`]), nothing altered.
+    pub fn new(base: &Scenario, roots: Roots) -> TwoSlots {
+        let image = |slot| SlotImage {
+            kernel: base.kernel.clone(),
+            bom: slot_bom(&base.bom, slot, roots),
+            tampered_modules: Vec::new(),
+            module_overrides: Vec::new(),
+            root_extra: String::new(),
+            verity: crate::verity::Variant::Good,
+            options: String::new(),
+        };
+        TwoSlots {
+            roots,
+            a: image(Slot::A),
+            b: image(Slot::B),
+            grubenv: firmware::default_grubenv(),
+            tries: Some(3),
+            direct_slot: Slot::A,
+            direct_esp: Loader::Grub,
+            esp: EspCondition::Present,
+        }
+    }
+
+    pub fn slot(&self, s: Slot) -> &SlotImage {
+        match s {
+            Slot::A => &self.a,
+            Slot::B => &self.b,
+        }
+    }
+
+    pub fn slot_mut(&mut self, s: Slot) -> &mut SlotImage {
+        match s {
+            Slot::A => &mut self.a,
+            Slot::B => &mut self.b,
+        }
+    }
+}
+
+/// How a scenario boots (the default: kernel direct, one root, `-no-reboot`).
+#[derive(Debug, Clone, Default)]
+pub struct Boot {
+    pub path: BootPath,
+    /// The A/B layout; a firmware path without one gets [`TwoSlots::new`] with plain
+    /// roots.
+    pub slots: Option<TwoSlots>,
+    /// Follow reboots, up to this many boots ([`VmConfig::follow_reboots`]); the VM's
+    /// timeout is then per boot.
+    pub follow_reboots: Option<u32>,
+    pub kill_at: Option<KillAt>,
+    pub throttle: Option<Throttle>,
+    /// The console text that starts a boot ([`VmConfig::split_at`]).
+    pub split_at: Option<String>,
+}
+
+impl Boot {
+    /// Whether [`crate::ab::prepare`] builds the scenario (firmware path or A/B layout).
+    pub fn two_slots(&self) -> bool {
+        self.path != BootPath::Direct || self.slots.is_some()
+    }
+
+    /// Puts reboot following, the power cut and throttling into `cfg`.
+    pub fn apply(&self, cfg: &mut VmConfig) {
+        cfg.follow_reboots = self.follow_reboots;
+        if let Some(n) = self.follow_reboots {
+            cfg.timeout = cfg.timeout.saturating_mul(n.max(1));
+        }
+        cfg.kill_at = self.kill_at.clone();
+        cfg.throttle = self.throttle;
+        cfg.split_at = self.split_at.clone();
+    }
+}
+
+impl TwoSlots {
+    /// Puts the gate's `[slot]` section into both slots' BOMs: the init's slot handling is
+    /// on.
+    pub fn with_gate(&mut self, cfg: &vbom::Slot) {
+        self.a.bom.slot = Some(cfg.clone());
+        self.b.bom.slot = Some(cfg.clone());
+    }
+}
+
+/// The gate's `[slot]` section for a node booted by `path` with `roots`: the boot loader,
+/// and the slot's root named by template where the boot loader gives both slots one
+/// command line (GRUB).
+pub fn gate_config(path: BootPath, roots: Roots) -> vbom::Slot {
+    let mut toml = String::new();
+    if path == BootPath::SystemdBoot {
+        toml.push_str("bootloader = \"systemd-boot\"\n");
+    }
+    match roots {
+        Roots::Plain => toml.push_str("root = \"PARTLABEL=root-{slot}\"\n"),
+        Roots::Verity(RootHashSource::Signature) => {
+            toml.push_str("verity_sig = \"PARTLABEL=root-{slot}-sig\"\n")
+        }
+        Roots::Verity(RootHashSource::Bom) => {}
+    }
+    // The test bed's own configuration: a bad value here is a bug of the test bed.
+    match vbom::Slot::from_toml(&toml) {
+        Ok(c) => c,
+        Err(e) => panic!("test bed [slot] section {toml:?}: {e}"),
+    }
+}

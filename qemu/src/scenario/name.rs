@@ -1,0 +1,208 @@
+//! The scenario names: the one list the CLI, the tests and the README use.
+//!
+//! Contract: [`Name`] is every scenario the catalogue ([`crate::catalogue`]) can set up,
+//! with its command-line spelling ([`Name::as_str`], [`Name::parse`]) and its place in
+//! the README's list ([`Name::ALL`]; a unit test holds the README to it). Nothing here
+//! builds or boots anything.
+
+/// The scenarios, by name: the one list the CLI, the tests and the README use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Name {
+    Good,
+    NoRoot,
+    BadModule,
+    Panic,
+    TamperedModule,
+    Verity,
+    VerityCorrupt,
+    VerityBadSig,
+    VerityUntrusted,
+    VerityBadSuperblock,
+    VerityKernelSig,
+    VerityErofs,
+    K612,
+    Tpm,
+    TpmSha384,
+    NoTpm,
+    TpmKilled,
+    AbGood,
+    AbImageFault,
+    AbImageFaultReboot,
+    AbCorruptRoot,
+    AbBothBad,
+    AbNoTpm,
+    SdbootGood,
+    SdbootImageFault,
+    Node,
+    PreflightNvidia,
+    PreflightPcie,
+    AbHardwareFault,
+    Modules40,
+    // The fault matrix (docs/FAULTS.md; set up in crate::faults).
+    WrongPartuuid,
+    VerityCorruptHash,
+    VerityWrongRootHash,
+    UnsignedModule,
+    WrongVermagic,
+    CrcMismatch,
+    TruncatedModule,
+    BomMissing,
+    BomCorrupt,
+    GarbageCmdline,
+    LowMemory,
+    AbNoEsp,
+    AbEspFull,
+    AbEspReadOnly,
+    AbCorruptGrubenv,
+}
+
+impl Name {
+    /// Every scenario, in the README's order (`node`, the demo's default, is described
+    /// there on its own).
+    pub const ALL: &'static [Name] = &[
+        Name::Good,
+        Name::NoRoot,
+        Name::BadModule,
+        Name::Panic,
+        Name::TamperedModule,
+        Name::Verity,
+        Name::VerityCorrupt,
+        Name::VerityBadSig,
+        Name::VerityUntrusted,
+        Name::VerityBadSuperblock,
+        Name::VerityKernelSig,
+        Name::VerityErofs,
+        Name::K612,
+        Name::Tpm,
+        Name::TpmSha384,
+        Name::NoTpm,
+        Name::TpmKilled,
+        Name::AbGood,
+        Name::AbImageFault,
+        Name::AbImageFaultReboot,
+        Name::AbCorruptRoot,
+        Name::AbBothBad,
+        Name::AbNoTpm,
+        Name::SdbootGood,
+        Name::SdbootImageFault,
+        Name::Node,
+        Name::PreflightNvidia,
+        Name::PreflightPcie,
+        Name::AbHardwareFault,
+        Name::Modules40,
+        Name::WrongPartuuid,
+        Name::VerityCorruptHash,
+        Name::VerityWrongRootHash,
+        Name::UnsignedModule,
+        Name::WrongVermagic,
+        Name::CrcMismatch,
+        Name::TruncatedModule,
+        Name::BomMissing,
+        Name::BomCorrupt,
+        Name::GarbageCmdline,
+        Name::LowMemory,
+        Name::AbNoEsp,
+        Name::AbEspFull,
+        Name::AbEspReadOnly,
+        Name::AbCorruptGrubenv,
+    ];
+
+    /// The name on the command line and in run directories.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Name::Good => "good",
+            Name::NoRoot => "no-root",
+            Name::BadModule => "bad-module",
+            Name::Panic => "panic",
+            Name::TamperedModule => "tampered-module",
+            Name::Verity => "verity",
+            Name::VerityCorrupt => "verity-corrupt",
+            Name::VerityBadSig => "verity-bad-sig",
+            Name::VerityUntrusted => "verity-untrusted",
+            Name::VerityBadSuperblock => "verity-bad-superblock",
+            Name::VerityKernelSig => "verity-kernel-sig",
+            Name::VerityErofs => "verity-erofs",
+            Name::K612 => "k612",
+            Name::Tpm => "tpm",
+            Name::TpmSha384 => "tpm-sha384",
+            Name::NoTpm => "no-tpm",
+            Name::TpmKilled => "tpm-killed",
+            Name::AbGood => "ab-good",
+            Name::AbImageFault => "ab-image-fault",
+            Name::AbImageFaultReboot => "ab-image-fault-reboot",
+            Name::AbCorruptRoot => "ab-corrupt-root",
+            Name::AbBothBad => "ab-both-bad",
+            Name::AbNoTpm => "ab-no-tpm",
+            Name::SdbootGood => "sdboot-good",
+            Name::SdbootImageFault => "sdboot-image-fault",
+            Name::Node => "node",
+            Name::AbHardwareFault => "ab-hardware-fault",
+            Name::PreflightNvidia => "preflight-nvidia",
+            Name::PreflightPcie => "preflight-pcie",
+            Name::Modules40 => "modules-40",
+            Name::WrongPartuuid => "wrong-partuuid",
+            Name::VerityCorruptHash => "verity-corrupt-hash",
+            Name::VerityWrongRootHash => "verity-wrong-root-hash",
+            Name::UnsignedModule => "unsigned-module",
+            Name::WrongVermagic => "wrong-vermagic",
+            Name::CrcMismatch => "crc-mismatch",
+            Name::TruncatedModule => "truncated-module",
+            Name::BomMissing => "bom-missing",
+            Name::BomCorrupt => "bom-corrupt",
+            Name::GarbageCmdline => "garbage-cmdline",
+            Name::LowMemory => "low-memory",
+            Name::AbNoEsp => "ab-no-esp",
+            Name::AbEspFull => "ab-esp-full",
+            Name::AbEspReadOnly => "ab-esp-read-only",
+            Name::AbCorruptGrubenv => "ab-corrupt-grubenv",
+        }
+    }
+
+    /// The scenario called `s`.
+    pub fn parse(s: &str) -> Option<Name> {
+        Name::ALL.iter().copied().find(|n| n.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for Name {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paths;
+
+    /// The README's scenario list is this enum, in this order.
+    #[test]
+    fn readme_lists_every_scenario() {
+        let readme = std::fs::read_to_string(paths::workspace().join("README.md")).unwrap();
+        let start = readme
+            .find("`scripts/demo NAME` boots another scenario:")
+            .expect("the README's scenario list");
+        let para = &readme[start..];
+        let para = &para[..para.find("\n\n").unwrap_or(para.len())];
+        let listed: Vec<&str> = para
+            .split('`')
+            .skip(3) // `scripts/demo NAME` itself
+            .step_by(2)
+            .filter(|w| {
+                Name::parse(w).is_some()
+                    || w.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            })
+            .collect();
+        let want: Vec<&str> = Name::ALL
+            .iter()
+            .filter(|n| **n != Name::Node)
+            .map(|n| n.as_str())
+            .collect();
+        assert_eq!(listed, want, "README scenario list vs qemu::scenario::Name");
+        for n in Name::ALL {
+            assert_eq!(Name::parse(n.as_str()), Some(*n));
+        }
+        assert_eq!(Name::parse("nope"), None);
+    }
+}
