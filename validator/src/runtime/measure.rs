@@ -378,3 +378,22 @@ pub fn event(
         Err(e) => failed(required, e, warnings),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failure stops the boot only when the TPM is required; else it is a warning. No
+    /// measurer measures nothing and fails nothing.
+    #[test]
+    fn a_failure_is_fatal_only_when_required() {
+        let mut warnings = Vec::new();
+        let e = failed(true, TpmFailure::Absent, &mut warnings).unwrap_err();
+        assert_eq!(e.to_string(), "TPM required by the BOM: no TPM");
+        assert!(warnings.is_empty());
+        failed(false, TpmFailure::Recorded("gone".into()), &mut warnings).unwrap();
+        assert_eq!(warnings, ["TPM (optional): gone"]);
+        event(None, &mut warnings, "x", b"x", "kind").unwrap();
+        assert_eq!(warnings.len(), 1);
+    }
+}

@@ -102,3 +102,37 @@ pub fn resolve_in_root(root: &Path, path: &str) -> Result<PathBuf, ResolveError>
     out.extend(components(root, path, Lookup::default())?);
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A strict lookup fails on a missing component, naming it; a lenient one keeps it,
+    /// and leaves the opaque directory's contents as written.
+    #[test]
+    fn missing_and_opaque_components() {
+        let root = std::env::temp_dir().join(format!("vld-rootpath-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("etc")).unwrap();
+        std::fs::create_dir_all(root.join("run")).unwrap();
+        std::os::unix::fs::symlink("/run/x", root.join("etc/link")).unwrap();
+        std::os::unix::fs::symlink("/nowhere", root.join("run/x")).unwrap();
+        let e = resolve_in_root(&root, "/etc/missing/y").unwrap_err();
+        assert!(matches!(e, ResolveError::Io { .. }), "{e}");
+        assert!(e.to_string().contains("etc/missing"), "{e}");
+        let lenient = Lookup {
+            keep_missing: true,
+            opaque: Some("run"),
+        };
+        assert_eq!(
+            components(&root, "/etc/missing/../new/y", lenient).unwrap(),
+            ["etc", "new", "y"]
+        );
+        // `/run/x` is a link in the root, but `/run` is opaque: not followed.
+        assert_eq!(
+            components(&root, "/etc/link/z", lenient).unwrap(),
+            ["run", "x", "z"]
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+}
