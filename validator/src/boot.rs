@@ -1,4 +1,4 @@
-//! Layer 8: the boot as PID 1 runs it - the order of the stages and the decision, nothing
+//! Layer 9: the boot as PID 1 runs it - the order of the stages and the decision, nothing
 //! else. Each stage's body lives in [`crate::stages`] under its report name; a failed
 //! stage's error carries its fault class, and the decision reads only that class.
 //!
@@ -170,5 +170,5 @@ pub fn run_pid1() -> ! {
         (_, a) => a,
     };
     log::error!("boot stopped; {action:?}");
-    stages::handover::finish(action)
+    crate::runtime::power::finish(action)
 }

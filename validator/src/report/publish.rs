@@ -11,57 +11,49 @@
 //! The root is normally mounted read-only, so an image that wants the files keeps the
 //! directories in `/run`: a symbolic link such as
 //! `/var/lib/prometheus/node-exporter -> /run/validator/textfile` in the image is
-//! followed as the new root will see it, and the file lands in the `/run` it inherits.
+//! followed as the new root will see it ([`crate::runtime::rootpath`], with `/run` left
+//! unresolved), and the file lands in the `/run` it inherits.
 
 use std::path::{Path, PathBuf};
 
 use super::schema::Report;
 use super::{console, json, nfd, prometheus};
+use crate::runtime::rootpath::{components, Lookup, ResolveError};
 use crate::stages::Context;
+
+/// Why a report file could not be placed or written into the new root.
+#[derive(Debug, thiserror::Error)]
+pub enum PublishError {
+    /// Following `dir`'s symbolic links went round in circles.
+    #[error("{dir}: {source}")]
+    Loop { dir: String, source: ResolveError },
+    /// A component of `dir` could not be looked up.
+    #[error(transparent)]
+    Resolve(ResolveError),
+    /// The file could not be written.
+    #[error("{}: {source}", .path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
 
 /// Where `dir`, a directory of the new root, is now: `dir` resolved inside `new_root`
 /// following symbolic links as the new root will (missing components are kept as they
 /// are, to be created), and, when that lands under `/run`, the same place under `run`,
 /// the `/run` that `switch_root` moves into the new root.
-pub fn place(new_root: &Path, run: &Path, dir: &str) -> Result<PathBuf, String> {
-    let mut parts: Vec<String> = Vec::new();
-    let mut todo: Vec<String> = dir.split('/').rev().map(str::to_string).collect();
-    let mut hops = 0;
-    while let Some(c) = todo.pop() {
-        match c.as_str() {
-            "" | "." => continue,
-            ".." => {
-                parts.pop();
-                continue;
-            }
-            _ => {}
-        }
-        if parts.first().is_some_and(|p| p == "run") {
-            parts.push(c);
-            continue;
-        }
-        let mut cand = new_root.to_path_buf();
-        cand.extend(&parts);
-        cand.push(&c);
-        match std::fs::symlink_metadata(&cand) {
-            Ok(m) if m.file_type().is_symlink() => {
-                hops += 1;
-                if hops > 40 {
-                    return Err(format!("{dir}: too many levels of symbolic links"));
-                }
-                let target =
-                    std::fs::read_link(&cand).map_err(|e| format!("{}: {e}", cand.display()))?;
-                let t = target.to_string_lossy().into_owned();
-                if t.starts_with('/') {
-                    parts.clear();
-                }
-                todo.extend(t.split('/').rev().map(str::to_string));
-            }
-            Ok(_) => parts.push(c),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => parts.push(c),
-            Err(e) => return Err(format!("{}: {e}", cand.display())),
-        }
-    }
+pub fn place(new_root: &Path, run: &Path, dir: &str) -> Result<PathBuf, PublishError> {
+    let lookup = Lookup {
+        keep_missing: true,
+        opaque: Some("run"),
+    };
+    let parts = components(new_root, dir, lookup).map_err(|e| match e {
+        ResolveError::Loop { .. } => PublishError::Loop {
+            dir: dir.to_string(),
+            source: e,
+        },
+        ResolveError::Io { .. } => PublishError::Resolve(e),
+    })?;
     Ok(match parts.split_first() {
         Some((first, rest)) if first == "run" => {
             let mut p = run.to_path_buf();
@@ -83,10 +75,13 @@ pub fn write_into_root(
     dir: &str,
     name: &str,
     bytes: &[u8],
-) -> Result<PathBuf, String> {
+) -> Result<PathBuf, PublishError> {
     let d = place(new_root, run, dir)?;
     let f = d.join(name);
-    crate::util::fs::write_atomic(&f, bytes).map_err(|e| format!("{}: {e}", f.display()))?;
+    crate::util::fs::write_atomic(&f, bytes).map_err(|source| PublishError::Write {
+        path: f.clone(),
+        source,
+    })?;
     Ok(f)
 }
 
@@ -94,7 +89,7 @@ pub fn write_into_root(
 /// else), PID 1's peak memory (from `proc`), the time of the report.
 pub fn seal(report: &mut Report, proc: &Path) {
     report.checks = super::checks::derive(report);
-    report.peak_rss_bytes = crate::stages::node::peak_rss_bytes(proc);
+    report.peak_rss_bytes = crate::runtime::node::peak_rss_bytes(proc);
     if let Some(t) = crate::sys::boottime_us() {
         report.boottime_report_us = t;
     }
@@ -229,9 +224,12 @@ mod tests {
         std::os::unix::fs::symlink("/loop", root.join("loop")).unwrap();
         assert!(place(&root, &run, "/loop/x")
             .unwrap_err()
+            .to_string()
             .contains("symbolic links"));
         std::fs::write(root.join("etc/file"), "").unwrap();
-        let e = write_into_root(&root, &run, "/etc/file", "validator", b"").unwrap_err();
+        let e = write_into_root(&root, &run, "/etc/file", "validator", b"")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("etc/file"), "{e}");
         std::fs::remove_dir_all(&d).unwrap();
     }

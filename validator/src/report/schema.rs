@@ -9,10 +9,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::stages::measure::TpmReport;
+use crate::runtime::measure::TpmReport;
+use crate::runtime::node::NodeFacts;
 use crate::stages::modules::taint::TaintReport;
 use crate::stages::modules::ModuleReport;
-use crate::stages::node::NodeFacts;
 use crate::stages::slot::SlotFacts;
 use crate::stages::storage::RootReport;
 use crate::stages::verity::VerityReport;

@@ -1,4 +1,4 @@
-//! Layer 6: the boot stages, one module per stage, named as the report names them, in
+//! Layer 7: the boot stages, one module per stage, named as the report names them, in
 //! run order: [`start`], [`measure`], [`modules`], [`slot`], [`storage`], [`verity`],
 //! [`mount`], [`critical`], [`preflight`], [`handover`].
 //!
@@ -10,15 +10,16 @@
 //! (`/sys`, `/proc`, `/dev`, `/run`, the new root, the initramfs) from [`Roots`], so each
 //! runs against a fixture tree as well as on a node.
 //!
-//! [`node`] is not a stage: the node's identity and PID 1's peak memory, which `start` and
-//! the report read.
+//! No stage uses another: what several stages share at run time (the TPM measurer, device
+//! discovery, the final action, the node's identity, ...) lives one layer down in
+//! [`crate::runtime`]; this module is the framework they all use ([`Context`], [`Fault`],
+//! [`Classified`], [`Facts`], [`Stage`]).
 
 pub mod critical;
 pub mod handover;
 pub mod measure;
 pub mod modules;
 pub mod mount;
-pub mod node;
 pub mod preflight;
 pub mod slot;
 pub mod start;
@@ -31,6 +32,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::bom::LoadedBom;
 use crate::config::cmdline::BootArgs;
+use crate::runtime::measure::{MeasureError, Measurer, TpmReport};
+use crate::runtime::node::NodeFacts;
+use crate::runtime::verity_parts::Parts;
 use crate::trust::TrustStore;
 
 /// What a failure points at. Only image faults burn an A/B slot.
@@ -92,6 +96,17 @@ impl Decision {
 /// A stage error that knows its fault class.
 pub trait Classified: std::error::Error {
     fn fault(&self) -> Fault;
+}
+
+/// A measurement that failed: the TPM the BOM requires is missing or failed (platform),
+/// or what should be measured is not there (image).
+impl Classified for MeasureError {
+    fn fault(&self) -> Fault {
+        match self {
+            MeasureError::Required(_) => Fault::Platform,
+            MeasureError::Unmeasurable { .. } => Fault::Image,
+        }
+    }
 }
 
 /// The stages, in run order, as the report names them.
@@ -184,12 +199,12 @@ pub struct Facts {
     pub root: Option<storage::RootReport>,
     pub taint: Option<modules::taint::TaintReport>,
     pub verity: Option<verity::VerityReport>,
-    pub tpm: Option<measure::TpmReport>,
+    pub tpm: Option<TpmReport>,
     /// What the preflight checked and found.
     pub preflight: Option<preflight::PreflightReport>,
     pub slot: Option<slot::SlotFacts>,
     /// Who the node is (DMI, boot id), read by `start`.
-    pub node: node::NodeFacts,
+    pub node: NodeFacts,
     /// The GPUs the BOM promises (`hardware.gpus`).
     pub bom_gpus: Option<u32>,
     /// The node pool the BOM's `[report]` names.
@@ -212,10 +227,10 @@ pub struct Context {
     pub bom: Option<LoadedBom>,
     /// The running kernel's release.
     pub release: String,
-    pub measurer: Option<measure::Measurer>,
+    pub measurer: Option<Measurer>,
     /// The trust store the module gate loaded, reused by the verity stage.
     pub trust: Option<TrustStore>,
-    pub verity_parts: Option<storage::verity_parts::Parts>,
+    pub verity_parts: Option<Parts>,
     /// The A/B state, when the BOM has a `[slot]` section and it could be read.
     pub slot: Option<slot::Runtime>,
     pub facts: Facts,
@@ -236,6 +251,24 @@ impl Context {
             slot: None,
             facts: Facts::default(),
         }
+    }
+
+    /// Measures one event into the BOM's PCR with this boot's measurer, if any (see
+    /// [`crate::runtime::measure::event`]): a TPM failure is fatal when the BOM requires the TPM, else a
+    /// warning in the facts.
+    pub fn measure(
+        &mut self,
+        description: &str,
+        data: &[u8],
+        kind: &str,
+    ) -> Result<(), MeasureError> {
+        crate::runtime::measure::event(
+            self.measurer.as_mut(),
+            &mut self.facts.warnings,
+            description,
+            data,
+            kind,
+        )
     }
 
     /// The BOM's `[verity]` section: present means the root must be verified.

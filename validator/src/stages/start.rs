@@ -1,7 +1,7 @@
 //! Stage `start`: what PID 1 does before anything can be checked. Mount the API
 //! filesystems, install the panic policy, read the kernel command line once, load the
 //! image's BOM from the initramfs and check that the running kernel is the one it names.
-//! It also notes who the node is ([`super::node::identity`]) for the report.
+//! It also notes who the node is ([`crate::runtime::node::identity`]) for the report.
 //!
 //! PID 1 must never return, exit or unwind: the kernel would panic with "Attempted to
 //! kill init!". The panic hook therefore logs to `/dev/kmsg`, syncs and reboots, powers
@@ -67,7 +67,7 @@ pub fn run(ctx: &mut Context) -> Result<String, StartError> {
         log::set_max_level(log::LevelFilter::Debug);
     }
     ctx.facts.warnings.append(&mut ctx.args.warnings);
-    let (node, mut unread) = super::node::identity(&ctx.roots.sys, &ctx.roots.proc);
+    let (node, mut unread) = crate::runtime::node::identity(&ctx.roots.sys, &ctx.roots.proc);
     ctx.facts.node = node;
     ctx.facts.warnings.append(&mut unread);
     ctx.release = sys::kernel_release().map_err(StartError::Release)?;
@@ -143,7 +143,7 @@ pub fn install_panic_hook() {
             "PANIC in PID 1: {payload}{loc}; syncing, then {}",
             action_word(action)
         ));
-        super::handover::finish(action)
+        crate::runtime::power::finish(action)
     }));
 }
 

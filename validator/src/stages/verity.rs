@@ -11,21 +11,23 @@
 //! 4. The verity table goes to the kernel through the device-mapper ioctls
 //!    ([`crate::sys::dm`]), read-only, with the BOM's options; the status must say `V`.
 //!
-//! Finding the partitions is the `storage` stage's part (with [`find_sig`] and
-//! [`find_data_hash`] from here); reading the critical files through the device after
+//! Finding the partitions is the `storage` stage's part (with the rules of
+//! [`crate::runtime::verity_parts`]); reading the critical files through the device after
 //! mounting is the `critical` stage's.
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::storage::verity_parts::{Parts, SigPartition};
-use super::storage::FoundPartition;
 use super::{Classified, Context, Fault};
 use crate::config::bom::{OnCorruption, RootHashSource, Verity};
 use crate::config::layout;
 use crate::formats::verity::superblock::{self, Params};
 use crate::formats::verity::{sig, tree};
+use crate::runtime::critical::CriticalFile;
+use crate::runtime::devices::FoundPartition;
+use crate::runtime::measure::MeasureError;
+use crate::runtime::verity_parts::{Parts, SigPartition};
 use crate::sys::dm;
 use crate::trust::rootsig::{self, RootSigError};
 use crate::trust::TrustStore;
@@ -69,7 +71,7 @@ pub enum VerityError {
     #[error("trust store: {0}")]
     Trust(#[from] crate::trust::TrustError),
     #[error(transparent)]
-    Measure(#[from] super::measure::MeasureError),
+    Measure(#[from] MeasureError),
 }
 
 impl Classified for VerityError {
@@ -111,7 +113,7 @@ pub struct VerityReport {
     /// The table as the kernel reports it back (`DM_TABLE_STATUS` with the table flag).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_table: Option<String>,
-    pub critical_files: Vec<super::critical::CriticalFile>,
+    pub critical_files: Vec<CriticalFile>,
 }
 
 fn read_device(path: &str, offset: u64, len: usize) -> Result<Vec<u8>, VerityError> {
@@ -299,7 +301,7 @@ fn dev_numbers(sys_root: &Path, p: &FoundPartition) -> Result<(u64, u64), Verity
         .unwrap_or_default();
     let f = sys_root.join("class/block").join(&name).join("dev");
     let s =
-        crate::util::fs::read_text_limited(&f, super::storage::SYSFS_VALUE_MAX).map_err(|e| {
+        crate::util::fs::read_text_limited(&f, crate::util::fs::SYSFS_VALUE_MAX).map_err(|e| {
             VerityError::Read {
                 device: f.display().to_string(),
                 why: e.to_string(),
@@ -493,8 +495,7 @@ pub fn run(ctx: &mut Context) -> Result<String, VerityError> {
         rep.status.as_deref().unwrap_or("")
     );
     ctx.facts.verity = Some(rep);
-    super::measure::event(
-        ctx,
+    ctx.measure(
         &format!("verity-root-hash:{rh}"),
         rh.as_bytes(),
         "validator-verity",

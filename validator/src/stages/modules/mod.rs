@@ -22,10 +22,10 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::measure::{self, MeasureError};
 use super::{Classified, Context, Fault};
 use crate::formats::kmod::index::{Index, IndexError};
 use crate::formats::kmod::modinfo::{self, Compression};
+use crate::runtime::measure::MeasureError;
 use crate::sys;
 use crate::util::fs::{open_input, read_open_limited, read_text_limited, InputError};
 
@@ -588,7 +588,7 @@ fn measure_loaded(ctx: &mut Context) -> Result<(), MeasureError> {
             why: "the gate recorded no digest of the image the kernel was given".into(),
         })?;
         let e = format!("module:{name} sha256:{sha}");
-        measure::event(ctx, &e, e.as_bytes(), "validator-module")?;
+        ctx.measure(&e, e.as_bytes(), "validator-module")?;
     }
     Ok(())
 }

@@ -26,9 +26,10 @@ use super::{Check, PreflightReport};
 use crate::config::bom::Bom;
 use crate::formats::kmod::index::Index;
 use crate::formats::kmod::{modinfo, sig};
+use crate::runtime::measure::MeasureError;
 use crate::stages::modules::gate::{Gate, Verdict};
 use crate::stages::modules::{self, batch, ModStatus, ModuleReport};
-use crate::stages::{measure, Context, Fault};
+use crate::stages::{Context, Fault};
 
 /// The check's name.
 pub const CHECK: &str = "root-modules";
@@ -238,9 +239,9 @@ pub fn load_root_modules(ctx: &mut Context, bom: &Bom, report: &mut PreflightRep
         let e = match &r.sha256 {
             Some(sha) => {
                 let text = format!("module:{} sha256:{sha}", r.name);
-                measure::event(ctx, &text, text.as_bytes(), "validator-module")
+                ctx.measure(&text, text.as_bytes(), "validator-module")
             }
-            None => Err(measure::MeasureError::Unmeasurable {
+            None => Err(MeasureError::Unmeasurable {
                 what: format!("module {}", r.name),
                 why: "the gate recorded no digest".into(),
             }),

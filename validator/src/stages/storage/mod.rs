@@ -1,50 +1,27 @@
-//! Stage `storage`: find a block device by GPT partition label or partition UUID, or by
-//! path, reading the partition tables ourselves (no udev, no blkid), and wait for it with
-//! a deadline.
+//! Stage `storage`: wait for the root device named by `root=` (or by the BOM's `[slot]`
+//! templates), or for the verity root's partitions when the BOM has a `[verity]` section,
+//! with the `root=` deadline.
 //!
-//! Disks are taken from `<sys>/block`; device nodes from `<dev>` (devtmpfs), created with
-//! `mknod` from the sysfs `dev` numbers when devtmpfs has not made them.
+//! Finding and waiting for devices is shared with other stages and lives in
+//! [`crate::runtime::devices`] (the verity partitions' rules in
+//! [`crate::runtime::verity_parts`]); this stage decides what to wait for and records the
+//! root it found.
 
 pub mod verity_parts;
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::{Classified, Context, Fault};
 use crate::config::cmdline::RootSpec;
-use crate::formats::gpt;
+use crate::runtime::devices::{wait_for, FoundPartition, StorageError};
+use crate::runtime::verity_parts::PartsError;
 
-/// A storage problem.
-#[derive(Debug, thiserror::Error)]
-pub enum StorageError {
-    #[error("{spec} not found after {waited:.1} s; disks seen: {seen}")]
-    NotFound {
-        spec: String,
-        waited: f64,
-        seen: String,
-    },
-    #[error("{spec} matches more than one partition: {}", .devices.join(", "))]
-    Ambiguous { spec: String, devices: Vec<String> },
-    #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-}
-
-/// A partition we found.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct FoundPartition {
-    /// Device node (`/dev/vda1`).
-    pub device: String,
-    pub disk: String,
-    pub number: u32,
-    pub label: String,
-    pub partuuid: String,
-    pub type_uuid: String,
-}
+/// PENDING_MERGE: `stages/slot.rs` still names these here (`super::storage::wait_scan`,
+/// `super::storage::matches`); once the slot split lands it uses
+/// [`crate::runtime::devices`] and this re-export goes.
+pub use crate::runtime::devices::{matches, wait_scan};
 
 /// The root filesystem we mount.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -54,238 +31,6 @@ pub struct RootReport {
     pub fstype: String,
     pub read_only: bool,
     pub mountpoint: String,
-}
-
-/// What one scan saw on one disk (for the "not found" report).
-#[derive(Debug, Clone)]
-pub struct DiskSeen {
-    pub disk: String,
-    pub note: String,
-}
-
-/// Most bytes read from one sysfs value (`dev`, `size`, `partition`: a few bytes each).
-pub use crate::util::fs::SYSFS_VALUE_MAX;
-
-fn read_trim(p: &Path) -> Option<String> {
-    crate::util::fs::read_text_limited(p, SYSFS_VALUE_MAX)
-        .ok()
-        .map(|s| s.trim().to_string())
-}
-
-/// Makes sure `<dev>/<name>` exists, creating it from `<sysdir>/dev` (`MAJ:MIN`) if not.
-pub fn ensure_node(dev_root: &Path, name: &str, sysdir: &Path) -> Result<PathBuf, StorageError> {
-    let node = dev_root.join(name);
-    if node.exists() {
-        return Ok(node);
-    }
-    let devfile = sysdir.join("dev");
-    let mm = read_trim(&devfile).ok_or_else(|| StorageError::Io {
-        path: devfile.clone(),
-        source: std::io::ErrorKind::NotFound.into(),
-    })?;
-    let (maj, min) = mm
-        .split_once(':')
-        .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)))
-        .ok_or_else(|| StorageError::Io {
-            path: devfile.clone(),
-            source: std::io::Error::new(std::io::ErrorKind::InvalidData, format!("bad dev {mm:?}")),
-        })?;
-    crate::sys::mknod_block(&node, maj, min).map_err(|e| StorageError::Io {
-        path: node.clone(),
-        source: e.into(),
-    })?;
-    Ok(node)
-}
-
-/// Every partition on every GPT disk, with what was seen on each disk.
-pub fn scan(sys_root: &Path, dev_root: &Path) -> (Vec<FoundPartition>, Vec<DiskSeen>) {
-    let mut found = Vec::new();
-    let mut seen = Vec::new();
-    let Ok(rd) = std::fs::read_dir(sys_root.join("block")) else {
-        return (found, seen);
-    };
-    let mut disks: Vec<String> = rd
-        .filter_map(Result::ok)
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    disks.sort();
-    for disk in disks {
-        let sysdir = sys_root.join("block").join(&disk);
-        let sectors: u64 = read_trim(&sysdir.join("size"))
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        if sectors == 0 {
-            continue; // empty loop/ram devices, ejected media
-        }
-        let ss: u64 = read_trim(&sysdir.join("queue/logical_block_size"))
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(512);
-        let node = match ensure_node(dev_root, &disk, &sysdir) {
-            Ok(n) => n,
-            Err(e) => {
-                seen.push(DiskSeen {
-                    disk,
-                    note: e.to_string(),
-                });
-                continue;
-            }
-        };
-        let table = match crate::sys::read_gpt(&node, ss) {
-            Ok(t) => t,
-            Err(e) => {
-                let note = match &e {
-                    gpt::GptError::Invalid { what, .. } => what.clone(),
-                    other => other.to_string(),
-                };
-                seen.push(DiskSeen { disk, note });
-                continue;
-            }
-        };
-        let labels: Vec<String> = table.partitions.iter().map(|p| p.name.clone()).collect();
-        seen.push(DiskSeen {
-            disk: disk.clone(),
-            note: format!("GPT partitions [{}]", labels.join(", ")),
-        });
-        for p in &table.partitions {
-            let Some(pname) = partition_name(&sysdir, p.number) else {
-                continue; // the kernel has not (yet) created this partition
-            };
-            let device = match ensure_node(dev_root, &pname, &sysdir.join(&pname)) {
-                Ok(n) => n.display().to_string(),
-                Err(_) => continue,
-            };
-            found.push(FoundPartition {
-                device,
-                disk: disk.clone(),
-                number: p.number,
-                label: p.name.clone(),
-                partuuid: p.unique_guid.to_string(),
-                type_uuid: p.type_guid.to_string(),
-            });
-        }
-    }
-    (found, seen)
-}
-
-/// The kernel's name for partition `number` of the disk at `sysdir`.
-fn partition_name(sysdir: &Path, number: u32) -> Option<String> {
-    let rd = std::fs::read_dir(sysdir).ok()?;
-    for e in rd.filter_map(Result::ok) {
-        let p = e.path();
-        if read_trim(&p.join("partition")).and_then(|s| s.parse::<u32>().ok()) == Some(number) {
-            return Some(e.file_name().to_string_lossy().into_owned());
-        }
-    }
-    None
-}
-
-/// Whether a partition matches a root spec.
-pub fn matches(spec: &RootSpec, p: &FoundPartition) -> bool {
-    match spec {
-        RootSpec::PartLabel(l) => &p.label == l,
-        RootSpec::PartUuid(u) => p.partuuid.eq_ignore_ascii_case(u),
-        RootSpec::Path(d) => &p.device == d,
-    }
-}
-
-/// The one partition of `parts` that `spec` names; more than one is an error.
-pub fn pick(
-    spec: &RootSpec,
-    parts: &[FoundPartition],
-) -> Result<Option<FoundPartition>, StorageError> {
-    let hits: Vec<&FoundPartition> = parts.iter().filter(|p| matches(spec, p)).collect();
-    if hits.len() > 1 {
-        return Err(StorageError::Ambiguous {
-            spec: spec.to_string(),
-            devices: hits.iter().map(|h| h.device.clone()).collect(),
-        });
-    }
-    Ok(hits.first().map(|h| (*h).clone()))
-}
-
-/// One look for the device named by `spec`.
-pub fn find(
-    spec: &RootSpec,
-    sys_root: &Path,
-    dev_root: &Path,
-) -> Result<(Option<FoundPartition>, Vec<DiskSeen>), StorageError> {
-    let (parts, seen) = scan(sys_root, dev_root);
-    Ok((pick(spec, &parts)?, seen))
-}
-
-/// Scans every `interval` until `found` returns a value or `timeout` passes; the error
-/// then lists what was seen on each disk. `found` may also fail the wait at once.
-#[allow(clippy::too_many_arguments)]
-pub fn wait_scan<T, E>(
-    what: &str,
-    sys_root: &Path,
-    dev_root: &Path,
-    timeout: Duration,
-    interval: Duration,
-    mut tick: impl FnMut(),
-    mut found: impl FnMut(&[FoundPartition]) -> Result<Option<T>, E>,
-    on_timeout: impl FnOnce(StorageError) -> E,
-) -> Result<T, E> {
-    let start = Instant::now();
-    loop {
-        let (parts, seen) = scan(sys_root, dev_root);
-        if let Some(t) = found(&parts)? {
-            return Ok(t);
-        }
-        if start.elapsed() >= timeout {
-            let seen = if seen.is_empty() {
-                "none".to_string()
-            } else {
-                seen.iter()
-                    .map(|d| format!("{} ({})", d.disk, d.note))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            };
-            return Err(on_timeout(StorageError::NotFound {
-                spec: what.to_string(),
-                waited: start.elapsed().as_secs_f64(),
-                seen,
-            }));
-        }
-        tick();
-        std::thread::sleep(interval);
-    }
-}
-
-/// Polls for the device every `interval` until `timeout`; `tick` runs between polls (PID 1
-/// reaps zombies there).
-pub fn wait_for(
-    spec: &RootSpec,
-    sys_root: &Path,
-    dev_root: &Path,
-    timeout: Duration,
-    interval: Duration,
-    tick: impl FnMut(),
-) -> Result<FoundPartition, StorageError> {
-    wait_scan(
-        &format!("root device {spec}"),
-        sys_root,
-        dev_root,
-        timeout,
-        interval,
-        tick,
-        |parts| {
-            if let RootSpec::Path(p) = spec {
-                if Path::new(p).exists() {
-                    return Ok(Some(FoundPartition {
-                        device: p.clone(),
-                        disk: String::new(),
-                        number: 0,
-                        label: String::new(),
-                        partuuid: String::new(),
-                        type_uuid: String::new(),
-                    }));
-                }
-            }
-            pick(spec, parts)
-        },
-        |e| e,
-    )
 }
 
 /// The booted slot's root and signature partitions from the BOM's `[slot]` templates.
@@ -314,7 +59,7 @@ pub enum StorageStageError {
     #[error(transparent)]
     Layout(StorageError),
     #[error(transparent)]
-    Verity(#[from] verity_parts::PartsError),
+    Verity(#[from] PartsError),
 }
 
 impl From<StorageError> for StorageStageError {
@@ -368,68 +113,4 @@ pub fn run(ctx: &mut Context) -> Result<String, StorageStageError> {
         mountpoint: ctx.roots.new_root.display().to_string(),
     });
     Ok(detail)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::formats::gpt::{tests::build, Guid};
-
-    /// A sysfs/devfs fixture with one GPT disk image standing in for `/dev/vda`.
-    #[test]
-    fn finds_by_label_and_uuid_in_a_fixture() {
-        let tmp = std::env::temp_dir().join(format!("vld-stor-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&tmp);
-        let sys = tmp.join("sys");
-        let dev = tmp.join("dev");
-        std::fs::create_dir_all(sys.join("block/vda/vda1")).unwrap();
-        std::fs::create_dir_all(sys.join("block/vda/vda2")).unwrap();
-        std::fs::create_dir_all(sys.join("block/vda/queue")).unwrap();
-        std::fs::create_dir_all(sys.join("block/loop0")).unwrap();
-        std::fs::create_dir_all(&dev).unwrap();
-        std::fs::write(sys.join("block/loop0/size"), "0\n").unwrap();
-        std::fs::write(sys.join("block/vda/size"), "300\n").unwrap();
-        std::fs::write(sys.join("block/vda/queue/logical_block_size"), "512\n").unwrap();
-        std::fs::write(sys.join("block/vda/vda1/partition"), "1\n").unwrap();
-        std::fs::write(sys.join("block/vda/vda2/partition"), "2\n").unwrap();
-        let t = Guid::parse("0fc63daf-8483-4772-8e79-3d69d8477de4").unwrap();
-        let u1 = Guid::parse("11111111-2222-3333-4444-555555555555").unwrap();
-        let u2 = Guid::parse("aaaaaaaa-2222-3333-4444-555555555555").unwrap();
-        std::fs::write(
-            dev.join("vda"),
-            build(&[(t, u1, 34, 99, "root"), (t, u2, 100, 199, "data")], 300),
-        )
-        .unwrap();
-        std::fs::write(dev.join("vda1"), b"").unwrap();
-        std::fs::write(dev.join("vda2"), b"").unwrap();
-
-        let (hit, _) = find(&RootSpec::PartLabel("data".into()), &sys, &dev).unwrap();
-        let hit = hit.unwrap();
-        assert_eq!(hit.number, 2);
-        assert_eq!(hit.device, dev.join("vda2").display().to_string());
-        let (hit, _) = find(
-            &RootSpec::PartUuid("11111111-2222-3333-4444-555555555555".into()),
-            &sys,
-            &dev,
-        )
-        .unwrap();
-        assert_eq!(hit.unwrap().label, "root");
-
-        let e = wait_for(
-            &RootSpec::PartLabel("nope".into()),
-            &sys,
-            &dev,
-            Duration::from_millis(30),
-            Duration::from_millis(10),
-            || {},
-        )
-        .unwrap_err();
-        let msg = e.to_string();
-        assert!(
-            msg.starts_with("root device PARTLABEL=nope not found after"),
-            "{msg}"
-        );
-        assert!(msg.contains("vda (GPT partitions [root, data])"), "{msg}");
-        std::fs::remove_dir_all(&tmp).unwrap();
-    }
 }

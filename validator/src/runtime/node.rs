@@ -1,8 +1,8 @@
-//! Not a stage: what the report says about the node itself, read by the stages with
-//! bounded reads. The identity (DMI product name, product serial and board serial from
-//! `<sys>/class/dmi/id/`, the kernel's boot id from `<proc>/sys/kernel/random/boot_id`) is
-//! read once by `start`; PID 1's peak memory (`VmHWM` of `<proc>/self/status`) is read when
-//! the report is made.
+//! What the report says about the node itself, read with bounded reads. The identity
+//! (DMI product name, product serial and board serial from `<sys>/class/dmi/id/`, the
+//! kernel's boot id from `<proc>/sys/kernel/random/boot_id`) is read once by the `start`
+//! stage; PID 1's peak memory (`VmHWM` of `<proc>/self/status`) is read when the report is
+//! made.
 //!
 //! Contract: never fails a boot. A value that is missing, unreadable, larger than
 //! [`VALUE_MAX`] or empty is `None`; a value is trimmed and any control character in it is

@@ -1,0 +1,20 @@
+//! Layer 6: what the boot stages share at run time, so that no stage uses another: the
+//! TPM measurer ([`measure`]), finding and waiting for block devices ([`devices`]) and the
+//! verity root's partitions ([`verity_parts`]), reading critical files in full
+//! ([`critical`]), resolving a path inside the new root ([`rootpath`]), the node's
+//! identity ([`node`]) and how a boot that does not hand over ends ([`power`]).
+//!
+//! Contract: each module takes its roots (`/sys`, `/dev`, `/proc`, `/run`, the new root)
+//! and its policy as parameters; nothing here knows the stages' `Context` or the report
+//! (both are built on top). Errors are typed per module and carry what they are about;
+//! their fault class is given by the stages that return them.
+//!
+//! Current limits: x86-64 partition types; one TPM.
+
+pub mod critical;
+pub mod devices;
+pub mod measure;
+pub mod node;
+pub mod power;
+pub mod rootpath;
+pub mod verity_parts;
