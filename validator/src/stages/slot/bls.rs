@@ -59,7 +59,10 @@ impl Bls {
         if from == to {
             return Ok(());
         }
-        let (a, b) = (self.dir.join(from.file_name()), self.dir.join(to.file_name()));
+        let (a, b) = (
+            self.dir.join(from.file_name()),
+            self.dir.join(to.file_name()),
+        );
         std::fs::rename(&a, &b).map_err(|source| SlotError::Rename {
             from: a.clone(),
             to: b.clone(),

@@ -194,9 +194,7 @@ pub(crate) fn open_dir(
     let mut rt = loaded.runtime;
     let mut problems = loaded.errors;
     facts.before = loaded.view;
-    facts
-        .before
-        .extend(rt.loader.firmware_view(&ctx.roots.sys));
+    facts.before.extend(rt.loader.firmware_view(&ctx.roots.sys));
     if loaded.created {
         ctx.facts
             .warnings
