@@ -181,3 +181,118 @@ impl BootLoader for Bls {
         kexec::same_line_for(this_boot, s)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn esp(tag: &str, files: &[(&str, &str)]) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("vld-slot-bls-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("loader/entries")).unwrap();
+        for (name, body) in files {
+            std::fs::write(d.join("loader/entries").join(name), body).unwrap();
+        }
+        d
+    }
+
+    fn names(d: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d.join("loader/entries"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Boot counting through the trait, on entry files as systemd-boot leaves them: a try
+    /// used renames with one left fewer and one done more, a bad slot is `+0` and no longer
+    /// offered, a good one loses its counters; the kexec line is the entry's `options`.
+    #[test]
+    fn boot_counting_renames_entries() {
+        let cfg: Slot = toml::from_str("bootloader = \"systemd-boot\"").unwrap();
+        let d = esp(
+            "count",
+            &[
+                (
+                    "slot-a+2-1.conf",
+                    "title A\noptions root=PARTLABEL=root-A ro\n",
+                ),
+                (
+                    "slot-b+3.conf",
+                    "title B\noptions root=PARTLABEL=root-B\noptions quiet\n",
+                ),
+                ("other.conf", "title other\n"),
+            ],
+        );
+        let (mut l, e) = Bls::open(&cfg, &d);
+        assert!(e.is_none(), "{e:?}");
+        assert_eq!(
+            l.view().get("A").map(String::as_str),
+            Some("slot-a+2-1.conf")
+        );
+        assert!(l.offers(SlotName::A) && l.offers(SlotName::B));
+        l.use_try(SlotName::B).unwrap();
+        l.mark(SlotName::A, false).unwrap();
+        assert!(!l.offers(SlotName::A));
+        assert_eq!(
+            names(&d),
+            ["other.conf", "slot-a+0-1.conf", "slot-b+2-1.conf"]
+        );
+        l.mark(SlotName::B, true).unwrap();
+        assert_eq!(names(&d), ["other.conf", "slot-a+0-1.conf", "slot-b.conf"]);
+        assert_eq!(
+            l.kexec_cmdline(SlotName::B, "validator.slot=A ro"),
+            "root=PARTLABEL=root-B quiet"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A missing or doubled entry is reported by its own variant; the loader then offers
+    /// nothing and renames nothing, and the kexec line is this boot's.
+    #[test]
+    fn missing_and_doubled_entries() {
+        let cfg: Slot = toml::from_str("bootloader = \"systemd-boot\"").unwrap();
+        let d = esp("missing", &[("slot-a.conf", "")]);
+        let (mut l, e) = Bls::open(&cfg, &d);
+        let e = e.unwrap();
+        assert!(
+            matches!(
+                e,
+                SlotError::NoEntry {
+                    slot: SlotName::B,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(e
+            .to_string()
+            .starts_with("no BLS entry slot-b[+N[-M]].conf for slot B in "));
+        assert!(!l.offers(SlotName::A));
+        assert!(matches!(
+            l.mark(SlotName::A, true),
+            Err(SlotError::NoEntryFor { slot: SlotName::A })
+        ));
+        assert_eq!(
+            l.kexec_cmdline(SlotName::B, "BOOT_IMAGE=/A/vmlinuz validator.slot=A ro"),
+            "validator.slot=B ro"
+        );
+        assert_eq!(names(&d), ["slot-a.conf"]);
+        std::fs::write(d.join("loader/entries/slot-a+1.conf"), "").unwrap();
+        let (_, e) = Bls::open(&cfg, &d);
+        assert!(
+            matches!(
+                e,
+                Some(SlotError::TwoEntries {
+                    slot: SlotName::A,
+                    ..
+                })
+            ),
+            "{e:?}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+        let (_, e) = Bls::open(&cfg, &d);
+        assert!(matches!(e, Some(SlotError::EntriesDir { .. })), "{e:?}");
+    }
+}

@@ -140,3 +140,34 @@ fn read_state(
     }
     Ok(([read(0), read(1)], created))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Without `create`, a missing directory is [`SlotError::NoRecord`] (the operator CLI
+    /// tells it apart) and the record is never written; with it, both copies are made and
+    /// writes alternate between them, the newest generation winning on the next open.
+    #[test]
+    fn missing_record_then_created_and_alternating() {
+        let d = std::env::temp_dir().join(format!("vld-slot-record-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let (mut st, created, e) = Store::open(d.clone(), false);
+        let e = e.unwrap();
+        assert!(matches!(e, SlotError::NoRecord { .. }), "{e:?}");
+        assert!(e.to_string().starts_with("no state record at "), "{e}");
+        assert!(!created && !st.ok);
+        assert!(matches!(st.write(), Err(SlotError::RecordUnusable)));
+        assert!(!d.exists());
+        let (mut st, created, e) = Store::open(d.clone(), true);
+        assert!(e.is_none() && created && st.ok && st.generation == 0);
+        st.state.consecutive_failures = 2;
+        st.write().unwrap();
+        st.state.consecutive_failures = 3;
+        st.write().unwrap();
+        let (st, created, e) = Store::open(d.clone(), false);
+        assert!(e.is_none() && !created);
+        assert_eq!((st.generation, st.state.consecutive_failures), (2, 3));
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
