@@ -1,0 +1,126 @@
+//! Why slot handling failed: [`SlotError`], one enum for the whole `slot` stage, each
+//! variant carrying its context (the path, the slot, the device, the underlying error).
+//!
+//! Contract: the messages are the ones the report's `slot.error`, the warnings and the
+//! operator CLI show (tests match some of them), so a variant's text is part of the
+//! public surface. Every variant is a platform fault ([`super::super::Classified`]): a
+//! broken slot state never blames the image or the hardware.
+//!
+//! The operator CLI tells these apart by variant: [`SlotError::NoRecord`] (no state record
+//! yet: optional with `--grubenv`), the boot loader's state
+//! ([`SlotError::GrubenvRead`], [`SlotError::GrubenvParse`], [`SlotError::NoEntry`],
+//! [`SlotError::TwoEntries`], [`SlotError::EntriesDir`]), and the rest.
+//!
+//! Current limits: [`SlotError::EspNotFound`] holds the storage stage's error type (the
+//! scan is borrowed from it).
+
+use std::path::PathBuf;
+
+use crate::config::bom::SlotName;
+use crate::formats::grubenv::GrubEnvError;
+use crate::formats::slotstate::StateError;
+use crate::stages::storage::StorageError;
+use crate::sys::SysError;
+use crate::util::fs::InputError;
+
+/// Why slot handling (or one write of it) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum SlotError {
+    /// The kernel command line names no slot.
+    #[error("no validator.slot=A|B on the kernel command line")]
+    NoSlotArg,
+    /// No ESP appeared before the timeout.
+    #[error(transparent)]
+    EspNotFound(StorageError),
+    /// More than one partition is an ESP (or matches `validator.esp=`).
+    #[error("more than one ESP: {}", .devices.join(", "))]
+    ManyEsps { devices: Vec<String> },
+    /// The ESP could not be mounted read-write.
+    #[error("cannot mount the ESP: {source}{}", read_only_note(*.read_only))]
+    Mount {
+        device: String,
+        source: SysError,
+        /// The kernel marks the device read-only (which `EACCES` alone does not say).
+        read_only: bool,
+    },
+    /// A file or directory on the ESP (or the mountpoint) could not be made or written.
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The grubenv could not be read.
+    #[error("grubenv: {source}")]
+    GrubenvRead { source: InputError },
+    /// The grubenv does not parse; it is never written.
+    #[error("{path}: {source} (left alone)")]
+    GrubenvParse { path: PathBuf, source: GrubEnvError },
+    /// A write was asked of a grubenv that could not be read or parsed.
+    #[error("the grubenv is unusable; left alone")]
+    GrubenvUnusable,
+    /// A variable could not be set in the grubenv block.
+    #[error("grubenv: {source}")]
+    GrubenvSet { source: GrubEnvError },
+    /// The BLS entries directory could not be listed.
+    #[error("{path}: {source}")]
+    EntriesDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Two BLS entry files carry one slot's entry id.
+    #[error("two entries for slot {slot}: {first} and {second}")]
+    TwoEntries {
+        slot: SlotName,
+        first: String,
+        second: String,
+    },
+    /// A slot's BLS entry file is missing.
+    #[error("no BLS entry {id}[+N[-M]].conf for slot {slot} in {dir}")]
+    NoEntry {
+        slot: SlotName,
+        id: String,
+        dir: PathBuf,
+    },
+    /// A write was asked for a slot whose BLS entry was not found.
+    #[error("no entry for slot {slot}")]
+    NoEntryFor { slot: SlotName },
+    /// Renaming a BLS entry (boot counting) failed.
+    #[error("rename {from} to {to}: {source}")]
+    Rename {
+        from: PathBuf,
+        to: PathBuf,
+        source: std::io::Error,
+    },
+    /// Our state record's directory does not exist (and was not to be created).
+    #[error("no state record at {dir}")]
+    NoRecord { dir: PathBuf },
+    /// Our state record could not be read or created this boot, so it is not written.
+    #[error("our state record is not written (unreadable ESP directory)")]
+    RecordUnusable,
+    /// Our state record could not be encoded.
+    #[error("{source}")]
+    Encode { source: StateError },
+    /// The fallback's kernel or initramfs could not be read.
+    #[error("{source}")]
+    KexecInput { source: InputError },
+    /// The kernel refused to stage the kexec (or the memfd for it).
+    #[error("{source}")]
+    Kexec { source: SysError },
+    /// The BOM asks for a reboot rather than a kexec.
+    #[error("the BOM asks for a reboot")]
+    RebootAsked,
+}
+
+fn read_only_note(read_only: bool) -> &'static str {
+    if read_only {
+        " (the device is read-only)"
+    } else {
+        ""
+    }
+}
+
+impl super::super::Classified for SlotError {
+    fn fault(&self) -> super::super::Fault {
+        super::super::Fault::Platform
+    }
+}

@@ -1,0 +1,75 @@
+//! The fallback's kexec: the command line of the slot to boot ([`target_cmdline`]) and
+//! the staging of its kernel and initramfs ([`stage`]) with this boot's report and TPM
+//! event log appended as one more cpio archive (`etc/validator/carried/`), which the next
+//! boot's gate reads as the previous boot's.
+//!
+//! Contract: [`stage`] only loads (`kexec_file_load(2)`); the reboot into it is the
+//! caller's ([`super::fall_back`]). An event log that cannot be read is left out, never
+//! an error; anything else that fails is returned, and the caller then reboots instead.
+//!
+//! Current limits: the initramfs is read whole (at most 1 GiB), the event log at most
+//! 64 MiB; under Secure Boot the kernel checks the new kernel's signature (docs/SLOTS.md).
+
+use super::{Context, Plan, SlotError};
+use crate::config::bom::SlotName;
+use crate::config::layout;
+use crate::util::fs::read_limited;
+
+/// The other slot's kernel command line: what its boot loader would give it (see
+/// [`super::loader::BootLoader::kexec_cmdline`]), or this boot's line naming it.
+pub fn target_cmdline(ctx: &Context, y: SlotName) -> String {
+    match ctx.slot.as_ref() {
+        Some(rt) => rt.loader.kexec_cmdline(y, &ctx.cmdline),
+        None => same_line_for(&ctx.cmdline, y),
+    }
+}
+
+/// This boot's command line `this_boot` with `validator.slot=` naming `y` (GRUB, whose
+/// configuration gives every slot the same line).
+pub fn same_line_for(this_boot: &str, y: SlotName) -> String {
+    let mut words: Vec<String> = this_boot
+        .split_whitespace()
+        // BOOT_IMAGE= is the boot loader's note of the kernel it loaded, not ours to keep.
+        .filter(|w| {
+            !["validator.slot=", "validator-slot=", "BOOT_IMAGE="]
+                .iter()
+                .any(|p| w.starts_with(p))
+        })
+        .map(str::to_string)
+        .collect();
+    words.insert(0, format!("validator.slot={y}"));
+    words.join(" ")
+}
+
+/// Loads the plan's kernel and its initramfs with this boot's report (`report_json`) and
+/// event log appended, for a kexec.
+pub fn stage(ctx: &Context, plan: &Plan, report_json: &str) -> Result<(), SlotError> {
+    let input = |source| SlotError::KexecInput { source };
+    let kexec = |source| SlotError::Kexec { source };
+    let kernel = crate::util::fs::open_input(&plan.kernel, false).map_err(input)?;
+    let mut initrd = read_limited(&plan.initrd, 1 << 30).map_err(input)?;
+    // The kernel unpacks archives one after another; the next must start 4-aligned.
+    while !initrd.len().is_multiple_of(4) {
+        initrd.push(0);
+    }
+    let mut carry = crate::formats::newc::Writer::new();
+    carry
+        .dir("etc")
+        .dir("etc/validator")
+        .dir("etc/validator/carried")
+        .file(layout::CARRIED_REPORT, report_json.as_bytes());
+    let log = ctx.roots.run.join(crate::stages::measure::BINARY_LOG);
+    if let Ok(bytes) = read_limited(&log, 64 << 20) {
+        carry.file(layout::CARRIED_EVENTLOG, &bytes);
+    }
+    initrd.extend_from_slice(&carry.finish());
+    let fd = crate::sys::memfd_with("initrd", &initrd).map_err(kexec)?;
+    log::info!(
+        "slot: kexec_file_load {} with {} ({} bytes), command line {:?}",
+        plan.kernel.display(),
+        plan.initrd.display(),
+        initrd.len(),
+        plan.cmdline
+    );
+    crate::sys::kexec_file_load(&kernel, &fd, &plan.cmdline).map_err(kexec)
+}

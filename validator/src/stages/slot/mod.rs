@@ -1,0 +1,505 @@
+//! Stage `slot`: which A/B slot booted, what the boot loader and our record say about the
+//! slots, and, once the decision is made ([`act`]), what is written back: the slot marked
+//! good, or demoted, and the fallback to the other slot by kexec or reboot ([`fall_back`]).
+//!
+//! State lives on the ESP, which the stage finds (`validator.esp=`, else the one partition
+//! of the EFI System type) and mounts read-write ([`esp`]). What a boot loader does is one
+//! trait, [`BootLoader`], with one implementation per loader:
+//! - GRUB ([`Bootloader::Grub`], `examples/grub/grub.cfg`, [`grub`]): RAUC's `ORDER`,
+//!   `X_OK`, `X_TRY` in the grubenv, read and rewritten in place as GRUB's `save_env`
+//!   does. A grubenv that does not parse is never written.
+//! - systemd-boot ([`bls`]): the slots' BLS entries with boot counters; marking good or
+//!   bad renames the entry file, as `systemd-bless-boot` does.
+//! - Our record ([`record`], [`crate::formats::slotstate`], two copies under `state_dir`):
+//!   attempts of each slot's image, the last decision and report of each slot,
+//!   consecutive failed boots. The record bounds the boots ([`Slot::max_boots`]) even
+//!   when the boot loader's counters are lost.
+//!
+//! The kexec into the other slot is staged by [`kexec`]; errors are [`SlotError`].
+//!
+//! Missing or unusable state never stops a good boot: the stage records why slot handling
+//! is off (a platform fault, in the report) and the boot goes on; only the fallback is then
+//! impossible. The decision itself is made by `boot`; this stage only carries it out.
+//!
+//! Current limits: two slots, `A` and `B`; the ESP is vfat (its modules must be in the
+//! BOM's `modules.load`).
+
+pub mod bls;
+mod error;
+pub mod esp;
+pub mod grub;
+pub mod kexec;
+pub mod loader;
+pub mod record;
+#[cfg(test)]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Context, Decision, Fault};
+use crate::config::bom::{Bootloader, FallbackVia, MarkGood, Slot, SlotName};
+use crate::config::layout;
+use crate::formats::slotstate::{self, SlotRecord, State};
+use crate::util::fs::read_limited;
+
+pub use error::SlotError;
+pub use loader::BootLoader;
+use record::Store;
+
+/// The boot that led to this one, when it fell back.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Previous {
+    pub slot: String,
+    /// `kexec` (its report came along) or `reboot` (read from our record).
+    pub via: String,
+    pub image_id: Option<String>,
+    pub decision: Option<String>,
+    pub fault: Option<String>,
+    pub reason: Option<String>,
+    /// That boot's report, as it was written.
+    pub report: Option<serde_json::Value>,
+}
+
+/// What the report says about the slots.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct SlotFacts {
+    /// The slot this boot runs from.
+    pub booted: Option<SlotName>,
+    pub bootloader: Option<Bootloader>,
+    /// The ESP's device node.
+    pub esp: Option<String>,
+    /// The boot loader's view before and after this boot's writes (grubenv variables,
+    /// or entry file names).
+    pub before: BTreeMap<String, String>,
+    pub after: BTreeMap<String, String>,
+    /// Boots of this slot's image since it was last marked good, this one included.
+    pub attempts: u32,
+    /// Failed boots in a row before this one, and the bound.
+    pub consecutive_failures: u32,
+    pub max_boots: u32,
+    pub previous: Option<Previous>,
+    /// What this boot did to the slots.
+    pub action: Option<String>,
+    /// Why slot handling is off or incomplete (the boot went on without it).
+    pub error: Option<String>,
+}
+
+/// What the stage keeps for the decision.
+#[derive(Debug)]
+pub struct Runtime {
+    cfg: Slot,
+    slot: SlotName,
+    esp_dir: PathBuf,
+    /// The boot loader's state (unusable state is never written).
+    loader: Box<dyn BootLoader>,
+    /// Our record (not written when it could not be read or created).
+    record: Store,
+    over_bound: bool,
+}
+
+/// A fallback about to happen.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub target: SlotName,
+    pub via: FallbackVia,
+    kernel: PathBuf,
+    initrd: PathBuf,
+    cmdline: String,
+}
+
+/// The stage: never fails the boot; what goes wrong is in the facts and the warnings.
+pub fn run(ctx: &mut Context) -> Result<String, SlotError> {
+    let Some(cfg) = ctx.bom.as_ref().and_then(|b| b.bom.slot.clone()) else {
+        return Ok("no [slot] in the BOM: no A/B handling".into());
+    };
+    let mut facts = SlotFacts {
+        bootloader: Some(cfg.bootloader),
+        max_boots: cfg.max_boots,
+        ..SlotFacts::default()
+    };
+    match open(ctx, &cfg, &mut facts) {
+        Ok(rt) => {
+            let detail = format!(
+                "slot {} ({}), attempt {}, {} failed boot(s) before this one{}",
+                rt.slot,
+                describe(&facts.before),
+                facts.attempts,
+                facts.consecutive_failures,
+                facts
+                    .previous
+                    .as_ref()
+                    .map(|p| format!("; fell back from {} ({})", p.slot, p.via))
+                    .unwrap_or_default()
+            );
+            ctx.slot = Some(rt);
+            ctx.facts.slot = Some(facts);
+            Ok(detail)
+        }
+        Err(why) => {
+            ctx.facts
+                .warnings
+                .push(format!("slot handling off (platform fault): {why}"));
+            facts.error = Some(why.to_string());
+            ctx.facts.slot = Some(facts);
+            Ok(format!("slot handling off: {why}"))
+        }
+    }
+}
+
+fn describe(m: &BTreeMap<String, String>) -> String {
+    m.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The errors' messages, joined as the report shows them.
+fn join(errors: &[SlotError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// Finds and mounts the ESP, reads the boot loader's state and our record, and counts
+/// this boot.
+fn open(ctx: &mut Context, cfg: &Slot, facts: &mut SlotFacts) -> Result<Runtime, SlotError> {
+    let slot = ctx
+        .args
+        .slot
+        .as_deref()
+        .and_then(SlotName::parse)
+        .ok_or(SlotError::NoSlotArg)?;
+    facts.booted = Some(slot);
+    let device = esp::find(ctx)?;
+    facts.esp = Some(device.clone());
+    let dir = esp::mount(ctx, &device)?;
+    open_dir(ctx, cfg, facts, slot, dir)
+}
+
+/// Everything after the mount: the boot loader's state and our record in the mounted
+/// ESP `dir`, and this boot counted.
+pub(crate) fn open_dir(
+    ctx: &mut Context,
+    cfg: &Slot,
+    facts: &mut SlotFacts,
+    slot: SlotName,
+    dir: PathBuf,
+) -> Result<Runtime, SlotError> {
+    let loaded = Runtime::load(cfg, slot, dir, true);
+    let mut rt = loaded.runtime;
+    let mut problems = loaded.errors;
+    facts.before = loaded.view;
+    facts.before.extend(rt.loader.firmware_view(&ctx.roots.sys));
+    if loaded.created {
+        ctx.facts
+            .warnings
+            .push("slot: created a new state record on the ESP".into());
+    }
+    facts.previous = previous(ctx, &rt);
+    facts.consecutive_failures = rt.record.state.consecutive_failures;
+    rt.over_bound = rt.record.state.consecutive_failures >= cfg.max_boots;
+    // Count this boot before anything can go wrong: a crash later in it still counts.
+    let (image_id, bom_sha) = (ctx.facts.image_id.clone(), ctx.facts.bom_sha256.clone());
+    let state = &mut rt.record.state;
+    let rec = state.slots.entry(slot.as_str().to_string()).or_default();
+    if rec.bom_sha256 != bom_sha {
+        *rec = SlotRecord {
+            image_id,
+            bom_sha256: bom_sha,
+            ..SlotRecord::default()
+        };
+    }
+    rec.attempts = rec.attempts.saturating_add(1);
+    facts.attempts = rec.attempts;
+    state.consecutive_failures = state.consecutive_failures.saturating_add(1);
+    state.last_slot = Some(slot.as_str().to_string());
+    if let Err(e) = rt.record.write() {
+        problems.push(e);
+    }
+    if !problems.is_empty() {
+        let why = join(&problems);
+        ctx.facts
+            .warnings
+            .push(format!("slot state incomplete (platform fault): {why}"));
+        facts.error = Some(why);
+    }
+    Ok(rt)
+}
+
+/// What [`Runtime::load`] found.
+#[derive(Debug)]
+pub struct Loaded {
+    pub runtime: Runtime,
+    /// The boot loader's view (grubenv variables or entry file names).
+    pub view: BTreeMap<String, String>,
+    /// What could not be read (the rest is still usable), typed: match on these (e.g.
+    /// [`SlotError::NoRecord`]).
+    pub errors: Vec<SlotError>,
+    /// The same as [`Loaded::errors`], as messages (what [`Status::problems`] shows).
+    pub problems: Vec<String>,
+    /// Whether our record was created just now.
+    pub created: bool,
+}
+
+/// The slots as an operator's tool reports them.
+#[derive(Debug, Clone, Serialize)]
+pub struct Status {
+    pub bootloader: Bootloader,
+    /// The boot loader's view (grubenv variables or entry file names).
+    pub bootloader_state: BTreeMap<String, String>,
+    /// Our record (newest valid copy) and its generation.
+    pub record: Option<State>,
+    pub generation: u64,
+    pub problems: Vec<String>,
+}
+
+impl Runtime {
+    /// Reads the boot loader's state and our record from the ESP mounted at `dir`,
+    /// creating the record's two copies when `create` and they are missing. Nothing is
+    /// counted or written otherwise.
+    pub fn load(cfg: &Slot, slot: SlotName, dir: PathBuf, create: bool) -> Loaded {
+        let mut errors = Vec::new();
+        let (loader, e) = loader::open(cfg, &dir);
+        errors.extend(e);
+        let state_dir = esp::esp_path(&dir, &cfg.state_dir);
+        let (record, created, e) = Store::open(state_dir, create);
+        errors.extend(e);
+        let rt = Runtime {
+            cfg: cfg.clone(),
+            slot,
+            esp_dir: dir,
+            loader,
+            record,
+            over_bound: false,
+        };
+        Loaded {
+            view: rt.view(),
+            problems: errors.iter().map(ToString::to_string).collect(),
+            errors,
+            runtime: rt,
+            created,
+        }
+    }
+
+    /// The status report of what was loaded.
+    pub fn status(&self, view: BTreeMap<String, String>, problems: Vec<String>) -> Status {
+        Status {
+            bootloader: self.cfg.bootloader,
+            bootloader_state: view,
+            record: self.record.ok.then(|| self.record.state.clone()),
+            generation: self.record.generation,
+            problems,
+        }
+    }
+
+    /// Marks slot `s` good or bad in the boot loader's state and in our record, as the
+    /// post-boot service (`validator slot mark-good`) or an operator does. Returns what
+    /// was done, in words.
+    pub fn mark(&mut self, s: SlotName, good: bool) -> Result<String, SlotError> {
+        self.loader.mark(s, good)?;
+        let mut done = format!("marked {s} {}", if good { "good" } else { "bad" });
+        if self.record.ok {
+            let state = &mut self.record.state;
+            let rec = state.slots.entry(s.as_str().to_string()).or_default();
+            rec.good = Some(good);
+            if good {
+                rec.attempts = 0;
+                state.consecutive_failures = 0;
+            }
+            self.record.write()?;
+            done.push_str(" (boot loader and record)");
+        }
+        Ok(done)
+    }
+
+    /// [`Runtime::mark`] with the error as its message: the operator CLI's call until it
+    /// matches [`SlotError`] variants; remove then.
+    pub fn mark_slot(&mut self, s: SlotName, good: bool) -> Result<String, String> {
+        self.mark(s, good).map_err(|e| e.to_string())
+    }
+
+    /// The boot loader's view now.
+    pub fn view(&self) -> BTreeMap<String, String> {
+        self.loader.view()
+    }
+}
+
+/// The boot that fell back into this one: its report came along (kexec), or our record
+/// says the other slot's last boot fell back (reboot).
+fn previous(ctx: &Context, rt: &Runtime) -> Option<Previous> {
+    let other = rt.slot.other();
+    let carried = ctx.roots.initramfs.join(layout::CARRIED_REPORT);
+    if let Ok(bytes) = read_limited(&carried, slotstate::FILE_SIZE as u64) {
+        if let Ok(v) = serde_json::from_slice::<serde_json::Value>(&bytes) {
+            let s = |k: &str| v.get(k).and_then(|x| x.as_str()).map(str::to_string);
+            return Some(Previous {
+                slot: v
+                    .pointer("/slot/booted")
+                    .and_then(|x| x.as_str())
+                    .unwrap_or(other.as_str())
+                    .to_string(),
+                via: "kexec".into(),
+                image_id: s("image_id"),
+                decision: s("decision"),
+                fault: s("fault"),
+                reason: s("reason"),
+                report: Some(v),
+            });
+        }
+    }
+    let state = &rt.record.state;
+    let rec = state.slots.get(other.as_str())?;
+    if state.last_slot.as_deref() != Some(other.as_str())
+        || rec.last_decision.as_deref() != Some("fallback")
+    {
+        return None;
+    }
+    Some(Previous {
+        slot: other.as_str().to_string(),
+        via: "reboot".into(),
+        image_id: rec.image_id.clone(),
+        decision: rec.last_decision.clone(),
+        fault: rec.last_fault.clone(),
+        reason: rec.last_reason.clone(),
+        report: rec.last_report.clone(),
+    })
+}
+
+/// The slot a fallback would boot, if one may be tried: the boot loader still offers it,
+/// our record has not seen its image fail, and the bound on failed boots is not reached.
+pub fn fallback_target(ctx: &Context) -> Option<SlotName> {
+    let rt = ctx.slot.as_ref()?;
+    if rt.over_bound || !rt.record.ok {
+        return None;
+    }
+    let y = rt.slot.other();
+    let offered = rt.loader.offers(y);
+    let failed = rt
+        .record
+        .state
+        .slots
+        .get(y.as_str())
+        .is_some_and(|r| r.good == Some(false));
+    (offered && !failed).then_some(y)
+}
+
+/// Whether this boot is over the bound of failed boots (the decision then never falls
+/// back, so a lost boot-loader state cannot make the node loop).
+pub fn over_bound(ctx: &Context) -> bool {
+    ctx.slot.as_ref().is_some_and(|rt| rt.over_bound)
+}
+
+/// Carries out the decision on the slots: marks this slot good (pass, quarantine),
+/// demotes it (image fault), uses a try of the fallback target, and records the decision
+/// and `report_json` in our record. Returns the fallback plan when the decision is
+/// `Fallback`.
+pub fn act(
+    ctx: &mut Context,
+    decision: Decision,
+    fault: Option<Fault>,
+    reason: Option<&str>,
+    report_json: &str,
+) -> Option<Plan> {
+    let rt = ctx.slot.as_mut()?;
+    let x = rt.slot;
+    let mut done: Vec<String> = Vec::new();
+    let mut problems: Vec<SlotError> = Vec::new();
+    let mut note = |r: Result<(), SlotError>, what: String| match r {
+        Ok(()) => done.push(what),
+        Err(e) => problems.push(e),
+    };
+    let report: Option<serde_json::Value> = serde_json::from_str(report_json).ok();
+    let up = matches!(decision, Decision::Pass | Decision::Quarantine);
+    if up && rt.cfg.mark_good == MarkGood::Initramfs {
+        note(rt.loader.mark(x, true), format!("marked {x} good"));
+    } else if up {
+        note(Ok(()), format!("left {x}'s try consumed (mark-good later)"));
+    }
+    if fault == Some(Fault::Image) {
+        note(rt.loader.mark(x, false), format!("demoted {x}"));
+    }
+    let mut plan = None;
+    if decision == Decision::Fallback {
+        let y = x.other();
+        let via = rt.cfg.fallback;
+        if via == FallbackVia::Kexec {
+            note(rt.loader.use_try(y), format!("used a try of {y}"));
+        }
+        plan = Some(Plan {
+            target: y,
+            via,
+            kernel: esp::esp_path(&rt.esp_dir, &rt.cfg.path(&rt.cfg.kernel, y)),
+            initrd: esp::esp_path(&rt.esp_dir, &rt.cfg.path(&rt.cfg.initrd, y)),
+            cmdline: String::new(),
+        });
+        let how = match via {
+            FallbackVia::Kexec => "kexec",
+            FallbackVia::Reboot => "reboot",
+        };
+        note(Ok(()), format!("falling back to {y} by {how}"));
+    }
+    let state = &mut rt.record.state;
+    let rec = state.slots.entry(x.as_str().to_string()).or_default();
+    rec.last_decision = Some(decision.as_str().to_string());
+    rec.last_fault = fault.map(|f| f.as_str().to_string());
+    rec.last_reason = reason.map(str::to_string);
+    rec.last_report = report;
+    if up && rt.cfg.mark_good == MarkGood::Initramfs {
+        rec.good = Some(true);
+        rec.attempts = 0;
+        state.consecutive_failures = 0;
+    }
+    if fault == Some(Fault::Image) {
+        rec.good = Some(false);
+    }
+    note(rt.record.write(), "recorded the decision".into());
+    let after = rt.view();
+    if let Some(p) = plan.as_mut() {
+        p.cmdline = kexec::target_cmdline(ctx, p.target);
+    }
+    if let Some(f) = ctx.facts.slot.as_mut() {
+        f.after = after;
+        f.action = Some(done.join("; "));
+        if !problems.is_empty() {
+            let why = join(&problems);
+            f.error = Some(match f.error.take() {
+                Some(e) => format!("{e}; {why}"),
+                None => why,
+            });
+        }
+    }
+    plan
+}
+
+/// Falls back to the plan's slot: the report and the TPM event log go along in an archive
+/// appended to its initramfs ([`kexec::stage`]), the ESP is unmounted, then kexec; when
+/// the kernel refuses the kexec, a reboot (the boot loader then picks the slot). Never
+/// returns.
+pub fn fall_back(ctx: &Context, plan: &Plan, report_json: &str) -> ! {
+    let esp = esp::mountpoint(ctx);
+    let staged = match plan.via {
+        FallbackVia::Kexec => kexec::stage(ctx, plan, report_json),
+        FallbackVia::Reboot => Err(SlotError::RebootAsked),
+    };
+    crate::sys::sync();
+    if let Err(e) = crate::sys::umount(&esp) {
+        log::warn!("{e}");
+    }
+    match staged {
+        Ok(()) => {
+            log::info!("slot: kexec into slot {}", plan.target);
+            let e = crate::sys::kexec_reboot();
+            log::error!("slot: {e}; rebooting instead");
+        }
+        Err(why) => log::warn!(
+            "slot: no kexec ({why}); rebooting into slot {}",
+            plan.target
+        ),
+    }
+    super::handover::finish(crate::config::cmdline::Action::Reboot)
+}
