@@ -11,10 +11,6 @@ use crate::sys::{self, SysError};
 
 use super::{Classified, Context, Fault};
 
-/// PENDING_MERGE: `stages/slot.rs` still calls `super::handover::finish`; once the slot
-/// split lands it uses [`crate::runtime::power::finish`] and this re-export goes.
-pub use crate::runtime::power::finish;
-
 /// A `switch_root` problem; before the point of no return the init can still report and
 /// stop cleanly.
 #[derive(Debug, thiserror::Error)]

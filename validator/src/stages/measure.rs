@@ -27,10 +27,6 @@ use super::{Context, Decision};
 use crate::config::bom::TpmPolicy;
 use crate::runtime::measure::{self, MeasureError, Measurer, TpmFailure, EVENT_LOG_MAX};
 
-/// PENDING_MERGE: `stages/slot.rs` still names `super::measure::BINARY_LOG`; once the slot
-/// split lands it uses [`crate::runtime::measure::BINARY_LOG`] and this re-export goes.
-pub use crate::runtime::measure::BINARY_LOG;
-
 fn cfg(ctx: &Context) -> crate::config::bom::Measure {
     ctx.bom
         .as_ref()

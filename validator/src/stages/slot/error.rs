@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use crate::config::bom::SlotName;
 use crate::formats::grubenv::GrubEnvError;
 use crate::formats::slotstate::StateError;
-use crate::stages::storage::StorageError;
+use crate::runtime::devices::StorageError;
 use crate::sys::SysError;
 use crate::util::fs::InputError;
 

@@ -29,7 +29,7 @@ pub fn esp_path(esp_dir: &Path, p: &str) -> PathBuf {
 /// Waits for the ESP to appear and returns its device node.
 pub fn find(ctx: &Context) -> Result<String, SlotError> {
     let spec = ctx.args.esp.clone();
-    let esp = crate::stages::storage::wait_scan(
+    let esp = crate::runtime::devices::wait_scan(
         "the ESP",
         &ctx.roots.sys,
         &ctx.roots.dev,
@@ -42,7 +42,7 @@ pub fn find(ctx: &Context) -> Result<String, SlotError> {
             let hits: Vec<_> = parts
                 .iter()
                 .filter(|p| match &spec {
-                    Some(s) => crate::stages::storage::matches(s, p),
+                    Some(s) => crate::runtime::devices::matches(s, p),
                     None => p.type_uuid == ESP_TYPE,
                 })
                 .collect();

@@ -58,7 +58,7 @@ pub fn stage(ctx: &Context, plan: &Plan, report_json: &str) -> Result<(), SlotEr
         .dir("etc/validator")
         .dir("etc/validator/carried")
         .file(layout::CARRIED_REPORT, report_json.as_bytes());
-    let log = ctx.roots.run.join(crate::stages::measure::BINARY_LOG);
+    let log = ctx.roots.run.join(crate::runtime::measure::BINARY_LOG);
     if let Ok(bytes) = read_limited(&log, 64 << 20) {
         carry.file(layout::CARRIED_EVENTLOG, &bytes);
     }

@@ -501,5 +501,5 @@ pub fn fall_back(ctx: &Context, plan: &Plan, report_json: &str) -> ! {
             plan.target
         ),
     }
-    super::handover::finish(crate::config::cmdline::Action::Reboot)
+    crate::runtime::power::finish(crate::config::cmdline::Action::Reboot)
 }

@@ -18,11 +18,6 @@ use crate::config::cmdline::RootSpec;
 use crate::runtime::devices::{wait_for, FoundPartition, StorageError};
 use crate::runtime::verity_parts::PartsError;
 
-/// PENDING_MERGE: `stages/slot.rs` still names these here (`super::storage::wait_scan`,
-/// `super::storage::matches`); once the slot split lands it uses
-/// [`crate::runtime::devices`] and this re-export goes.
-pub use crate::runtime::devices::{matches, wait_scan};
-
 /// The root filesystem we mount.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct RootReport {
