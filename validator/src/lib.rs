@@ -12,10 +12,13 @@
 //! 4. [`sys`]: every system call and ioctl (device-mapper, module loading, mounts, the TPM
 //!    device, `/dev/kmsg`, clocks);
 //! 5. [`config`]: the BOM and the kernel command line, every policy enum and constant;
-//! 6. [`stages`]: one module per boot stage, named as the report names it, in run order;
+//! 6. [`gate`]: the module gate (policy, the kernel's rules, the ELF, CRC, vermagic and
+//!    signature checks of a module file, batch checking), shared by the `modules` stage,
+//!    the preflight's root drivers, the CLI and `mkinitramfs`;
+//! 7. [`stages`]: one module per boot stage, named as the report names it, in run order;
 //!    each stage's error carries its fault class (image, hardware, platform) in its type;
-//! 7. [`report`]: the health report's schema and its renderings;
-//! 8. [`boot`]: the order of the stages and the decision, nothing else.
+//! 8. [`report`]: the health report's schema and its renderings;
+//! 9. [`boot`]: the order of the stages and the decision, nothing else.
 //!
 //! Every check takes its roots (`/sys`, `/proc`, `/dev`, the new root) as parameters, so it
 //! runs against fixture trees as well as on a live node. Errors carry the path, device or
@@ -35,6 +38,8 @@ pub mod trust;
 pub mod sys;
 
 pub mod config;
+
+pub mod gate;
 
 pub mod stages;
 

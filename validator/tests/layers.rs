@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 /// The layers, bottom first.
 const LAYERS: &[&str] = &[
-    "util", "formats", "trust", "sys", "config", "stages", "report", "boot",
+    "util", "formats", "trust", "sys", "config", "gate", "stages", "report", "boot",
 ];
 
 fn rank(top: &str) -> Option<usize> {

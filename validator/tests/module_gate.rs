@@ -18,8 +18,8 @@ use std::process::Command;
 use common::{all_modules, tmpdir, vmlinuz};
 use validator::config::bom::VermagicMode;
 use validator::formats::vmlinuz::KernelFacts;
-use validator::stages::modules::batch;
-use validator::stages::modules::gate::{Gate, Policy};
+use validator::gate::batch;
+use validator::gate::{Gate, Policy};
 use validator::trust::TrustStore;
 
 fn facts(name: &str) -> KernelFacts {
@@ -584,7 +584,7 @@ fn put_record(image: &mut [u8], at: usize, symbol: &str, crc: u64) {
     rec[8..8 + symbol.len()].copy_from_slice(symbol.as_bytes());
 }
 
-fn codes_and_messages(v: &validator::stages::modules::gate::Verdict) -> Vec<(String, String)> {
+fn codes_and_messages(v: &validator::gate::Verdict) -> Vec<(String, String)> {
     v.reasons
         .iter()
         .map(|r| (r.code.to_string(), r.message.clone()))

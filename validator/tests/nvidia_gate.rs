@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use validator::config::bom::{Bom, Flavour, ModuleName};
 use validator::formats::vmlinuz::KernelFacts;
-use validator::stages::modules::gate::{Gate, Policy, Verdict};
+use validator::gate::{Gate, Policy, Verdict};
 use validator::stages::preflight::drivers;
 use validator::trust::TrustStore;
 
@@ -338,7 +338,7 @@ fn refused_for_another_kernel_release() {
             .iter()
             .map(|f| dir.join(f))
             .collect();
-        let batch = validator::stages::modules::batch::check_files(&g, &files, 2);
+        let batch = validator::gate::batch::check_files(&g, &files, 2);
         for v in &batch.verdicts {
             let c = codes(v);
             assert!(!v.pass, "{flavour} {}", v.module);

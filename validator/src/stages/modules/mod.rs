@@ -8,12 +8,10 @@
 //! the kernel means the same. A module whose hard dependency failed is not attempted.
 //! Compressed modules go to the kernel as files only when `/sys/module/compression` names
 //! their compression; otherwise they are decompressed here and passed by `init_module(2)`.
-//! With a [`gate::Gate`] every module is read once, judged, and only then handed to the
+//! With a [`Gate`] every module is read once, judged, and only then handed to the
 //! kernel (the same open file, or the image decompressed from the judged bytes); a refused
 //! module is reported as `rejected` and the kernel never sees it.
 
-pub mod batch;
-pub mod gate;
 pub mod taint;
 
 use std::collections::BTreeMap;
@@ -26,6 +24,7 @@ use super::measure::{self, MeasureError};
 use super::{Classified, Context, Fault};
 use crate::formats::kmod::index::{Index, IndexError};
 use crate::formats::kmod::modinfo::{self, Compression};
+use crate::gate::{self, batch, Gate};
 use crate::sys;
 use crate::util::fs::{open_input, read_open_limited, read_text_limited, InputError};
 
@@ -149,7 +148,7 @@ pub struct Loader {
     /// Worker threads; independent modules load in parallel (the kernel allows it).
     pub jobs: usize,
     /// The module gate every load goes through (`None`: no gate, e.g. in unit tests).
-    pub gate: Option<gate::Gate>,
+    pub gate: Option<Gate>,
     nodes: Vec<Node>,
     by_name: BTreeMap<String, usize>,
 }
@@ -605,7 +604,7 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
     let dir = ctx.roots.modules.join(&ctx.release);
     let index = load_index(&dir)?;
     let mut loader = Loader::new(&dir, index, &ctx.roots.sys);
-    let mut g = gate::Gate::from_initramfs(&ctx.roots.initramfs, &b.bom)?;
+    let mut g = Gate::from_initramfs(&ctx.roots.initramfs, &b.bom)?;
     g.policy.module_blacklist = crate::config::cmdline::module_blacklist(&ctx.cmdline);
     log::info!(
         "module gate: {} trusted certificate(s), {} symbol CRCs, vermagic {:?}",
@@ -811,7 +810,7 @@ mod tests {
         let big = std::fs::File::create(dir.join("kernel/big.ko")).unwrap();
         big.set_len(MODULE_MAX + 1).unwrap();
         let mut l = Loader::new(&dir, index, &tmp.join("sys"));
-        l.gate = Some(gate::Gate::default());
+        l.gate = Some(Gate::default());
         let r = l.load_all(&["fifo".into(), "dir".into(), "big".into()]);
         let get = |n: &str| r.iter().find(|m| m.name == n).unwrap();
         for (n, want) in [

@@ -26,8 +26,8 @@ use super::{Check, PreflightReport};
 use crate::config::bom::Bom;
 use crate::formats::kmod::index::Index;
 use crate::formats::kmod::{modinfo, sig};
-use crate::stages::modules::gate::{Gate, Verdict};
-use crate::stages::modules::{self, batch, ModStatus, ModuleReport};
+use crate::gate::{batch, Gate, Verdict};
+use crate::stages::modules::{self, ModStatus, ModuleReport};
 use crate::stages::{measure, Context, Fault};
 
 /// The check's name.
@@ -138,8 +138,8 @@ fn unreadable(name: &str, message: String) -> Verdict {
         module: name.to_string(),
         file: None,
         pass: false,
-        reasons: vec![modules::gate::Reason {
-            code: modules::gate::ReasonCode::Unreadable,
+        reasons: vec![crate::gate::Reason {
+            code: crate::gate::ReasonCode::Unreadable,
             message,
         }],
         signer: None,

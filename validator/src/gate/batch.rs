@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::gate::{Gate, Verdict};
+use super::{Gate, Verdict};
 use crate::formats::kmod::index::name_of_path;
 use crate::formats::kmod::modinfo;
 
@@ -100,8 +100,8 @@ pub fn check_files(gate: &Gate, files: &[PathBuf], jobs: usize) -> Batch {
             Err(e) => {
                 let (mut v, _, _) = gate.inspect(&name, &file_name, b"");
                 v.reasons.clear();
-                v.reasons.push(super::gate::Reason {
-                    code: super::gate::ReasonCode::Unreadable,
+                v.reasons.push(super::Reason {
+                    code: super::ReasonCode::Unreadable,
                     message: e,
                 });
                 v.file = Some(path.display().to_string());
