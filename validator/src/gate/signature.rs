@@ -1,10 +1,13 @@
 //! The gate's signature check: a module's appended PKCS#7 as the kernel's
-//! `verify_pkcs7_signature` judges it.
-
-use std::collections::BTreeSet;
+//! `verify_pkcs7_signature` judges it. The module-specific rules are here (the
+//! signature algorithms and certificate keys the running kernel takes, no signed
+//! attributes, the digests it has: [`KernelRules`]); the trust decision (embedded
+//! certificates and chains, then the trust store) is one call,
+//! [`crate::trust::pkcs7::verify_message`], whose typed error this maps to the gate's
+//! reason codes and messages.
 
 use crate::formats::pkcs7;
-use crate::trust::pkcs7::{verify_signer, Anchored};
+use crate::trust::pkcs7::{verify_message, MessageError};
 
 use super::rules::{cert_key_supported, unusable, KERNEL_SIG_ALGS};
 use super::{Gate, KernelRules, ReasonCode, Verdict};
@@ -79,148 +82,36 @@ impl Gate {
             );
             return;
         }
-        // pkcs7_verify_one, every signer: the digest (ENOPKG marks the signer
-        // unsupported), then the signature against the signer's own certificate when the
-        // message embeds it; a failure there is fatal whatever the trust.
+        // pkcs7_verify and pkcs7_validate_trust: the embedded certificates, each signer
+        // against them, then every signer against the trust store.
         let has_digest = |a: crate::trust::HashAlg| kc.is_none_or(|k| k.has_digest(a));
-        let mut embedded = crate::trust::TrustStore::new();
-        // The self-signed certificates (by fingerprint), decided once here with their
-        // signatures verified, for every signer's chain below.
-        let mut self_signed = BTreeSet::new();
-        for c in &msg.certs {
-            match crate::trust::Cert::from_der(&c.der, "the signature") {
-                // x509_cert_parse: a self-signed certificate whose self-signature fails
-                // is refused, and the whole message with it.
-                Ok(cert) => match crate::trust::pkcs7::self_signed(&cert, has_digest) {
-                    Ok(yes) => {
-                        if yes {
-                            self_signed.insert(cert.sha256);
-                        }
-                        embedded.add(cert)
-                    }
-                    Err(e) => {
-                        v.reason(
-                            ReasonCode::BadSignature,
-                            format!("embedded certificate: {e}"),
-                        );
-                        return;
-                    }
-                },
-                Err(e) => {
-                    v.reason(
-                        ReasonCode::BadSignature,
-                        format!("embedded certificate: {e}"),
-                    );
-                    return;
-                }
-            }
-        }
-        let mut digests = Vec::with_capacity(msg.signers.len());
-        for s in &msg.signers {
-            if !has_digest(s.digest) {
-                digests.push(None);
-                continue;
-            }
-            let digest = match (s.digest, body_sha256) {
-                (crate::trust::HashAlg::Sha256, Some(d)) => d.to_vec(),
-                (alg, _) => alg.digest(body),
-            };
-            let chain = if embedded.certs.is_empty() {
-                (Vec::new(), false)
-            } else {
-                if crate::trust::pkcs7::find_signer(s, &embedded).is_ok() {
-                    if let Err(e) = verify_signer(s, &digest, &embedded) {
-                        v.reason(
-                            ReasonCode::BadSignature,
-                            format!("against the embedded certificate: {e}"),
-                        );
-                        return;
-                    }
-                }
-                // pkcs7_verify_sig_chain: the embedded certificates that issued the
-                // signer's, each link verified.
-                match crate::trust::pkcs7::embedded_chain(
-                    s,
-                    &embedded,
-                    |c| self_signed.contains(&c.sha256),
-                    has_digest,
-                ) {
-                    Ok(c) => c,
-                    Err(e) => {
-                        v.reason(
-                            ReasonCode::BadSignature,
-                            format!("embedded certificate chain: {e}"),
-                        );
-                        return;
-                    }
-                }
-            };
-            digests.push(Some((digest, chain)));
-        }
-        // pkcs7_validate_trust, every signer: the chain's certificates, the last one's
-        // issuer, then the signer directly, against the trust store.
-        let mut trusted = false;
-        let mut unsupported = None;
-        let mut untrusted = None;
-        let mut unusable_key = None;
-        for (s, digest) in msg.signers.iter().zip(&digests) {
-            let Some((digest, (chain, self_signed))) = digest else {
-                unsupported.get_or_insert_with(|| {
+        let refused = match verify_message(&msg, body, body_sha256, &self.trust, has_digest, |c| {
+            unusable(&c.key, kc)
+        }) {
+            Ok(_) => return,
+            Err(e) => e,
+        };
+        let code = match &refused {
+            MessageError::NoSigner => ReasonCode::BadPkcs7,
+            MessageError::CertParse(_)
+            | MessageError::SelfSigned(_)
+            | MessageError::EmbeddedSignature(_)
+            | MessageError::EmbeddedChain(_)
+            | MessageError::Rejected(_) => ReasonCode::BadSignature,
+            MessageError::UnsupportedDigest { digest } => {
+                v.reason(
+                    ReasonCode::UnsupportedCrypto,
                     format!(
                         "digest {} is not built into kernel {} (a module there)",
-                        s.digest.name(),
+                        digest.name(),
                         self.policy.release.as_deref().unwrap_or_default()
-                    )
-                });
-                continue;
-            };
-            match crate::trust::pkcs7::validate_trust(
-                s,
-                digest,
-                (chain, *self_signed),
-                &self.trust,
-                has_digest,
-                |c| unusable(&c.key, kc),
-            ) {
-                Ok(Anchored::Trusted(_)) => trusted = true,
-                Ok(Anchored::NoKey { unusable: why }) => match why {
-                    Some(m) => {
-                        unusable_key.get_or_insert(m);
-                    }
-                    None => {
-                        untrusted.get_or_insert_with(|| {
-                            format!(
-                                "signer {} (key {}) is not in the trust store{}",
-                                if s.issuer_cn.is_empty() {
-                                    "(by key id)"
-                                } else {
-                                    &s.issuer_cn
-                                },
-                                s.key_id(),
-                                if chain.is_empty() {
-                                    ""
-                                } else {
-                                    ", nor is an issuer of its certificate"
-                                }
-                            )
-                        });
-                    }
-                },
-                Err(e) => {
-                    v.reason(ReasonCode::BadSignature, e.to_string());
-                    return;
-                }
+                    ),
+                );
+                return;
             }
-        }
-        if trusted {
-            return;
-        }
-        if let Some(m) = unsupported {
-            v.reason(ReasonCode::UnsupportedCrypto, m);
-        } else if let Some(m) = unusable_key {
-            v.reason(ReasonCode::UnusableKey, m);
-        } else if let Some(m) = untrusted {
-            v.reason(ReasonCode::UntrustedSigner, m);
-        }
+            MessageError::UnusableKey { .. } => ReasonCode::UnusableKey,
+            MessageError::Untrusted { .. } => ReasonCode::UntrustedSigner,
+        };
+        v.reason(code, refused.to_string());
     }
 }
