@@ -40,6 +40,14 @@
 //! Limits (`docs/SIGNATURE-RULES.md` lists them as GAP or STRICTER): duplicate exports
 //! and dbx module hashes are not checked, nor the namespaces of symbols other modules
 //! export (their `__crc_` exports carry none).
+//!
+//! Layout: a layer of its own between `config` and `stages` (it uses nothing of the
+//! stages, the report or the boot): [`Gate`] and its pass over one file here; the policy
+//! (`policy`), the verdict and reason codes (`reason`), the kernel's configuration-
+//! dependent tables (`rules`, [`KernelRules`]), the ELF, vermagic and symbol checks
+//! (`elf`), the signature (`signature`, the trust decision being one call into
+//! [`crate::trust::pkcs7::verify_message`]), the set-up from the initramfs (`setup`), and
+//! many files at once ([`batch`]). The public names are re-exported here.
 
 pub mod batch;
 mod elf;
