@@ -384,7 +384,7 @@ fn truncated_empty_garbage_huge_and_non_elf_inputs_fail_cleanly() {
     let huge = dir.join("huge.ko");
     let f = std::fs::File::create(&huge).unwrap();
     f.set_len(3 << 30).unwrap();
-    let e = batch::read_file(&huge).unwrap_err();
+    let e = batch::read_file(&huge).unwrap_err().to_string();
     assert!(e.contains("larger than any module"), "{e}");
     let b = batch::check_files(&g, &[huge], 1);
     assert!(!b.verdicts[0].pass && b.verdicts[0].has("unreadable"));

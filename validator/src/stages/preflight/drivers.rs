@@ -83,12 +83,14 @@ pub fn add_root_exports(
         };
         // An exporter that cannot be read adds nothing: its importers then fail the gate
         // on unknown symbols, and the exporter itself fails when its turn comes.
-        let exports = batch::read_file(&dir.join(&entry.path)).and_then(|raw| {
-            let comp = modinfo::Compression::from_name(&entry.path);
-            let image = modinfo::decompress(&raw, comp).map_err(|e| e.to_string())?;
-            let body = sig::split(&image).map(|s| s.body).unwrap_or(&image);
-            modinfo::exports(body).map_err(|e| e.to_string())
-        });
+        let exports = batch::read_file(&dir.join(&entry.path))
+            .map_err(|e| e.to_string())
+            .and_then(|raw| {
+                let comp = modinfo::Compression::from_name(&entry.path);
+                let image = modinfo::decompress(&raw, comp).map_err(|e| e.to_string())?;
+                let body = sig::split(&image).map(|s| s.body).unwrap_or(&image);
+                modinfo::exports(body).map_err(|e| e.to_string())
+            });
         match exports {
             Ok(list) => {
                 for e in list {
@@ -125,7 +127,7 @@ pub fn gate_root_modules(
                         v.file = Some(path.display().to_string());
                         v
                     }
-                    Err(why) => unreadable(n, why),
+                    Err(why) => unreadable(n, why.to_string()),
                 }
             }
         })
