@@ -545,3 +545,37 @@ pub fn verify_message<'a>(
     }
     Err(untrusted.unwrap_or(MessageError::NoSigner))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A message without signers is refused as such, never trusted by default.
+    #[test]
+    fn a_message_without_signers_is_refused() {
+        let msg = Message {
+            signers: Vec::new(),
+            certs: Vec::new(),
+        };
+        let e =
+            verify_message(&msg, b"", None, &TrustStore::new(), |_| true, |_| None).unwrap_err();
+        assert_eq!(e, MessageError::NoSigner);
+    }
+
+    /// The texts the gate reports (`docs/SIGNATURE-RULES.md` quotes them).
+    #[test]
+    fn refusals_read_as_the_gate_reports_them() {
+        let e = MessageError::Untrusted {
+            signer: "(by key id)".into(),
+            key_id: "ab:cd".into(),
+            chain: true,
+        };
+        assert_eq!(
+            e.to_string(),
+            "signer (by key id) (key ab:cd) is not in the trust store, nor is an issuer of \
+             its certificate"
+        );
+        let e = MessageError::EmbeddedChain(VerifyError::Certificate("x".into()));
+        assert_eq!(e.to_string(), "embedded certificate chain: x");
+    }
+}
