@@ -188,7 +188,7 @@ pub fn cpio(data: &[u8]) {
 /// A module's ELF: `.modinfo`, `__versions`, the exports, and the gate's whole check with
 /// an empty trust store, which must never pass a module when signatures are required.
 pub fn modinfo(data: &[u8]) {
-    use validator::stages::modules::gate::{Gate, Policy};
+    use validator::gate::{Gate, Policy};
     let _ = formats::kmod::modinfo::parse_elf(data);
     let _ = formats::kmod::modinfo::exports(data);
     let gate = Gate {
@@ -208,7 +208,7 @@ pub fn modinfo(data: &[u8]) {
 /// check with that store. What the gate passes must rest on the trust and on the body:
 /// with an empty store it fails, and with one body byte changed it fails.
 pub fn modsig(data: &[u8]) {
-    use validator::stages::modules::gate::{Gate, Policy};
+    use validator::gate::{Gate, Policy};
     let (store, module) = framed_store(data);
     let body_len = match formats::kmod::sig::split(module) {
         Ok(s) => {

@@ -36,7 +36,7 @@ pub mod limits {
     /// The kernel image (`boot/vmlinuz-<release>`).
     pub const VMLINUZ: u64 = 256 << 20;
     /// A module file (the kernel tree's or a `--module-file`).
-    pub const MODULE: u64 = validator::stages::modules::batch::MAX_FILE;
+    pub const MODULE: u64 = validator::gate::batch::MAX_FILE;
     /// An extra file (`--file`).
     pub const EXTRA_FILE: u64 = 256 << 20;
     /// `modules.builtin`, `modules.builtin.modinfo`.
@@ -274,9 +274,9 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
         .map
         .retain(|sym, e| referenced.contains(sym) || (keep_kernel && e.module == "vmlinux"));
     if spec.gate {
-        let mut policy = validator::stages::modules::gate::Policy::from_bom(&bom.bom);
+        let mut policy = validator::gate::Policy::from_bom(&bom.bom);
         policy.kernel_vermagic = Some(vermagic.clone());
-        let gate = validator::stages::modules::gate::Gate {
+        let gate = validator::gate::Gate {
             trust: trust.clone(),
             symvers: Some(symvers.clone()),
             policy,

@@ -204,7 +204,7 @@ pub fn peak_sample(name: Name) -> Result<PeakSample, HarnessError> {
     for m in r
         .modules
         .iter()
-        .filter(|m| m.status == validator::stages::modules::ModStatus::Loaded)
+        .filter(|m| m.status == validator::runtime::modload::ModStatus::Loaded)
     {
         sample.modules += 1;
         let Some(rel) = &m.path else { continue };

@@ -38,7 +38,7 @@ use mkinitramfs::cpio::{Archive, Entry, Kind};
 use sigcases::{Case, Set};
 use validator::config::bom::VermagicMode;
 use validator::formats::vmlinuz::KernelFacts;
-use validator::stages::modules::gate::{Gate, Policy, Verdict};
+use validator::gate::{Gate, Policy, Verdict};
 use validator::trust::TrustStore;
 
 use crate::efivars::{self, VarStore};

@@ -20,7 +20,7 @@ use qemu::scenario::{BootPath, Roots, Scenario, ESP_MODULES};
 use qemu::vm::{KillAt, Throttle, Verdict};
 use validator::config::bom::{ModuleName, RootHashSource};
 use validator::report::Decision;
-use validator::stages::modules::ModStatus;
+use validator::runtime::modload::ModStatus;
 
 /// GRUB gives both slots one command line, so each slot's root is named by its own BOM
 /// (the pinned root hash names its verity partitions).

@@ -10,7 +10,7 @@
 
 use qemu::vm::Verdict;
 use validator::report::{Decision, Fault, StageStatus};
-use validator::stages::modules::ModStatus;
+use validator::runtime::modload::ModStatus;
 use validator::stages::Stage;
 
 use qemu::scenario::Name;

@@ -19,7 +19,7 @@ use qemu::faults;
 use qemu::scenario::{Name, Scenario};
 use qemu::vm::{Outcome, Run, Verdict, KERNEL_BOOT_MARKER};
 use validator::report::{Decision, Fault, Report};
-use validator::stages::modules::ModStatus;
+use validator::runtime::modload::ModStatus;
 
 /// What every row checks: the run ended by itself (no timeout), no kernel panic, PID 1
 /// never died, and at most `bound` kernels booted (the run is cut at the next one).

@@ -13,7 +13,7 @@
 use qemu::catalogue::run_named;
 use qemu::scenario::Name;
 use validator::report::{Decision, Fault};
-use validator::stages::modules::ModStatus;
+use validator::runtime::modload::ModStatus;
 use validator::stages::preflight::{pci::Role, CheckStatus};
 
 #[test]

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use qemu::rootfs::section;
 use qemu::scenario::Name;
 use validator::report::{console, Decision, Fault};
-use validator::stages::modules::ModStatus;
+use validator::runtime::modload::ModStatus;
 
 /// A process (and its group) killed when dropped.
 struct Proc(Child);

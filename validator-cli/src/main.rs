@@ -509,7 +509,7 @@ fn write_all_or_nothing(dir: &Path, files: &[(String, &[u8])]) -> Result<(), Usa
 
 fn modules_check(a: ModulesCheck, out: &mut Out) -> Res {
     use validator::config::bom::VermagicMode;
-    use validator::stages::modules::{batch, gate};
+    use validator::gate::{self, batch};
     let mut policy = gate::Policy {
         require_signature: true,
         ..gate::Policy::default()

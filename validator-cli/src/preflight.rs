@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::Args;
 
 use crate::{load_kernel, Res, Usage};
-use validator::stages::modules::gate::{Gate, Policy, Verdict};
+use validator::gate::{Gate, Policy, Verdict};
 use validator::stages::preflight::{self, CheckStatus, HwRoots, Options, PreflightReport};
 use validator::util::out::Out;
 

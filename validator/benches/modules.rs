@@ -20,7 +20,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use sha2::Digest;
-use validator::stages::modules::{batch, gate};
+use validator::gate::{self, batch};
 
 /// Runs of each timed pass; the best counts.
 const RUNS: usize = 3;

@@ -12,7 +12,10 @@
 //! 4. [`sys`]: every system call and ioctl (device-mapper, module loading, mounts, the TPM
 //!    device, `/dev/kmsg`, clocks);
 //! 5. [`config`]: the BOM and the kernel command line, every policy enum and constant;
-//! 6. [`runtime`]: what the stages share at run time (the TPM measurer, device discovery,
+//! 6. [`gate`]: the module gate (policy, the kernel's rules, the ELF, CRC, vermagic and
+//!    signature checks of a module file, batch checking), shared by the `modules` stage,
+//!    the preflight's root drivers, the CLI and `mkinitramfs`;
+//! 7. [`runtime`]: what the stages share at run time (the TPM measurer, device discovery,
 //!    the final action, the node's identity), so that no stage uses another;
 //! 7. [`stages`]: one module per boot stage, named as the report names it, in run order;
 //!    each stage's error carries its fault class (image, hardware, platform) in its type;
@@ -37,6 +40,8 @@ pub mod trust;
 pub mod sys;
 
 pub mod config;
+
+pub mod gate;
 
 pub mod runtime;
 

@@ -22,16 +22,7 @@ use std::path::{Path, PathBuf};
 
 /// The layers, bottom first.
 const LAYERS: &[&str] = &[
-    "util", "formats", "trust", "sys", "config", "runtime", "stages", "report", "boot",
-];
-
-/// PENDING_MERGE (temporary, issue 16): sibling-stage uses that other branches remove,
-/// as (stage, the stage it uses). `slot` is being split into `stages/slot/` onto
-/// `runtime`; `preflight` uses `modules` (the module gate moves to its own layer on
-/// another branch). Empty this list as those branches merge; an entry no longer needed
-/// fails the test.
-const PENDING_MERGE: &[(&str, &str)] = &[
-    ("preflight", "modules"),
+    "util", "formats", "trust", "sys", "config", "gate", "runtime", "stages", "report", "boot",
 ];
 
 /// The source tree checked: this crate's `src`, or `LAYERS_SRC`.
@@ -357,24 +348,14 @@ fn no_stage_uses_another_stage() {
             &stages,
         ));
     }
-    let pending = |x: &str, y: &str| PENDING_MERGE.contains(&(x, y));
     let bad: BTreeSet<String> = uses
         .iter()
-        .filter(|(x, y, _)| !pending(x, y))
         .map(|(x, y, at)| format!("{at}: stage {x} uses stage {y}"))
         .collect();
     assert!(
         bad.is_empty(),
         "stages using other stages (share through runtime instead):\n{}",
         bad.into_iter().collect::<Vec<_>>().join("\n")
-    );
-    let stale: Vec<_> = PENDING_MERGE
-        .iter()
-        .filter(|(x, y)| !uses.iter().any(|(a, b, _)| a == x && b == y))
-        .collect();
-    assert!(
-        stale.is_empty(),
-        "PENDING_MERGE entries no longer needed, remove them: {stale:?}"
     );
 }
 

@@ -18,8 +18,8 @@ use std::process::Command;
 use common::{all_modules, tmpdir, vmlinuz};
 use validator::config::bom::VermagicMode;
 use validator::formats::vmlinuz::KernelFacts;
-use validator::stages::modules::batch;
-use validator::stages::modules::gate::{Gate, Policy};
+use validator::gate::batch;
+use validator::gate::{Gate, Policy};
 use validator::trust::TrustStore;
 
 fn facts(name: &str) -> KernelFacts {
@@ -384,7 +384,7 @@ fn truncated_empty_garbage_huge_and_non_elf_inputs_fail_cleanly() {
     let huge = dir.join("huge.ko");
     let f = std::fs::File::create(&huge).unwrap();
     f.set_len(3 << 30).unwrap();
-    let e = batch::read_file(&huge).unwrap_err();
+    let e = batch::read_file(&huge).unwrap_err().to_string();
     assert!(e.contains("larger than any module"), "{e}");
     let b = batch::check_files(&g, &[huge], 1);
     assert!(!b.verdicts[0].pass && b.verdicts[0].has("unreadable"));
@@ -584,7 +584,7 @@ fn put_record(image: &mut [u8], at: usize, symbol: &str, crc: u64) {
     rec[8..8 + symbol.len()].copy_from_slice(symbol.as_bytes());
 }
 
-fn codes_and_messages(v: &validator::stages::modules::gate::Verdict) -> Vec<(String, String)> {
+fn codes_and_messages(v: &validator::gate::Verdict) -> Vec<(String, String)> {
     v.reasons
         .iter()
         .map(|r| (r.code.to_string(), r.message.clone()))

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use validator::config::bom::{Bom, Flavour, ModuleName};
 use validator::formats::vmlinuz::KernelFacts;
-use validator::stages::modules::gate::{Gate, Policy, Verdict};
+use validator::gate::{Gate, Policy, Verdict};
 use validator::stages::preflight::drivers;
 use validator::trust::TrustStore;
 
@@ -226,7 +226,7 @@ fn nvidia_uvm_is_checked_against_nvidia_s_own_exports() {
     let b = bom(&release, Flavour::Proprietary);
     let dir = root.join("lib/modules").join(&release);
     let g = gate(&k, &common::vmlinuz("default"), &b, true);
-    let index = validator::stages::modules::load_index(&dir).unwrap();
+    let index = validator::runtime::modload::load_index(&dir).unwrap();
     let uvm_path = dir.join(&index.entries["nvidia_uvm"].path);
     let raw = std::fs::read(&uvm_path).unwrap();
     // With the kernel's table alone, nvidia_uvm's imports from nvidia are unknown.
@@ -338,7 +338,7 @@ fn refused_for_another_kernel_release() {
             .iter()
             .map(|f| dir.join(f))
             .collect();
-        let batch = validator::stages::modules::batch::check_files(&g, &files, 2);
+        let batch = validator::gate::batch::check_files(&g, &files, 2);
         for v in &batch.verdicts {
             let c = codes(v);
             assert!(!v.pass, "{flavour} {}", v.module);

@@ -84,8 +84,8 @@ fn cmdline_and_bom() {
 fn module_files() {
     let mut rng = Rng(2);
     let raw = std::fs::read(kernel_file("default", "/crc16.ko")).unwrap();
-    let g = validator::stages::modules::gate::Gate {
-        policy: validator::stages::modules::gate::Policy {
+    let g = validator::gate::Gate {
+        policy: validator::gate::Policy {
             require_signature: true,
             ..Default::default()
         },

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 use sigcases::{Case, Kernel, Set};
 use validator::config::bom::VermagicMode;
 use validator::formats::vmlinuz::KernelFacts;
-use validator::stages::modules::gate::{Gate, Policy, Verdict};
+use validator::gate::{Gate, Policy, Verdict};
 use validator::trust::TrustStore;
 
 /// The gate for one kernel, as the init builds it but in kernel mode: the kernel's

@@ -20,7 +20,7 @@
 //! Names are unique within a report.
 
 use super::schema::{Check, CheckStatus, Report, StageStatus};
-use crate::stages::modules::ModStatus;
+use crate::runtime::modload::ModStatus;
 use crate::stages::{Fault, Stage};
 
 fn check(name: String, stage: Stage, status: CheckStatus) -> Check {
@@ -208,7 +208,7 @@ fn preflight(r: &Report, out: &mut Vec<Check>) {
 mod tests {
     use super::*;
     use crate::report::schema::StageReport;
-    use crate::stages::modules::ModuleReport;
+    use crate::runtime::modload::ModuleReport;
 
     fn module(name: &str, status: ModStatus, softdep: bool) -> ModuleReport {
         let mut m: ModuleReport = serde_json::from_value(serde_json::json!({

@@ -36,7 +36,7 @@
 use std::fmt::Write as _;
 
 use super::schema::{CheckStatus, Report};
-use crate::stages::modules::ModStatus;
+use crate::runtime::modload::ModStatus;
 use crate::stages::Decision;
 
 /// The file name in the textfile directory.

@@ -10,9 +10,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::runtime::measure::TpmReport;
+use crate::runtime::modload::ModuleReport;
 use crate::runtime::node::NodeFacts;
-use crate::stages::modules::taint::TaintReport;
-use crate::stages::modules::ModuleReport;
+use crate::runtime::taint::TaintReport;
 use crate::stages::slot::SlotFacts;
 use crate::stages::storage::RootReport;
 use crate::stages::verity::VerityReport;

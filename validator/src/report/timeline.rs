@@ -12,7 +12,7 @@
 use std::fmt::Write as _;
 
 use super::schema::{Report, StageStatus};
-use crate::stages::modules::ModStatus;
+use crate::runtime::modload::ModStatus;
 use crate::stages::Stage;
 
 /// Makes untrusted text printable on one line (control characters become `?`).

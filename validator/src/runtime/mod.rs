@@ -1,7 +1,8 @@
 //! Layer 6: what the boot stages share at run time, so that no stage uses another: the
 //! TPM measurer ([`measure`]), finding and waiting for block devices ([`devices`]) and the
 //! verity root's partitions ([`verity_parts`]), reading critical files in full
-//! ([`critical`]), resolving a path inside the new root ([`rootpath`]), the node's
+//! ([`critical`]), loading gated modules ([`modload`]) and reading the kernel's taint
+//! ([`taint`]), resolving a path inside the new root ([`rootpath`]), the node's
 //! identity ([`node`]) and how a boot that does not hand over ends ([`power`]).
 //!
 //! Contract: each module takes its roots (`/sys`, `/dev`, `/proc`, `/run`, the new root)
@@ -14,7 +15,9 @@
 pub mod critical;
 pub mod devices;
 pub mod measure;
+pub mod modload;
 pub mod node;
 pub mod power;
 pub mod rootpath;
+pub mod taint;
 pub mod verity_parts;

@@ -195,9 +195,9 @@ pub struct Facts {
     pub image_id: Option<String>,
     pub bom_sha256: Option<String>,
     pub kernel_release: Option<String>,
-    pub modules: Vec<modules::ModuleReport>,
+    pub modules: Vec<crate::runtime::modload::ModuleReport>,
     pub root: Option<storage::RootReport>,
-    pub taint: Option<modules::taint::TaintReport>,
+    pub taint: Option<crate::runtime::taint::TaintReport>,
     pub verity: Option<verity::VerityReport>,
     pub tpm: Option<TpmReport>,
     /// What the preflight checked and found.

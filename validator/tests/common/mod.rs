@@ -42,7 +42,7 @@ pub fn vmlinuz(name: &str) -> PathBuf {
 
 /// Every module file of a provisioned kernel, sorted.
 pub fn all_modules(name: &str) -> Vec<PathBuf> {
-    validator::stages::modules::batch::collect(&[kernel_root(name).join("lib/modules")]).unwrap()
+    validator::gate::batch::collect(&[kernel_root(name).join("lib/modules")]).unwrap()
 }
 
 /// The module file of a provisioned kernel whose name is `file` (`crc16.ko`).

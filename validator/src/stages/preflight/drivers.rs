@@ -26,9 +26,9 @@ use super::{Check, PreflightReport};
 use crate::config::bom::Bom;
 use crate::formats::kmod::index::Index;
 use crate::formats::kmod::{modinfo, sig};
+use crate::gate::{batch, Gate, Verdict};
 use crate::runtime::measure::MeasureError;
-use crate::stages::modules::gate::{Gate, Verdict};
-use crate::stages::modules::{self, batch, ModStatus, ModuleReport};
+use crate::runtime::modload::{self as modules, ModStatus, ModuleReport};
 use crate::stages::{Context, Fault};
 
 /// The check's name.
@@ -84,12 +84,14 @@ pub fn add_root_exports(
         };
         // An exporter that cannot be read adds nothing: its importers then fail the gate
         // on unknown symbols, and the exporter itself fails when its turn comes.
-        let exports = batch::read_file(&dir.join(&entry.path)).and_then(|raw| {
-            let comp = modinfo::Compression::from_name(&entry.path);
-            let image = modinfo::decompress(&raw, comp).map_err(|e| e.to_string())?;
-            let body = sig::split(&image).map(|s| s.body).unwrap_or(&image);
-            modinfo::exports(body).map_err(|e| e.to_string())
-        });
+        let exports = batch::read_file(&dir.join(&entry.path))
+            .map_err(|e| e.to_string())
+            .and_then(|raw| {
+                let comp = modinfo::Compression::from_name(&entry.path);
+                let image = modinfo::decompress(&raw, comp).map_err(|e| e.to_string())?;
+                let body = sig::split(&image).map(|s| s.body).unwrap_or(&image);
+                modinfo::exports(body).map_err(|e| e.to_string())
+            });
         match exports {
             Ok(list) => {
                 for e in list {
@@ -126,7 +128,7 @@ pub fn gate_root_modules(
                         v.file = Some(path.display().to_string());
                         v
                     }
-                    Err(why) => unreadable(n, why),
+                    Err(why) => unreadable(n, why.to_string()),
                 }
             }
         })
@@ -139,8 +141,8 @@ fn unreadable(name: &str, message: String) -> Verdict {
         module: name.to_string(),
         file: None,
         pass: false,
-        reasons: vec![modules::gate::Reason {
-            code: modules::gate::ReasonCode::Unreadable,
+        reasons: vec![crate::gate::Reason {
+            code: crate::gate::ReasonCode::Unreadable,
             message,
         }],
         signer: None,

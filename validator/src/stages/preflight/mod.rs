@@ -120,7 +120,7 @@ pub struct PreflightReport {
     pub checks: Vec<Check>,
     /// The drivers gated and loaded from the new root (boot only).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub modules: Vec<super::modules::ModuleReport>,
+    pub modules: Vec<crate::runtime::modload::ModuleReport>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<nvidia::GpuFact>,
     /// Display controllers that are not NVIDIA GPUs (`0000:00:01.0 1234:1111`): on PCI,

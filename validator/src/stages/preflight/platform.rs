@@ -22,7 +22,7 @@ use super::{read_bytes, read_optional, Check, HwRoots, PreflightReport};
 use crate::config::bom::Bom;
 use crate::config::cmdline;
 use crate::formats::sysfs;
-use crate::stages::modules::taint;
+use crate::runtime::taint;
 use crate::stages::Fault;
 
 /// `SecureBoot` in the EFI global variable namespace.

@@ -1,26 +1,56 @@
 //! Checking many module files at once (a whole kernel tree on a host, or every module on a
 //! live node): files are read and inspected by worker threads, the exports of every file
 //! join the symbol table, then each module's CRCs are checked against the full table.
+//! Finding and reading the files fails with a [`BatchError`] naming the path.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::gate::{Gate, Verdict};
+use super::{Gate, Verdict};
 use crate::formats::kmod::index::name_of_path;
 use crate::formats::kmod::modinfo;
 
 /// Largest module file we read.
 pub const MAX_FILE: u64 = 1 << 30;
 
+/// Why module files could not be found or read.
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    /// A directory (or an entry's type in it) could not be read.
+    #[error("{}: {source}", path.display())]
+    Walk {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// A module file's metadata could not be read.
+    #[error("{}: {source}", path.display())]
+    Metadata {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{}: not a regular file", path.display())]
+    NotAFile { path: PathBuf },
+    #[error("{}: {size} bytes is larger than any module ({MAX_FILE} at most)", path.display())]
+    TooLarge { path: PathBuf, size: u64 },
+    #[error(transparent)]
+    Read(#[from] crate::util::fs::InputError),
+}
+
 /// Module files under `paths` (files as given, directories searched for `*.ko*`), sorted.
-pub fn collect(paths: &[PathBuf]) -> Result<Vec<PathBuf>, String> {
-    fn walk(d: &Path, out: &mut Vec<PathBuf>) -> Result<(), String> {
-        let rd = std::fs::read_dir(d).map_err(|e| format!("{}: {e}", d.display()))?;
+pub fn collect(paths: &[PathBuf]) -> Result<Vec<PathBuf>, BatchError> {
+    fn walk(d: &Path, out: &mut Vec<PathBuf>) -> Result<(), BatchError> {
+        let rd = std::fs::read_dir(d).map_err(|source| BatchError::Walk {
+            path: d.to_path_buf(),
+            source,
+        })?;
         for e in rd.filter_map(Result::ok) {
             let p = e.path();
-            let ft = e.file_type().map_err(|e| format!("{}: {e}", p.display()))?;
+            let ft = e.file_type().map_err(|source| BatchError::Walk {
+                path: p.clone(),
+                source,
+            })?;
             if ft.is_dir() {
                 walk(&p, out)?;
             } else {
@@ -100,9 +130,9 @@ pub fn check_files(gate: &Gate, files: &[PathBuf], jobs: usize) -> Batch {
             Err(e) => {
                 let (mut v, _, _) = gate.inspect(&name, &file_name, b"");
                 v.reasons.clear();
-                v.reasons.push(super::gate::Reason {
-                    code: super::gate::ReasonCode::Unreadable,
-                    message: e,
+                v.reasons.push(super::Reason {
+                    code: super::ReasonCode::Unreadable,
+                    message: e.to_string(),
                 });
                 v.file = Some(path.display().to_string());
                 (v, None, Vec::new())
@@ -148,18 +178,22 @@ pub fn check_files(gate: &Gate, files: &[PathBuf], jobs: usize) -> Batch {
 }
 
 /// Reads a module file, refusing absurd sizes before reading.
-pub fn read_file(path: &Path) -> Result<Vec<u8>, String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+pub fn read_file(path: &Path) -> Result<Vec<u8>, BatchError> {
+    let meta = std::fs::metadata(path).map_err(|source| BatchError::Metadata {
+        path: path.to_path_buf(),
+        source,
+    })?;
     if !meta.is_file() {
-        return Err(format!("{}: not a regular file", path.display()));
+        return Err(BatchError::NotAFile {
+            path: path.to_path_buf(),
+        });
     }
     if meta.len() > MAX_FILE {
-        return Err(format!(
-            "{}: {} bytes is larger than any module ({MAX_FILE} at most)",
-            path.display(),
-            meta.len()
-        ));
+        return Err(BatchError::TooLarge {
+            path: path.to_path_buf(),
+            size: meta.len(),
+        });
     }
-    let f = crate::util::fs::open_input(path, false).map_err(|e| e.to_string())?;
-    crate::util::fs::read_file_limited(f, path, MAX_FILE).map_err(|e| e.to_string())
+    let f = crate::util::fs::open_input(path, false)?;
+    Ok(crate::util::fs::read_file_limited(f, path, MAX_FILE)?)
 }

@@ -1,0 +1,219 @@
+//! The module gate: no module reaches the kernel unless its vermagic, symbol CRCs,
+//! signature and flavour match what the image promises.
+//!
+//! For each module file the gate decompresses it (as the kernel would), splits off the
+//! appended signature, reads `.modinfo` and `__versions`, and checks, collecting every
+//! reason rather than stopping at the first:
+//! - **vermagic**: the kernel's own rule (`same_magic`: with `__versions` the release word
+//!   is skipped) against the kernel's vermagic string, and in strict mode (the default)
+//!   the release word must equal the expected kernel release exactly;
+//! - **CRCs**: as the kernel's `check_modstruct_version` and `check_version` (Debian's
+//!   6.1 and 6.12): `module_layout` and every undefined symbol of the module that the
+//!   symbol table (`Module.symvers` from the kernel image and the modules) resolves must
+//!   have a `__versions` record ("no symbol version for ...") whose CRC, read as the
+//!   kernel reads it (64 bits, not truncated), equals the export's ("disagrees about
+//!   version of symbol ..."); with a complete table an undefined, non-weak symbol that
+//!   nothing exports is an unknown symbol. Records for symbols the module does not use
+//!   are ignored, as by the kernel;
+//! - **ELF**: the kernel's checks the parser leaves (x86-64 `e_machine`,
+//!   `.gnu.linkonce.this_module`, one `.modinfo` on 6.12);
+//! - **signature**: PKCS#7 over the module body as `verify_pkcs7_signature` judges a
+//!   module's: the parser's rules (65535 bytes, versions, signature algorithms, embedded
+//!   certificates the X.509 parser takes, a self-signed one only with a valid
+//!   self-signature), no signed attributes, each signer against its
+//!   embedded certificate and that certificate's chain through the other embedded ones
+//!   (`pkcs7_verify_sig_chain`), then every signer in the trust store as
+//!   `pkcs7_validate_trust_one` looks: a certificate of the chain, the issuer of its last
+//!   certificate, or the signer directly (one trusted, valid signer is enough; a trusted
+//!   one that fails refuses), with the digests and keys the running kernel supports
+//!   ([`KernelRules`]: Debian's configuration by release);
+//! - **GPL-only symbols**: a module whose licence is not GPL-compatible may not import
+//!   `_GPL` exports;
+//! - **policy**: out-of-tree modules only when the BOM lists them, the NVIDIA flavour by
+//!   the `nvidia` module's licence, an optional SHA-256 allowlist.
+//!
+//! - **namespaces**: a symbol exported in a namespace (the kernel image's exports carry
+//!   theirs) must be in the module's `import_ns=`.
+//!
+//! - **`module_blacklist=`**: a module the command line names is refused.
+//!
+//! Limits (`docs/SIGNATURE-RULES.md` lists them as GAP or STRICTER): duplicate exports
+//! and dbx module hashes are not checked, nor the namespaces of symbols other modules
+//! export (their `__crc_` exports carry none).
+//!
+//! Layout: a layer of its own between `config` and `stages` (it uses nothing of the
+//! stages, the report or the boot): [`Gate`] and its pass over one file here; the policy
+//! (`policy`), the verdict and reason codes (`reason`), the kernel's configuration-
+//! dependent tables (`rules`, [`KernelRules`]), the ELF, vermagic and symbol checks
+//! (`elf`), the signature (`signature`, the trust decision being one call into
+//! [`crate::trust::pkcs7::verify_message`]), the set-up from the initramfs (`setup`), and
+//! many files at once ([`batch`]). The public names are re-exported here.
+
+pub mod batch;
+mod elf;
+mod policy;
+mod reason;
+mod rules;
+mod setup;
+mod signature;
+
+pub use elf::{same_magic, EM_X86_64, GPL_COMPATIBLE, MODULE_LAYOUT};
+pub use policy::Policy;
+pub use reason::{Reason, ReasonCode, Verdict};
+pub use rules::{KernelRules, KERNEL_RSA_BITS};
+pub use setup::{GateSetupError, SYMVERS_MAX, VERMAGIC_MAX};
+
+use sha2::Digest;
+
+use crate::formats::kmod::modinfo::{self, Compression};
+use crate::formats::kmod::sig::{self, SigError};
+use crate::formats::kmod::symvers::Symvers;
+use crate::trust::TrustStore;
+
+/// The gate: a trust store, a symbol table and a policy.
+#[derive(Debug, Clone, Default)]
+pub struct Gate {
+    pub trust: TrustStore,
+    pub symvers: Option<Symvers>,
+    pub policy: Policy,
+}
+
+impl Gate {
+    /// Checks one module file. `name` is the module name the file should hold; `file_name`
+    /// decides the decompression. Returns the verdict and, when readable, the decompressed
+    /// image (what `init_module` would take).
+    pub fn check<'a>(
+        &self,
+        name: &str,
+        file_name: &str,
+        raw: &'a [u8],
+    ) -> (Verdict, Option<std::borrow::Cow<'a, [u8]>>) {
+        let (mut v, elf, image) = self.inspect(name, file_name, raw);
+        if let Some(elf) = &elf {
+            self.check_crcs(elf, &mut v);
+        }
+        v.pass = v.reasons.is_empty();
+        (v, image)
+    }
+
+    /// Everything but the CRC check (which may need the exports of other modules first):
+    /// the verdict so far, the parsed ELF and the decompressed image.
+    pub fn inspect<'a>(
+        &self,
+        name: &str,
+        file_name: &str,
+        raw: &'a [u8],
+    ) -> (
+        Verdict,
+        Option<modinfo::ModuleElf>,
+        Option<std::borrow::Cow<'a, [u8]>>,
+    ) {
+        let mut v = Verdict {
+            module: name.to_string(),
+            file: None,
+            pass: false,
+            reasons: Vec::new(),
+            signer: None,
+            sig_key: None,
+            sig_hashalgo: None,
+            vermagic: None,
+            license: None,
+            sha256: None,
+            image_sha256: None,
+        };
+        let image: std::borrow::Cow<'_, [u8]> = match Compression::from_name(file_name) {
+            Compression::None => std::borrow::Cow::Borrowed(raw),
+            c => match modinfo::decompress(raw, c) {
+                Ok(i) => std::borrow::Cow::Owned(i),
+                Err(e) => {
+                    v.reason(ReasonCode::Unreadable, e.to_string());
+                    return (v, None, None);
+                }
+            },
+        };
+        let split = sig::split(&image);
+        let body: &[u8] = match &split {
+            Ok(s) => s.body,
+            Err(SigError::Unsigned) => &image,
+            Err(_) => {
+                // A damaged trailer: the ELF ends somewhere before it; let the ELF parser
+                // decide from its own headers.
+                &image
+            }
+        };
+        let elf = match modinfo::parse_elf(body) {
+            Ok(e) => Some(e),
+            Err(e) => {
+                v.reason(ReasonCode::Unreadable, e.to_string());
+                None
+            }
+        };
+        if let Some(elf) = &elf {
+            self.check_elf(name, elf, &mut v);
+        }
+        if self.policy.module_blacklist.iter().any(|b| b == name) {
+            v.reason(
+                ReasonCode::Blacklisted,
+                format!("Module {name} is blacklisted (module_blacklist= on the command line)"),
+            );
+        }
+        match split {
+            Ok(s) => {
+                // One pass over the image: the body's SHA-256 (what a sha256 signature
+                // covers) and then the whole image's (the module's digest).
+                let mut h = sha2::Sha256::new();
+                h.update(s.body);
+                let body_sha256 = h.clone().finalize().to_vec();
+                h.update(image.get(s.body.len()..).unwrap_or_default());
+                v.image_sha256 = Some(crate::util::hex(&h.finalize()));
+                self.check_signature(s.pkcs7, s.body, Some(&body_sha256), &mut v)
+            }
+            Err(SigError::Unsigned) => {
+                v.image_sha256 = Some(crate::util::hex(&sha2::Sha256::digest(&image[..])));
+                if self.policy.require_signature {
+                    v.reason(ReasonCode::Unsigned, "module is not signed");
+                }
+            }
+            Err(e) => v.reason(ReasonCode::BadSignatureTrailer, e.to_string()),
+        }
+        if let Some(want) = self.policy.sha256.get(name) {
+            let got = crate::util::hex(&sha2::Sha256::digest(raw));
+            if !want.eq_ignore_ascii_case(&got) {
+                v.reason(
+                    ReasonCode::Sha256,
+                    format!("sha256 {got} is not the allowed {want}"),
+                );
+            }
+            v.sha256 = Some(got);
+        }
+        v.pass = v.reasons.is_empty();
+        (v, elf, Some(image))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn garbage_is_refused_with_a_reason() {
+        let g = Gate {
+            policy: Policy {
+                require_signature: true,
+                ..Policy::default()
+            },
+            ..Gate::default()
+        };
+        for (name, bytes) in [
+            ("empty.ko", &b""[..]),
+            ("junk.ko", &b"junk junk junk"[..]),
+            ("bad.ko.xz", &b"\xfd7zXZ\0\0"[..]),
+            ("tiny.ko", &b"\x7fELF"[..]),
+            ("trailer.ko", sig::MAGIC),
+        ] {
+            let (v, _) = g.check("m", name, bytes);
+            assert!(!v.pass, "{name}");
+            assert!(v.has("unreadable"), "{name}: {:?}", v.reasons);
+        }
+    }
+}
