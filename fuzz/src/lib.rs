@@ -111,8 +111,11 @@ pub fn bom(data: &[u8]) {
 
 /// The initramfs readers: `mkinitramfs list`'s unpack (plain and compressed parts, as the
 /// kernel's `unpack_to_rootfs`, output limited to [`OUTPUT_LIMIT`]) and the plain newc
-/// reader, which agree where both read; then what was read, written again by both newc
-/// writers (mkinitramfs' and the validator's kexec one) and read back.
+/// reader, which agree where both read; then what was read, written again through both
+/// front ends of the one newc writer (`formats::newc`: mkinitramfs' sorted [`Archive`] and
+/// the kexec stage's streaming `Writer`) and read back.
+///
+/// [`Archive`]: mkinitramfs::cpio::Archive
 pub fn cpio(data: &[u8]) {
     let unpacked = mkinitramfs::unpack::unpack(data, OUTPUT_LIMIT);
     let read = mkinitramfs::cpio::read(data);

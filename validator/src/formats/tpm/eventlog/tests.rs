@@ -74,8 +74,7 @@ fn truncated_at_every_offset_is_an_error() {
     let mut off = SHA1_EVENT_HEADER + 37;
     boundaries.push(off);
     for e in sample().events() {
-        off +=
-            12 + e.digests.iter().map(|(_, d)| 2 + d.len()).sum::<usize>() + 4 + e.data.len();
+        off += 12 + e.digests.iter().map(|(_, d)| 2 + d.len()).sum::<usize>() + 4 + e.data.len();
         boundaries.push(off);
     }
     assert_eq!(off, bytes.len());
