@@ -5,7 +5,8 @@
 //!   client, for several PCR bank sets;
 //! - `eventlog`, `cel`: logs as the measure stage writes them (our writers), several banks;
 //! - `slotstate`: records as the slot stage writes them;
-//! - `cpio`: archives from mkinitramfs' writer and the kexec newc writer;
+//! - `cpio`: archives from the newc writer's two front ends (mkinitramfs' `Archive`, the
+//!   kexec `Writer`);
 //! - `x509`, `modsig`, `pkcs7`, `symvers`, `vmlinuz`: the kernel's built-in certificates,
 //!   its modules framed with the signing certificate, their PKCS#7 signatures, its
 //!   exported CRCs, and small bzImages made of its real setup header and a compressed

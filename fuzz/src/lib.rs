@@ -1,8 +1,8 @@
 //! The fuzz targets' entry points: one function per parser of untrusted input, each taking
 //! the fuzzer's bytes, running the parser and, where the format has one, its round trip
 //! (grubenv set/delete, slot state encode/decode, newc writer against the cpio reader,
-//! `Module.symvers` text, event logs, CEL-JSON, verity superblocks, BOM TOML, BLS names,
-//! the report's JSON and its renderings).
+//! `Module.symvers` text, event logs, CEL-JSON, verity superblocks and hash trees, BOM
+//! TOML, BLS names, NFD feature files, the report's JSON and its renderings).
 //!
 //! Contract: a function returns normally for every input; a panic is a finding, either
 //! the parser's own or a broken invariant asserted here (a round trip that does not give
@@ -60,6 +60,38 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("symvers", symvers),
     ("sysfs", sysfs),
     ("report", report),
+    ("nfd", nfd),
+    ("verity_tree", verity_tree),
+];
+
+/// Every parser module of `validator::formats` (its path under `formats`) and the target
+/// that drives it; `validator/tests/fuzzing_doc.rs` fails when a module under
+/// `validator/src/formats/` is neither here nor in `docs/FUZZING.md`'s table "Parsers
+/// without a fuzz target", or when an entry here names no module or no target.
+pub const PARSERS: &[(&str, &str)] = &[
+    ("bls", "bls"),
+    ("compress", "compress"),
+    ("gpt", "gpt"),
+    ("grubenv", "grubenv"),
+    ("kmod", "kmod_index"),
+    ("kmod::index", "kmod_index"),
+    ("kmod::modinfo", "modinfo"),
+    ("kmod::sig", "modsig"),
+    ("kmod::symvers", "symvers"),
+    ("newc", "cpio"),
+    ("nfd", "nfd"),
+    ("pkcs7", "pkcs7"),
+    ("procstatus", "sysfs"),
+    ("slotstate", "slotstate"),
+    ("sysfs", "sysfs"),
+    ("tpm", "tpm_response"),
+    ("tpm::cel", "cel"),
+    ("tpm::eventlog", "eventlog"),
+    ("tpm::wire", "tpm_response"),
+    ("verity::sig", "verity_sig"),
+    ("verity::superblock", "verity_superblock"),
+    ("verity::tree", "verity_tree"),
+    ("vmlinuz", "vmlinuz"),
 ];
 
 /// The entry point of `name`.
@@ -111,8 +143,11 @@ pub fn bom(data: &[u8]) {
 
 /// The initramfs readers: `mkinitramfs list`'s unpack (plain and compressed parts, as the
 /// kernel's `unpack_to_rootfs`, output limited to [`OUTPUT_LIMIT`]) and the plain newc
-/// reader, which agree where both read; then what was read, written again by both newc
-/// writers (mkinitramfs' and the validator's kexec one) and read back.
+/// reader, which agree where both read; then what was read, written again through both
+/// front ends of the one newc writer (`formats::newc`: mkinitramfs' sorted [`Archive`] and
+/// the kexec stage's streaming `Writer`) and read back.
+///
+/// [`Archive`]: mkinitramfs::cpio::Archive
 pub fn cpio(data: &[u8]) {
     let unpacked = mkinitramfs::unpack::unpack(data, OUTPUT_LIMIT);
     let read = mkinitramfs::cpio::read(data);
@@ -891,4 +926,87 @@ fn prometheus_sample(l: &str) -> bool {
     }
     rest.strip_prefix(' ')
         .is_some_and(|v| v.parse::<f64>().is_ok() || ["NaN", "+Inf", "-Inf"].contains(&v))
+}
+
+/// An NFD feature file as nfd-worker reads it (`formats::nfd::parse`): the features of a
+/// file that parses, written back one `namespace/name=value` line each, parse to the same
+/// features.
+pub fn nfd(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    let Ok(features) = formats::nfd::parse(&text) else {
+        return;
+    };
+    let written: String = features
+        .iter()
+        .map(|f| format!("{}/{}={}\n", f.namespace, f.name, f.value))
+        .collect();
+    let again = formats::nfd::parse(&written)
+        .unwrap_or_else(|e| panic!("written features do not parse: {e}\n{written}"));
+    assert_eq!(again, features, "features changed through their text");
+}
+
+/// The dm-verity hash tree (`formats::verity::tree`) over data of the fuzzer's choosing:
+/// `[algorithm][hash type][data block size][hash block size][salt length][salt][data]`
+/// (each size byte picks 512 << (b % 4); the algorithm b % 3 of SHA-1, SHA-256, SHA-512;
+/// the salt at most 64 bytes; the data cut to whole blocks, at most 1 MiB). A tree built
+/// over the data verifies and matches its root; with one data byte changed it does not.
+pub fn verity_tree(data: &[u8]) {
+    use formats::verity::superblock::{Algorithm, Params};
+    use formats::verity::tree;
+    let Some(([alg, hash_type, dbs, hbs, salt_len], rest)) = data.split_first_chunk::<5>() else {
+        return;
+    };
+    let Some((salt, rest)) = rest.split_at_checked(usize::from(*salt_len % 65)) else {
+        return;
+    };
+    let dbs = 512u32 << (dbs % 4);
+    let blocks = rest.len().min(1 << 20) / dbs as usize;
+    if blocks == 0 {
+        return;
+    }
+    let Some(body) = rest.get(..blocks * dbs as usize) else {
+        return;
+    };
+    let p = Params {
+        hash_type: u32::from(hash_type & 1),
+        algorithm: match alg % 3 {
+            0 => Algorithm::Sha1,
+            1 => Algorithm::Sha256,
+            _ => Algorithm::Sha512,
+        },
+        data_block_size: dbs,
+        hash_block_size: 512u32 << (hbs % 4),
+        data_blocks: blocks as u64,
+        salt: salt.to_vec(),
+        uuid: [0; 16],
+    };
+    let Ok(g) = tree::Geometry::new(&p, 0, false) else {
+        return;
+    };
+    let (area, root) = tree::build(&p, body);
+    let check = |d: &[u8]| {
+        tree::verify(
+            &Mem(d),
+            d.len() as u64,
+            &Mem(&area),
+            area.len() as u64,
+            &g,
+            &root,
+            1,
+        )
+        .unwrap_or_else(|e| panic!("a built tree does not read: {e}"))
+    };
+    let v = check(body);
+    assert!(v.ok, "a built tree does not verify: {:?}", v.finding);
+    assert_eq!(v.computed_root.as_deref(), Some(root.as_slice()));
+    assert!(
+        tree::top_matches(&Mem(&area), &g, &root).unwrap_or(false),
+        "a built tree's top block does not match its root"
+    );
+    let mut changed = body.to_vec();
+    let at = usize::from(*alg) * 257 % changed.len();
+    if let Some(b) = changed.get_mut(at) {
+        *b ^= 1;
+    }
+    assert!(!check(&changed).ok, "a changed data byte {at} verifies");
 }

@@ -20,6 +20,31 @@ pub enum GptError {
     Invalid { disk: PathBuf, what: String },
 }
 
+/// What is wrong with one GPT header sector or entry array, as [`parse_header`] and
+/// [`parse_entries`] find it; the caller adds the disk and LBA ([`read_table`] makes it a
+/// [`GptError::Invalid`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GptParseError {
+    #[error("GPT header sector too short")]
+    ShortSector { len: usize },
+    #[error("no GPT signature (\"EFI PART\")")]
+    NoSignature,
+    #[error("GPT header size {size} out of range")]
+    HeaderSize { size: usize },
+    #[error("GPT header CRC mismatch (stored {stored:08x}, computed {computed:08x})")]
+    HeaderCrc { stored: u32, computed: u32 },
+    #[error("GPT entry size {size} invalid")]
+    EntrySize { size: u32 },
+    #[error("GPT entry count {count} invalid")]
+    EntryCount { count: u32 },
+    #[error("GPT entry array truncated ({have} of {need} bytes)")]
+    EntriesTruncated { have: usize, need: usize },
+    #[error("GPT entry array CRC mismatch (stored {stored:08x}, computed {computed:08x})")]
+    EntriesCrc { stored: u32, computed: u32 },
+    #[error("GPT entry {entry}: last LBA {last} before first LBA {first}")]
+    EntryRange { entry: usize, first: u64, last: u64 },
+}
+
 /// A 16-byte GUID as stored on disk.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Guid(pub [u8; 16]);
@@ -143,25 +168,26 @@ fn bytes16(b: &[u8], o: usize) -> [u8; 16] {
 const MAX_ENTRIES: u32 = 16384;
 
 /// Parses a GPT header from the sector that holds it.
-pub fn parse_header(sector: &[u8]) -> Result<Header, String> {
+pub fn parse_header(sector: &[u8]) -> Result<Header, GptParseError> {
     if sector.len() < 92 {
-        return Err("GPT header sector too short".into());
+        return Err(GptParseError::ShortSector { len: sector.len() });
     }
     if !sector.starts_with(b"EFI PART") {
-        return Err("no GPT signature (\"EFI PART\")".into());
+        return Err(GptParseError::NoSignature);
     }
     let header_size = le32(sector, 12) as usize;
     let Some(header) = sector.get(..header_size).filter(|_| header_size >= 92) else {
-        return Err(format!("GPT header size {header_size} out of range"));
+        return Err(GptParseError::HeaderSize { size: header_size });
     };
     let stored_crc = le32(sector, 16);
     let mut h = header.to_vec();
     crate::util::le::put(&mut h, 16, &[0; 4]);
     let crc = crc32fast::hash(&h);
     if crc != stored_crc {
-        return Err(format!(
-            "GPT header CRC mismatch (stored {stored_crc:08x}, computed {crc:08x})"
-        ));
+        return Err(GptParseError::HeaderCrc {
+            stored: stored_crc,
+            computed: crc,
+        });
     }
     let guid = bytes16(sector, 56);
     let hdr = Header {
@@ -176,29 +202,33 @@ pub fn parse_header(sector: &[u8]) -> Result<Header, String> {
         entries_crc: le32(sector, 88),
     };
     if hdr.entry_size < 128 || !hdr.entry_size.is_multiple_of(8) || hdr.entry_size > 4096 {
-        return Err(format!("GPT entry size {} invalid", hdr.entry_size));
+        return Err(GptParseError::EntrySize {
+            size: hdr.entry_size,
+        });
     }
     if hdr.entry_count == 0 || hdr.entry_count > MAX_ENTRIES {
-        return Err(format!("GPT entry count {} invalid", hdr.entry_count));
+        return Err(GptParseError::EntryCount {
+            count: hdr.entry_count,
+        });
     }
     Ok(hdr)
 }
 
 /// Parses the partition entry array described by `hdr`.
-pub fn parse_entries(hdr: &Header, bytes: &[u8]) -> Result<Vec<Partition>, String> {
+pub fn parse_entries(hdr: &Header, bytes: &[u8]) -> Result<Vec<Partition>, GptParseError> {
     let len = hdr.entry_count as usize * hdr.entry_size as usize;
     let Some(arr) = bytes.get(..len) else {
-        return Err(format!(
-            "GPT entry array truncated ({} of {len} bytes)",
-            bytes.len()
-        ));
+        return Err(GptParseError::EntriesTruncated {
+            have: bytes.len(),
+            need: len,
+        });
     };
     let crc = crc32fast::hash(arr);
     if crc != hdr.entries_crc {
-        return Err(format!(
-            "GPT entry array CRC mismatch (stored {:08x}, computed {crc:08x})",
-            hdr.entries_crc
-        ));
+        return Err(GptParseError::EntriesCrc {
+            stored: hdr.entries_crc,
+            computed: crc,
+        });
     }
     let mut out = Vec::new();
     for (i, e) in arr.chunks_exact(hdr.entry_size as usize).enumerate() {
@@ -210,10 +240,11 @@ pub fn parse_entries(hdr: &Header, bytes: &[u8]) -> Result<Vec<Partition>, Strin
         let first_lba = le64(e, 32);
         let last_lba = le64(e, 40);
         if last_lba < first_lba {
-            return Err(format!(
-                "GPT entry {}: last LBA {last_lba} before first LBA {first_lba}",
-                i + 1
-            ));
+            return Err(GptParseError::EntryRange {
+                entry: i + 1,
+                first: first_lba,
+                last: last_lba,
+            });
         }
         let units: Vec<u16> = e
             .get(56..128)

@@ -3,8 +3,12 @@
 //!
 //! Contract: a parser takes bytes (or a `FileExt` reader for the block-level formats) and
 //! returns a value or an error naming the field and offset; it never panics on any input,
-//! does no system call of its own and knows no policy. Each parser has a mutation test and
-//! a fuzz target.
+//! does no system call of its own and knows no policy. Each parser has unit tests (most
+//! also a mutation test in `validator/tests/parsers_no_panic.rs`) and is driven by a fuzz
+//! target (`PARSERS` in
+//! `fuzz/src/lib.rs` says which), or is listed with the reason under "Parsers without a
+//! fuzz target" in `docs/FUZZING.md`; `validator/tests/fuzzing_doc.rs` keeps this true.
+//! [`newc`] also holds the one writer of its format (used by `mkinitramfs` and the kexec).
 //!
 //! Current limits: x86-64 only where the format is architecture-specific (bzImage, the
 //! 64-bit module layout, DPS partition types).

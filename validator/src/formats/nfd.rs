@@ -72,13 +72,26 @@ pub struct Feature {
     pub value: String,
 }
 
+/// A feature file NFD would not take: too big, or a line (numbered from 1) whose feature
+/// is not a valid label.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NfdError {
+    #[error("{len} bytes: NFD ignores files over {FILE_MAX} bytes")]
+    TooBig { len: usize },
+    #[error("line {line}: {key:?} has no namespace")]
+    NoNamespace { line: usize, key: String },
+    #[error("line {line}: namespace {namespace:?} is not allowed")]
+    Namespace { line: usize, namespace: String },
+    #[error("line {line}: name {name:?} is not a label name")]
+    Name { line: usize, name: String },
+    #[error("line {line}: value {value:?} is not a label value")]
+    Value { line: usize, value: String },
+}
+
 /// Parses a feature file as nfd-worker does, checking the label syntax of each feature.
-pub fn parse(text: &str) -> Result<Vec<Feature>, String> {
+pub fn parse(text: &str) -> Result<Vec<Feature>, NfdError> {
     if text.len() > FILE_MAX {
-        return Err(format!(
-            "{} bytes: NFD ignores files over {FILE_MAX} bytes",
-            text.len()
-        ));
+        return Err(NfdError::TooBig { len: text.len() });
     }
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -89,16 +102,28 @@ pub fn parse(text: &str) -> Result<Vec<Feature>, String> {
         }
         let (key, value) = line.split_once('=').unwrap_or((line, "true"));
         let Some((ns, name)) = key.split_once('/') else {
-            return Err(format!("line {n}: {key:?} has no namespace"));
+            return Err(NfdError::NoNamespace {
+                line: n,
+                key: key.into(),
+            });
         };
         if !valid_namespace(ns) {
-            return Err(format!("line {n}: namespace {ns:?} is not allowed"));
+            return Err(NfdError::Namespace {
+                line: n,
+                namespace: ns.into(),
+            });
         }
         if !valid_label_part(name) {
-            return Err(format!("line {n}: name {name:?} is not a label name"));
+            return Err(NfdError::Name {
+                line: n,
+                name: name.into(),
+            });
         }
         if !valid_label_value(value) {
-            return Err(format!("line {n}: value {value:?} is not a label value"));
+            return Err(NfdError::Value {
+                line: n,
+                value: value.into(),
+            });
         }
         out.push(Feature {
             namespace: ns.into(),
@@ -142,7 +167,7 @@ mod tests {
             (&format!("vendor.io/x={}", "a".repeat(64)), "label value"),
             (&format!("vendor.io/{}=1", "a".repeat(64)), "label name"),
         ] {
-            let e = parse(&format!("# ok\n{text}\n")).unwrap_err();
+            let e = parse(&format!("# ok\n{text}\n")).unwrap_err().to_string();
             assert!(e.starts_with("line 2: ") && e.contains(why), "{text}: {e}");
         }
         assert!(valid_namespace("sub.feature.node.kubernetes.io"));

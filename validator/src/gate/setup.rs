@@ -50,7 +50,7 @@ impl Gate {
         let symvers = Symvers::parse(&read(layout::SYMVERS, SYMVERS_MAX)?).map_err(|why| {
             GateSetupError::Read {
                 path: root.join(layout::SYMVERS),
-                why,
+                why: why.to_string(),
             }
         })?;
         let mut trust = TrustStore::new();

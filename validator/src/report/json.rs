@@ -30,9 +30,22 @@ pub fn digest(bytes: &[u8]) -> String {
     crate::util::hex(&Sha256::digest(bytes))
 }
 
+/// A report's JSON that does not read: where, and serde's account of it.
+#[derive(Debug, thiserror::Error)]
+#[error("line {line} column {column}: {source}")]
+pub struct ParseError {
+    pub line: usize,
+    pub column: usize,
+    pub source: serde_json::Error,
+}
+
 /// Reads a report (v1 or v2) from JSON text.
-pub fn parse(text: &str) -> Result<Report, String> {
-    serde_json::from_str(text).map_err(|e| format!("line {} column {}: {e}", e.line(), e.column()))
+pub fn parse(text: &str) -> Result<Report, ParseError> {
+    serde_json::from_str(text).map_err(|source| ParseError {
+        line: source.line(),
+        column: source.column(),
+        source,
+    })
 }
 
 #[cfg(test)]
@@ -50,7 +63,7 @@ mod tests {
             digest(b"abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
-        let e = parse("{\"schema\": 1}").unwrap_err();
+        let e = parse("{\"schema\": 1}").unwrap_err().to_string();
         assert!(e.starts_with("line 1 column"), "{e}");
     }
 }

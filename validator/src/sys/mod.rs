@@ -8,9 +8,11 @@
 //! `finit_module(virtio_blk): ENOENT` rather than "error".
 //!
 //! Safe wrappers (nix, std) are used wherever they exist: `finit_module` with the
-//! compressed-file flag, directory descriptors owned by `OwnedFd` or nix's `Dir`. Two
-//! `unsafe` calls remain, each with its `SAFETY:` argument: the device-mapper ioctl (a
-//! variable-size buffer no wrapper describes) and `add_key(2)` (no wrapper exists).
+//! compressed-file flag, directory descriptors owned by `OwnedFd` or nix's `Dir`. Three
+//! `unsafe` calls remain, each with its `SAFETY:` argument: the device-mapper ioctl in
+//! [`dm`] (a variable-size buffer no wrapper describes), and here `add_key(2)` and
+//! `kexec_file_load(2)` (raw `syscall`s: neither nix nor std wraps them). They are the
+//! validator's only `unsafe` code.
 
 pub mod dm;
 pub mod kmsg;

@@ -47,6 +47,29 @@ pub enum TrustError {
     MalformedSignature(String),
 }
 
+/// What is wrong inside one certificate or PEM file: its RSA key, its authority key
+/// identifier, a PEM block. The caller adds the origin and certificate (a
+/// [`TrustError`] carries this error's text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("{0}")]
+    Pkcs1(der::Error),
+    #[error("RSA modulus of {bits} bits is not supported")]
+    RsaBits { bits: u32 },
+    #[error("RSA public exponent must be odd and at most 64 bits")]
+    RsaExponent,
+    #[error("{0:?}")]
+    BigInt(crypto_bigint::DecodeError),
+    #[error("RSA modulus is even")]
+    RsaEven,
+    #[error("authority key identifier: {0}")]
+    Akid(der::Error),
+    #[error("unterminated PEM certificate")]
+    PemUnterminated,
+    #[error("bad base64 in PEM certificate: {0}")]
+    PemBase64(base64::DecodeError),
+}
+
 /// An RSA public key with its Montgomery parameters.
 #[derive(Debug, Clone)]
 pub struct RsaKey {
@@ -87,24 +110,24 @@ fn digest_info_prefix(alg: HashAlg) -> &'static [u8] {
 
 impl RsaKey {
     /// From a PKCS#1 `RSAPublicKey` (the SPKI's bit string).
-    pub fn from_pkcs1(der_bytes: &[u8]) -> Result<RsaKey, String> {
+    pub fn from_pkcs1(der_bytes: &[u8]) -> Result<RsaKey, KeyError> {
         use crypto_bigint::{BoxedUint, Odd};
-        let k = pkcs1::RsaPublicKey::from_der(der_bytes).map_err(|e| e.to_string())?;
+        let k = pkcs1::RsaPublicKey::from_der(der_bytes).map_err(KeyError::Pkcs1)?;
         let n = k.modulus.as_bytes();
         let e = k.public_exponent.as_bytes();
         let bits = (n.len() * 8) as u32 - n.first().map_or(8, |b| b.leading_zeros());
         if !(1024..=16384).contains(&bits) {
-            return Err(format!("RSA modulus of {bits} bits is not supported"));
+            return Err(KeyError::RsaBits { bits });
         }
         if e.is_empty() || e.len() > 8 || e.last().is_some_and(|b| b & 1 == 0) {
-            return Err("RSA public exponent must be odd and at most 64 bits".into());
+            return Err(KeyError::RsaExponent);
         }
         let precision = (n.len() as u32 * 8).div_ceil(64) * 64;
-        let nb = BoxedUint::from_be_slice(n, precision).map_err(|e| format!("{e:?}"))?;
+        let nb = BoxedUint::from_be_slice(n, precision).map_err(KeyError::BigInt)?;
         let odd = Odd::new(nb.clone())
             .into_option()
-            .ok_or("RSA modulus is even")?;
-        let eb = BoxedUint::from_be_slice(e, 64).map_err(|e| format!("{e:?}"))?;
+            .ok_or(KeyError::RsaEven)?;
+        let eb = BoxedUint::from_be_slice(e, 64).map_err(KeyError::BigInt)?;
         let e_is_f4 = e == [0x01, 0x00, 0x01];
         Ok(RsaKey {
             k: bits.div_ceil(8) as usize,
@@ -279,7 +302,7 @@ impl Cert {
                         TrustError::UnsupportedKey {
                             origin: origin.to_string(),
                             cert: subject.clone(),
-                            what,
+                            what: what.to_string(),
                         }
                     })?;
                 PublicKey::Rsa(Box::new(k))
@@ -334,7 +357,7 @@ impl Cert {
             .as_ref()
             .and_then(|exts| exts.iter().find(|e| e.extn_id.to_string() == "2.5.29.35"))
         {
-            Some(e) => akid_of(e.extn_value.as_bytes()).map_err(bad)?,
+            Some(e) => akid_of(e.extn_value.as_bytes()).map_err(|e| bad(e.to_string()))?,
             None => Akid::default(),
         };
         Ok(Cert {
@@ -399,10 +422,10 @@ impl Cert {
 /// Reads an authority key identifier extension's value (RFC 5280 4.2.1.1). The issuer
 /// and serial count only together and only for a directory name, as in the kernel's
 /// `x509_akid_note_serial`.
-fn akid_of(value: &[u8]) -> Result<Akid, String> {
+fn akid_of(value: &[u8]) -> Result<Akid, KeyError> {
     use x509_cert::ext::pkix::name::GeneralName;
-    let a = x509_cert::ext::pkix::AuthorityKeyIdentifier::from_der(value)
-        .map_err(|e| format!("authority key identifier: {e}"))?;
+    let a =
+        x509_cert::ext::pkix::AuthorityKeyIdentifier::from_der(value).map_err(KeyError::Akid)?;
     let name = a.authority_cert_issuer.as_ref().and_then(|names| {
         names.iter().find_map(|n| match n {
             GeneralName::DirectoryName(d) => d.to_der().ok(),
@@ -419,7 +442,7 @@ fn akid_of(value: &[u8]) -> Result<Akid, String> {
 }
 
 /// Splits PEM text into the DER of each `CERTIFICATE` block.
-pub fn pem_certificates(text: &str) -> Result<Vec<Vec<u8>>, String> {
+pub fn pem_certificates(text: &str) -> Result<Vec<Vec<u8>>, KeyError> {
     use base64::Engine;
     let mut out = Vec::new();
     let mut rest = text;
@@ -427,11 +450,11 @@ pub fn pem_certificates(text: &str) -> Result<Vec<Vec<u8>>, String> {
         let body = &rest[start + 27..];
         let end = body
             .find("-----END CERTIFICATE-----")
-            .ok_or("unterminated PEM certificate")?;
+            .ok_or(KeyError::PemUnterminated)?;
         let b64: String = body[..end].chars().filter(|c| !c.is_whitespace()).collect();
         let der = base64::engine::general_purpose::STANDARD
             .decode(b64)
-            .map_err(|e| format!("bad base64 in PEM certificate: {e}"))?;
+            .map_err(KeyError::PemBase64)?;
         out.push(der);
         rest = &body[end + 25..];
     }
@@ -463,7 +486,7 @@ impl TrustStore {
             let text = String::from_utf8_lossy(bytes);
             pem_certificates(&text).map_err(|why| TrustError::BadCert {
                 source_name: origin.into(),
-                why,
+                why: why.to_string(),
             })?
         } else {
             vec![bytes.to_vec()]

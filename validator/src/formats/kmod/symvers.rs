@@ -4,6 +4,14 @@
 
 use std::collections::HashMap;
 
+/// A malformed `Module.symvers` line: its number (from 1) and its text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("Module.symvers line {line}: malformed: {text:?}")]
+pub struct SymversError {
+    pub line: usize,
+    pub text: String,
+}
+
 /// One exported symbol.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Export {
@@ -23,14 +31,17 @@ pub struct Symvers {
 
 impl Symvers {
     /// Parses `Module.symvers` text; a malformed line is an error naming it.
-    pub fn parse(text: &str) -> Result<Symvers, String> {
+    pub fn parse(text: &str) -> Result<Symvers, SymversError> {
         let mut map = HashMap::new();
         for (n, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }
             let f: Vec<&str> = line.split('\t').collect();
-            let bad = || format!("Module.symvers line {}: malformed: {line:?}", n + 1);
+            let bad = || SymversError {
+                line: n + 1,
+                text: line.to_string(),
+            };
             let [crc, symbol, module, rest @ ..] = f.as_slice() else {
                 return Err(bad());
             };
@@ -106,6 +117,7 @@ mod tests {
         assert_eq!(Symvers::parse(&t).unwrap(), s);
         assert!(Symvers::parse("0xzz\tx\ty\n")
             .unwrap_err()
+            .to_string()
             .contains("line 1"));
         assert!(Symvers::parse("0x12 x\n").is_err());
     }

@@ -1,0 +1,199 @@
+//! `docs/ARCHITECTURE.md` kept true by a test: the layers it lists are the crate's layers
+//! in the order `tests/layers.rs` enforces and `src/lib.rs` declares; the stages of its
+//! boot flow are [`Stage::ALL`] in run order; its decisions are every [`Decision`]; and
+//! every source path it names (`validator/src/...`, `stages/slot/grub.rs`, a crate
+//! directory) exists. A moved module, a new stage or a new decision fails here until the
+//! document follows.
+// Test code: helpers unwrap and index as the tests do (a failure should stop the test
+// loudly); the workspace denies these outside tests.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing
+)]
+
+use std::path::{Path, PathBuf};
+
+use validator::stages::{Decision, Stage};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn doc() -> String {
+    std::fs::read_to_string(repo().join("docs/ARCHITECTURE.md")).unwrap()
+}
+
+/// The lines of the section that starts with the heading `## {title}` (up to the next
+/// `## ` heading).
+fn section<'a>(text: &'a str, title: &str) -> Vec<&'a str> {
+    let head = format!("## {title}");
+    let mut lines = text.lines().skip_while(|l| l.trim() != head);
+    assert!(
+        lines.next().is_some(),
+        "docs/ARCHITECTURE.md has no section `{head}`"
+    );
+    lines.take_while(|l| !l.starts_with("## ")).collect()
+}
+
+/// The first backticked word of each table row whose first cell is a number (`| 3 |
+/// `trust` | ...`), in order.
+fn numbered_rows(lines: &[&str]) -> Vec<String> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            // "| 1 | `util` | ..." splits into ["", "1", "`util`", ...].
+            if cells.len() < 3 || cells[1].parse::<u32>().is_err() {
+                return None;
+            }
+            Some(cells[2].trim_matches('`').to_string())
+        })
+        .collect()
+}
+
+/// Every Decision, by an exhaustive match: a new variant does not compile here until it
+/// is added to the list (and so to the document).
+fn decisions() -> Vec<Decision> {
+    let all = [
+        Decision::Pass,
+        Decision::Quarantine,
+        Decision::Fallback,
+        Decision::Stop,
+    ];
+    for d in all {
+        match d {
+            Decision::Pass | Decision::Quarantine | Decision::Fallback | Decision::Stop => {}
+        }
+    }
+    all.to_vec()
+}
+
+/// The layer names of `tests/layers.rs`'s `LAYERS` constant, in order.
+fn enforced_layers() -> Vec<String> {
+    let text = std::fs::read_to_string(repo().join("validator/tests/layers.rs")).unwrap();
+    let start = text
+        .find("const LAYERS")
+        .expect("LAYERS in tests/layers.rs");
+    let body = &text[start..];
+    let open = body.find("&[").unwrap() + 2;
+    let close = body[open..].find("];").unwrap() + open;
+    body[open..close]
+        .split(',')
+        .map(|s| s.trim().trim_matches('"').to_string())
+        .filter(|s| !s.is_empty())
+        .collect()
+}
+
+/// The `pub mod` declarations of `src/lib.rs`, in order.
+fn declared_layers() -> Vec<String> {
+    let text = std::fs::read_to_string(repo().join("validator/src/lib.rs")).unwrap();
+    text.lines()
+        .filter_map(|l| l.trim().strip_prefix("pub mod "))
+        .map(|m| m.trim_end_matches(';').to_string())
+        .collect()
+}
+
+#[test]
+fn layers_table_matches_the_enforced_layers() {
+    let d = doc();
+    let listed = numbered_rows(&section(&d, "Layers of `validator`"));
+    assert_eq!(
+        listed,
+        enforced_layers(),
+        "docs/ARCHITECTURE.md's layer table vs validator/tests/layers.rs LAYERS"
+    );
+    assert_eq!(
+        listed,
+        declared_layers(),
+        "docs/ARCHITECTURE.md's layer table vs the `pub mod`s of validator/src/lib.rs"
+    );
+}
+
+#[test]
+fn stages_table_is_the_run_order() {
+    let d = doc();
+    let listed = numbered_rows(&section(&d, "Stages"));
+    let actual: Vec<String> = Stage::ALL.iter().map(|s| s.name().to_string()).collect();
+    assert_eq!(
+        listed, actual,
+        "docs/ARCHITECTURE.md's stage table vs stages::Stage::ALL"
+    );
+    // Each stage's home exists where the table says the report name lives.
+    for s in &actual {
+        let file = repo().join(format!("validator/src/stages/{s}.rs"));
+        let dir = repo().join(format!("validator/src/stages/{s}/mod.rs"));
+        assert!(
+            file.exists() || dir.exists(),
+            "stage {s} has no module stages/{s}.rs or stages/{s}/"
+        );
+    }
+}
+
+#[test]
+fn boot_flow_names_every_stage_in_order() {
+    let d = doc();
+    let flow = section(&d, "One boot").join("\n");
+    let mut at = 0;
+    for s in Stage::ALL {
+        let needle = format!("├─ {:<9}", s.name());
+        let found = flow[at..]
+            .find(&needle)
+            .unwrap_or_else(|| panic!("the boot flow lacks `{needle}` after offset {at}"));
+        at += found + needle.len();
+    }
+}
+
+#[test]
+fn decisions_table_is_every_decision() {
+    let d = doc();
+    let rows: Vec<String> = section(&d, "Decisions")
+        .iter()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let word = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+            Some(word.to_string())
+        })
+        .collect();
+    let actual: Vec<String> = decisions().iter().map(|d| d.as_str().to_string()).collect();
+    assert_eq!(
+        rows, actual,
+        "docs/ARCHITECTURE.md's decision table vs stages::Decision"
+    );
+}
+
+/// Every backticked token of the document that names a source file or directory of the
+/// workspace exists: `validator/src/gate/` or `gate/signature.rs` (relative to
+/// `validator/src/` when not found from the repository root).
+#[test]
+fn every_named_path_exists() {
+    let d = doc();
+    let mut missing = Vec::new();
+    for (n, line) in d.lines().enumerate() {
+        for (i, tok) in line.split('`').enumerate() {
+            if i % 2 == 0 {
+                continue; // outside backticks
+            }
+            let is_path = !tok.contains(' ')
+                && !tok.contains("::")
+                && !tok.starts_with('/')
+                && !tok.contains('<')
+                && !tok.contains('*')
+                && (tok.ends_with(".rs") || (tok.contains('/') && tok.ends_with('/')));
+            if !is_path {
+                continue;
+            }
+            let from_root = repo().join(tok);
+            let from_src = repo().join("validator/src").join(tok);
+            if !from_root.exists() && !from_src.exists() {
+                missing.push(format!("line {}: `{tok}`", n + 1));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "docs/ARCHITECTURE.md names paths that do not exist:\n{}",
+        missing.join("\n")
+    );
+}
