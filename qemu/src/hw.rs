@@ -191,8 +191,8 @@ pub fn preflight_scenario(
     name: crate::scenario::Name,
 ) -> Result<(), HarnessError> {
     use crate::scenario::{Name, Scenario};
+    use validator::config::bom::hardware::{MinLinkSpeed, NvmeModel};
     use validator::config::bom::{Flavour, ModuleName, Nvidia, TaintLetters, Version};
-    use validator::config::hardware::{MinLinkSpeed, NvmeModel};
     use validator::formats::sysfs::LinkSpeed;
     let hw = |s: &mut Scenario| {
         s.bom.hardware.nvme = Some(1);
