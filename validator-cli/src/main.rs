@@ -8,6 +8,9 @@
 //! documented limit. A closed stdout ends the output, not the check: the exit status is
 //! still the verdict. `validator completions SHELL` and `validator man` generate shell
 //! completions and man pages. The PID-1 init does not link this crate.
+//!
+//! Layout: the command tree in `cli.rs`, each command group in its own file; this file
+//! parses, dispatches and turns the verdict into the exit status.
 
 mod bom;
 mod cli;

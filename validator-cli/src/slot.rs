@@ -158,7 +158,7 @@ fn mark(at: SlotWhere, slot: Option<SlotArg>, good: bool, out: &mut Out) -> Res 
                 .join("; "),
         ));
     }
-    let done = rt.mark_slot(s, good).map_err(Usage)?;
+    let done = rt.mark_slot(s, good)?;
     out.line(&done)?;
     for (k, v) in rt.view() {
         out.line(&format!("  {k}={v}"))?;
