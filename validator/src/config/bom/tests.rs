@@ -260,3 +260,31 @@ fn boms_no_boot_could_use_are_refused_on_the_key_line() {
         assert_eq!(line, line_starting(&text, key), "{extra}: {msg}");
     }
 }
+
+/// `[slot]` and `[report]` refusals are typed: the variant names the key and the value,
+/// and the BOM's message keeps the section prefix.
+#[test]
+fn slot_and_report_errors_are_typed() {
+    assert_eq!(
+        Slot::from_toml("max_boots = 0"),
+        Err(SlotConfigError::MaxBoots(0))
+    );
+    assert_eq!(
+        Slot::from_toml("grubenv = \"EFI/grubenv\""),
+        Err(SlotConfigError::NotEspPath {
+            key: "grubenv",
+            value: "EFI/grubenv".into()
+        })
+    );
+    assert!(matches!(
+        Slot::from_toml("\nmax_boots = \"x\""),
+        Err(SlotConfigError::Toml { line: 2, .. })
+    ));
+    let r = ReportCfg {
+        pool: Some("has space".into()),
+        ..ReportCfg::default()
+    };
+    assert_eq!(r.check(), Err(ReportCfgError::Pool("has space".into())));
+    let (_, msg) = err(&format!("{GOOD}\n[slot]\nmax_boots = 17\n"));
+    assert_eq!(msg, "slot: max_boots 17 is outside 1..16");
+}
