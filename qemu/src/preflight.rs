@@ -8,8 +8,8 @@
 //!
 //! Limits: `preflight-nvidia` needs the driver built by `scripts/build-nvidia`.
 
+use validator::config::bom::hardware::{MinLinkSpeed, NvmeModel};
 use validator::config::bom::{Flavour, ModuleName, Nvidia, TaintLetters, Version};
-use validator::config::hardware::{MinLinkSpeed, NvmeModel};
 use validator::formats::sysfs::LinkSpeed;
 
 use crate::hw::{nvidia_fleet, nvidia_module, Device, Link, RootModules};

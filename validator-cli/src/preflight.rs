@@ -9,7 +9,9 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::{load_kernel, Res, Usage};
+use crate::kernel::{load_kernel, VMLINUZ_MAX};
+use crate::{Res, Usage};
+use validator::config::bom::hardware::MAX_LINK_WAIT_S;
 use validator::gate::{Gate, Policy, Verdict};
 use validator::stages::preflight::{self, CheckStatus, HwRoots, Options, PreflightReport};
 use validator::util::out::Out;
@@ -31,7 +33,7 @@ pub struct PreflightArgs {
     root: PathBuf,
     /// Seconds to wait for mlx5 ports and NVMe controllers (default: the BOM's
     /// hardware.link_wait_s).
-    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(0..=1800))]
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_LINK_WAIT_S)))]
     wait: Option<u32>,
     /// Also gate (never load) the BOM's modules.root and their dependencies from
     /// <ROOT>/lib/modules/<release>, with the kernel's keys, CRCs and vermagic.
@@ -72,7 +74,7 @@ fn gate(
         }
     };
     let k = load_kernel(&vmlinuz)?;
-    let img = validator::util::fs::read_limited(&vmlinuz, crate::VMLINUZ_MAX)?;
+    let img = validator::util::fs::read_limited(&vmlinuz, VMLINUZ_MAX)?;
     let elf = validator::formats::vmlinuz::vmlinux(&img)
         .map_err(|e| Usage(format!("{}: {e}", vmlinuz.display())))?;
     let mut trust = validator::trust::TrustStore::new();

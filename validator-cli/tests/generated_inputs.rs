@@ -344,7 +344,7 @@ fn slots(files: &Files, root: &str) -> Vec<Slot> {
     };
     let bom_max = validator::config::bom::BOM_MAX;
     let vz_max = 256 << 20;
-    let log_max = 64 << 20;
+    let log_max = validator::runtime::measure::EVENT_LOG_MAX;
     let cert_max = validator::trust::CERT_FILE_MAX;
     vec![
         s(
@@ -407,7 +407,7 @@ fn slots(files: &Files, root: &str) -> Vec<Slot> {
             "modules check --symvers",
             "{symvers}",
             modules("{symvers}"),
-            Some(64 << 20),
+            Some(validator::gate::SYMVERS_MAX),
             false,
         ),
         Slot {

@@ -11,8 +11,8 @@
 
 use std::path::Path;
 
+use validator::config::bom::hardware::*;
 use validator::config::bom::{parse, BomError};
-use validator::config::hardware::*;
 use validator::formats::sysfs::LinkSpeed;
 
 const BOM: &str = r#"schema = 1

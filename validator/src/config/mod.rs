@@ -7,7 +7,6 @@
 
 pub mod bom;
 pub mod cmdline;
-pub mod hardware;
 
 /// The PCR systemd-pcrphase uses for the boot phases (`enter-initrd`, `leave-initrd`).
 pub const PHASE_PCR: u32 = 11;

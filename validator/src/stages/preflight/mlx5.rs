@@ -19,7 +19,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::{list_dir, parse_value, read_optional, resolve, Check, HwRoots, Issue};
-use crate::config::hardware::{Hardware, LinkLayer};
+use crate::config::bom::hardware::{Hardware, LinkLayer};
 use crate::formats::sysfs;
 use crate::stages::Fault;
 use crate::util::fs::{read_text_limited, InputError};

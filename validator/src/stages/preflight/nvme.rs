@@ -13,7 +13,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::{list_dir, parse_value, read_optional, resolve, Check, HwRoots, Issue};
-use crate::config::hardware::Hardware;
+use crate::config::bom::hardware::Hardware;
 use crate::formats::sysfs;
 use crate::stages::Fault;
 

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use super::{link_name, list_dir, parse_value, resolve, Issue};
-use crate::config::hardware::{Hardware, PciId};
+use crate::config::bom::hardware::{Hardware, PciId};
 use crate::formats::sysfs;
 
 /// NVIDIA's PCI vendor id.

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 
 use super::pci::{Inventory, PciDevice, Role};
 use super::{parse_value, read_optional, Check, Issue, PreflightReport};
-use crate::config::hardware::{Hardware, MinLinkSpeed};
+use crate::config::bom::hardware::{Hardware, MinLinkSpeed};
 use crate::formats::sysfs::{self, LinkSpeed};
 use crate::stages::Fault;
 

@@ -240,8 +240,6 @@ pub struct Loaded {
     /// What could not be read (the rest is still usable), typed: match on these (e.g.
     /// [`SlotError::NoRecord`]).
     pub errors: Vec<SlotError>,
-    /// The same as [`Loaded::errors`], as messages (what [`Status::problems`] shows).
-    pub problems: Vec<String>,
     /// Whether our record was created just now.
     pub created: bool,
 }
@@ -279,7 +277,6 @@ impl Runtime {
         };
         Loaded {
             view: rt.view(),
-            problems: errors.iter().map(ToString::to_string).collect(),
             errors,
             runtime: rt,
             created,
@@ -315,12 +312,6 @@ impl Runtime {
             done.push_str(" (boot loader and record)");
         }
         Ok(done)
-    }
-
-    /// [`Runtime::mark`] with the error as its message: the operator CLI's call until it
-    /// matches [`SlotError`] variants; remove then.
-    pub fn mark_slot(&mut self, s: SlotName, good: bool) -> Result<String, String> {
-        self.mark(s, good).map_err(|e| e.to_string())
     }
 
     /// The boot loader's view now.

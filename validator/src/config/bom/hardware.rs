@@ -14,6 +14,7 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use super::checked::checked_string;
 use crate::formats::sysfs::{self, LinkSpeed};
 
 /// A PCI `vendor:device` pair, written `"10de:2335"` (hex, either case).
@@ -129,47 +130,14 @@ impl LinkLayer {
     }
 }
 
-macro_rules! word {
-    ($(#[$doc:meta])* $name:ident, $what:literal, $ok:expr) => {
-        $(#[$doc])*
-        #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-        #[serde(transparent)]
-        pub struct $name(pub String);
-
-        impl<'de> Deserialize<'de> for $name {
-            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-                let s = String::deserialize(d)?;
-                let ok: fn(&str) -> bool = $ok;
-                if ok(&s) {
-                    Ok($name(s))
-                } else {
-                    Err(serde::de::Error::custom(format!(concat!("invalid ", $what, " {:?}"), s)))
-                }
-            }
-        }
-
-        impl $name {
-            pub fn as_str(&self) -> &str {
-                &self.0
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(&self.0)
-            }
-        }
-    };
-}
-
-word!(
+checked_string!(
     /// An InfiniBand port state or physical state name as sysfs writes it after the number
     /// (`ACTIVE`, `LinkUp`).
     PortStateName,
     "port state name (letters and digits, e.g. \"ACTIVE\" or \"LinkUp\")",
     |s| !s.is_empty() && s.len() <= 32 && s.bytes().all(|c| c.is_ascii_alphanumeric())
 );
-word!(
+checked_string!(
     /// One word the kernel command line must contain (`intel_iommu=on`, `iommu=pt`).
     CmdlineWord,
     "command-line word (printable, no spaces or quotes)",
@@ -177,7 +145,7 @@ word!(
         && s.len() <= 256
         && s.bytes().all(|c| c.is_ascii_graphic() && c != b'"')
 );
-word!(
+checked_string!(
     /// An NVMe model string as the drive reports it (padding removed).
     NvmeModel,
     "NVMe model (1-40 printable characters)",
@@ -186,7 +154,7 @@ word!(
         && s.trim() == s
         && s.bytes().all(|c| c.is_ascii_graphic() || c == b' ')
 );
-word!(
+checked_string!(
     /// A firmware version (`28.42.1000`).
     FwVersion,
     "firmware version (letters, digits and .-_ only)",

@@ -1,0 +1,258 @@
+//! The command tree of `validator` (clap derive): every command, its arguments and its
+//! `--help` text, and the exit-status note. The commands' code is in one file per command
+//! group; `validator preflight` and `validator report` keep their arguments next to their
+//! code (`preflight.rs`, `report.rs`).
+//!
+//! Contract: the help texts are the doc comments here; `validator man` and `validator
+//! completions` render this same tree.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::{preflight, report};
+
+pub(crate) const EXIT_CODES: &str =
+    "Exit status: 0 every check passed; 1 a check failed; 2 bad usage or \
+an unusable input (the message names the file).";
+
+/// The boot gate's checks for hosts, image builds and live nodes.
+#[derive(Debug, Parser)]
+#[command(name = "validator", version, after_help = EXIT_CODES)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) cmd: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Cmd {
+    /// Kernel modules: the module gate.
+    #[command(subcommand)]
+    Modules(ModulesCmd),
+    /// Trusted keys built into a kernel.
+    #[command(subcommand)]
+    Keys(KeysCmd),
+    /// Facts about a kernel image.
+    #[command(subcommand)]
+    Kernel(KernelCmd),
+    /// dm-verity images.
+    #[command(subcommand)]
+    Verity(VerityCmd),
+    /// The TPM and measurement logs.
+    #[command(subcommand)]
+    Tpm(TpmCmd),
+    /// The image's bill of materials.
+    #[command(subcommand)]
+    Bom(BomCmd),
+    /// A/B slots: the boot loader's state and our record on the ESP.
+    #[command(subcommand)]
+    Slot(SlotCmd),
+    /// Check the hardware the BOM promises from sysfs, procfs and the root: the boot's
+    /// preflight checks, usable on a live node as a post-boot health check.
+    #[command(after_help = EXIT_CODES)]
+    Preflight(preflight::PreflightArgs),
+    /// A boot's health report for a person, as a timeline, metrics or node labels.
+    Report(report::ReportArgs),
+    /// Show how a kernel command line is read (default: /proc/cmdline).
+    Cmdline {
+        /// The command line (its words are joined with spaces).
+        line: Vec<String>,
+    },
+    /// List the GPT partitions of a disk or disk image.
+    Gpt {
+        /// A disk image or block device.
+        disk: PathBuf,
+    },
+    /// Print a shell completion script (install: see the README).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Write man pages: validator.1 on stdout, or one page per command into DIR (all or
+    /// none).
+    Man {
+        /// Directory for validator.1 and validator-<command>.1 pages.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ModulesCmd {
+    /// Gate module files: vermagic, symbol CRCs, signature, BOM policy. One line per
+    /// module; exit 0 only if all pass.
+    #[command(after_help = EXIT_CODES)]
+    Check(ModulesCheck),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum Mode {
+    /// The kernel's rule plus the exact kernel release.
+    Strict,
+    /// Only the kernel's own rule.
+    Kernel,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ModulesCheck {
+    /// The kernel image: release, vermagic and exported CRCs come from it.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) vmlinuz: Option<PathBuf>,
+    /// Check the release word only (without a kernel image).
+    #[arg(long, value_name = "R")]
+    pub(crate) kernel_release: Option<String>,
+    /// Trusted certificates (files or directories, DER or PEM); repeatable.
+    #[arg(long, value_name = "CERT")]
+    pub(crate) trust: Vec<PathBuf>,
+    /// The BOM: its kernel release and policy apply.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) bom: Option<PathBuf>,
+    /// More exported CRCs (`Module.symvers` format), e.g. of out-of-tree modules.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) symvers: Option<PathBuf>,
+    /// Vermagic mode (default: the BOM's, else strict).
+    #[arg(long, value_enum)]
+    pub(crate) mode: Option<Mode>,
+    /// Worker threads (default: the CPUs).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub(crate) jobs: Option<u16>,
+    /// One JSON document with every verdict.
+    #[arg(long)]
+    pub(crate) json: bool,
+    /// Module files or directories searched for `*.ko`, `*.ko.xz`, `*.ko.zst`, `*.ko.gz`.
+    #[arg(required = true, value_name = "MODULE|DIR")]
+    pub(crate) paths: Vec<PathBuf>,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum KeysCmd {
+    /// The kernel's built-in trusted certificates (as DER files with -o).
+    Extract {
+        #[arg(long, value_name = "PATH")]
+        vmlinuz: PathBuf,
+        /// Write each certificate to DIR (all or none).
+        #[arg(short = 'o', long = "output", value_name = "DIR")]
+        output: Option<PathBuf>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum KernelCmd {
+    /// Release, vermagic, exported-symbol and built-in certificate count of a kernel.
+    Info {
+        #[arg(long, value_name = "PATH")]
+        vmlinuz: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum VerityCmd {
+    /// Full userspace check of a dm-verity image, with `veritysetup verify`'s verdict;
+    /// names the first corrupted block. Exit 0 verified, 1 corrupted.
+    #[command(after_help = EXIT_CODES)]
+    Verify(VerityVerify),
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("root").required(true).args(["root_hash", "sig"])))]
+pub(crate) struct VerityVerify {
+    /// The data device or image.
+    #[arg(long, value_name = "D")]
+    pub(crate) data: PathBuf,
+    /// The hash device or image (superblock at --hash-offset).
+    #[arg(long, value_name = "H")]
+    pub(crate) hash: PathBuf,
+    /// Byte offset of the superblock on the hash device.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub(crate) hash_offset: u64,
+    /// The trusted root hash, in hex.
+    #[arg(long, value_name = "HEX")]
+    pub(crate) root_hash: Option<String>,
+    /// A DPS `root-verity-sig` JSON file (needs --trust).
+    #[arg(long, value_name = "FILE", requires = "trust")]
+    pub(crate) sig: Option<PathBuf>,
+    /// Certificates trusted to sign the root hash.
+    #[arg(long, value_name = "CERT")]
+    pub(crate) trust: Vec<PathBuf>,
+    /// Worker threads (default: the CPUs).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub(crate) threads: Option<u16>,
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum TpmCmd {
+    /// PCRs 0-23 of every active bank (/dev/tpmrm0, else /dev/tpm0, or a swtpm port).
+    Pcrs {
+        /// A swtpm data port (HOST:PORT) instead of the device.
+        #[arg(long, value_name = "HOST:PORT")]
+        tcp: Option<std::net::SocketAddr>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Replay a binary (TCG crypto-agile) or CEL-JSON log; print the PCR values it
+    /// predicts, in `tpm2_eventlog`'s `pcrs:` layout.
+    Replay {
+        log: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("where").required(true).args(["grubenv", "esp"])))]
+pub(crate) struct SlotWhere {
+    /// A GRUB environment block (the boot loader's state only; our record is on the ESP).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) grubenv: Option<PathBuf>,
+    /// The mounted ESP (e.g. /boot/efi): GRUB's grubenv or systemd-boot's entries, and
+    /// our record.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) esp: Option<PathBuf>,
+    /// The BOM whose `[slot]` section gives the paths (default: the defaults; with --esp,
+    /// systemd-boot when DIR/loader/entries exists, else GRUB).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) bom: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+#[value(rename_all = "verbatim")]
+pub(crate) enum SlotArg {
+    A,
+    B,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum SlotCmd {
+    /// The slots' state: the boot loader's variables or entries, and our record.
+    Status {
+        #[command(flatten)]
+        at: SlotWhere,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Mark a slot good (the post-boot service does this once the node is healthy).
+    MarkGood {
+        #[command(flatten)]
+        at: SlotWhere,
+        /// The slot (default: validator.slot= of the running kernel's command line).
+        #[arg(long, value_enum, ignore_case = true)]
+        slot: Option<SlotArg>,
+    },
+    /// Mark a slot bad: the boot loader will not boot it again until marked good.
+    MarkBad {
+        #[command(flatten)]
+        at: SlotWhere,
+        /// The slot (default: validator.slot= of the running kernel's command line).
+        #[arg(long, value_enum, ignore_case = true)]
+        slot: Option<SlotArg>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum BomCmd {
+    /// Parse a BOM strictly, with every check the init makes; print its image id and
+    /// digest.
+    Check { file: PathBuf },
+}

@@ -1,0 +1,176 @@
+//! `validator slot status|mark-good|mark-bad`: the A/B state - the boot loader's
+//! variables or entries, and our record on the ESP - read and changed with the slot
+//! stage's own code (`validator::stages::slot::Runtime`).
+//!
+//! Contract: `status` exits 0 when there is no problem; `mark-*` refuse (exit 2) when the
+//! boot loader's state, or with `--esp` our record, could not be read whole.
+//! A missing record is told apart by its error variant (`SlotError::NoRecord`), never by
+//! its message.
+
+use std::path::{Path, PathBuf};
+
+use validator::util::fs::read_limited;
+use validator::util::out::Out;
+
+use crate::cli::{SlotArg, SlotCmd, SlotWhere};
+use crate::{Res, Usage};
+
+/// The slot configuration and the ESP directory a `slot` command works on.
+fn slot_target(at: &SlotWhere) -> Result<(validator::config::bom::Slot, PathBuf, bool), Usage> {
+    use validator::config::bom::{Bootloader, Slot};
+    let mut cfg: Slot = match &at.bom {
+        Some(b) => validator::config::bom::load(b)?
+            .bom
+            .slot
+            .ok_or_else(|| Usage(format!("{}: no [slot] section", b.display())))?,
+        None => toml_default_slot()?,
+    };
+    match (&at.grubenv, &at.esp) {
+        (Some(f), None) => {
+            // A FIFO, a directory or an oversized file is unusable input (exit 2), as for
+            // every other command; what the block says is for the stage to judge.
+            let file = validator::util::fs::open_input(f, false)?;
+            validator::util::fs::read_file_limited(
+                file,
+                f,
+                validator::formats::grubenv::MAX_SIZE as u64,
+            )?;
+            let dir = f
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| PathBuf::from("."));
+            let name = f
+                .file_name()
+                .ok_or_else(|| Usage(format!("{}: not a file", f.display())))?;
+            cfg.bootloader = Bootloader::Grub;
+            let name = name.to_str().ok_or_else(|| {
+                Usage(format!(
+                    "{}: the file name is not UTF-8 (the slot configuration names its files as text)",
+                    f.display()
+                ))
+            })?;
+            cfg.grubenv = format!("/{name}");
+            Ok((cfg, dir, false))
+        }
+        (None, Some(d)) => {
+            if !d.is_dir() {
+                return Err(Usage(format!("{}: not a directory", d.display())));
+            }
+            if at.bom.is_none() && d.join("loader/entries").is_dir() {
+                cfg.bootloader = Bootloader::SystemdBoot;
+            }
+            Ok((cfg, d.clone(), true))
+        }
+        _ => Err(Usage("give exactly one of --grubenv and --esp".into())),
+    }
+}
+
+fn toml_default_slot() -> Result<validator::config::bom::Slot, Usage> {
+    Ok(validator::config::bom::Slot::from_toml("")?)
+}
+
+fn booted_slot(arg: Option<SlotArg>) -> Result<validator::config::bom::SlotName, Usage> {
+    use validator::config::bom::SlotName;
+    if let Some(a) = arg {
+        return Ok(match a {
+            SlotArg::A => SlotName::A,
+            SlotArg::B => SlotName::B,
+        });
+    }
+    let b = read_limited(
+        Path::new("/proc/cmdline"),
+        validator::stages::start::CMDLINE_MAX,
+    )?;
+    let args = validator::config::cmdline::BootArgs::parse(String::from_utf8_lossy(&b).trim_end());
+    args.slot
+        .as_deref()
+        .and_then(SlotName::parse)
+        .ok_or_else(|| Usage("no --slot, and no validator.slot= on /proc/cmdline".into()))
+}
+
+/// `validator slot ...`.
+pub(crate) fn run(c: SlotCmd, out: &mut Out) -> Res {
+    use validator::config::bom::SlotName;
+    use validator::stages::slot::Runtime;
+    match c {
+        SlotCmd::Status { at, json } => {
+            let (cfg, dir, record) = slot_target(&at)?;
+            let l = Runtime::load(&cfg, SlotName::A, dir, false);
+            let problems = fatal(&l.errors, record)
+                .iter()
+                .map(ToString::to_string)
+                .collect();
+            let st = l.runtime.status(l.view, problems);
+            if json {
+                out.line(&serde_json::to_string_pretty(&st)?)?;
+            } else {
+                out.line(&format!("bootloader {:?}", st.bootloader).to_lowercase())?;
+                for (k, v) in &st.bootloader_state {
+                    out.line(&format!("  {k}={v}"))?;
+                }
+                if let Some(r) = &st.record {
+                    out.line(&format!(
+                        "record generation {}, {} failed boot(s) in a row, last slot {}",
+                        st.generation,
+                        r.consecutive_failures,
+                        r.last_slot.as_deref().unwrap_or("-")
+                    ))?;
+                    for (s, rec) in &r.slots {
+                        out.line(&format!(
+                            "  {s}: image {} attempts {} good {} last {} {}",
+                            rec.image_id.as_deref().unwrap_or("-"),
+                            rec.attempts,
+                            rec.good.map_or("-".into(), |g| g.to_string()),
+                            rec.last_decision.as_deref().unwrap_or("-"),
+                            rec.last_reason.as_deref().unwrap_or("")
+                        ))?;
+                    }
+                }
+                for p in &st.problems {
+                    out.line(&format!("problem: {p}"))?;
+                }
+            }
+            Ok(st.problems.is_empty())
+        }
+        SlotCmd::MarkGood { at, slot } => mark(at, slot, true, out),
+        SlotCmd::MarkBad { at, slot } => mark(at, slot, false, out),
+    }
+}
+
+/// The load errors that count: all of them, except a missing record when none is
+/// required (`--grubenv` alone names no record).
+fn fatal(
+    errors: &[validator::stages::slot::SlotError],
+    record: bool,
+) -> Vec<&validator::stages::slot::SlotError> {
+    use validator::stages::slot::SlotError;
+    errors
+        .iter()
+        .filter(|e| record || !matches!(e, SlotError::NoRecord { .. }))
+        .collect()
+}
+
+fn mark(at: SlotWhere, slot: Option<SlotArg>, good: bool, out: &mut Out) -> Res {
+    let s = booted_slot(slot)?;
+    let (cfg, dir, record) = slot_target(&at)?;
+    let l = validator::stages::slot::Runtime::load(&cfg, s, dir, false);
+    let mut rt = l.runtime;
+    // The boot loader's state must have been read whole; a record is optional with
+    // --grubenv, required with --esp.
+    let fatal = fatal(&l.errors, record);
+    if !fatal.is_empty() {
+        return Err(Usage(
+            fatal
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        ));
+    }
+    let done = rt.mark(s, good)?;
+    out.line(&done)?;
+    for (k, v) in rt.view() {
+        out.line(&format!("  {k}={v}"))?;
+    }
+    Ok(true)
+}
