@@ -143,7 +143,7 @@ pub fn run(a: PreflightArgs, out: &mut Out) -> Res {
                     report.checks.push(preflight::Check::fail(
                         preflight::drivers::CHECK,
                         validator::stages::Fault::Image,
-                        e,
+                        e.to_string(),
                     ));
                 }
             }

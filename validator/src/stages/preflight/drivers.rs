@@ -111,8 +111,8 @@ pub fn gate_root_modules(
     mut gate: Gate,
     dir: &Path,
     names: &[String],
-) -> Result<Vec<Verdict>, String> {
-    let index = modules::load_index(dir).map_err(|e| e.to_string())?;
+) -> Result<Vec<Verdict>, modules::IndexLoadError> {
+    let index = modules::load_index(dir)?;
     let all = closure(&index, names);
     add_root_exports(&mut gate, dir, &index, &all);
     Ok(all

@@ -18,7 +18,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{read_bytes, read_optional, Check, HwRoots, PreflightReport};
+use super::{read_bytes, read_optional, Check, HwRoots, Issue, PreflightReport};
 use crate::config::bom::Bom;
 use crate::config::cmdline;
 use crate::formats::sysfs;
@@ -104,13 +104,13 @@ pub fn check(roots: &HwRoots, bom: &Bom, report: &mut PreflightReport) {
     // Secure Boot.
     let efi = roots.sys.join("firmware/efi").is_dir();
     let var = roots.sys.join(SECURE_BOOT_VAR);
-    let sb: Result<Option<bool>, String> = if !efi {
+    let sb: Result<Option<bool>, Issue> = if !efi {
         Ok(Some(false))
     } else if var.exists() {
-        read_bytes(&var).map_err(|e| e.to_string()).and_then(|b| {
+        read_bytes(&var).and_then(|b| {
             sysfs::efi_bool(&b)
                 .map(Some)
-                .map_err(|e| format!("{}: {e}", var.display()))
+                .map_err(|e| Issue::new(&var, e.to_string()))
         })
     } else {
         Ok(None)
@@ -125,7 +125,7 @@ pub fn check(roots: &HwRoots, bom: &Bom, report: &mut PreflightReport) {
         ),
     };
     report.checks.push(match (&sb, hw.secure_boot) {
-        (Err(e), _) => Check::fail("secure-boot", Fault::Hardware, e.clone()),
+        (Err(e), _) => Check::fail("secure-boot", Fault::Hardware, e.to_string()),
         (Ok(v), None) => Check::skip("secure-boot", format!("Secure Boot {}", shown(*v))),
         (Ok(Some(v)), Some(want)) if *v == want => {
             Check::pass("secure-boot", format!("Secure Boot {}", shown(Some(*v))))
