@@ -17,19 +17,21 @@
 //!    the preflight's root drivers, the CLI and `mkinitramfs`;
 //! 7. [`runtime`]: what the stages share at run time (the TPM measurer, device discovery,
 //!    the final action, the node's identity), so that no stage uses another;
-//! 7. [`stages`]: one module per boot stage, named as the report names it, in run order;
+//! 8. [`stages`]: one module per boot stage, named as the report names it, in run order;
 //!    each stage's error carries its fault class (image, hardware, platform) in its type;
-//! 8. [`report`]: the health report's schema and its renderings;
-//! 9. [`boot`]: the order of the stages and the decision, nothing else.
+//!    no stage uses another;
+//! 9. [`report`]: the health report's schema and its renderings;
+//! 10. [`boot`]: the order of the stages and the decision, nothing else.
 //!
 //! Every check takes its roots (`/sys`, `/proc`, `/dev`, the new root) as parameters, so it
 //! runs against fixture trees as well as on a live node. Errors carry the path, device or
 //! module they are about.
 //!
-//! Current limits: no A/B slot handling yet, so every failed stage stops the boot with
-//! the report on the console. The gate checks the modules the initramfs loads and, in the
-//! preflight, the BOM's `modules.root` on the verified root. x86-64 only (DPS types,
-//! bzImage, 64-bit module layout).
+//! Current limits: x86-64 only (DPS types, bzImage, 64-bit module layout); one TPM; the
+//! boot loaders are GRUB (its environment block) and systemd-boot (BLS boot counting).
+//! The gate checks the modules the initramfs loads and, in the preflight, the BOM's
+//! `modules.root` on the verified root; what a failed boot does (pass, quarantine,
+//! fallback to the other A/B slot by kexec or reboot, stop) is decided in [`boot`].
 
 pub mod util;
 

@@ -77,7 +77,7 @@ fn enforced_layers() -> Vec<String> {
         .find("const LAYERS")
         .expect("LAYERS in tests/layers.rs");
     let body = &text[start..];
-    let open = body.find("&[").unwrap() + 2;
+    let open = body.find("= &[").unwrap() + 4;
     let close = body[open..].find("];").unwrap() + open;
     body[open..close]
         .split(',')

@@ -1,5 +1,5 @@
 //! The layer rule: each module of the validator uses only its own layer and those below
-//! it (util -> formats -> trust -> sys -> config -> runtime -> stages -> report -> boot).
+//! it (util -> formats -> trust -> sys -> config -> gate -> runtime -> stages -> report -> boot).
 //! This test reads every source file and fails on a `crate::` or `super::` path that
 //! points up, on an import cycle between the modules of one layer (`stages::storage` and
 //! `stages::verity`, say), and on a stage that uses another stage (`stages::verity` using
