@@ -182,7 +182,10 @@ fn pad4(out: &mut Vec<u8>) {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one argument per field of the newc header"
+)]
 fn header(
     out: &mut Vec<u8>,
     ino: u32,
