@@ -41,10 +41,10 @@ pub mod limits {
     pub const EXTRA_FILE_MAX: u64 = 256 << 20;
     /// `modules.builtin`, `modules.builtin.modinfo`.
     pub const INDEX_MAX: u64 = 64 << 20;
+    /// An initramfs given to `list`: the validator's limit for one.
+    pub use validator::formats::newc::INITRAMFS_MAX;
     /// A certificate named by the BOM's `policy.trust`: the validator's limit for one.
     pub use validator::trust::CERT_FILE_MAX;
-    /// An initramfs given to `list`.
-    pub const INITRAMFS_MAX: u64 = 1 << 30;
     /// What `list` unpacks, all parts together.
     pub const UNPACKED_MAX: usize = 1 << 30;
 }

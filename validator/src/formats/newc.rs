@@ -20,6 +20,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+/// Most bytes of an initramfs file read whole: the slot's initramfs the kexec stage loads,
+/// and one given to `mkinitramfs list`.
+pub const INITRAMFS_MAX: u64 = 1 << 30;
+
 /// A cpio problem.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CpioError {
