@@ -43,7 +43,7 @@ pub enum ClosureError {
 /// An optional index file: absent is empty, anything else unreadable is an error.
 fn read_optional(path: &Path) -> Result<Vec<u8>, ClosureError> {
     use validator::util::fs::{read_limited, InputError};
-    match read_limited(path, crate::limits::INDEX) {
+    match read_limited(path, crate::limits::INDEX_MAX) {
         Ok(b) => Ok(b),
         Err(InputError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
             Ok(Vec::new())
@@ -172,7 +172,7 @@ impl KernelTree {
             .ok_or_else(|| ClosureError::Unknown(name.into()))?
             .clone();
         let path = self.moddir.join(&rel);
-        let raw = validator::util::fs::read_limited(&path, crate::limits::MODULE)?;
+        let raw = validator::util::fs::read_limited(&path, crate::limits::MODULE_FILE_MAX)?;
         let image = modinfo::decompress(&raw, Compression::from_name(&rel)).map_err(|source| {
             ClosureError::Module {
                 path: path.clone(),

@@ -32,21 +32,21 @@ pub mod unpack;
 /// naming the file and the limit; the README lists them).
 pub mod limits {
     /// The init binary (`--init`).
-    pub const INIT: u64 = 64 << 20;
-    /// The kernel image (`boot/vmlinuz-<release>`).
-    pub const VMLINUZ: u64 = 256 << 20;
-    /// A module file (the kernel tree's or a `--module-file`).
-    pub const MODULE: u64 = validator::gate::batch::MAX_FILE;
+    pub const INIT_MAX: u64 = 64 << 20;
+    /// The kernel image (`boot/vmlinuz-<release>`): the validator's limit for one.
+    pub use validator::formats::vmlinuz::VMLINUZ_MAX;
+    /// A module file (the kernel tree's or a `--module-file`): the validator's limit for one.
+    pub use validator::gate::batch::MODULE_FILE_MAX;
     /// An extra file (`--file`).
-    pub const EXTRA_FILE: u64 = 256 << 20;
+    pub const EXTRA_FILE_MAX: u64 = 256 << 20;
     /// `modules.builtin`, `modules.builtin.modinfo`.
-    pub const INDEX: u64 = 64 << 20;
-    /// A certificate named by the BOM's `policy.trust`.
-    pub const CERT: u64 = validator::trust::CERT_FILE_MAX;
-    /// An initramfs given to `list`.
-    pub const INITRAMFS: u64 = 1 << 30;
+    pub const INDEX_MAX: u64 = 64 << 20;
+    /// An initramfs given to `list`: the validator's limit for one.
+    pub use validator::formats::newc::INITRAMFS_MAX;
+    /// A certificate named by the BOM's `policy.trust`: the validator's limit for one.
+    pub use validator::trust::CERT_FILE_MAX;
     /// What `list` unpacks, all parts together.
-    pub const UNPACKED: usize = 1 << 30;
+    pub const UNPACKED_MAX: usize = 1 << 30;
 }
 
 use std::io::Write;
@@ -202,8 +202,8 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
         path: vmlinuz.clone(),
         source,
     };
-    let vmlinux =
-        validator::formats::vmlinuz::vmlinux(&read(&vmlinuz, limits::VMLINUZ)?).map_err(kerr)?;
+    let vmlinux = validator::formats::vmlinuz::vmlinux(&read(&vmlinuz, limits::VMLINUZ_MAX)?)
+        .map_err(kerr)?;
     let builtin = validator::formats::vmlinuz::builtin_certs(&vmlinux).map_err(kerr)?;
     let vermagic =
         validator::formats::vmlinuz::vermagic(&vmlinux, &tree.release).ok_or_else(|| {
@@ -229,7 +229,7 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        trust_files.push((format!("bom-{name}"), read(&p, limits::CERT)?));
+        trust_files.push((format!("bom-{name}"), read(&p, limits::CERT_FILE_MAX)?));
     }
     let mut trust = validator::trust::TrustStore::new();
     for (name, bytes) in &trust_files {
@@ -246,7 +246,7 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
             .find(|(n, _)| validator::formats::kmod::normalize_name(n) == *name)
             .map(|(_, p)| p.clone())
             .unwrap_or_else(|| tree.moddir.join(rel));
-        let bytes = read(&src, limits::MODULE)?;
+        let bytes = read(&src, limits::MODULE_FILE_MAX)?;
         let image = validator::formats::kmod::modinfo::decompress(
             &bytes,
             validator::formats::kmod::modinfo::Compression::from_name(rel),
@@ -312,7 +312,7 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
             perm: 0o600,
         },
     )?;
-    let init = read(&spec.init, limits::INIT)?;
+    let init = read(&spec.init, limits::INIT_MAX)?;
     if init.is_empty() {
         return Err(BuildError::EmptyInit(spec.init.clone()));
     }
@@ -351,7 +351,7 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     if builtin.exists() {
         a.file(
             &format!("{mdir}/modules.builtin"),
-            read(&builtin, limits::INDEX)?,
+            read(&builtin, limits::INDEX_MAX)?,
             0o644,
         )?;
     }
@@ -367,7 +367,7 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
                 .mode()
                 & 0o7777
         };
-        a.file(dst, read(src, limits::EXTRA_FILE)?, perm)?;
+        a.file(dst, read(src, limits::EXTRA_FILE_MAX)?, perm)?;
     }
     let raw = a.write(spec.mtime);
     let bytes = compress(&raw, spec.compress).map_err(BuildError::Compress)?;

@@ -166,9 +166,9 @@ fn run(cmd: Cmd, out: &mut Out) -> Result<(), String> {
             .map_err(io)
         }
         Cmd::List { file } => {
-            let raw = validator::util::fs::read_limited(&file, mkinitramfs::limits::INITRAMFS)
+            let raw = validator::util::fs::read_limited(&file, mkinitramfs::limits::INITRAMFS_MAX)
                 .map_err(|e| e.to_string())?;
-            let entries = mkinitramfs::unpack::unpack(&raw, mkinitramfs::limits::UNPACKED)
+            let entries = mkinitramfs::unpack::unpack(&raw, mkinitramfs::limits::UNPACKED_MAX)
                 .map_err(|e| format!("{}: {e}", file.display()))?;
             for e in entries {
                 out.line(&e.to_string()).map_err(io)?;

@@ -5,11 +5,9 @@
 //! output, and the layouts the kernel accepts are listed.
 // Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
 // (a failure should stop the test loudly); the workspace denies these outside tests.
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
+    reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
 #[path = "../../validator/tests/common/mod.rs"]
@@ -120,14 +118,14 @@ fn fifos_devices_directories_oversized_and_bombs_are_refused() {
     let zero = Path::new("/dev/zero");
     assert_refused(&list(zero), zero, "/dev/zero");
     assert_refused(&list(&dir), &dir, "directory");
-    let big = sparse(&dir.join("big.img"), mkinitramfs::limits::INITRAMFS + 1);
+    let big = sparse(&dir.join("big.img"), mkinitramfs::limits::INITRAMFS_MAX + 1);
     let r = list(&big);
     assert_refused(&r, &big, "oversized");
     assert!(r.stderr.contains("larger than the limit"), "{}", r.stderr);
     // A gzip part that unpacks past the limit: stopped there.
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     let chunk = vec![0u8; 1 << 20];
-    for _ in 0..(mkinitramfs::limits::UNPACKED >> 20) + 1 {
+    for _ in 0..(mkinitramfs::limits::UNPACKED_MAX >> 20) + 1 {
         std::io::Write::write_all(&mut e, &chunk).unwrap();
     }
     let bomb = dir.join("bomb.img");
@@ -217,19 +215,19 @@ fn generated_inputs_for_every_input_file() {
         (
             "init",
             std::fs::read(&i.init).unwrap(),
-            mkinitramfs::limits::INIT,
+            mkinitramfs::limits::INIT_MAX,
             true,
         ),
         (
             "extra",
             std::fs::read(&i.extra).unwrap(),
-            mkinitramfs::limits::EXTRA_FILE,
+            mkinitramfs::limits::EXTRA_FILE_MAX,
             false,
         ),
         (
             "list",
             good_img.clone(),
-            mkinitramfs::limits::INITRAMFS,
+            mkinitramfs::limits::INITRAMFS_MAX,
             true,
         ),
     ];

@@ -1,13 +1,5 @@
 //! `mkinitramfs list` reads what the writer wrote (gzip, zstd, none), and names the same
 //! entries as GNU cpio.
-// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
-// (a failure should stop the test loudly); the workspace denies these outside tests.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use std::process::Command;
 

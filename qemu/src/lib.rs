@@ -39,11 +39,11 @@
 // The test bed is test infrastructure: a broken setup step (a missing tool, a failed
 // image build) should stop the test that asked for it loudly, so the workspace's denial
 // of unwrap/expect/panic/indexing (meant for the init and the library) does not apply.
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    reason = "test harness: a failed step panics the test that called it"
 )]
 
 pub mod ab;

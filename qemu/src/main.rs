@@ -11,16 +11,6 @@
 //! Limits: a number that does not parse is a usage error (before clap, it fell back to
 //! the default).
 
-// The test bed is test infrastructure: a broken setup step (a missing tool, a failed
-// image build) should stop the test that asked for it loudly, so the workspace's denial
-// of unwrap/expect/panic/indexing (meant for the init and the library) does not apply.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
-
 use std::path::PathBuf;
 use std::process::ExitCode;
 

@@ -1,12 +1,4 @@
 //! End-to-end boots of the real Debian kernel in QEMU with our init as PID 1.
-// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
-// (a failure should stop the test loudly); the workspace denies these outside tests.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use qemu::vm::Verdict;
 use validator::report::{Decision, Fault, StageStatus};

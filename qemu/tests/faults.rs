@@ -7,11 +7,12 @@
 //! both slots bad) are listed in the table with those tests.
 // Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
 // (a failure should stop the test loudly); the workspace denies these outside tests.
-#![allow(
+#![expect(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
 use qemu::ab::{self, Slot};

@@ -1,14 +1,6 @@
 //! End-to-end: the preflight stage in QEMU with the hardware QEMU can show (an NVMe
 //! controller behind a PCIe root port with a set link, the standard VGA) and the real
 //! NVIDIA driver handed to a kernel that has no NVIDIA GPU.
-// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
-// (a failure should stop the test loudly); the workspace denies these outside tests.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 use qemu::catalogue::run_named;
 use qemu::scenario::Name;

@@ -6,11 +6,10 @@
 //! the same file agrees with the enforcing kernel on every row but the documented
 //! disagreements, which must still disagree (a fixed gap fails the test until the table
 //! and [`DISAGREE`] say so).
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
 use qemu::sigrules::{self, Mode};

@@ -2,11 +2,11 @@
 //! binary log and `validator tpm replay` of it must agree, in every active bank.
 // Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
 // (a failure should stop the test loudly); the workspace denies these outside tests.
-#![allow(
+#![expect(
     clippy::unwrap_used,
     clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
 use std::collections::BTreeMap;
@@ -152,7 +152,7 @@ fn measured_bom_is_the_bom_in_the_initramfs(o: &qemu::vm::Outcome) {
     // The BOM as packed: extract it from the run's initramfs and hash it with sha256sum.
     let run_dir = o.log_path.parent().unwrap();
     let initrd = std::fs::read(run_dir.join("initrd.img")).unwrap();
-    let entries = mkinitramfs::unpack::unpack(&initrd, mkinitramfs::limits::UNPACKED).unwrap();
+    let entries = mkinitramfs::unpack::unpack(&initrd, mkinitramfs::limits::UNPACKED_MAX).unwrap();
     let bom = entries
         .iter()
         .find(|e| e.path == "etc/validator/bom.toml")

@@ -12,7 +12,7 @@ use validator::util::out::Out;
 use crate::{Res, Usage};
 
 /// Largest kernel image read (`--vmlinuz`).
-pub(crate) const VMLINUZ_MAX: u64 = 256 << 20;
+pub(crate) use validator::formats::vmlinuz::VMLINUZ_MAX;
 
 /// `validator kernel info --vmlinuz PATH`.
 pub(crate) fn info(vmlinuz: &Path, out: &mut Out) -> Res {

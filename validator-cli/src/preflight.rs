@@ -11,7 +11,7 @@ use clap::Args;
 
 use crate::kernel::{load_kernel, VMLINUZ_MAX};
 use crate::{Res, Usage};
-use validator::config::bom::hardware::MAX_LINK_WAIT_S;
+use validator::config::bom::hardware::LINK_WAIT_S_MAX;
 use validator::gate::{Gate, Policy, Verdict};
 use validator::stages::preflight::{self, CheckStatus, HwRoots, Options, PreflightReport};
 use validator::util::out::Out;
@@ -33,7 +33,7 @@ pub struct PreflightArgs {
     root: PathBuf,
     /// Seconds to wait for mlx5 ports and NVMe controllers (default: the BOM's
     /// hardware.link_wait_s).
-    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(0..=i64::from(MAX_LINK_WAIT_S)))]
+    #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(0..=i64::from(LINK_WAIT_S_MAX)))]
     wait: Option<u32>,
     /// Also gate (never load) the BOM's modules.root and their dependencies from
     /// <ROOT>/lib/modules/<release>, with the kernel's keys, CRCs and vermagic.

@@ -33,7 +33,7 @@ fn slot_target(at: &SlotWhere) -> Result<(validator::config::bom::Slot, PathBuf,
             validator::util::fs::read_file_limited(
                 file,
                 f,
-                validator::formats::grubenv::MAX_SIZE as u64,
+                validator::formats::grubenv::BLOCK_SIZE_MAX as u64,
             )?;
             let dir = f
                 .parent()

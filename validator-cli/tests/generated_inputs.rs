@@ -12,11 +12,11 @@
 //! a directory or an oversized file is unusable input (exit 2).
 // Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
 // (a failure should stop the test loudly); the workspace denies these outside tests.
-#![allow(
+#![expect(
     clippy::unwrap_used,
     clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
 #[path = "../../validator/tests/common/mod.rs"]
@@ -426,7 +426,7 @@ fn slots(files: &Files, root: &str) -> Vec<Slot> {
                 "slot status --grubenv",
                 "{grubenv}",
                 a(&["slot", "status", "--grubenv", "{}"]),
-                Some(validator::formats::grubenv::MAX_SIZE as u64),
+                Some(validator::formats::grubenv::BLOCK_SIZE_MAX as u64),
                 false,
             )
         },

@@ -2,11 +2,9 @@
 //! machine's own `/sys` and `/proc`, and a root holding the real NVIDIA modules.
 // Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
 // (a failure should stop the test loudly); the workspace denies these outside tests.
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
+    reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
 #[path = "../../validator/tests/common/mod.rs"]

@@ -6,11 +6,11 @@
 //! from the repository root when it does not exist in `validator/`, where cargo runs
 //! benchmarks). Not a test: it prints, and a failure stops it with a panic. SHA-256 and
 //! the gate are timed [`RUNS`] times each, and the best run is printed.
-#![allow(
+#![expect(
     clippy::unwrap_used,
     clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    reason = "benchmark code: a failed setup step should stop the run loudly"
 )]
 
 mod common;

@@ -2,11 +2,11 @@
 //! `veritysetup verify` and the machine's single-core SHA-256, in the same run.
 //!
 //! `cargo bench -p validator --bench verity -- [SIZE_MIB]` (default 1024). Not a test.
-#![allow(
+#![expect(
     clippy::unwrap_used,
     clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    reason = "benchmark code: a failed setup step should stop the run loudly"
 )]
 
 use std::path::Path;

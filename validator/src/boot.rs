@@ -33,7 +33,7 @@ fn stage<E: Classified>(
 ) -> bool {
     // The test hook's whole purpose: the panic policy is tested with a real panic.
     #[cfg(feature = "test-hooks")]
-    #[allow(clippy::panic)]
+    #[expect(clippy::panic, reason = "the test hook panics on purpose")]
     if ctx.args.test_panic.as_deref() == Some(which.name()) {
         panic!(
             "test panic requested at stage {} (validator.test_panic)",

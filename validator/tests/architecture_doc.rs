@@ -6,11 +6,11 @@
 //! document follows.
 // Test code: helpers unwrap and index as the tests do (a failure should stop the test
 // loudly); the workspace denies these outside tests.
-#![allow(
+#![expect(
     clippy::unwrap_used,
     clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
 use std::path::{Path, PathBuf};

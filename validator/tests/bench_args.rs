@@ -1,14 +1,6 @@
 //! `scripts/bench modules` gives the kernel tree relative to the repository root, while
 //! cargo runs benchmarks (and this test) in `validator/`: the benchmark's argument must
 //! still find the tree.
-// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
-// (a failure should stop the test loudly); the workspace denies these outside tests.
-#![allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
-)]
 
 #[path = "../benches/common/mod.rs"]
 mod bench_common;

@@ -4,15 +4,18 @@
 //! (`fuzz/src/lib.rs`, included here rather than copied), with its round-trip and verdict
 //! assertions. A fixed finding stays fixed in CI's default run.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
 #[path = "../../fuzz/src/lib.rs"]
-#[allow(dead_code)]
+#[expect(
+    dead_code,
+    reason = "the fuzz crate's helpers that only its targets call"
+)]
 mod fuzz_entry;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -18,11 +18,12 @@
 //! crate; `fuzz_regressions` does), so it cannot tell whether a target really calls the
 //! parser it is listed for; that stays a reviewer's check of `PARSERS`.
 
-#![allow(
+#![expect(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
 use std::collections::{BTreeMap, BTreeSet};

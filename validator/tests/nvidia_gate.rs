@@ -9,11 +9,11 @@
 //! plus the fleet certificate, the kernel's full CRC table plus the root's own exports.
 // Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
 // (a failure should stop the test loudly); the workspace denies these outside tests.
-#![allow(
+#![expect(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
 mod common;

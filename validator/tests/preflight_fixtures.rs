@@ -6,11 +6,9 @@
 //! check that names the file, never panics.
 // Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
 // (a failure should stop the test loudly); the workspace denies these outside tests.
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
+    reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
 mod common;

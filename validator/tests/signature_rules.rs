@@ -3,11 +3,10 @@
 //! provisioned Debian 6.1 and 6.12 modules. The same files go to the real kernels in
 //! `qemu/tests/signature_rules.rs`. `the_table_names_only_tests_that_exist` keeps the
 //! table and the tests together.
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
 use std::sync::OnceLock;

@@ -18,11 +18,12 @@
 //! tool is missing or a module lacks what a case edits.
 
 // Test support: a failed build step should stop the test that asked for it loudly.
-#![allow(
+#![expect(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    clippy::indexing_slicing,
+    reason = "test harness: a failed step panics the test that called it"
 )]
 
 pub mod cases;

@@ -41,12 +41,12 @@ pub struct EntryName {
 }
 
 /// The longest entry file name we accept (FAT's limit is 255 UTF-16 units).
-pub const MAX_NAME: usize = 255;
+pub const ENTRY_NAME_MAX: usize = 255;
 
 /// The longest entry id we accept: room left for the longest counters the boot writes
 /// when it uses a try or marks the entry bad (`+999999999-999999999.conf`), so every name
 /// we rename an entry to is one we read back.
-pub const MAX_ID: usize = MAX_NAME - "+999999999-999999999.conf".len();
+pub const ENTRY_ID_MAX: usize = ENTRY_NAME_MAX - "+999999999-999999999.conf".len();
 
 fn counter(s: &str, name: &str) -> Result<u32, BlsError> {
     if s.is_empty() || s.len() > 9 || !s.bytes().all(|c| c.is_ascii_digit()) {
@@ -62,10 +62,10 @@ fn counter(s: &str, name: &str) -> Result<u32, BlsError> {
 impl EntryName {
     /// Parses `<id>[+<left>[-<done>]].conf`.
     pub fn parse(name: &str) -> Result<EntryName, BlsError> {
-        if name.len() > MAX_NAME {
+        if name.len() > ENTRY_NAME_MAX {
             return Err(err(
                 &name.chars().take(40).collect::<String>(),
-                format!("entry name longer than {MAX_NAME} bytes"),
+                format!("entry name longer than {ENTRY_NAME_MAX} bytes"),
             ));
         }
         if name.contains(['/', '\\', '\0']) || name.chars().any(char::is_control) {
@@ -99,10 +99,12 @@ impl EntryName {
                 format!("entry id {id:?} ends in what reads as boot counters"),
             ));
         }
-        if id.len() > MAX_ID {
+        if id.len() > ENTRY_ID_MAX {
             return Err(err(
                 &name.chars().take(40).collect::<String>(),
-                format!("entry id longer than {MAX_ID} bytes (no room for the boot counters)"),
+                format!(
+                    "entry id longer than {ENTRY_ID_MAX} bytes (no room for the boot counters)"
+                ),
             ));
         }
         Ok(EntryName {
@@ -170,14 +172,14 @@ pub struct Entry {
 }
 
 /// The largest entry file we read.
-pub const MAX_ENTRY: usize = 64 * 1024;
+pub const ENTRY_FILE_MAX: usize = 64 * 1024;
 
 impl Entry {
     /// Parses an entry file: `key value` lines, `#` comments, blank lines. `name` names
     /// it in errors.
     pub fn parse(bytes: &[u8], name: &str) -> Result<Entry, BlsError> {
-        if bytes.len() > MAX_ENTRY {
-            return Err(err(name, format!("larger than {MAX_ENTRY} bytes")));
+        if bytes.len() > ENTRY_FILE_MAX {
+            return Err(err(name, format!("larger than {ENTRY_FILE_MAX} bytes")));
         }
         let text = std::str::from_utf8(bytes).map_err(|e| err(name, format!("not UTF-8: {e}")))?;
         let mut e = Entry::default();
@@ -285,7 +287,7 @@ mod tests {
         assert_eq!(long.len(), 254);
         let e = EntryName::parse(&long).unwrap_err();
         assert!(e.why.contains("no room for the boot counters"), "{e}");
-        let id = "a".repeat(MAX_ID);
+        let id = "a".repeat(ENTRY_ID_MAX);
         for name in [
             format!("{id}.conf"),
             format!("{id}+3.conf"),

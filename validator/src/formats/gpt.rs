@@ -165,7 +165,7 @@ fn bytes16(b: &[u8], o: usize) -> [u8; 16] {
 
 /// Most entries we accept (the spec's minimum array is 128; real tools never exceed a few
 /// thousand).
-const MAX_ENTRIES: u32 = 16384;
+const ENTRIES_MAX: u32 = 16384;
 
 /// Parses a GPT header from the sector that holds it.
 pub fn parse_header(sector: &[u8]) -> Result<Header, GptParseError> {
@@ -206,7 +206,7 @@ pub fn parse_header(sector: &[u8]) -> Result<Header, GptParseError> {
             size: hdr.entry_size,
         });
     }
-    if hdr.entry_count == 0 || hdr.entry_count > MAX_ENTRIES {
+    if hdr.entry_count == 0 || hdr.entry_count > ENTRIES_MAX {
         return Err(GptParseError::EntryCount {
             count: hdr.entry_count,
         });

@@ -9,7 +9,7 @@
 //! Contract: [`GrubEnv::parse`] accepts only a block GRUB itself would read completely:
 //! the signature, every line terminated before the padding, escapes complete, names free
 //! of `=` and control bytes, the free space made of `#` only, the size within
-//! [`MAX_SIZE`]. Anything else is an error naming the byte offset, and a block that does
+//! [`BLOCK_SIZE_MAX`]. Anything else is an error naming the byte offset, and a block that does
 //! not parse is never rewritten. [`GrubEnv::set`] and [`GrubEnv::delete`] change the
 //! block exactly as GRUB's `grub_envblk_set` / `grub_envblk_delete` do (in place, keeping
 //! every other byte and the variables' order, new variables appended), so the bytes we
@@ -28,7 +28,7 @@ pub const WARNING: &[u8] =
 /// The size `grub-editenv create` gives a block.
 pub const DEFAULT_SIZE: usize = 1024;
 /// The largest block we accept.
-pub const MAX_SIZE: usize = 64 * 1024;
+pub const BLOCK_SIZE_MAX: usize = 64 * 1024;
 
 /// Why a block is refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,9 +89,9 @@ impl GrubEnv {
     /// later) makes it: the signature, the warning comment, `#` padding.
     pub fn new(size: usize) -> Result<GrubEnv, GrubEnvError> {
         let head = SIGNATURE.len() + WARNING.len();
-        if !(head..=MAX_SIZE).contains(&size) {
+        if !(head..=BLOCK_SIZE_MAX).contains(&size) {
             return Err(GrubEnvError::BadInput(format!(
-                "a GRUB environment block of {size} bytes is outside {head}..={MAX_SIZE}"
+                "a GRUB environment block of {size} bytes is outside {head}..={BLOCK_SIZE_MAX}"
             )));
         }
         let mut buf = SIGNATURE.to_vec();
@@ -102,10 +102,10 @@ impl GrubEnv {
 
     /// Checks `bytes` as GRUB would read them, completely.
     pub fn parse(bytes: &[u8]) -> Result<GrubEnv, GrubEnvError> {
-        if bytes.len() > MAX_SIZE {
+        if bytes.len() > BLOCK_SIZE_MAX {
             return Err(malformed(
-                MAX_SIZE,
-                format!("{} bytes is larger than {MAX_SIZE}", bytes.len()),
+                BLOCK_SIZE_MAX,
+                format!("{} bytes is larger than {BLOCK_SIZE_MAX}", bytes.len()),
             ));
         }
         if !bytes.starts_with(SIGNATURE) {
@@ -398,7 +398,7 @@ mod tests {
             };
             assert!(e.contains(want), "case {i}: {e} (want {want})");
         }
-        let huge = block("A=1\n", MAX_SIZE + 1);
+        let huge = block("A=1\n", BLOCK_SIZE_MAX + 1);
         assert!(GrubEnv::parse(&huge).is_err());
         // A comment line among the variables is what GRUB skips; kept as is.
         let mut e = GrubEnv::parse(&block("A=1\n# hand note\nB=2\n", 1024)).unwrap();

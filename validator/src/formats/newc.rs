@@ -20,6 +20,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
+/// Most bytes of an initramfs file read whole: the slot's initramfs the kexec stage loads,
+/// and one given to `mkinitramfs list`.
+pub const INITRAMFS_MAX: u64 = 1 << 30;
+
 /// A cpio problem.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CpioError {
@@ -182,7 +186,10 @@ fn pad4(out: &mut Vec<u8>) {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "one argument per field of the newc header"
+)]
 fn header(
     out: &mut Vec<u8>,
     ino: u32,

@@ -32,7 +32,7 @@ pub enum Pkcs7Error {
 }
 
 /// The largest message the kernel's `asn1_ber_decoder` takes.
-pub const MAX_LEN: usize = 65535;
+pub const DER_LEN_MAX: usize = 65535;
 
 /// A parsed message: its signers and the key algorithm of each embedded certificate.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -90,7 +90,7 @@ pub fn parse(der_bytes: &[u8]) -> Result<Vec<SignerView>, Pkcs7Error> {
 /// Parses a DER ContentInfo holding SignedData; returns its signers and embedded
 /// certificates.
 pub fn parse_message(der_bytes: &[u8]) -> Result<Message, Pkcs7Error> {
-    if der_bytes.len() > MAX_LEN {
+    if der_bytes.len() > DER_LEN_MAX {
         return Err(Pkcs7Error::TooLarge(der_bytes.len()));
     }
     let ci = cms::content_info::ContentInfo::from_der(der_bytes).map_err(malformed)?;

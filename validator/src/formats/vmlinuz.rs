@@ -27,13 +27,17 @@ pub enum VmlinuzError {
     Missing(String),
 }
 
+/// Most bytes read from one kernel image file (a bzImage or a vmlinux ELF): the CLI's
+/// `--vmlinuz` and mkinitramfs's `boot/vmlinuz-<release>`.
+pub const VMLINUZ_MAX: u64 = 256 << 20;
+
 /// Largest decompressed kernel we accept.
-pub const MAX_VMLINUX: usize = 1 << 30;
+pub const VMLINUX_MAX: usize = 1 << 30;
 
 /// Returns the uncompressed vmlinux ELF of a bzImage, or the input if it already is one;
-/// a payload that decompresses to more than [`MAX_VMLINUX`] bytes is an error.
+/// a payload that decompresses to more than [`VMLINUX_MAX`] bytes is an error.
 pub fn vmlinux(image: &[u8]) -> Result<Vec<u8>, VmlinuzError> {
-    vmlinux_limited(image, MAX_VMLINUX)
+    vmlinux_limited(image, VMLINUX_MAX)
 }
 
 /// [`vmlinux`] with the payload's decompressed size limited to `limit` bytes (the fuzz

@@ -12,8 +12,12 @@ use super::{Gate, Verdict};
 use crate::formats::kmod::index::name_of_path;
 use crate::formats::kmod::modinfo;
 
-/// Largest module file we read.
-pub const MAX_FILE: u64 = 1 << 30;
+/// Most bytes read from one module file, compressed or not (the largest real module,
+/// NVIDIA's proprietary `nvidia.ko`, is about 76 MB): the operator's batch check, the
+/// init's module loader and mkinitramfs all read module files up to this. A module is read
+/// whole, so this also bounds the memory per module. What a compressed module may
+/// decompress to is a separate limit, [`modinfo::MODULE_IMAGE_MAX`].
+pub const MODULE_FILE_MAX: u64 = 1 << 30;
 
 /// Why module files could not be found or read.
 #[derive(Debug, thiserror::Error)]
@@ -32,7 +36,7 @@ pub enum BatchError {
     },
     #[error("{}: not a regular file", path.display())]
     NotAFile { path: PathBuf },
-    #[error("{}: {size} bytes is larger than any module ({MAX_FILE} at most)", path.display())]
+    #[error("{}: {size} bytes is larger than any module ({MODULE_FILE_MAX} at most)", path.display())]
     TooLarge { path: PathBuf, size: u64 },
     #[error(transparent)]
     Read(#[from] crate::util::fs::InputError),
@@ -188,12 +192,16 @@ pub fn read_file(path: &Path) -> Result<Vec<u8>, BatchError> {
             path: path.to_path_buf(),
         });
     }
-    if meta.len() > MAX_FILE {
+    if meta.len() > MODULE_FILE_MAX {
         return Err(BatchError::TooLarge {
             path: path.to_path_buf(),
             size: meta.len(),
         });
     }
     let f = crate::util::fs::open_input(path, false)?;
-    Ok(crate::util::fs::read_file_limited(f, path, MAX_FILE)?)
+    Ok(crate::util::fs::read_file_limited(
+        f,
+        path,
+        MODULE_FILE_MAX,
+    )?)
 }

@@ -203,7 +203,10 @@ pub fn find(
 
 /// Scans every `interval` until `found` returns a value or `timeout` passes; the error
 /// then lists what was seen on each disk. `found` may also fail the wait at once.
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the roots, timings and callbacks of one scan are separate inputs"
+)]
 pub fn wait_scan<T, E>(
     what: &str,
     sys_root: &Path,

@@ -14,7 +14,7 @@
 //! (the same open file, or the image decompressed from the judged bytes); a refused
 //! module is reported as `rejected` and the kernel never sees it.
 //!
-//! Current limits: a module is read whole into memory (at most [`MODULE_MAX`] bytes).
+//! Current limits: a module is read whole into memory (at most [`MODULE_FILE_MAX`] bytes).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,7 +24,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::formats::kmod::index::{Index, IndexError};
 use crate::formats::kmod::modinfo::{self, Compression};
-use crate::gate::{self, batch, Gate};
+use crate::gate::batch::MODULE_FILE_MAX;
+use crate::gate::{self, Gate};
 use crate::sys;
 use crate::util::fs::{open_input, read_open_limited, read_text_limited, InputError};
 
@@ -445,7 +446,7 @@ impl Loader {
         // same open file, or the image decompressed from these bytes).
         let mut image = None;
         if self.gate.is_some() || !kernel_decompresses {
-            let raw = match read_open_limited(&file, &path, MODULE_MAX) {
+            let raw = match read_open_limited(&file, &path, MODULE_FILE_MAX) {
                 Ok(raw) => raw,
                 Err(e) => {
                     let errno = match &e {
@@ -501,11 +502,6 @@ impl Loader {
         }
     }
 }
-
-/// Most bytes read from one module file, compressed or not (the largest real module,
-/// NVIDIA's proprietary `nvidia.ko`, is about 76 MB); the same limit as the operator's
-/// batch check. A module is read whole, so this also bounds the init's memory per module.
-pub const MODULE_MAX: u64 = batch::MAX_FILE;
 
 /// Most bytes read from one module index file.
 pub const INDEX_FILE_MAX: u64 = 16 << 20;
@@ -621,7 +617,7 @@ mod tests {
 
     /// A module file is read with a limit and only when it is a regular file: a FIFO fails
     /// at once (an open for reading would wait for a writer forever), a directory and a
-    /// file over [`MODULE_MAX`] (sparse here) fail with a message naming them; none
+    /// file over [`MODULE_FILE_MAX`] (sparse here) fail with a message naming them; none
     /// reaches the kernel.
     #[test]
     fn module_files_are_opened_and_read_with_limits() {
@@ -647,7 +643,7 @@ mod tests {
         .unwrap();
         std::fs::create_dir_all(dir.join("kernel/dir.ko")).unwrap();
         let big = std::fs::File::create(dir.join("kernel/big.ko")).unwrap();
-        big.set_len(MODULE_MAX + 1).unwrap();
+        big.set_len(MODULE_FILE_MAX + 1).unwrap();
         let mut l = Loader::new(&dir, index, &tmp.join("sys"));
         l.gate = Some(Gate::default());
         let r = l.load_all(&["fifo".into(), "dir".into(), "big".into()]);
@@ -657,7 +653,7 @@ mod tests {
             ("dir", "is a directory, not a regular file".to_string()),
             (
                 "big",
-                format!("larger than the limit of {MODULE_MAX} bytes"),
+                format!("larger than the limit of {MODULE_FILE_MAX} bytes"),
             ),
         ] {
             let m = get(n);

@@ -5,8 +5,9 @@
 //! made.
 //!
 //! Contract: never fails a boot. A value that is missing, unreadable, larger than
-//! [`VALUE_MAX`] or empty is `None`; a value is trimmed and any control character in it is
-//! replaced by `?`, so the report and the console line stay one line each. What could not
+//! [`SYSFS_VALUE_MAX`] (one page, as every sysfs attribute) or empty is `None`; a value is
+//! trimmed and any control character in it is replaced by `?`, so the report and the
+//! console line stay one line each. What could not
 //! be read (other than "no such file", which is normal on machines without DMI) is
 //! returned as a warning naming the file.
 //!
@@ -18,10 +19,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use crate::util::fs::{read_text_limited, InputError};
-
-/// Most bytes read from one DMI or procfs value.
-pub const VALUE_MAX: u64 = 4096;
+use crate::util::fs::{read_text_limited, InputError, SYSFS_VALUE_MAX};
 
 /// Who the node is.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -38,7 +36,7 @@ pub struct NodeFacts {
 
 /// Reads one value: `Ok(None)` when absent or empty.
 fn value(path: &Path) -> Result<Option<String>, InputError> {
-    match read_text_limited(path, VALUE_MAX) {
+    match read_text_limited(path, SYSFS_VALUE_MAX) {
         Ok(s) => {
             let v: String = s
                 .trim()

@@ -3,7 +3,7 @@
 //! as the new root will see it once it is `/` (an absolute link target starts again at
 //! the root, `..` never leaves it).
 //!
-//! Contract: at most [`MAX_LINKS`] links are followed (then [`ResolveError::Loop`]); a
+//! Contract: at most [`SYMLINKS_MAX`] links are followed (then [`ResolveError::Loop`]); a
 //! component that cannot be looked up is an error naming the path tried, except that a
 //! lookup may keep missing components as they are ([`Lookup::keep_missing`], for
 //! directories to be created) and may leave one top-level directory's contents
@@ -16,7 +16,7 @@
 use std::path::{Path, PathBuf};
 
 /// Most symbolic links followed in one resolution (as the kernel's `MAXSYMLINKS`).
-pub const MAX_LINKS: u32 = 40;
+pub const SYMLINKS_MAX: u32 = 40;
 
 /// How a lookup treats what is not there.
 #[derive(Debug, Clone, Copy, Default)]
@@ -32,7 +32,7 @@ pub struct Lookup<'a> {
 /// Why a path cannot be resolved inside the root.
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
-    /// More than [`MAX_LINKS`] symbolic links on the way (`path` is the path asked for).
+    /// More than [`SYMLINKS_MAX`] symbolic links on the way (`path` is the path asked for).
     #[error("too many levels of symbolic links")]
     Loop { path: String },
     /// A component could not be looked up or read as a link.
@@ -70,7 +70,7 @@ pub fn components(root: &Path, path: &str, lookup: Lookup) -> Result<Vec<String>
         match std::fs::symlink_metadata(&cand) {
             Ok(m) if m.file_type().is_symlink() => {
                 hops += 1;
-                if hops > MAX_LINKS {
+                if hops > SYMLINKS_MAX {
                     return Err(ResolveError::Loop {
                         path: path.to_string(),
                     });

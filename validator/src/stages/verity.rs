@@ -374,7 +374,10 @@ pub fn prepare(
 
 /// Creates, loads and resumes the verity device and checks its status. Returns the
 /// device node. On a failure after creation the device is removed again.
-#[allow(clippy::too_many_arguments)]
+#[expect(
+    clippy::too_many_arguments,
+    reason = "each argument is one part of the verity target the stage built"
+)]
 pub fn activate(
     cfg: &Verity,
     parts: &Parts,

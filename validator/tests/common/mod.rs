@@ -2,12 +2,14 @@
 //! deterministic generator. (Each test crate uses a part of it.)
 // Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
 // (a failure should stop the test loudly); the workspace denies these outside tests.
-#![allow(
+#![expect(
     clippy::unwrap_used,
-    clippy::expect_used,
     clippy::panic,
-    clippy::indexing_slicing
+    reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
+// `allow`, not `expect`: each test crate that includes this module uses a different part of
+// it, so whether `dead_code` fires depends on the crate (and one using all of it would
+// leave an expectation unfulfilled).
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};

@@ -9,7 +9,7 @@
 
 use super::lines::KeyLines;
 use super::{
-    is_module_name, Bom, ModuleName, RootHashSource, Verity, SCHEMA, VERITY_MAX_DATA_BLOCK,
+    is_module_name, Bom, ModuleName, RootHashSource, Verity, SCHEMA, VERITY_DATA_BLOCK_MAX,
 };
 
 /// Module names a list or map of the BOM holds twice (`-` and `_` are the same): the
@@ -153,12 +153,12 @@ fn check_verity(v: &Verity, lines: &KeyLines<'_>) -> Result<(), (usize, String)>
         (None, RootHashSource::Signature) => {}
     }
     if let Some(s) = v.data_block_size {
-        if !s.is_power_of_two() || !(512..=VERITY_MAX_DATA_BLOCK).contains(&s) {
+        if !s.is_power_of_two() || !(512..=VERITY_DATA_BLOCK_MAX).contains(&s) {
             return Err((
                 at("data_block_size"),
                 format!(
                     "verity.data_block_size {s} is not a power of two from 512 to \
-                     {VERITY_MAX_DATA_BLOCK} (the kernel's dm-verity takes at most the page size)"
+                     {VERITY_DATA_BLOCK_MAX} (the kernel's dm-verity takes at most the page size)"
                 ),
             ));
         }
@@ -188,13 +188,13 @@ fn check_verity(v: &Verity, lines: &KeyLines<'_>) -> Result<(), (usize, String)>
         }
     }
     if let Some(s) = &v.salt {
-        if s.0.len() / 2 > superblock::MAX_SALT {
+        if s.0.len() / 2 > superblock::SALT_MAX {
             return Err((
                 at("salt"),
                 format!(
                     "verity.salt has {} bytes; a verity superblock holds at most {}",
                     s.0.len() / 2,
-                    superblock::MAX_SALT
+                    superblock::SALT_MAX
                 ),
             ));
         }

@@ -166,7 +166,7 @@ checked_string!(
 /// Default deadline for links to train and controllers to come up, in seconds.
 pub const DEFAULT_LINK_WAIT_S: u32 = 60;
 /// The longest deadline a BOM may ask for.
-pub const MAX_LINK_WAIT_S: u32 = 1800;
+pub const LINK_WAIT_S_MAX: u32 = 1800;
 
 /// The hardware the image expects on the node (`[hardware]`).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -270,10 +270,10 @@ pub fn validate(h: &Hardware) -> Result<(), Invalid> {
         }
     }
     if let Some(s) = h.link_wait_s {
-        if s > MAX_LINK_WAIT_S {
+        if s > LINK_WAIT_S_MAX {
             return Err(Invalid {
                 key: "link_wait_s",
-                message: format!("hardware.link_wait_s {s} is above {MAX_LINK_WAIT_S}"),
+                message: format!("hardware.link_wait_s {s} is above {LINK_WAIT_S_MAX}"),
             });
         }
     }

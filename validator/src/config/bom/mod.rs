@@ -56,7 +56,7 @@ pub use slot::{
 };
 pub use verity::{
     HexString, OnCorruption, RootHashSource, RootPath, Verity, VerityAlgorithm,
-    VERITY_MAX_DATA_BLOCK,
+    VERITY_DATA_BLOCK_MAX,
 };
 
 use lines::{line_of, parse_message, KeyLines};

@@ -84,4 +84,4 @@ pub struct Verity {
 }
 
 /// The kernel's dm-verity takes data blocks of at most the page size (4096 on x86-64).
-pub const VERITY_MAX_DATA_BLOCK: u32 = 4096;
+pub const VERITY_DATA_BLOCK_MAX: u32 = 4096;

@@ -60,17 +60,19 @@ impl Compression {
     }
 }
 
-/// Largest decompressed module we accept (the biggest real modules are ~100 MB).
-pub const MAX_MODULE: usize = 512 << 20;
+/// Largest decompressed module image we accept (the biggest real modules are ~100 MB); the
+/// module file read from disk, compressed or not, has its own limit
+/// (`gate::batch::MODULE_FILE_MAX`).
+pub const MODULE_IMAGE_MAX: usize = 512 << 20;
 
 /// Decompresses a module file's bytes as its name says.
 pub fn decompress(bytes: &[u8], c: Compression) -> Result<Vec<u8>, ModFileError> {
     use crate::formats::compress;
     let r = match c {
         Compression::None => return Ok(bytes.to_vec()),
-        Compression::Xz => compress::xz(bytes, MAX_MODULE),
-        Compression::Zstd => compress::zstd(bytes, MAX_MODULE),
-        Compression::Gzip => compress::gzip(bytes, MAX_MODULE),
+        Compression::Xz => compress::xz(bytes, MODULE_IMAGE_MAX),
+        Compression::Zstd => compress::zstd(bytes, MODULE_IMAGE_MAX),
+        Compression::Gzip => compress::gzip(bytes, MODULE_IMAGE_MAX),
     };
     r.map_err(|e| match e {
         compress::DecompressError::TooLarge { limit, .. } => ModFileError::TooLarge { limit },

@@ -18,7 +18,7 @@ const ST_RSP_COMMAND: u16 = 0x00C4;
 /// Header size of every command and response.
 pub(crate) const HEADER_LEN: usize = 10;
 /// Largest response we accept (TPM buffers are 4 KiB; leave room).
-pub(crate) const MAX_RESPONSE: usize = 64 * 1024;
+pub(crate) const RESPONSE_MAX: usize = 64 * 1024;
 
 /// The 10-byte header: tag, size of the whole command or response, command or response
 /// code.

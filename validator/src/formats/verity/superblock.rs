@@ -92,7 +92,7 @@ pub enum SuperblockError {
 pub const BLOCK_SIZES: std::ops::RangeInclusive<u32> = 512..=524_288;
 
 /// The longest salt a superblock holds.
-pub const MAX_SALT: usize = 256;
+pub const SALT_MAX: usize = 256;
 
 /// True for a block size `veritysetup` accepts: a power of two in [`BLOCK_SIZES`].
 pub fn valid_block_size(s: u32) -> bool {
@@ -153,7 +153,7 @@ pub fn parse(b: &[u8]) -> Result<Params, SuperblockError> {
     let salt_size = u16_le(head, 80).unwrap_or_default();
     let salt = salt_area
         .get(..usize::from(salt_size))
-        .filter(|_| usize::from(salt_size) <= MAX_SALT)
+        .filter(|_| usize::from(salt_size) <= SALT_MAX)
         .ok_or(SuperblockError::SaltSize(salt_size))?;
     Ok(Params {
         hash_type,
@@ -179,7 +179,7 @@ pub fn encode(p: &Params) -> Vec<u8> {
     b.extend_from_slice(&p.data_block_size.to_le_bytes());
     b.extend_from_slice(&p.hash_block_size.to_le_bytes());
     b.extend_from_slice(&p.data_blocks.to_le_bytes());
-    let salt = p.salt.get(..p.salt.len().min(MAX_SALT)).unwrap_or_default();
+    let salt = p.salt.get(..p.salt.len().min(SALT_MAX)).unwrap_or_default();
     b.extend_from_slice(&(salt.len() as u16).to_le_bytes());
     b.resize(88, 0);
     b.extend_from_slice(salt);

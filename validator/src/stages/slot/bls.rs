@@ -172,7 +172,7 @@ impl BootLoader for Bls {
     fn kexec_cmdline(&self, s: SlotName, this_boot: &str) -> String {
         if let Some(n) = self.entries.get(&s) {
             let p = self.dir.join(n.file_name());
-            if let Ok(bytes) = read_limited(&p, bls::MAX_ENTRY as u64) {
+            if let Ok(bytes) = read_limited(&p, bls::ENTRY_FILE_MAX as u64) {
                 if let Ok(e) = bls::Entry::parse(&bytes, &n.file_name()) {
                     return e.options;
                 }

@@ -56,7 +56,7 @@ impl Grub {
 }
 
 fn read_grubenv(p: &Path) -> Result<GrubEnv, SlotError> {
-    let bytes = read_limited(p, grubenv::MAX_SIZE as u64)
+    let bytes = read_limited(p, grubenv::BLOCK_SIZE_MAX as u64)
         .map_err(|source| SlotError::GrubenvRead { source })?;
     GrubEnv::parse(&bytes).map_err(|source| SlotError::GrubenvParse {
         path: p.to_path_buf(),

@@ -47,7 +47,8 @@ pub fn stage(ctx: &Context, plan: &Plan, report_json: &str) -> Result<(), SlotEr
     let input = |source| SlotError::KexecInput { source };
     let kexec = |source| SlotError::Kexec { source };
     let kernel = crate::util::fs::open_input(&plan.kernel, false).map_err(input)?;
-    let mut initrd = read_limited(&plan.initrd, 1 << 30).map_err(input)?;
+    let mut initrd =
+        read_limited(&plan.initrd, crate::formats::newc::INITRAMFS_MAX).map_err(input)?;
     // The kernel unpacks archives one after another; the next must start 4-aligned.
     while !initrd.len().is_multiple_of(4) {
         initrd.push(0);
@@ -59,7 +60,7 @@ pub fn stage(ctx: &Context, plan: &Plan, report_json: &str) -> Result<(), SlotEr
         .dir("etc/validator/carried")
         .file(layout::CARRIED_REPORT, report_json.as_bytes());
     let log = ctx.roots.run.join(crate::runtime::measure::BINARY_LOG);
-    if let Ok(bytes) = read_limited(&log, 64 << 20) {
+    if let Ok(bytes) = read_limited(&log, crate::runtime::measure::EVENT_LOG_MAX) {
         carry.file(layout::CARRIED_EVENTLOG, &bytes);
     }
     initrd.extend_from_slice(&carry.finish());

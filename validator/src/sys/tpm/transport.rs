@@ -12,7 +12,7 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use crate::formats::tpm::wire::{header_size, HEADER_LEN, MAX_RESPONSE};
+use crate::formats::tpm::wire::{header_size, HEADER_LEN, RESPONSE_MAX};
 use crate::formats::tpm::TpmError;
 
 /// One TPM command out, its response back, within `timeout`.
@@ -115,7 +115,7 @@ impl DeviceTransport {
                 why: format!("short write: {n} of {} bytes", cmd.len()),
             });
         }
-        let mut buf = vec![0u8; MAX_RESPONSE];
+        let mut buf = vec![0u8; RESPONSE_MAX];
         loop {
             wait_readable(self.file.as_fd(), deadline, timeout, &self.endpoint())?;
             match self.file.read(&mut buf) {
@@ -312,11 +312,11 @@ impl TcpTransport {
         let mut resp = vec![0u8; HEADER_LEN];
         self.read_exact_by(&mut resp, deadline, timeout, 0, None)?;
         let size = header_size(&resp).unwrap_or(0);
-        if !(HEADER_LEN..=MAX_RESPONSE).contains(&size) {
+        if !(HEADER_LEN..=RESPONSE_MAX).contains(&size) {
             return Err(TpmError::Channel {
                 endpoint: self.addr.to_string(),
                 why: format!(
-                    "response size field {size} out of range {HEADER_LEN}..={MAX_RESPONSE}"
+                    "response size field {size} out of range {HEADER_LEN}..={RESPONSE_MAX}"
                 ),
             });
         }
