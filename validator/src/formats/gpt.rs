@@ -231,7 +231,11 @@ pub fn parse_entries(hdr: &Header, bytes: &[u8]) -> Result<Vec<Partition>, GptPa
         });
     }
     let mut out = Vec::new();
-    for (i, e) in arr.chunks_exact(hdr.entry_size as usize).enumerate() {
+    for ((i, e), number) in arr
+        .chunks_exact(hdr.entry_size as usize)
+        .enumerate()
+        .zip(1u32..)
+    {
         let type_guid = Guid(bytes16(e, 0));
         if type_guid.is_zero() {
             continue;
@@ -254,7 +258,7 @@ pub fn parse_entries(hdr: &Header, bytes: &[u8]) -> Result<Vec<Partition>, GptPa
             .take_while(|&c| c != 0)
             .collect();
         out.push(Partition {
-            number: i as u32 + 1,
+            number,
             type_guid,
             unique_guid: Guid(u),
             first_lba,
@@ -281,9 +285,10 @@ pub fn read_table<R: FileExt>(
         disk: name.to_path_buf(),
         source,
     };
-    if !(512..=65536).contains(&sector_size) || !sector_size.is_power_of_two() {
-        return Err(invalid(format!("sector size {sector_size} invalid")));
-    }
+    let sector_len = usize::try_from(sector_size)
+        .ok()
+        .filter(|_| (512..=65536).contains(&sector_size) && sector_size.is_power_of_two())
+        .ok_or_else(|| invalid(format!("sector size {sector_size} invalid")))?;
     if size < sector_size * 3 {
         return Err(invalid(format!("{size} bytes is too small for a GPT")));
     }
@@ -298,7 +303,7 @@ pub fn read_table<R: FileExt>(
     };
     let last = size / sector_size - 1;
     let try_at = |lba: u64| -> Result<(Header, Vec<Partition>), GptError> {
-        let sec = read(lba, sector_size as usize)?;
+        let sec = read(lba, sector_len)?;
         let hdr = parse_header(&sec).map_err(|e| invalid(format!("LBA {lba}: {e}")))?;
         if hdr.current_lba != lba {
             return Err(invalid(format!(
