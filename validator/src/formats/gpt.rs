@@ -353,7 +353,7 @@ pub(crate) mod tests {
     /// Builds a small GPT image in memory, the way `sfdisk` lays it out.
     pub(crate) fn build(parts: &[(Guid, Guid, u64, u64, &str)], sectors: u64) -> Vec<u8> {
         let ss = 512u64;
-        let mut img = vec![0u8; (sectors * ss) as usize];
+        let mut img = vec![0u8; usize::try_from(sectors * ss).unwrap()];
         let mut arr = vec![0u8; 128 * 128];
         for (i, (t, u, f, l, name)) in parts.iter().enumerate() {
             let e = &mut arr[i * 128..(i + 1) * 128];
@@ -389,9 +389,9 @@ pub(crate) mod tests {
         img[512..512 + 92].copy_from_slice(&p);
         img[1024..1024 + arr.len()].copy_from_slice(&arr);
         let b = header(last, 1, last - 32);
-        let bo = (last * ss) as usize;
+        let bo = usize::try_from(last * ss).unwrap();
         img[bo..bo + 92].copy_from_slice(&b);
-        let ao = ((last - 32) * ss) as usize;
+        let ao = usize::try_from((last - 32) * ss).unwrap();
         img[ao..ao + arr.len()].copy_from_slice(&arr);
         img
     }
@@ -399,7 +399,7 @@ pub(crate) mod tests {
     struct Mem(Vec<u8>);
     impl FileExt for Mem {
         fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
-            let off = off as usize;
+            let off = usize::try_from(off).unwrap();
             if off >= self.0.len() {
                 return Ok(0);
             }

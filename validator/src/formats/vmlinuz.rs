@@ -409,7 +409,7 @@ mod tests {
         img[0x202..0x206].copy_from_slice(b"HdrS");
         img[0x206..0x208].copy_from_slice(&0x020fu16.to_le_bytes());
         img[0x248..0x24c].copy_from_slice(&0u32.to_le_bytes());
-        img[0x24c..0x250].copy_from_slice(&(gz.len() as u32).to_le_bytes());
+        img[0x24c..0x250].copy_from_slice(&u32::try_from(gz.len()).unwrap().to_le_bytes());
         img.extend_from_slice(&gz);
         assert_eq!(
             vmlinux_limited(&img, 1000),

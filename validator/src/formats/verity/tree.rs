@@ -504,7 +504,7 @@ mod tests {
     struct Mem(Vec<u8>);
     impl FileExt for Mem {
         fn read_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
-            let off = off as usize;
+            let off = usize::try_from(off).unwrap();
             if off >= self.0.len() {
                 return Ok(0);
             }
@@ -526,8 +526,8 @@ mod tests {
             (Algorithm::Sha256, 4096, 4096, 1, b"s"),
         ] {
             let p = params(alg, dbs, hbs, blocks, salt);
-            let data: Vec<u8> = (0..blocks as usize * dbs as usize)
-                .map(|i| (i * 31 % 251) as u8)
+            let data: Vec<u8> = (0..usize::try_from(blocks).unwrap() * dbs as usize)
+                .map(|i| u8::try_from(i * 31 % 251).unwrap())
                 .collect();
             let (area, root) = build(&p, &data);
             let g = Geometry::new(&p, 0, false).unwrap();
