@@ -15,6 +15,7 @@
 //! each benchmark prints its medians and returns its samples.
 
 use std::path::{Path, PathBuf};
+use validator::util::as_f64;
 
 use validator::config::bom::RootHashSource;
 
@@ -153,14 +154,14 @@ pub fn run(runs: usize, debian: Option<&Path>, cpus: u32) -> Result<Samples, Har
         to / td,
         to / tf
     );
-    let mb = |b: u64| b as f64 / 1e6;
+    let mb = |b: u64| as_f64(b) / 1e6;
     println!(
         "image size            {:>8.2} MB {:>8.2} MB {:>8.2} MB {:>8.3}    {:>8.3}",
         mb(sizes[0]),
         mb(sizes[1]),
         mb(sizes[2]),
-        sizes[0] as f64 / sizes[1] as f64,
-        sizes[0] as f64 / sizes[2] as f64
+        as_f64(sizes[0]) / as_f64(sizes[1]),
+        as_f64(sizes[0]) / as_f64(sizes[2])
     );
     println!(
         "our checks cost       {:>8.3} s over the floor (Run /init -> root)",
@@ -246,7 +247,7 @@ pub fn peak_memory(names: &[Name], runs: u32) -> Result<(), HarnessError> {
             .filter(|(j, _)| *j == i)
             .map(|(_, p)| p)
             .collect();
-        let peaks: Vec<f64> = these.iter().map(|p| p.peak_rss as f64).collect();
+        let peaks: Vec<f64> = these.iter().map(|p| as_f64(p.peak_rss)).collect();
         let med = median(&peaks);
         if i == 0 {
             first = med;
@@ -261,8 +262,8 @@ pub fn peak_memory(names: &[Name], runs: u32) -> Result<(), HarnessError> {
             kib(min),
             kib(max),
             p.modules,
-            kib(p.module_bytes as f64),
-            kib(p.largest_module as f64),
+            kib(as_f64(p.module_bytes)),
+            kib(as_f64(p.largest_module)),
             med / first
         );
     }

@@ -140,7 +140,7 @@ pub fn build_disk(out: &Path, parts: &[PartitionSpec], scratch: &Path) -> Result
         let mut src = std::fs::File::open(img).map_err(|e| HarnessError::io(img, e))?;
         disk.seek(SeekFrom::Start(off))
             .map_err(|e| HarnessError::io(out, e))?;
-        let mut buf = vec![0u8; MIB as usize];
+        let mut buf = vec![0u8; usize::try_from(MIB).expect("1 MiB fits usize")];
         loop {
             let n = src.read(&mut buf).map_err(|e| HarnessError::io(img, e))?;
             if n == 0 {

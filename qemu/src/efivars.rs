@@ -51,9 +51,17 @@ pub fn signature_list(kind: &str, entries: &[Vec<u8>]) -> Vec<u8> {
     let size = 16 + entries[0].len();
     assert!(entries.iter().all(|e| 16 + e.len() == size));
     let mut v = guid(kind).to_vec();
-    v.extend_from_slice(&((28 + size * entries.len()) as u32).to_le_bytes());
+    v.extend_from_slice(
+        &u32::try_from(28 + size * entries.len())
+            .expect("a signature list under 4 GiB")
+            .to_le_bytes(),
+    );
     v.extend_from_slice(&0u32.to_le_bytes());
-    v.extend_from_slice(&(size as u32).to_le_bytes());
+    v.extend_from_slice(
+        &u32::try_from(size)
+            .expect("an entry under 4 GiB")
+            .to_le_bytes(),
+    );
     for e in entries {
         v.extend_from_slice(&guid(OWNER));
         v.extend_from_slice(e);
@@ -191,7 +199,11 @@ impl VarStore {
         self.bytes[old.offset + 2] &= VAR_DELETED_MASK;
         let at = free;
         self.bytes[at..at + header_and_name.len()].copy_from_slice(&header_and_name);
-        self.bytes[at + 40..at + 44].copy_from_slice(&(data.len() as u32).to_le_bytes());
+        self.bytes[at + 40..at + 44].copy_from_slice(
+            &u32::try_from(data.len())
+                .expect("a variable under 4 GiB")
+                .to_le_bytes(),
+        );
         let d = at + header_and_name.len();
         self.bytes[d..d + data.len()].copy_from_slice(data);
         Ok(())

@@ -458,14 +458,18 @@ struct Geometry {
 }
 
 fn geometry(bpb: &[u8]) -> Option<Geometry> {
-    let u16at = |o: usize| Some(u16::from_le_bytes(bpb.get(o..o + 2)?.try_into().ok()?) as u64);
+    let u16at = |o: usize| {
+        Some(u64::from(u16::from_le_bytes(
+            bpb.get(o..o + 2)?.try_into().ok()?,
+        )))
+    };
     let bytes_per_sector = u16at(11)?;
-    let sectors_per_cluster = *bpb.get(13)? as u64;
+    let sectors_per_cluster = u64::from(*bpb.get(13)?);
     let reserved = u16at(14)?;
-    let fats = *bpb.get(16)? as u64;
+    let fats = u64::from(*bpb.get(16)?);
     let root_entries = u16at(17)?;
     let fat16 = u16at(22)?;
-    let fat32 = u32::from_le_bytes(bpb.get(36..40)?.try_into().ok()?) as u64;
+    let fat32 = u64::from(u32::from_le_bytes(bpb.get(36..40)?.try_into().ok()?));
     let fat_sectors = if fat16 != 0 { fat16 } else { fat32 };
     if bytes_per_sector == 0 || sectors_per_cluster == 0 || fats == 0 || fat_sectors == 0 {
         return None;
@@ -655,7 +659,9 @@ impl Esp {
                 break;
             }
             let at = self.offset + g.data_start + (first.saturating_sub(2)) * g.cluster_bytes;
-            let n = (((last + 1 - first) * g.cluster_bytes) as usize).min(left.len());
+            let n = usize::try_from((last + 1 - first) * g.cluster_bytes)
+                .unwrap_or(usize::MAX)
+                .min(left.len());
             f.write_all_at(&left[..n], at)
                 .map_err(|e| HarnessError::io(&self.image, e))?;
             left = &left[n..];

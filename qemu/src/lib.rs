@@ -41,6 +41,7 @@
 // of unwrap/expect/panic/indexing (meant for the init and the library) does not apply.
 #![expect(
     clippy::unwrap_used,
+    clippy::expect_used,
     clippy::panic,
     clippy::indexing_slicing,
     reason = "test harness: a failed step panics the test that called it"

@@ -149,7 +149,7 @@ fn run(name: Name) -> ExitCode {
             "tpm: {} measured events, {} TPM commands, {:.1} ms in the TPM (banks {})",
             t.events,
             t.commands,
-            t.time_us as f64 / 1000.0,
+            validator::util::as_f64(t.time_us) / 1000.0,
             t.banks.join(", ")
         );
     }

@@ -337,7 +337,7 @@ struct Group(Child);
 impl Group {
     /// SIGKILL to the whole process group, then reap the leader.
     fn kill(&mut self) {
-        let pgid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let pgid = nix::unistd::Pid::from_raw(self.0.id().cast_signed());
         let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
         let _ = self.0.wait();
     }

@@ -400,7 +400,7 @@ fn power_cuts_during_state_writes_leave_a_valid_state() {
         .unwrap_or_else(|| {
             std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
-                .map_or(1, |d| d.as_nanos() as u64)
+                .map_or(1, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
         });
     eprintln!("power cuts: seed {seed} (VALIDATOR_CUT_SEED reruns it)");
     let mut rng = Lcg(seed);
@@ -417,7 +417,7 @@ fn power_cuts_during_state_writes_leave_a_valid_state() {
     };
     let mut cut_in_write = 0;
     for trial in 1..=20 {
-        let nth = 1 + rng.next(3) as u32;
+        let nth = 1 + u32::try_from(rng.next(3)).unwrap();
         let delay = Duration::from_millis(rng.next(700));
         let run = bed
             .boot_with(|c| {

@@ -27,7 +27,7 @@ struct Proc(Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        let pgid = nix::unistd::Pid::from_raw(self.0.id() as i32);
+        let pgid = nix::unistd::Pid::from_raw(self.0.id().cast_signed());
         let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
         let _ = self.0.wait();
     }
@@ -184,7 +184,10 @@ fn forty_module_node_reports_in_one_short_line() {
         svg_path.display(),
         png.len()
     );
-    assert!(w >= 1000 && h >= 20 * r.modules.len() as u32, "{w}x{h}");
+    assert!(
+        w >= 1000 && h >= 20 * u32::try_from(r.modules.len()).unwrap(),
+        "{w}x{h}"
+    );
     assert!(png.len() > 20_000, "{} bytes", png.len());
     if std::env::var_os("VALIDATOR_WRITE_EXAMPLES").is_some() {
         let docs = qemu::paths::workspace().join("docs/examples");

@@ -6,6 +6,7 @@
 //! `Module.symvers`, certificate or path is exit 2, named. `--symvers` is read up to the
 //! library's limit for the initramfs's `Module.symvers` (`gate::SYMVERS_MAX`).
 
+use validator::util::as_f64;
 use validator::util::fs::read_limited;
 use validator::util::out::Out;
 
@@ -108,7 +109,7 @@ pub(crate) fn check(a: ModulesCheck, out: &mut Out) -> Res {
     );
     let b = batch::check_files(&g, &files, jobs);
     let failed = b.verdicts.iter().filter(|v| !v.pass).count();
-    let mb = b.bytes as f64 / 1e6;
+    let mb = as_f64(b.bytes) / 1e6;
     let secs = b.elapsed.as_secs_f64();
     if a.json {
         let doc = serde_json::json!({

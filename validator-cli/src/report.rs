@@ -13,6 +13,7 @@
 //! 1 for any other decision, 2 when FILE is not a readable report.
 
 use std::path::{Path, PathBuf};
+use validator::util::as_f64;
 
 use validator::report::timeline::{human_us, printable};
 use validator::report::{checks, nfd, prometheus, timeline, CheckStatus, Report};
@@ -131,10 +132,10 @@ pub fn render(r: &Report) -> String {
         "report    {} by validator {}; init at {:.3} s, report at {:.3} s{}",
         printable(&r.schema),
         printable(&r.validator_version),
-        r.boottime_start_us as f64 / 1e6,
-        r.boottime_report_us as f64 / 1e6,
+        as_f64(r.boottime_start_us) / 1e6,
+        as_f64(r.boottime_report_us) / 1e6,
         r.peak_rss_bytes
-            .map(|b| format!("; peak memory {:.1} MiB", b as f64 / 1048576.0))
+            .map(|b| format!("; peak memory {:.1} MiB", as_f64(b) / 1048576.0))
             .unwrap_or_default()
     ));
     if let Some(g) = &r.gpus {
@@ -192,7 +193,7 @@ pub fn render(r: &Report) -> String {
             s.name.name(),
             s.status.as_str(),
             if s.start_us > 0 {
-                format!("{:.3} s", s.start_us as f64 / 1e6)
+                format!("{:.3} s", as_f64(s.start_us) / 1e6)
             } else {
                 "-".into()
             },

@@ -6,6 +6,7 @@
 //! is read up to the library's limit for a `root-verity-sig` partition.
 
 use std::path::Path;
+use validator::util::as_f64;
 
 use validator::util::fs::read_limited;
 use validator::util::out::Out;
@@ -94,7 +95,7 @@ pub(crate) fn verify(a: VerityVerify, out: &mut Out) -> Res {
     let start = std::time::Instant::now();
     let v = tree::verify(&df, dsize, &hf, hsize, &g, &root, threads).map_err(tree_err)?;
     let secs = start.elapsed().as_secs_f64();
-    let gbs = v.data_bytes as f64 / 1e9 / secs.max(1e-9);
+    let gbs = as_f64(v.data_bytes) / 1e9 / secs.max(1e-9);
     if a.json {
         let doc = serde_json::json!({
             "verified": v.ok,
@@ -121,7 +122,7 @@ pub(crate) fn verify(a: VerityVerify, out: &mut Out) -> Res {
     }
     eprintln!(
         "validator: {:.2} GB in {secs:.2} s ({gbs:.2} GB/s, {threads} threads)",
-        v.data_bytes as f64 / 1e9
+        as_f64(v.data_bytes) / 1e9
     );
     Ok(v.ok)
 }

@@ -27,7 +27,7 @@ struct Case {
 fn format(dir: &Path, c: &Case, data_len: usize, seed: u64) -> (PathBuf, PathBuf, String) {
     let data = dir.join(format!("{}.data", c.name));
     let mut rng = Rng(seed);
-    let bytes: Vec<u8> = (0..data_len).map(|_| rng.next() as u8).collect();
+    let bytes: Vec<u8> = (0..data_len).map(|_| rng.next().to_le_bytes()[0]).collect();
     std::fs::write(&data, &bytes).unwrap();
     let hash = if c.same_file {
         data.clone()
@@ -42,7 +42,7 @@ fn format(dir: &Path, c: &Case, data_len: usize, seed: u64) -> (PathBuf, PathBuf
     } else if c.hash_offset > 0 {
         cmd.arg(format!("--hash-offset={}", c.hash_offset));
         // The hash file must hold the offset area.
-        std::fs::write(&hash, vec![0xee; c.hash_offset as usize]).unwrap();
+        std::fs::write(&hash, vec![0xee; usize::try_from(c.hash_offset).unwrap()]).unwrap();
     }
     let out = cmd
         .arg(&data)
@@ -219,7 +219,7 @@ fn random_corruptions_are_judged_like_veritysetup() {
     let mut failed_both = 0;
     for c in cases() {
         let len = 512 << 10;
-        let (data, hash, root) = format(&dir, &c, len, judged as u64 + 1);
+        let (data, hash, root) = format(&dir, &c, len, u64::try_from(judged).unwrap() + 1);
         let off = offset_of(&c, len);
         let hash_len = std::fs::metadata(&hash).unwrap().len();
         for i in 0..16 {
@@ -230,8 +230,9 @@ fn random_corruptions_are_judged_like_veritysetup() {
                 (&hash, off + rng.below(hash_len - off))
             };
             let mut b = std::fs::read(file).unwrap();
-            let orig = b[pos as usize];
-            b[pos as usize] ^= 1 << rng.below(8);
+            let pos = usize::try_from(pos).unwrap();
+            let orig = b[pos];
+            b[pos] ^= 1 << rng.below(8);
             std::fs::write(file, &b).unwrap();
             let theirs = veritysetup_ok(&c, &data, &hash, &root, len);
             let (mine, out) = ours(&c, &data, &hash, &root, len, "2");
@@ -249,7 +250,7 @@ fn random_corruptions_are_judged_like_veritysetup() {
                     "{out}"
                 );
             }
-            b[pos as usize] = orig;
+            b[pos] = orig;
             std::fs::write(file, &b).unwrap();
             judged += 1;
         }

@@ -12,6 +12,7 @@
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
+use validator::util::as_f64;
 
 use sha2::Digest;
 use validator::formats::verity::{superblock, tree};
@@ -56,7 +57,7 @@ fn main() {
         .unwrap()
         .trim()
         .to_string();
-    let gb = (mib as f64) * 1048576.0 / 1e9;
+    let gb = as_f64(mib as u64) * 1048576.0 / 1e9;
     // Warm the page cache, and measure single-core SHA-256 over the same bytes.
     let bytes = std::fs::read(&data).unwrap();
     let t = Instant::now();

@@ -44,7 +44,7 @@ fn mutations(seed: &[u8], n: usize, rng: &mut Rng) -> Vec<Vec<u8>> {
             _ => {
                 for _ in 0..8 {
                     let p = rng.index(m.len());
-                    m[p] = rng.next() as u8;
+                    m[p] = rng.next().to_le_bytes()[0];
                 }
             }
         }
@@ -91,7 +91,7 @@ fn module_files() {
         ..Default::default()
     };
     // The ELF header and section table are where parsers trip: aim half the mutations there.
-    let shoff = u64::from_le_bytes(raw[0x28..0x30].try_into().unwrap()) as usize;
+    let shoff = usize::try_from(u64::from_le_bytes(raw[0x28..0x30].try_into().unwrap())).unwrap();
     for (i, mut m) in mutations(&raw, 3000, &mut rng).into_iter().enumerate() {
         if i % 2 == 0 && m.len() > shoff + 64 {
             let p = if i % 4 == 0 {
@@ -99,7 +99,7 @@ fn module_files() {
             } else {
                 shoff + rng.index(m.len() - shoff)
             };
-            m[p] = rng.next() as u8;
+            m[p] = rng.next().to_le_bytes()[0];
         }
         let _ = g.check("crc16", "crc16.ko", &m);
         let _ = validator::formats::kmod::modinfo::parse_elf(&m);

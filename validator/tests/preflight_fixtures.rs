@@ -99,7 +99,7 @@ fn the_example_bom_is_the_fixture_node() {
     let hw = &b.hardware;
     let nv = b.nvidia.as_ref().unwrap();
     let s = |k: &str| v.bom[k].as_str().unwrap().to_string();
-    let n = |k: &str| v.bom[k].as_integer().unwrap() as u32;
+    let n = |k: &str| u32::try_from(v.bom[k].as_integer().unwrap()).unwrap();
     assert_eq!(hw.gpus, Some(n("gpus")));
     assert_eq!(
         hw.gpu_pci_ids

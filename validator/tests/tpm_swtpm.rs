@@ -135,7 +135,7 @@ impl Swtpm {
     }
 
     fn signal(&self, sig: Signal) {
-        kill(Pid::from_raw(self.child.id() as i32), sig).unwrap();
+        kill(Pid::from_raw(self.child.id().cast_signed()), sig).unwrap();
     }
 
     /// `tpm2_pcrread` through the swtpm TCTI.
@@ -404,7 +404,7 @@ fn hung_then_killed_tpm_gives_errors_not_hangs() {
     let mut tpm = swtpm.connect();
     assert_eq!(tpm.get_pcr_banks().unwrap(), vec![HashAlg::Sha256]);
     swtpm.signal(Signal::SIGSTOP);
-    let pid = Pid::from_raw(swtpm.child.id() as i32);
+    let pid = Pid::from_raw(swtpm.child.id().cast_signed());
     let killer = thread::spawn(move || {
         thread::sleep(Duration::from_millis(300));
         kill(pid, Signal::SIGKILL).unwrap();

@@ -295,7 +295,8 @@ pub fn build(kernel: Kernel, kernels: &Path, keys: &Keys, out: &Path) -> Set {
     let mut twelve = b"\x7fELF\x02\x01\x01\0\0\0\0\0".to_vec();
     twelve.extend_from_slice(elf::MAGIC);
     b.add("S03b", "S03", "12 bytes then the marker", "crc8", &twelve);
-    let avail = (snake_signed.len() - elf::MAGIC.len() - 12) as u32;
+    let avail =
+        u32::try_from(snake_signed.len() - elf::MAGIC.len() - 12).expect("a module under 4 GiB");
     let m = trailer_edit(&snake_signed, |t| {
         t[8..].copy_from_slice(&avail.to_be_bytes())
     });

@@ -63,12 +63,12 @@ fn parse_at(d: &[u8], i: usize) -> (Node, usize) {
 }
 
 fn push_len(out: &mut Vec<u8>, len: usize) {
-    if len < 0x80 {
-        out.push(len as u8);
+    if let Ok(short @ 0..0x80) = u8::try_from(len) {
+        out.push(short);
     } else {
         let bytes = len.to_be_bytes();
         let skip = bytes.iter().take_while(|b| **b == 0).count();
-        out.push(0x80 | (bytes.len() - skip) as u8);
+        out.push(0x80 | u8::try_from(bytes.len() - skip).expect("a usize has at most 8 bytes"));
         out.extend_from_slice(&bytes[skip..]);
     }
 }
@@ -155,7 +155,8 @@ pub const CTX0: u8 = 0xa0;
 /// Encodes a dotted OID's content bytes.
 pub fn oid(dotted: &str) -> Vec<u8> {
     let arcs: Vec<u64> = dotted.split('.').map(|a| a.parse().unwrap()).collect();
-    let mut out = vec![(arcs[0] * 40 + arcs[1]) as u8];
+    let mut out =
+        vec![u8::try_from(arcs[0] * 40 + arcs[1]).expect("the first two OID arcs fit one byte")];
     for &a in &arcs[2..] {
         let mut stack = vec![(a & 0x7f) as u8];
         let mut v = a >> 7;

@@ -26,10 +26,13 @@ fn u32_at(d: &[u8], o: usize) -> u32 {
 fn u64_at(d: &[u8], o: usize) -> u64 {
     u64::from_le_bytes(d[o..o + 8].try_into().unwrap())
 }
+fn usize_at(d: &[u8], o: usize) -> usize {
+    usize::try_from(u64_at(d, o)).expect("an ELF offset or size fits usize")
+}
 
 /// Every section header of `elf`.
 pub fn sections(elf: &[u8]) -> Vec<Section> {
-    let shoff = u64_at(elf, 0x28) as usize;
+    let shoff = usize_at(elf, 0x28);
     let shnum = u16_at(elf, 0x3c) as usize;
     (0..shnum)
         .map(|i| {
@@ -39,8 +42,8 @@ pub fn sections(elf: &[u8]) -> Vec<Section> {
                 header: h,
                 name_off: u32_at(elf, h),
                 sh_type: u32_at(elf, h + 4),
-                offset: u64_at(elf, h + 0x18) as usize,
-                size: u64_at(elf, h + 0x20) as usize,
+                offset: usize_at(elf, h + 0x18),
+                size: usize_at(elf, h + 0x20),
             }
         })
         .collect()
@@ -94,7 +97,9 @@ pub fn trailer(sig_len: u32) -> [u8; 12] {
 pub fn append_signature(body: &[u8], pkcs7: &[u8]) -> Vec<u8> {
     let mut v = body.to_vec();
     v.extend_from_slice(pkcs7);
-    v.extend_from_slice(&trailer(pkcs7.len() as u32));
+    v.extend_from_slice(&trailer(
+        u32::try_from(pkcs7.len()).expect("a PKCS#7 blob under 4 GiB"),
+    ));
     v.extend_from_slice(MAGIC);
     v
 }

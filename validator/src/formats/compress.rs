@@ -341,7 +341,7 @@ mod tests {
         ));
         let b = lz4_flex::block::compress(&[7u8; 5000]);
         let mut l = vec![2, 0x21, 0x4c, 0x18];
-        l.extend_from_slice(&(b.len() as u32).to_le_bytes());
+        l.extend_from_slice(&u32::try_from(b.len()).unwrap().to_le_bytes());
         l.extend_from_slice(&b);
         l.extend_from_slice(&5000u32.to_le_bytes()); // the kernel's size trailer
         assert_eq!(lz4_legacy(&l, 1 << 20).unwrap(), vec![7u8; 5000]);

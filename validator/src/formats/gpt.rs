@@ -231,7 +231,11 @@ pub fn parse_entries(hdr: &Header, bytes: &[u8]) -> Result<Vec<Partition>, GptPa
         });
     }
     let mut out = Vec::new();
-    for (i, e) in arr.chunks_exact(hdr.entry_size as usize).enumerate() {
+    for ((i, e), number) in arr
+        .chunks_exact(hdr.entry_size as usize)
+        .enumerate()
+        .zip(1u32..)
+    {
         let type_guid = Guid(bytes16(e, 0));
         if type_guid.is_zero() {
             continue;
@@ -254,7 +258,7 @@ pub fn parse_entries(hdr: &Header, bytes: &[u8]) -> Result<Vec<Partition>, GptPa
             .take_while(|&c| c != 0)
             .collect();
         out.push(Partition {
-            number: i as u32 + 1,
+            number,
             type_guid,
             unique_guid: Guid(u),
             first_lba,
@@ -281,9 +285,10 @@ pub fn read_table<R: FileExt>(
         disk: name.to_path_buf(),
         source,
     };
-    if !(512..=65536).contains(&sector_size) || !sector_size.is_power_of_two() {
-        return Err(invalid(format!("sector size {sector_size} invalid")));
-    }
+    let sector_len = usize::try_from(sector_size)
+        .ok()
+        .filter(|_| (512..=65536).contains(&sector_size) && sector_size.is_power_of_two())
+        .ok_or_else(|| invalid(format!("sector size {sector_size} invalid")))?;
     if size < sector_size * 3 {
         return Err(invalid(format!("{size} bytes is too small for a GPT")));
     }
@@ -298,7 +303,7 @@ pub fn read_table<R: FileExt>(
     };
     let last = size / sector_size - 1;
     let try_at = |lba: u64| -> Result<(Header, Vec<Partition>), GptError> {
-        let sec = read(lba, sector_size as usize)?;
+        let sec = read(lba, sector_len)?;
         let hdr = parse_header(&sec).map_err(|e| invalid(format!("LBA {lba}: {e}")))?;
         if hdr.current_lba != lba {
             return Err(invalid(format!(
@@ -348,7 +353,7 @@ pub(crate) mod tests {
     /// Builds a small GPT image in memory, the way `sfdisk` lays it out.
     pub(crate) fn build(parts: &[(Guid, Guid, u64, u64, &str)], sectors: u64) -> Vec<u8> {
         let ss = 512u64;
-        let mut img = vec![0u8; (sectors * ss) as usize];
+        let mut img = vec![0u8; usize::try_from(sectors * ss).unwrap()];
         let mut arr = vec![0u8; 128 * 128];
         for (i, (t, u, f, l, name)) in parts.iter().enumerate() {
             let e = &mut arr[i * 128..(i + 1) * 128];
@@ -384,9 +389,9 @@ pub(crate) mod tests {
         img[512..512 + 92].copy_from_slice(&p);
         img[1024..1024 + arr.len()].copy_from_slice(&arr);
         let b = header(last, 1, last - 32);
-        let bo = (last * ss) as usize;
+        let bo = usize::try_from(last * ss).unwrap();
         img[bo..bo + 92].copy_from_slice(&b);
-        let ao = ((last - 32) * ss) as usize;
+        let ao = usize::try_from((last - 32) * ss).unwrap();
         img[ao..ao + arr.len()].copy_from_slice(&arr);
         img
     }
@@ -394,7 +399,7 @@ pub(crate) mod tests {
     struct Mem(Vec<u8>);
     impl FileExt for Mem {
         fn read_at(&self, buf: &mut [u8], off: u64) -> io::Result<usize> {
-            let off = off as usize;
+            let off = usize::try_from(off).unwrap();
             if off >= self.0.len() {
                 return Ok(0);
             }

@@ -168,7 +168,7 @@ impl Archive {
                 e.mode(),
                 nlink,
                 mtime,
-                data.len() as u32,
+                u32::try_from(data.len()).unwrap_or(u32::MAX),
                 rdev,
                 path,
             );
@@ -215,7 +215,7 @@ fn header(
         0,
         rdev.0,
         rdev.1,
-        name.len() as u32 + 1,
+        u32::try_from(name.len() + 1).unwrap_or(u32::MAX),
         0,
     ] {
         let _ = write!(h, "{v:08X}");

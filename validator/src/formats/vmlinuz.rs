@@ -188,13 +188,10 @@ impl<'a> Sections<'a> {
             },
             goblin::container::Endian::Little,
         );
-        let shdrs = goblin::elf::SectionHeader::parse(
-            bytes,
-            elf.e_shoff as usize,
-            elf.e_shnum as usize,
-            ctx,
-        )
-        .map_err(|e| VmlinuzError::BadElf(e.to_string()))?;
+        let shoff = usize::try_from(elf.e_shoff)
+            .map_err(|_| VmlinuzError::BadElf("section header table out of range".into()))?;
+        let shdrs = goblin::elf::SectionHeader::parse(bytes, shoff, elf.e_shnum as usize, ctx)
+            .map_err(|e| VmlinuzError::BadElf(e.to_string()))?;
         let strtab = shdrs
             .get(elf.e_shstrndx as usize)
             .ok_or_else(|| VmlinuzError::BadElf("no section name table".into()))?;
@@ -280,10 +277,9 @@ pub fn exported_crcs(vmlinux: &[u8]) -> Result<Vec<ExportedCrc>, VmlinuzError> {
             let name_addr = match entry {
                 // PREL32: int value_offset; int name_offset; [int namespace_offset;]
                 8 | 12 => i32_le(e, 4).map(|off| {
-                    (addr as i64)
-                        .wrapping_add((i * entry) as i64)
+                    addr.wrapping_add((i * entry) as u64)
                         .wrapping_add(4)
-                        .wrapping_add(i64::from(off)) as u64
+                        .wrapping_add_signed(i64::from(off))
                 }),
                 // Absolute pointers: unsigned long value; const char *name; [namespace]
                 _ => u64_le(e, 8),
@@ -296,10 +292,9 @@ pub fn exported_crcs(vmlinux: &[u8]) -> Result<Vec<ExportedCrc>, VmlinuzError> {
             let ns_addr = match entry {
                 12 => i32_le(e, 8).map(|off| {
                     Some(
-                        (addr as i64)
-                            .wrapping_add((i * entry) as i64)
+                        addr.wrapping_add((i * entry) as u64)
                             .wrapping_add(8)
-                            .wrapping_add(i64::from(off)) as u64,
+                            .wrapping_add_signed(i64::from(off)),
                     )
                 }),
                 24 => u64_le(e, 16).map(|a| (a != 0).then_some(a)),
@@ -418,7 +413,7 @@ mod tests {
         img[0x202..0x206].copy_from_slice(b"HdrS");
         img[0x206..0x208].copy_from_slice(&0x020fu16.to_le_bytes());
         img[0x248..0x24c].copy_from_slice(&0u32.to_le_bytes());
-        img[0x24c..0x250].copy_from_slice(&(gz.len() as u32).to_le_bytes());
+        img[0x24c..0x250].copy_from_slice(&u32::try_from(gz.len()).unwrap().to_le_bytes());
         img.extend_from_slice(&gz);
         assert_eq!(
             vmlinux_limited(&img, 1000),

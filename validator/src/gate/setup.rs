@@ -85,7 +85,11 @@ mod tests {
         let vermagic = d.join(layout::VERMAGIC);
         let symvers = d.join(layout::SYMVERS);
         std::fs::write(&symvers, "0x12345678\tprintk\tvmlinux\tEXPORT_SYMBOL\t\n").unwrap();
-        std::fs::write(&vermagic, vec![b'x'; VERMAGIC_MAX as usize + 1]).unwrap();
+        std::fs::write(
+            &vermagic,
+            vec![b'x'; usize::try_from(VERMAGIC_MAX).unwrap() + 1],
+        )
+        .unwrap();
         let e = Gate::from_initramfs(&d, &bom).unwrap_err();
         assert_eq!(
             e.to_string(),

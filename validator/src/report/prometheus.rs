@@ -38,6 +38,7 @@ use std::fmt::Write as _;
 use super::schema::{CheckStatus, Report};
 use crate::runtime::modload::ModStatus;
 use crate::stages::Decision;
+use crate::util::as_f64;
 
 /// The file name in the textfile directory.
 pub const FILE_NAME: &str = "validator.prom";
@@ -89,7 +90,7 @@ fn family<'a>(out: &'a mut String, name: &str, help: &str) -> Family<'a> {
 }
 
 fn secs(us: u64) -> f64 {
-    us as f64 / 1e6
+    as_f64(us) / 1e6
 }
 
 fn mod_status_word(s: ModStatus) -> &'static str {
@@ -184,7 +185,7 @@ pub fn render(r: &Report) -> String {
         f.sample(
             "validator_checks",
             &[("status", Some(s.as_str()))],
-            n as f64,
+            as_f64(n as u64),
         );
     }
     let mut f = family(
@@ -239,7 +240,7 @@ pub fn render(r: &Report) -> String {
         f.sample(
             "validator_modules",
             &[("status", Some(mod_status_word(s)))],
-            n as f64,
+            as_f64(n as u64),
         );
     }
     measured(o, r);
@@ -262,14 +263,14 @@ pub fn render(r: &Report) -> String {
             "validator_peak_rss_bytes",
             "Peak resident memory of the init (PID 1), VmHWM.",
         )
-        .sample("validator_peak_rss_bytes", &[], b as f64);
+        .sample("validator_peak_rss_bytes", &[], as_f64(b));
     }
     family(
         o,
         "validator_warnings",
         "Problems in this boot that did not stop it.",
     )
-    .sample("validator_warnings", &[], r.warnings.len() as f64);
+    .sample("validator_warnings", &[], as_f64(r.warnings.len() as u64));
     out
 }
 
@@ -299,7 +300,7 @@ fn measured(o: &mut String, r: &Report) {
             "validator_tpm_commands",
             "TPM commands sent by this boot.",
         )
-        .sample("validator_tpm_commands", &[], t.commands as f64);
+        .sample("validator_tpm_commands", &[], as_f64(t.commands));
         family(
             o,
             "validator_tpm_wait_seconds",
@@ -347,7 +348,7 @@ fn measured(o: &mut String, r: &Report) {
             "validator_kernel_taint",
             "The kernel's taint bits after the modules were loaded.",
         )
-        .sample("validator_kernel_taint", &[], t.value as f64);
+        .sample("validator_kernel_taint", &[], as_f64(t.value));
     }
 }
 

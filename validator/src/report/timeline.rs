@@ -23,6 +23,10 @@ pub fn printable(s: &str) -> String {
 }
 
 /// A duration in µs for a person.
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "display only: a duration printed to two decimals"
+)]
 pub fn human_us(us: u64) -> String {
     if us >= 1_000_000 {
         format!("{:.2} s", us as f64 / 1e6)
@@ -134,6 +138,10 @@ fn rows(r: &Report) -> Vec<Bar> {
 }
 
 /// The timeline of `r` as an SVG document.
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "display only: SVG coordinates and seconds printed rounded"
+)]
 pub fn svg(r: &Report) -> String {
     let bars = rows(r);
     let t0 = bars

@@ -68,7 +68,7 @@ pub struct TpmReport {
 fn note_stats<T: crate::sys::tpm::Transport>(report: &mut TpmReport, tpm: &Tpm<T>) {
     let s = tpm.stats();
     report.commands = u64::from(s.commands);
-    report.time_us = s.time.as_micros() as u64;
+    report.time_us = u64::try_from(s.time.as_micros()).unwrap_or(u64::MAX);
 }
 
 /// The measurer of one boot.

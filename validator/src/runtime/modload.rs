@@ -460,7 +460,7 @@ impl Loader {
                 Some(gate) => {
                     let t = Instant::now();
                     let (v, img) = gate.check(name, rel, &raw);
-                    r.gate_us = t.elapsed().as_micros() as u64;
+                    r.gate_us = u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
                     r.signer = v.signer.clone();
                     r.sig_key = v.sig_key.clone();
                     r.sig_hashalgo = v.sig_hashalgo.clone();
@@ -469,7 +469,8 @@ impl Loader {
                         r.status = ModStatus::Rejected;
                         r.message = Some(v.summary());
                         r.reasons = v.reasons;
-                        r.duration_us = start.elapsed().as_micros() as u64;
+                        r.duration_us =
+                            u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
                         return r;
                     }
                     image = img.map(std::borrow::Cow::into_owned);
@@ -488,7 +489,7 @@ impl Loader {
                 None => return fail(r, None, format!("{}: not decompressed", path.display())),
             }
         };
-        r.duration_us = start.elapsed().as_micros() as u64;
+        r.duration_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
         match result {
             Ok(()) => r,
             Err(e) if e.errno == nix::errno::Errno::EEXIST => {

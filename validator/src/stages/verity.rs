@@ -288,7 +288,7 @@ pub fn table(
     }
     dm::Target {
         start: 0,
-        length: p.data_blocks * p.data_block_size as u64 / 512,
+        length: p.data_blocks * u64::from(p.data_block_size) / 512,
         kind: "verity".into(),
         params,
     }

@@ -13,6 +13,9 @@ use crate::util::le::{put, u32_ne, u64_ne};
 
 /// `sizeof(struct dm_ioctl)`.
 const HEADER: usize = 312;
+/// [`HEADER`] as the header's own u32 fields (and the ioctl number) carry it.
+const HEADER_U32: u32 = 312;
+const _: () = assert!(HEADER_U32 as usize == HEADER);
 /// `sizeof(struct dm_target_spec)`.
 const SPEC: usize = 40;
 const DM_NAME_LEN: usize = 128;
@@ -24,7 +27,7 @@ pub const DM_BUFFER_FULL_FLAG: u32 = 1 << 8;
 
 /// `_IOWR(0xfd, nr, struct dm_ioctl)`.
 const fn iowr(nr: u32) -> u32 {
-    (3 << 30) | ((HEADER as u32) << 16) | (0xfd << 8) | nr
+    (3 << 30) | (HEADER_U32 << 16) | (0xfd << 8) | nr
 }
 const DM_DEV_CREATE: u32 = iowr(3);
 const DM_DEV_REMOVE: u32 = iowr(4);
@@ -67,7 +70,7 @@ fn request(name: &str, data_len: usize) -> Result<Vec<u8>, Errno> {
     put_field(&mut b, 0, &4u32.to_ne_bytes())?;
     let len = u32::try_from(b.len()).map_err(|_| Errno::E2BIG)?;
     put_field(&mut b, 12, &len.to_ne_bytes())?; // data_size
-    put_field(&mut b, 16, &(HEADER as u32).to_ne_bytes())?; // data_start
+    put_field(&mut b, 16, &HEADER_U32.to_ne_bytes())?; // data_start
     put_str(&mut b, 48, DM_NAME_LEN, name)?;
     Ok(b)
 }
@@ -121,7 +124,9 @@ impl Control {
         // SAFETY: `buf` is a writable buffer of at least HEADER bytes whose header says its
         // own size (data_size), so the kernel reads and writes only inside it; the fd is
         // the open control node.
-        let rc = unsafe { nix::libc::ioctl(self.file.as_raw_fd(), req as _, buf.as_mut_ptr()) };
+        let rc = unsafe {
+            nix::libc::ioctl(self.file.as_raw_fd(), ioctl_request(req), buf.as_mut_ptr())
+        };
         if rc < 0 {
             return Err(SysError::new(what, name.to_string(), Errno::last()));
         }
@@ -224,6 +229,18 @@ impl Control {
         }
         Ok(out)
     }
+}
+
+/// The request number as libc's `ioctl` takes it: `c_ulong` on glibc.
+#[cfg(not(target_env = "musl"))]
+fn ioctl_request(req: u32) -> nix::libc::c_ulong {
+    nix::libc::c_ulong::from(req)
+}
+
+/// The request number as libc's `ioctl` takes it: `c_int` on musl, the same 32 bits.
+#[cfg(target_env = "musl")]
+fn ioctl_request(req: u32) -> nix::libc::c_int {
+    nix::libc::c_int::from_ne_bytes(req.to_ne_bytes())
 }
 
 #[cfg(test)]

@@ -115,14 +115,19 @@ impl RsaKey {
         let k = pkcs1::RsaPublicKey::from_der(der_bytes).map_err(KeyError::Pkcs1)?;
         let n = k.modulus.as_bytes();
         let e = k.public_exponent.as_bytes();
-        let bits = (n.len() * 8) as u32 - n.first().map_or(8, |b| b.leading_zeros());
+        // Saturates for a modulus beyond 4 Gbit, which the range check below refuses.
+        let n_bits = u32::try_from(n.len())
+            .ok()
+            .and_then(|len| len.checked_mul(8))
+            .unwrap_or(u32::MAX);
+        let bits = n_bits.saturating_sub(n.first().map_or(8, |b| b.leading_zeros()));
         if !(1024..=16384).contains(&bits) {
             return Err(KeyError::RsaBits { bits });
         }
         if e.is_empty() || e.len() > 8 || e.last().is_some_and(|b| b & 1 == 0) {
             return Err(KeyError::RsaExponent);
         }
-        let precision = (n.len() as u32 * 8).div_ceil(64) * 64;
+        let precision = n_bits.div_ceil(64) * 64;
         let nb = BoxedUint::from_be_slice(n, precision).map_err(KeyError::BigInt)?;
         let odd = Odd::new(nb.clone())
             .into_option()

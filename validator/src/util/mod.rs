@@ -14,6 +14,17 @@ pub mod fs;
 pub mod le;
 pub mod out;
 
+/// `x` as an `f64` for display and metrics (rates, ratios, MB, seconds): above 2^53 the
+/// value rounds to the nearest representable one, which a printed or exported number
+/// tolerates. Never use it for a value that is compared or fed back into the gate.
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "display only: reports and metrics print rounded values"
+)]
+pub fn as_f64(x: u64) -> f64 {
+    x as f64
+}
+
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";

@@ -83,11 +83,12 @@ impl Rng {
 
     /// An index below `n` (0 when `n` is 0).
     pub fn index(&mut self, n: usize) -> usize {
-        self.below(n as u64) as usize
+        usize::try_from(self.below(n as u64)).unwrap()
     }
 
     pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
+        // The low byte of each draw.
+        (0..n).map(|_| self.next().to_le_bytes()[0]).collect()
     }
 }
 

@@ -207,7 +207,8 @@ fn sections(bytes: &[u8]) -> Result<Vec<(String, goblin::elf::SectionHeader)>, M
     }
     let _: &Header = &h;
     let count = h.e_shnum as usize;
-    let end = (h.e_shoff as usize)
+    let shoff = usize::try_from(h.e_shoff).map_err(|_| bad("section table offset"))?;
+    let end = shoff
         .checked_add(
             count
                 .checked_mul(h.e_shentsize as usize)
@@ -221,7 +222,7 @@ fn sections(bytes: &[u8]) -> Result<Vec<(String, goblin::elf::SectionHeader)>, M
         goblin::container::Container::Big,
         goblin::container::Endian::Little,
     );
-    let shdrs = goblin::elf::SectionHeader::parse(bytes, h.e_shoff as usize, count, ctx)
+    let shdrs = goblin::elf::SectionHeader::parse(bytes, shoff, count, ctx)
         .map_err(|e| ModFileError::BadElf(e.to_string()))?;
     let strtab = shdrs
         .get(h.e_shstrndx as usize)
@@ -331,7 +332,7 @@ fn undefined_symbols(
     let mut out = Vec::new();
     // Entry 0 is the null symbol; the kernel starts at 1.
     for (i, rec) in syms.chunks_exact(SYM_SIZE).enumerate().skip(1) {
-        if u16_le(rec, 6) != Some(goblin::elf::section_header::SHN_UNDEF as u16) {
+        if u16_le(rec, 6).map(u32::from) != Some(goblin::elf::section_header::SHN_UNDEF) {
             continue;
         }
         let off = u32_le(rec, 0).unwrap_or_default() as usize;
@@ -374,7 +375,9 @@ pub fn exports(bytes: &[u8]) -> Result<Vec<VersionEntry>, ModFileError> {
         let shndx = u32::from(u16_le(rec, 6).unwrap_or_default());
         let value = u64_le(rec, 8).unwrap_or_default();
         let crc = if shndx == goblin::elf::section_header::SHN_ABS {
-            value as u32
+            // The 32-bit CRC is the low half of the symbol's value (what the kernel reads).
+            let [a, b, c, d, ..] = value.to_le_bytes();
+            u32::from_le_bytes([a, b, c, d])
         } else {
             let (_, sh) = secs
                 .get(shndx as usize)

@@ -96,7 +96,7 @@ mod tests {
         let mut v = body.to_vec();
         v.extend_from_slice(sig);
         v.extend_from_slice(&[0, 0, 2, 0, 0, 0, 0, 0]);
-        v.extend_from_slice(&(sig.len() as u32).to_be_bytes());
+        v.extend_from_slice(&u32::try_from(sig.len()).unwrap().to_be_bytes());
         v.extend_from_slice(MAGIC);
         v
     }

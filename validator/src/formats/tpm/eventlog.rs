@@ -143,7 +143,7 @@ impl SpecIdEvent {
                 .iter()
                 .map(|b| AlgorithmSize {
                     alg_id: b.alg_id(),
-                    digest_size: b.size() as u16,
+                    digest_size: u16::try_from(b.size()).unwrap_or(u16::MAX),
                 })
                 .collect(),
             vendor_info: Vec::new(),
@@ -167,12 +167,12 @@ impl SpecIdEvent {
             self.spec_errata,
             self.uintn_size,
         ]);
-        v.extend_from_slice(&(self.algorithms.len() as u32).to_le_bytes());
+        v.extend_from_slice(&len_u32(self.algorithms.len()).to_le_bytes());
         for a in &self.algorithms {
             v.extend_from_slice(&a.alg_id.to_le_bytes());
             v.extend_from_slice(&a.digest_size.to_le_bytes());
         }
-        v.push(self.vendor_info.len() as u8);
+        v.push(u8::try_from(self.vendor_info.len()).unwrap_or(u8::MAX));
         v.extend_from_slice(&self.vendor_info);
         v
     }
@@ -294,17 +294,17 @@ impl EventLog {
         v.extend_from_slice(&0u32.to_le_bytes());
         v.extend_from_slice(&EV_NO_ACTION.to_le_bytes());
         v.extend_from_slice(&[0u8; 20]);
-        v.extend_from_slice(&(spec.len() as u32).to_le_bytes());
+        v.extend_from_slice(&len_u32(spec.len()).to_le_bytes());
         v.extend_from_slice(&spec);
         for e in &self.events {
             v.extend_from_slice(&e.pcr.to_le_bytes());
             v.extend_from_slice(&e.event_type.to_le_bytes());
-            v.extend_from_slice(&(e.digests.len() as u32).to_le_bytes());
+            v.extend_from_slice(&len_u32(e.digests.len()).to_le_bytes());
             for (id, d) in &e.digests {
                 v.extend_from_slice(&id.to_le_bytes());
                 v.extend_from_slice(d);
             }
-            v.extend_from_slice(&(e.data.len() as u32).to_le_bytes());
+            v.extend_from_slice(&len_u32(e.data.len()).to_le_bytes());
             v.extend_from_slice(&e.data);
         }
         v
@@ -517,6 +517,12 @@ fn parse_event2(c: &mut Cursor<'_>, spec: &SpecIdEvent) -> Result<Event, EventLo
         digests,
         data,
     })
+}
+
+/// A length as the log's 32-bit count field; saturates (a log we write never holds
+/// 4 GiB in one field, and the parser rejects what does not fit).
+fn len_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
 }
 
 #[cfg(test)]

@@ -145,7 +145,7 @@ pub fn parse(b: &[u8]) -> Result<Params, SuperblockError> {
     }
     let data_blocks = u64_le(head, 72).unwrap_or_default();
     if data_blocks
-        .checked_mul(data_block_size as u64)
+        .checked_mul(u64::from(data_block_size))
         .is_none_or(|n| n > i64::MAX as u64)
     {
         return Err(SuperblockError::Overflow(data_blocks));
@@ -180,7 +180,7 @@ pub fn encode(p: &Params) -> Vec<u8> {
     b.extend_from_slice(&p.hash_block_size.to_le_bytes());
     b.extend_from_slice(&p.data_blocks.to_le_bytes());
     let salt = p.salt.get(..p.salt.len().min(SALT_MAX)).unwrap_or_default();
-    b.extend_from_slice(&(salt.len() as u16).to_le_bytes());
+    b.extend_from_slice(&u16::try_from(salt.len()).unwrap_or(u16::MAX).to_le_bytes());
     b.resize(88, 0);
     b.extend_from_slice(salt);
     b.resize(SIZE, 0);

@@ -59,7 +59,7 @@ impl Geometry {
     /// The geometry for `p` with the tree after a superblock at `hash_offset` bytes
     /// (`with_superblock`), or starting right at `hash_offset`.
     pub fn new(p: &Params, hash_offset: u64, with_superblock: bool) -> Result<Geometry, TreeError> {
-        let hbs = p.hash_block_size as u64;
+        let hbs = u64::from(p.hash_block_size);
         let ds = p.algorithm.digest_size() as u64;
         if hbs < 2 * ds {
             return Err(TreeError::Geometry {
@@ -69,7 +69,10 @@ impl Geometry {
         }
         let last = p.data_blocks.checked_sub(1).ok_or(TreeError::NoData)?;
         let bits = 63 - (hbs / ds).leading_zeros();
-        let stride = (hbs >> bits) as usize;
+        let stride = usize::try_from(hbs >> bits).map_err(|_| TreeError::Geometry {
+            hbs: p.hash_block_size,
+            alg: p.algorithm.name(),
+        })?;
         let mut levels = 0u32;
         while bits * levels < 64 && last >> (bits * levels) != 0 {
             levels += 1;
@@ -131,12 +134,12 @@ impl Geometry {
             .map(|(s, n)| s + n)
             .max()
             .unwrap_or(self.hash_start);
-        end * self.params.hash_block_size as u64
+        end * u64::from(self.params.hash_block_size)
     }
 
     /// Bytes of the data device the tree covers.
     pub fn data_end(&self) -> u64 {
-        self.params.data_blocks * self.params.data_block_size as u64
+        self.params.data_blocks * u64::from(self.params.data_block_size)
     }
 }
 
@@ -271,6 +274,8 @@ pub fn verify<D: FileExt + Sync, H: FileExt + Sync>(
     }
     // Level 0: each job is a run of level-0 hash blocks and the data they cover.
     let per = 1u64 << g.bits;
+    // `bits` < 64: on x86-64 (the only target) this never saturates.
+    let per_len = usize::try_from(per).unwrap_or(usize::MAX);
     let (Some(&l0), Some(&l0_start)) = (g.level_blocks.first(), g.level_start.first()) else {
         return Err(TreeError::NoData);
     };
@@ -282,7 +287,7 @@ pub fn verify<D: FileExt + Sync, H: FileExt + Sync>(
     let digests: Vec<Mutex<Vec<u8>>> = (0..l0).map(|_| Mutex::new(Vec::new())).collect();
     let done = AtomicUsize::new(0);
     // Data blocks read at once: a hash block's worth, capped at READ_CHUNK bytes.
-    let batch = (per as usize).min((READ_CHUNK / dbs).max(1));
+    let batch = per_len.min((READ_CHUNK / dbs).max(1));
     let work = || {
         let mut dbuf = vec![0u8; batch * dbs];
         let mut stored = vec![0u8; hbs];
@@ -296,7 +301,7 @@ pub fn verify<D: FileExt + Sync, H: FileExt + Sync>(
             }
             for j in start..(start + RUN).min(l0) {
                 let first = j * per;
-                let n = per.min(p.data_blocks - first) as usize;
+                let n = per_len.min(usize::try_from(p.data_blocks - first).unwrap_or(usize::MAX));
                 let mut ds: Vec<Vec<u8>> = Vec::with_capacity(n);
                 while ds.len() < n {
                     let k = (n - ds.len()).min(batch);
@@ -344,7 +349,7 @@ pub fn verify<D: FileExt + Sync, H: FileExt + Sync>(
                         *fb = Some(f);
                     }
                 }
-                if let Some(slot) = digests.get(j as usize) {
+                if let Some(slot) = usize::try_from(j).ok().and_then(|j| digests.get(j)) {
                     *slot.lock().unwrap_or_else(|p| p.into_inner()) = block_digest(p, &built);
                 }
                 done.fetch_add(1, Ordering::Relaxed);
@@ -376,8 +381,8 @@ pub fn verify<D: FileExt + Sync, H: FileExt + Sync>(
         .collect();
     let mut stored = vec![0u8; hbs];
     for (level, &level_start) in (1..g.levels).zip(g.level_start.iter().skip(1)) {
-        let mut next_digests = Vec::with_capacity(below.len().div_ceil(per as usize));
-        for (j, group) in below.chunks(per as usize).enumerate() {
+        let mut next_digests = Vec::with_capacity(below.len().div_ceil(per_len));
+        for (j, group) in below.chunks(per_len).enumerate() {
             let built = build_block(g, group);
             let blk = level_start + j as u64;
             read_at(hash, "hash", &mut stored, blk * hbs as u64)?;
@@ -411,7 +416,12 @@ pub fn top_matches<H: FileExt>(hash: &H, g: &Geometry, root: &[u8]) -> Result<bo
         return Ok(true); // nothing stored: the kernel checks the single data block
     };
     let mut b = vec![0u8; g.params.hash_block_size as usize];
-    read_at(hash, "hash", &mut b, top * g.params.hash_block_size as u64)?;
+    read_at(
+        hash,
+        "hash",
+        &mut b,
+        top * u64::from(g.params.hash_block_size),
+    )?;
     Ok(block_digest(&g.params, &b) == root)
 }
 
@@ -427,18 +437,24 @@ pub fn build(p: &Params, data: &[u8]) -> (Vec<u8>, Vec<u8>) {
     let per = 1usize << g.bits;
     let mut below: Vec<Vec<u8>> = data
         .chunks(dbs)
-        .take(p.data_blocks as usize)
+        .take(usize::try_from(p.data_blocks).unwrap_or(usize::MAX))
         .map(|b| block_digest(p, b))
         .collect();
     if g.levels == 0 {
         return (Vec::new(), below.into_iter().next().unwrap_or_default());
     }
-    let mut area = vec![0u8; (g.hash_end() - g.hash_start * hbs as u64) as usize];
+    let Ok(area_len) = usize::try_from(g.hash_end() - g.hash_start * hbs as u64) else {
+        return (Vec::new(), Vec::new());
+    };
+    let mut area = vec![0u8; area_len];
     for &start in &g.level_start {
         let mut next = Vec::new();
         for (j, group) in below.chunks(per).enumerate() {
             let b = build_block(&g, group);
-            let at = (start - g.hash_start) as usize + j;
+            let Ok(level_at) = usize::try_from(start - g.hash_start) else {
+                return (Vec::new(), Vec::new());
+            };
+            let at = level_at + j;
             if let Some(dst) = area.get_mut(at * hbs..(at + 1) * hbs) {
                 dst.copy_from_slice(&b);
             }
@@ -488,7 +504,7 @@ mod tests {
     struct Mem(Vec<u8>);
     impl FileExt for Mem {
         fn read_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
-            let off = off as usize;
+            let off = usize::try_from(off).unwrap();
             if off >= self.0.len() {
                 return Ok(0);
             }
@@ -510,8 +526,8 @@ mod tests {
             (Algorithm::Sha256, 4096, 4096, 1, b"s"),
         ] {
             let p = params(alg, dbs, hbs, blocks, salt);
-            let data: Vec<u8> = (0..blocks as usize * dbs as usize)
-                .map(|i| (i * 31 % 251) as u8)
+            let data: Vec<u8> = (0..usize::try_from(blocks).unwrap() * dbs as usize)
+                .map(|i| u8::try_from(i * 31 % 251).unwrap())
                 .collect();
             let (area, root) = build(&p, &data);
             let g = Geometry::new(&p, 0, false).unwrap();

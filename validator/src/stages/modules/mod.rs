@@ -130,7 +130,7 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
     ctx.facts.modules = results;
     let t = Instant::now();
     let measured = measure_loaded(ctx);
-    let measured_us = t.elapsed().as_micros() as u64;
+    let measured_us = u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
     if !refused.is_empty() {
         return Err(ModulesError::Refused(refused));
     }

@@ -161,7 +161,9 @@ impl<T: Transport> Tpm<T> {
         // Authorization area: TPMS_AUTH_COMMAND with the password session, empty nonce,
         // no attributes, empty password.
         c.u32(9).u32(TPM_RS_PW).u16(0).u8(0).u16(0);
-        c.u32(digests.len() as u32);
+        let count = u32::try_from(digests.len())
+            .map_err(|_| invalid(format!("{} digests is too many", digests.len())))?;
+        c.u32(count);
         for (alg, d) in digests {
             c.u16(alg.alg_id()).bytes(d);
         }
@@ -316,9 +318,12 @@ fn push_selection(c: &mut CommandBuf, banks: &[HashAlg], pcr: u32) {
     if let Some(byte) = select.get_mut((pcr / 8) as usize) {
         *byte = 1 << (pcr % 8);
     }
-    c.u32(banks.len() as u32);
+    // Both counts are tiny (a handful of banks, at most 32 select bytes); saturating
+    // only names the limit, it is never reached.
+    c.u32(u32::try_from(banks.len()).unwrap_or(u32::MAX));
+    let size_byte = u8::try_from(size).unwrap_or(u8::MAX);
     for b in banks {
-        c.u16(b.alg_id()).u8(size as u8).bytes(&select);
+        c.u16(b.alg_id()).u8(size_byte).bytes(&select);
     }
 }
 
@@ -402,12 +407,12 @@ fn parse_pcr_read(
     for _ in 0..count {
         let at = r.offset();
         let (alg_id, bits) = read_selection(&mut r)?;
-        for (byte, b) in bits.iter().enumerate() {
+        for (byte, b) in (0u32..).zip(bits.iter()) {
             for bit in 0..8 {
                 if b & (1 << bit) == 0 {
                     continue;
                 }
-                let index = byte as u32 * 8 + bit;
+                let index = byte * 8 + bit;
                 let alg = HashAlg::from_alg_id(alg_id).filter(|a| want.contains(a));
                 match alg {
                     Some(a) if index == pcr && !selected.contains(&a) => selected.push(a),

@@ -41,7 +41,7 @@ fn fast(script: Script) -> Tpm<Script> {
 /// A response: header with the right size, then `body`.
 fn resp(tag: u16, rc: u32, body: &[u8]) -> Vec<u8> {
     let mut v = tag.to_be_bytes().to_vec();
-    v.extend_from_slice(&((10 + body.len()) as u32).to_be_bytes());
+    v.extend_from_slice(&u32::try_from(10 + body.len()).unwrap().to_be_bytes());
     v.extend_from_slice(&rc.to_be_bytes());
     v.extend_from_slice(body);
     v
@@ -66,7 +66,7 @@ const CAP_PCRS: &[u8] = &[
 
 fn pcr_read_resp(counter: u32, pcr: u32, vals: &[(HashAlg, Vec<u8>)]) -> Vec<u8> {
     let mut b = counter.to_be_bytes().to_vec();
-    b.extend_from_slice(&(vals.len() as u32).to_be_bytes());
+    b.extend_from_slice(&u32::try_from(vals.len()).unwrap().to_be_bytes());
     for (a, _) in vals {
         let mut sel = [0u8; 3];
         sel[(pcr / 8) as usize] = 1 << (pcr % 8);
@@ -74,9 +74,9 @@ fn pcr_read_resp(counter: u32, pcr: u32, vals: &[(HashAlg, Vec<u8>)]) -> Vec<u8>
         b.push(3);
         b.extend_from_slice(&sel);
     }
-    b.extend_from_slice(&(vals.len() as u32).to_be_bytes());
+    b.extend_from_slice(&u32::try_from(vals.len()).unwrap().to_be_bytes());
     for (_, v) in vals {
-        b.extend_from_slice(&(v.len() as u16).to_be_bytes());
+        b.extend_from_slice(&u16::try_from(v.len()).unwrap().to_be_bytes());
         b.extend_from_slice(v);
     }
     resp(ST_NO_SESSIONS, 0, &b)
