@@ -15,7 +15,9 @@
 //! packed module must pass the gate at build time, so a bad module is caught before any
 //! node boots it.
 //!
-//! Every input is read through [`validator::util::fs::read_limited`] (no FIFO, directory
+//! Every error names the file it is about (an input, the BOM, a certificate, a module
+//! file, the `--file` source whose entry clashes); only a compression failure of the
+//! archive in memory names none. Every input is read through [`validator::util::fs::read_limited`] (no FIFO, directory
 //! or device; at most the size in [`limits`]), and [`unpack`] reads an initramfs back as
 //! the kernel does.
 //!
@@ -90,8 +92,13 @@ pub enum BuildError {
         "{0}: no boot/vmlinuz-<release> next to the modules (the gate needs the kernel image)"
     )]
     NoVmlinuz(PathBuf),
-    #[error("trust store: {0}")]
-    Trust(#[from] validator::trust::TrustError),
+    #[error("{path}: trust store: {source}")]
+    Trust {
+        path: PathBuf,
+        source: validator::trust::TrustError,
+    },
+    #[error("{path}: {source}")]
+    Entry { path: PathBuf, source: CpioError },
     #[error("the module gate refuses {}", .0.join("; "))]
     Gate(Vec<String>),
     #[error("{0}: the init is empty")]
@@ -217,27 +224,45 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
         symvers.insert_ns(&e.symbol, e.crc, "vmlinux", e.gpl, &e.namespace);
     }
     drop(vmlinux);
-    let mut trust_files: Vec<(String, Vec<u8>)> = builtin
+    // (name in the initramfs, the file it came from, bytes)
+    let mut trust_files: Vec<(String, PathBuf, Vec<u8>)> = builtin
         .iter()
         .enumerate()
-        .map(|(i, der)| (format!("kernel-builtin-{i}.der"), der.clone()))
+        .map(|(i, der)| {
+            (
+                format!("kernel-builtin-{i}.der"),
+                vmlinuz.clone(),
+                der.clone(),
+            )
+        })
         .collect();
-    let bom_dir = spec.bom.parent().unwrap_or(Path::new("."));
+    // A BOM given as a bare file name has the empty parent: its certificates are in ".".
+    let bom_dir = spec
+        .bom
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     for t in &bom.bom.policy.trust {
         let p = bom_dir.join(t);
         let name = p
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
-        trust_files.push((format!("bom-{name}"), read(&p, limits::CERT_FILE_MAX)?));
+        let bytes = read(&p, limits::CERT_FILE_MAX)?;
+        trust_files.push((format!("bom-{name}"), p, bytes));
     }
     let mut trust = validator::trust::TrustStore::new();
-    for (name, bytes) in &trust_files {
-        trust.add_bytes(bytes, name)?;
+    for (name, path, bytes) in &trust_files {
+        trust
+            .add_bytes(bytes, name)
+            .map_err(|source| BuildError::Trust {
+                path: path.clone(),
+                source,
+            })?;
     }
     // The module files to pack (overrides replace the tree's file).
     // (name, path in the tree, bytes), in the closure's order.
-    let mut module_files: Vec<(&String, &String, Vec<u8>)> = Vec::new();
+    let mut module_files: Vec<(&String, &String, PathBuf, Vec<u8>)> = Vec::new();
     let mut referenced = std::collections::BTreeSet::new();
     for (name, rel) in &clo.files {
         let src = spec
@@ -263,7 +288,7 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
             referenced.extend(elf.versions.into_iter().map(|v| v.symbol));
             referenced.extend(elf.undefined.into_iter().map(|u| u.name));
         }
-        module_files.push((name, rel, bytes));
+        module_files.push((name, rel, src, bytes));
     }
     // The init only needs the CRCs of symbols the packed modules import (their undefined
     // symbols and `__versions` records, `module_layout` included). With root modules
@@ -283,9 +308,9 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
         };
         let refused: Vec<String> = module_files
             .iter()
-            .filter_map(|(name, rel, bytes)| {
+            .filter_map(|(name, rel, src, bytes)| {
                 let (v, _) = gate.check(name, rel, bytes);
-                (!v.pass).then(|| format!("{name}: {}", v.summary()))
+                (!v.pass).then(|| format!("{name} ({}): {}", src.display(), v.summary()))
             })
             .collect();
         if !refused.is_empty() {
@@ -320,16 +345,20 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     a.file("etc/validator/bom.toml", bom.bytes.clone(), 0o644)?;
     let mdir = format!("lib/modules/{}", tree.release);
     a.dir(&mdir)?;
-    for (_, rel, bytes) in module_files {
+    for (_, rel, _, bytes) in module_files {
         a.file(&format!("{mdir}/{rel}"), bytes, 0o644)?;
     }
     use validator::config::layout;
-    for (name, bytes) in &trust_files {
+    for (name, path, bytes) in &trust_files {
         a.file(
             &format!("{}/{name}", layout::TRUST_DIR),
             bytes.clone(),
             0o644,
-        )?;
+        )
+        .map_err(|source| BuildError::Entry {
+            path: path.clone(),
+            source,
+        })?;
     }
     a.file(layout::SYMVERS, symvers.to_text().into_bytes(), 0o644)?;
     a.file(
@@ -367,7 +396,11 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
                 .mode()
                 & 0o7777
         };
-        a.file(dst, read(src, limits::EXTRA_FILE_MAX)?, perm)?;
+        a.file(dst, read(src, limits::EXTRA_FILE_MAX)?, perm)
+            .map_err(|source| BuildError::Entry {
+                path: src.clone(),
+                source,
+            })?;
     }
     let raw = a.write(spec.mtime);
     let bytes = compress(&raw, spec.compress).map_err(BuildError::Compress)?;

@@ -305,3 +305,72 @@ fn generated_inputs_for_every_input_file() {
         }
     }
 }
+
+/// Every build error names its file: `policy.trust = [""]` is refused where the BOM is
+/// read (the key, its line and the BOM named; it used to end in "mkinitramfs: : No such
+/// file or directory"), a certificate that is not one names its path (it used to name
+/// only "bom-<name>", the entry in the initramfs), and a `--file` whose destination
+/// clashes names its source.
+#[test]
+fn build_errors_name_their_file() {
+    let dir = tmpdir("mk-names-file");
+    let i = build_inputs(&dir);
+    let out = dir.join("out.img");
+    let base = std::fs::read_to_string(&i.bom).unwrap();
+    let with_trust = |name: &str, trust: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, format!("{base}\n[policy]\ntrust = {trust}\n")).unwrap();
+        p
+    };
+
+    let empty = with_trust("empty-trust.toml", "[\"\"]");
+    let r = build(&i, &empty, &i.init, &i.extra, &out);
+    assert_refused(&r, &empty, "policy.trust = [\"\"]");
+    assert!(r.stderr.contains("policy.trust[0]"), "{}", r.stderr);
+    // Relative to the current directory too (the BOM's parent is then "").
+    let mut c = Command::new(env!("CARGO_BIN_EXE_mkinitramfs"));
+    c.current_dir(&dir).args([
+        OsStr::new("build"),
+        "--kernel".as_ref(),
+        i.kernel.as_os_str(),
+        "--bom".as_ref(),
+        "empty-trust.toml".as_ref(),
+        "--init".as_ref(),
+        i.init.as_os_str(),
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    let r = run_deadline(c, DEADLINE);
+    assert_refused(
+        &r,
+        Path::new("empty-trust.toml"),
+        "relative BOM, trust [\"\"]",
+    );
+    assert!(r.stderr.contains("policy.trust[0]"), "{}", r.stderr);
+
+    let junk = dir.join("junk.pem");
+    std::fs::write(&junk, b"-----BEGIN CERTIFICATE-----\nnot base64 !!\n").unwrap();
+    let bom = with_trust("junk-trust.toml", "[\"junk.pem\"]");
+    let r = build(&i, &bom, &i.init, &i.extra, &out);
+    assert_refused(&r, &junk, "a trust file that is no certificate");
+
+    // An extra file whose destination clashes with an entry of the build names its
+    // source (it used to name only the entry).
+    let mut file_arg = i.extra.as_os_str().to_os_string();
+    file_arg.push("=/init");
+    let r = mkinitramfs(&[
+        OsStr::new("build"),
+        "--kernel".as_ref(),
+        i.kernel.as_os_str(),
+        "--bom".as_ref(),
+        i.bom.as_os_str(),
+        "--init".as_ref(),
+        i.init.as_os_str(),
+        "--file".as_ref(),
+        &file_arg,
+        "-o".as_ref(),
+        out.as_os_str(),
+    ]);
+    assert_refused(&r, &i.extra, "--file onto /init");
+    assert!(!out.exists(), "a failed build wrote {}", out.display());
+}

@@ -1,7 +1,8 @@
 //! The BOM's cross-checks: every check beyond the schema's types, each error on the line
 //! of the key at fault - the schema version, the measure PCR and deadline, module names
 //! listed twice (`-` and `_` are the same) or in both `modules.load` and `modules.root`,
-//! pins of names that are no module, the `[slot]`, `[verity]`, `[report]` and
+//! pins of names that are no module, `policy.trust` paths that name no file (empty,
+//! NUL, `.`, `..`, a trailing `/`), the `[slot]`, `[verity]`, `[report]` and
 //! `[hardware]` values the init could not boot with.
 //!
 //! Contract: [`check`] returns the first problem as `(line, message)`; [`super::parse`]
@@ -19,6 +20,20 @@ fn first_duplicate<'b>(names: impl Iterator<Item = &'b str>) -> Option<(usize, &
     names
         .enumerate()
         .find(|(_, n)| !seen.insert(crate::formats::kmod::normalize_name(n)))
+}
+
+/// Why `p` cannot name a file (a certificate the build reads), if it cannot: empty, a
+/// NUL byte, or no file name at its end (`.`, `..`, a trailing `/`).
+fn not_a_file_path(p: &str) -> Option<&'static str> {
+    if p.is_empty() {
+        Some("is an empty path")
+    } else if p.contains('\0') {
+        Some("holds a NUL byte")
+    } else if p.ends_with('/') || std::path::Path::new(p).file_name().is_none() {
+        Some("names a directory, not a file")
+    } else {
+        None
+    }
 }
 
 /// Every check beyond the schema's types, with the line of the key at fault.
@@ -101,9 +116,21 @@ pub(super) fn check(bom: &Bom, lines: &KeyLines<'_>) -> Result<(), (usize, Strin
             ),
         ));
     }
+    for (i, t) in bom.policy.trust.iter().enumerate() {
+        if let Some(why) = not_a_file_path(t) {
+            return Err((
+                lines.of(&["policy", "trust"], Some(i)),
+                format!("policy.trust[{i}] {t:?} {why} (a certificate file, relative to the BOM)"),
+            ));
+        }
+    }
     if let Some(slot) = &bom.slot {
         if let Err(why) = slot.check() {
-            return Err((lines.of(&["slot"], None), format!("slot: {why}")));
+            let line = match why.key() {
+                Some(key) => lines.of(&["slot", key], None),
+                None => lines.of(&["slot"], None),
+            };
+            return Err((line, format!("slot: {why}")));
         }
     }
     if let Some(v) = &bom.verity {

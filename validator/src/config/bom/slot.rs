@@ -4,7 +4,9 @@
 //! Contract: [`Slot::check`] refuses what the init could not use (paths that are not
 //! absolute on the ESP, an unusable `max_boots`, entry ids that are no BLS id, root
 //! templates that name no partition), each as a [`SlotConfigError`] variant naming the
-//! key and value; the BOM's cross-checks put it on the `[slot]` line.
+//! key and value ([`SlotConfigError::key`]); the BOM's cross-checks put it on that key's
+//! line (the `[slot]` line where the key is a default). An empty path is refused like
+//! any path that is not absolute.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -194,6 +196,20 @@ pub struct Slot {
     /// Our state record (two copies) on the ESP.
     #[serde(default = "default_state_dir")]
     pub state_dir: String,
+}
+
+impl SlotConfigError {
+    /// The `[slot]` key at fault (`entries` for an entry id), if the error is about one.
+    pub fn key(&self) -> Option<&'static str> {
+        match self {
+            SlotConfigError::NotEspPath { key, .. } | SlotConfigError::NotPartition { key, .. } => {
+                Some(key)
+            }
+            SlotConfigError::MaxBoots(_) => Some("max_boots"),
+            SlotConfigError::NoEntry(_) | SlotConfigError::NotEntryId { .. } => Some("entries"),
+            SlotConfigError::Toml { .. } => None,
+        }
+    }
 }
 
 impl Slot {

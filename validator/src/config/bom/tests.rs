@@ -288,3 +288,38 @@ fn slot_and_report_errors_are_typed() {
     let (_, msg) = err(&format!("{GOOD}\n[slot]\nmax_boots = 17\n"));
     assert_eq!(msg, "slot: max_boots 17 is outside 1..16");
 }
+
+/// Every path-valued key refuses an empty path (or one naming no file) on the key's line,
+/// naming the key: `policy.trust` (mkinitramfs read "" as the BOM's directory and said
+/// only ": No such file or directory"), the `[slot]` ESP paths and `verity.critical`.
+/// The `[report]` directories take "" to turn an output off.
+#[test]
+fn empty_paths_are_refused_on_their_line() {
+    for bad in ["\"\"", "\".\"", "\"certs/\"", "\"..\"", "\"a\\u0000b\""] {
+        let (line, msg) = err(&format!(
+            "{GOOD}\n[policy]\ntrust = [\n  \"ok.pem\",\n  {bad},\n]\n"
+        ));
+        assert_eq!(line, 28, "{bad}: {msg}");
+        assert!(msg.starts_with("policy.trust[1] "), "{bad}: {msg}");
+    }
+    parse(
+        format!("{GOOD}\n[policy]\ntrust = [\"ok.pem\", \"certs/fleet.der\"]\n").as_bytes(),
+        Path::new("bom.toml"),
+    )
+    .unwrap();
+    for key in ["grubenv", "kernel", "initrd", "state_dir"] {
+        let (line, msg) = err(&format!("{GOOD}\n[slot]\nmax_boots = 3\n{key} = \"\"\n"));
+        assert_eq!(line, 27, "{key}: {msg}");
+        assert!(msg.contains(&format!("slot: {key} \"\"")), "{msg}");
+    }
+    let (line, msg) = err(&format!(
+        "{GOOD}\n[verity]\nsource = \"signature\"\ncritical = [\"\"]\n"
+    ));
+    assert_eq!(line, 27, "{msg}");
+    assert!(msg.contains("absolute path"), "{msg}");
+    parse(
+        format!("{GOOD}\n[report]\ntextfile_dir = \"\"\nnfd_dir = \"\"\n").as_bytes(),
+        Path::new("bom.toml"),
+    )
+    .unwrap();
+}
