@@ -812,10 +812,8 @@ fn outputs_replace_only_regular_files() {
         into: Some("validator.1".to_string()),
         good: 0,
     });
-    let mut n = 0;
-    for w in &writers {
+    for (n, w) in writers.iter().enumerate() {
         let case = dir.join(format!("case{n}"));
-        n += 1;
         std::fs::create_dir(&case).unwrap();
         // OUT (the directory for `into`) and the path that is blocked.
         let out = case.join("out");
