@@ -3,7 +3,10 @@
 //! Contract: exit status 0 on success, 2 on bad usage or any failure, with a message
 //! naming the file. Paths are taken as given (any bytes, not only UTF-8); every input is
 //! checked and size-limited before it is read ([`mkinitramfs::limits`]); the output is
-//! written by rename, so a failed build leaves nothing behind. A closed stdout ends the
+//! written by rename, so a failed build leaves nothing behind; it replaces only a regular
+//! file (a device, FIFO, directory or symbolic link at OUT, or a missing directory, is
+//! refused naming the path: `validator::util::fs::write_output`). Control characters in
+//! a message (from a file name) are escaped (`\u{1b}`, `\n`). A closed stdout ends the
 //! listing, not the command.
 
 use std::ffi::{OsStr, OsString};
@@ -84,10 +87,25 @@ fn main() -> ExitCode {
     match run(cli.cmd, &mut out).and_then(|()| out.flush().map_err(|e| e.to_string())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("mkinitramfs: {e}");
+            eprintln!("mkinitramfs: {}", escape_controls(&e));
             ExitCode::from(2)
         }
     }
+}
+
+/// `s` with every control character (a newline too) written as an escape (`\u{1b}`,
+/// `\n`): a message names files and values from the input, which must not move the
+/// terminal's cursor or forge a line.
+fn escape_controls(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// `A=B` split at the first `=`, as raw bytes (paths need not be UTF-8).
@@ -149,12 +167,16 @@ fn run(cmd: Cmd, out: &mut Out) -> Result<(), String> {
                 module_overrides,
                 gate: !no_gate,
             };
+            // Refuse an output that will not be written before the build, not after it.
+            validator::util::fs::check_output_dir(validator::util::fs::output_dir(&output))
+                .and_then(|()| validator::util::fs::check_output_target(&output))
+                .map_err(|e| e.to_string())?;
             let built = mkinitramfs::build(&spec).map_err(|e| e.to_string())?;
             for s in &built.unresolved_softdeps {
+                let s = escape_controls(s);
                 eprintln!("mkinitramfs: warning: soft dependency {s} is provided by no module (ignored, as modprobe does)");
             }
-            validator::util::fs::write_atomic(&output, &built.bytes)
-                .map_err(|e| format!("{}: {e}", output.display()))?;
+            validator::util::fs::write_output(&output, &built.bytes).map_err(|e| e.to_string())?;
             out.line(&format!(
                 "{}: {} bytes, kernel {}, {} modules: {}",
                 output.display(),

@@ -373,4 +373,97 @@ fn build_errors_name_their_file() {
     ]);
     assert_refused(&r, &i.extra, "--file onto /init");
     assert!(!out.exists(), "a failed build wrote {}", out.display());
+
+/// `build -o OUT` replaces only a regular file: OUT a character device, a FIFO, a
+/// symbolic link (to a file, or dangling), a directory, in a missing directory or in a
+/// read-only (immutable: root ignores permission bits) directory is refused, exit 2,
+/// naming the path, and nothing is replaced, written through or left behind.
+#[test]
+fn build_output_replaces_only_a_regular_file() {
+    let dir = tmpdir("mk-outputs");
+    let i = build_inputs(&dir);
+    let case = dir.join("case");
+    std::fs::create_dir(&case).unwrap();
+    let listing = |d: &Path| {
+        let mut v: Vec<_> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| {
+                let p = e.unwrap().path();
+                let m = std::fs::symlink_metadata(&p).unwrap();
+                let data = if m.is_file() {
+                    std::fs::read(&p).unwrap()
+                } else {
+                    Vec::new()
+                };
+                (p, format!("{:?}", m.file_type()), data)
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let refused = |what: &str, out: &Path, named: &Path| {
+        let before = listing(&case);
+        let r = build(&i, &i.bom, &i.init, &i.extra, out);
+        assert_refused(&r, named, what);
+        assert_eq!(listing(&case), before, "{what}: something changed");
+    };
+    let out = case.join("initrd.img");
+    // A regular file is replaced.
+    std::fs::write(&out, "old").unwrap();
+    let r = build(&i, &i.bom, &i.init, &i.extra, &out);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert_ne!(std::fs::read(&out).unwrap(), b"old");
+    std::fs::remove_file(&out).unwrap();
+    if Command::new("mknod")
+        .arg(&out)
+        .args(["c", "1", "3"])
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        refused("a character device", &out, &out);
+        std::fs::remove_file(&out).unwrap();
+    } else {
+        eprintln!("mknod failed (not root?): character-device case skipped");
+    }
+    fifo(&out);
+    refused("a FIFO", &out, &out);
+    std::fs::remove_file(&out).unwrap();
+    let target = case.join("target");
+    std::fs::write(&target, "keep").unwrap();
+    std::os::unix::fs::symlink(&target, &out).unwrap();
+    refused("a symbolic link", &out, &out);
+    std::fs::remove_file(&out).unwrap();
+    std::fs::remove_file(&target).unwrap();
+    std::os::unix::fs::symlink(case.join("nowhere"), &out).unwrap();
+    refused("a dangling symbolic link", &out, &out);
+    std::fs::remove_file(&out).unwrap();
+    std::fs::create_dir(&out).unwrap();
+    refused("a directory", &out, &out);
+    std::fs::remove_dir(&out).unwrap();
+    let missing = case.join("missing/sub");
+    refused("a missing directory", &missing.join("initrd.img"), &missing);
+    let ro = case.join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    if Command::new("chattr")
+        .arg("+i")
+        .arg(&ro)
+        .status()
+        .is_ok_and(|s| s.success())
+    {
+        refused(
+            "a read-only directory",
+            &ro.join("initrd.img"),
+            &ro.join("initrd.img"),
+        );
+        assert!(Command::new("chattr")
+            .arg("-i")
+            .arg(&ro)
+            .status()
+            .unwrap()
+            .success());
+    } else {
+        eprintln!("chattr +i failed: read-only-directory case skipped");
+    }
+    assert_eq!(std::fs::read_dir(&ro).unwrap().count(), 0);
+    std::fs::remove_dir_all(&dir).unwrap();
 }

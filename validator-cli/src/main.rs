@@ -6,7 +6,10 @@
 //! taken as given (any bytes, not only UTF-8). Input files are checked before they are
 //! read (no FIFO, directory or device where a file is expected) and read up to a
 //! documented limit. A closed stdout ends the output, not the check: the exit status is
-//! still the verdict. `validator completions SHELL` and `validator man` generate shell
+//! still the verdict. Control characters in a message (a file name, a value from the
+//! input) are escaped (`\u{1b}`, `\n`), so a message cannot move the terminal's cursor or
+//! forge a line. Outputs follow one rule (`files.rs`): only a regular file is replaced.
+//! `validator completions SHELL` and `validator man` generate shell
 //! completions and man pages. The PID-1 init does not link this crate.
 //!
 //! Layout: the command tree in `cli.rs`, each command group in its own file; this file
@@ -46,6 +49,20 @@ impl<E: std::fmt::Display> From<E> for Usage {
 
 pub(crate) type Res = Result<bool, Usage>;
 
+/// `s` with every control character (a newline too) written as an escape (`\u{1b}`,
+/// `\n`): messages name files and values from the input.
+pub(crate) fn escape_controls(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut out = Out::stdout();
@@ -54,7 +71,7 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(Usage(e)) => {
-            eprintln!("validator: {e}");
+            eprintln!("validator: {}", escape_controls(&e));
             ExitCode::from(2)
         }
     }

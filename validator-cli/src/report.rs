@@ -5,9 +5,13 @@
 //! printed as text: the decision first, then the node, image and slot, a table of checks
 //! with status and fault class, the stage timings and the slowest modules, and the
 //! warnings. `--previous` does the same for the report of the boot this one fell back from
-//! (carried in `slot.previous.report`). `--svg OUT` draws the boot as a timeline,
+//! (carried in `slot.previous.report`). A report of another schema (a newer
+//! `validator.report/v3`) is refused, exit 2: its fields may not mean what this version
+//! would show. `--svg OUT` draws the boot as a timeline,
 //! `--prometheus OUT` and `--nfd OUT` write the metrics and node-label files the init
-//! writes into the new root (for a boot that never reached it). Everything printed from
+//! writes into the new root (for a boot that never reached it); each OUT is written by
+//! `validator::util::fs::write_output` (only a regular file is replaced, a link or a
+//! device at OUT and a missing directory are refused, naming the path). Everything printed from
 //! the report is made printable first (control characters become `?`): a report is
 //! input from a node, not trusted. Exit status: 0 when the report's decision is `pass`,
 //! 1 for any other decision, 2 when FILE is not a readable report.
@@ -67,6 +71,18 @@ pub fn load(path: &Path) -> Result<Report, Usage> {
         .map_err(|e| Usage(format!("{}: not UTF-8 ({e})", path.display())))?;
     let mut r = validator::report::json::parse(text)
         .map_err(|e| Usage(format!("{}: not a report: {e}", path.display())))?;
+    let known = [
+        validator::report::SCHEMA,
+        validator::report::schema::SCHEMA_V1,
+    ];
+    if !known.contains(&r.schema.as_str()) {
+        return Err(Usage(format!(
+            "{}: schema {:?} is not one this validator reads ({}); refused rather than rendered as one it knows",
+            path.display(),
+            r.schema,
+            known.join(", ")
+        )));
+    }
     if r.checks.is_empty() {
         r.checks = checks::derive(&r);
     }
@@ -224,8 +240,7 @@ pub fn render(r: &Report) -> String {
 }
 
 fn write_out(path: &Path, bytes: &[u8], out: &mut Out) -> Result<(), Usage> {
-    validator::util::fs::write_atomic(path, bytes)
-        .map_err(|e| Usage(format!("{}: {e}", path.display())))?;
+    validator::util::fs::write_output(path, bytes)?;
     Ok(out.line(&format!("wrote {}", path.display()))?)
 }
 

@@ -201,3 +201,18 @@ fn help_version_completions_and_man_pages() {
     }
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Control characters from the input echoed in a message (here a file name with an
+/// escape sequence and a newline) are escaped, never written raw to the terminal.
+#[test]
+fn messages_escape_control_characters() {
+    let name = "/nonexistent/a\x1b[2Jb\nvalidator: forged.toml";
+    let (c, _, err) = validator(&["bom", "check", name]);
+    assert_eq!(c, 2, "{err}");
+    assert!(!err.contains('\x1b'), "{err:?}");
+    assert_eq!(err.matches('\n').count(), 1, "{err:?}");
+    assert!(
+        err.contains("a\\u{1b}[2Jb\\nvalidator: forged.toml"),
+        "{err:?}"
+    );
+}

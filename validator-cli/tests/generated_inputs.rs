@@ -638,3 +638,287 @@ fn man_pages_all_or_none() {
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     assert!(odd.join("validator.1").is_file());
 }
+
+/// What a directory holds, recursively, without following links: each entry's name,
+/// type, and a regular file's bytes or a link's target.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, String, Vec<u8>)> {
+    use std::os::unix::fs::FileTypeExt;
+    let mut all = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        let t = std::fs::symlink_metadata(&p).unwrap().file_type();
+        let (kind, data) = if t.is_symlink() {
+            (
+                "link",
+                std::fs::read_link(&p)
+                    .unwrap()
+                    .into_os_string()
+                    .into_encoded_bytes(),
+            )
+        } else if t.is_dir() {
+            all.extend(snapshot(&p));
+            ("dir", Vec::new())
+        } else if t.is_file() {
+            ("file", std::fs::read(&p).unwrap())
+        } else if t.is_fifo() {
+            ("fifo", Vec::new())
+        } else if t.is_char_device() {
+            ("chardev", Vec::new())
+        } else {
+            ("other", Vec::new())
+        };
+        all.push((p, kind.to_string(), data));
+    }
+    all.sort();
+    all
+}
+
+/// Makes `p` a character device (`/dev/null`'s numbers) with `mknod`: the tests run as
+/// root. `false` where this user cannot (the case is then skipped, saying so).
+fn chardev(p: &Path) -> bool {
+    let ok = Command::new("mknod")
+        .arg(p)
+        .args(["c", "1", "3"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        eprintln!(
+            "{}: mknod failed (not root?): character-device case skipped",
+            p.display()
+        );
+    }
+    ok
+}
+
+/// Sets or clears the immutable attribute (`chattr +i`): a directory nobody, root
+/// included, can create a file in. Root ignores permission bits, so a `chmod`-read-only
+/// directory would not stop the write; `false` where the filesystem has no such
+/// attribute (the case is then skipped, saying so).
+fn immutable(p: &Path, on: bool) -> bool {
+    let ok = Command::new("chattr")
+        .arg(if on { "+i" } else { "-i" })
+        .arg(p)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok && on {
+        eprintln!(
+            "{}: chattr +i failed: read-only-directory case skipped",
+            p.display()
+        );
+    }
+    ok
+}
+
+/// One command that writes: `{out}` stands for OUT. `into`: OUT is a directory the
+/// command writes files into, and this is the name of one of them.
+struct Writer {
+    what: &'static str,
+    args: Vec<OsString>,
+    into: Option<String>,
+    good: i32,
+}
+
+impl Writer {
+    fn run(&self, out: &Path) -> Ran {
+        let argv: Vec<OsString> = self
+            .args
+            .iter()
+            .map(|a| {
+                if a == "{out}" {
+                    out.as_os_str().to_os_string()
+                } else {
+                    a.clone()
+                }
+            })
+            .collect();
+        validator(&argv)
+    }
+
+    /// Runs with `out`, expecting a refusal naming `named` and `case` unchanged.
+    fn refused(&self, what: &str, case: &Path, out: &Path, named: &Path) {
+        let before = snapshot(case);
+        let r = self.run(out);
+        r.assert_no_panic(&format!("{}: {what}", self.what));
+        assert_eq!(r.code, Some(2), "{}: {what}: {}", self.what, r.stderr);
+        assert!(
+            r.stderr.contains(&named.display().to_string()),
+            "{}: {what}: the message does not name {}: {}",
+            self.what,
+            named.display(),
+            r.stderr
+        );
+        assert_eq!(
+            snapshot(case),
+            before,
+            "{}: {what}: something changed",
+            self.what
+        );
+    }
+}
+
+/// Every command that writes a file, with OUT (or, for a command writing into a
+/// directory, one of the files it writes there) a character device, a FIFO, a symbolic
+/// link to a file, a directory, in a missing directory, in a read-only (immutable)
+/// directory: each is refused, exit 2, with a message naming the path, and nothing is
+/// replaced, written through or left behind. A regular file at OUT is replaced.
+#[test]
+fn outputs_replace_only_regular_files() {
+    let dir = tmpdir("generated-outputs");
+    let report = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/report-good.json");
+    let os = |s: &str| OsString::from(s);
+    let vz = vmlinuz("default");
+    // The name of one certificate `keys extract` writes.
+    let probe = dir.join("probe");
+    let r = validator(&[
+        os("keys"),
+        os("extract"),
+        os("--vmlinuz"),
+        vz.clone().into(),
+        os("-o"),
+        probe.clone().into(),
+    ]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let cert = std::fs::read_dir(&probe)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name();
+    let mut writers = Vec::new();
+    for flag in ["--svg", "--prometheus", "--nfd"] {
+        writers.push(Writer {
+            what: flag,
+            args: vec![os("report"), report.clone().into(), os(flag), os("{out}")],
+            into: None,
+            good: 0,
+        });
+    }
+    writers.push(Writer {
+        what: "keys extract -o",
+        args: vec![
+            os("keys"),
+            os("extract"),
+            os("--vmlinuz"),
+            vz.clone().into(),
+            os("-o"),
+            os("{out}"),
+        ],
+        into: Some(cert.to_str().unwrap().to_string()),
+        good: 0,
+    });
+    writers.push(Writer {
+        what: "man --dir",
+        args: vec![os("man"), os("--dir"), os("{out}")],
+        into: Some("validator.1".to_string()),
+        good: 0,
+    });
+    for (n, w) in writers.iter().enumerate() {
+        let case = dir.join(format!("case{n}"));
+        std::fs::create_dir(&case).unwrap();
+        // OUT (the directory for `into`) and the path that is blocked.
+        let out = case.join("out");
+        let blocked = match &w.into {
+            Some(f) => {
+                std::fs::create_dir(&out).unwrap();
+                out.join(f)
+            }
+            None => out.clone(),
+        };
+        // A regular file is replaced.
+        std::fs::write(&blocked, "old").unwrap();
+        let r = w.run(&out);
+        assert_eq!(r.code, Some(w.good), "{}: {}", w.what, r.stderr);
+        assert_ne!(std::fs::read(&blocked).unwrap(), b"old", "{}", w.what);
+        std::fs::remove_file(&blocked).unwrap();
+        if w.into.is_some() {
+            std::fs::remove_dir_all(&out).unwrap();
+            std::fs::create_dir(&out).unwrap();
+        }
+        // A character device.
+        if chardev(&blocked) {
+            w.refused("a character device", &case, &out, &blocked);
+            std::fs::remove_file(&blocked).unwrap();
+        }
+        // A FIFO.
+        fifo(&blocked);
+        w.refused("a FIFO", &case, &out, &blocked);
+        std::fs::remove_file(&blocked).unwrap();
+        // A symbolic link to a file: neither the link nor its target changes.
+        let target = case.join("target");
+        std::fs::write(&target, "keep").unwrap();
+        std::os::unix::fs::symlink(&target, &blocked).unwrap();
+        w.refused("a symbolic link", &case, &out, &blocked);
+        std::fs::remove_file(&blocked).unwrap();
+        // A dangling link: nothing is created where it points.
+        std::os::unix::fs::symlink(case.join("nowhere"), &blocked).unwrap();
+        w.refused("a dangling symbolic link", &case, &out, &blocked);
+        std::fs::remove_file(&blocked).unwrap();
+        std::fs::remove_file(&target).unwrap();
+        // A directory.
+        std::fs::create_dir(&blocked).unwrap();
+        w.refused("a directory", &case, &out, &blocked);
+        std::fs::remove_dir(&blocked).unwrap();
+        if w.into.is_some() {
+            // The directory itself a FIFO.
+            std::fs::remove_dir(&out).unwrap();
+            fifo(&out);
+            w.refused("a FIFO for the directory", &case, &out, &out);
+            std::fs::remove_file(&out).unwrap();
+        } else {
+            std::fs::remove_dir_all(&out).ok();
+        }
+        // In a missing directory: named, not created.
+        let missing = case.join("missing");
+        w.refused(
+            "a missing directory",
+            &case,
+            &missing.join("sub/out"),
+            &missing.join("sub"),
+        );
+        // In a read-only directory.
+        let ro = case.join("ro");
+        std::fs::create_dir(&ro).unwrap();
+        let ro_out = if w.into.is_some() {
+            ro.clone()
+        } else {
+            ro.join("out")
+        };
+        if immutable(&ro, true) {
+            w.refused("a read-only directory", &case, &ro_out, &ro_out);
+            assert!(immutable(&ro, false));
+        }
+        assert!(
+            snapshot(&ro).is_empty(),
+            "{}: read-only: left behind",
+            w.what
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `man --dir` is all or none when a page cannot be replaced (an immutable file, which
+/// even root cannot rename over): exit 2 naming it, no page written, the pages already
+/// there unchanged.
+#[test]
+fn man_pages_all_or_none_with_one_page_blocked() {
+    let dir = tmpdir("generated-man-blocked");
+    let pages = dir.join("pages");
+    std::fs::create_dir(&pages).unwrap();
+    std::fs::write(pages.join("validator.1"), "old top page").unwrap();
+    let blocked = pages.join("validator-tpm-replay.1");
+    std::fs::write(&blocked, "old page").unwrap();
+    if !immutable(&blocked, true) {
+        return;
+    }
+    let before = snapshot(&pages);
+    let r = validator(&[OsString::from("man"), "--dir".into(), pages.clone().into()]);
+    assert!(immutable(&blocked, false));
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&blocked.display().to_string()),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(snapshot(&pages), before);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

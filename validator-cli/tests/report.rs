@@ -170,3 +170,25 @@ fn hostile_reports_are_refused_or_defused() {
     assert!(!out.contains('\u{1b}') && out.contains("?[2J"), "{out}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// A report of a schema this version does not know (`validator.report/v999`) is refused
+/// by name, exit 2, not rendered as if it were one it knows.
+#[test]
+fn unknown_schema_is_refused() {
+    let d = tmp("schema");
+    let text = std::fs::read_to_string(example("report-good.json")).unwrap();
+    let f = d.join("v999.json");
+    std::fs::write(
+        &f,
+        text.replace("validator.report/v2", "validator.report/v999"),
+    )
+    .unwrap();
+    let (c, out, err) = validator(&["report", f.to_str().unwrap()]);
+    assert_eq!(c, 2, "{out}{err}");
+    assert!(
+        err.contains("validator.report/v999") && err.contains("v999.json"),
+        "{err}"
+    );
+    assert!(out.is_empty(), "{out}");
+    std::fs::remove_dir_all(&d).unwrap();
+}

@@ -1,10 +1,25 @@
-//! Files: atomic replacement, and reading untrusted input safely.
+//! Files: atomic replacement, reading untrusted input safely, and writing an operator's
+//! output file without replacing what is not a file.
 //!
 //! [`read_limited`] is how every input file (a BOM, a module, a kernel image, an event
 //! log, a sysfs value) is read: the file type is checked before anything could block (a
 //! FIFO with no writer would hang an `open(2)` for reading; a directory or `/dev/zero`
 //! is not an input), the open is non-blocking, and at most `limit` bytes are accepted: a
 //! larger file is an error naming the limit, never a partial read.
+//!
+//! [`write_output`] is how a command writes a file an operator names (`validator report
+//! --svg OUT`, `mkinitramfs build -o OUT`): OUT is replaced only if it is absent or a
+//! regular file. Anything else at OUT is refused before a byte is written and left as it
+//! is: a directory, a device (`/dev/full`), a socket, and also a FIFO or a terminal
+//! (OUT is replaced by rename, which would put a regular file in their place; a reader on
+//! the other end cannot be told from a mistake, so the command refuses rather than
+//! guessing). A symbolic link at OUT is refused too: it is neither followed (its target
+//! is not written) nor replaced. The directory OUT goes in must exist: a missing one is
+//! an error naming it, nothing is created. [`write_atomic`] (the init's own files under
+//! `/run` and the new root) keeps creating its directory.
+//! Limit: the type of OUT is judged just before the rename; a process that can write the
+//! directory can still swap the entry in between (the rename then replaces its entry, it
+//! never writes through it).
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -53,6 +68,156 @@ pub fn kind_of(t: std::fs::FileType) -> Option<&'static str> {
     } else {
         Some("special file")
     }
+}
+
+/// Why an output file could not be written: each names the path it is about.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: exists and is a {kind}, not a regular file: refused (an output only replaces a regular file)")]
+    NotAFile { path: PathBuf, kind: &'static str },
+    #[error("{path}: is a symbolic link: refused (an output neither follows nor replaces a link)")]
+    Symlink { path: PathBuf },
+    #[error("{path}: the directory to write into does not exist (nothing was created)")]
+    NoDirectory { path: PathBuf },
+    #[error("{path}: the directory to write into is a {kind}, not a directory")]
+    NotADirectory { path: PathBuf, kind: &'static str },
+    #[error("{path}: cannot write the temporary file {tmp} beside it: {source}")]
+    Temp {
+        path: PathBuf,
+        tmp: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: not a file name to write")]
+    NoName { path: PathBuf },
+}
+
+impl OutputError {
+    /// The path the error is about.
+    pub fn path(&self) -> &Path {
+        match self {
+            OutputError::Io { path, .. }
+            | OutputError::NotAFile { path, .. }
+            | OutputError::Symlink { path }
+            | OutputError::NoDirectory { path }
+            | OutputError::NotADirectory { path, .. }
+            | OutputError::Temp { path, .. }
+            | OutputError::NoName { path } => path,
+        }
+    }
+}
+
+/// The directory an output path goes in (`.` for a bare name).
+pub fn output_dir(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// Checks that `dir` exists and is a directory (a link to one is followed: it is where
+/// the operator asked the output to go).
+pub fn check_output_dir(dir: &Path) -> Result<(), OutputError> {
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(m) => Err(OutputError::NotADirectory {
+            path: dir.to_path_buf(),
+            kind: kind_of(m.file_type()).unwrap_or("regular file"),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(OutputError::NoDirectory {
+            path: dir.to_path_buf(),
+        }),
+        Err(source) => Err(OutputError::Io {
+            path: dir.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Checks what is at an output path, without following a link: `Ok(false)` nothing,
+/// `Ok(true)` a regular file (to be replaced); anything else is refused.
+pub fn check_output_target(path: &Path) -> Result<bool, OutputError> {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => Err(OutputError::Symlink {
+            path: path.to_path_buf(),
+        }),
+        Ok(m) => match kind_of(m.file_type()) {
+            None => Ok(true),
+            Some(kind) => Err(OutputError::NotAFile {
+                path: path.to_path_buf(),
+                kind,
+            }),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(OutputError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// A temporary name next to `path`'s file name: `.NAME.PID.TAG`.
+pub fn temp_name(dir: &Path, name: &std::ffi::OsStr, tag: &str) -> PathBuf {
+    let mut t = std::ffi::OsString::from(".");
+    t.push(name);
+    t.push(format!(".{}.{tag}", std::process::id()));
+    dir.join(t)
+}
+
+/// Creates `tmp`, the temporary file for output `path` (never an existing file, never
+/// through a link), writes and syncs `bytes`; on a failure `tmp` is removed again.
+pub fn write_new_file(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<(), OutputError> {
+    let io = |source| OutputError::Temp {
+        path: path.to_path_buf(),
+        tmp: tmp.to_path_buf(),
+        source,
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+        .open(tmp)
+        .map_err(io)?;
+    let r = f.write_all(bytes).and_then(|()| f.sync_all());
+    drop(f);
+    if let Err(e) = r {
+        let _ = std::fs::remove_file(tmp);
+        return Err(io(e));
+    }
+    Ok(())
+}
+
+/// Writes an operator's output file: replaces `path` atomically if it is absent or a
+/// regular file, refuses anything else, never creates a directory (the module doc has
+/// the rule). On a failure nothing is left behind and `path` is unchanged.
+pub fn write_output(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
+    let name = path.file_name().ok_or_else(|| OutputError::NoName {
+        path: path.to_path_buf(),
+    })?;
+    let dir = output_dir(path);
+    check_output_dir(dir)?;
+    check_output_target(path)?;
+    let tmp = temp_name(dir, name, "tmp");
+    write_new_file(path, &tmp, bytes)?;
+    // Judge the target again just before the rename, which replaces whatever is there.
+    let renamed = check_output_target(path).and_then(|_| {
+        std::fs::rename(&tmp, path).map_err(|source| OutputError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    });
+    if renamed.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    renamed?;
+    if let Ok(d) = File::open(dir) {
+        let _ = d.sync_all();
+    }
+    Ok(())
 }
 
 /// Opens `path` for reading if it is a regular file (or, with `block_ok`, a block
@@ -231,6 +396,52 @@ mod tests {
         write_atomic(&p, b"two").unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"two");
         assert_eq!(std::fs::read_dir(p.parent().unwrap()).unwrap().count(), 1);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// An output replaces only a regular file: a FIFO, a character device, a directory
+    /// and a link at OUT are refused and stay as they were; a missing directory is named,
+    /// not created; nothing is left behind.
+    #[test]
+    fn outputs_replace_only_regular_files() {
+        use std::os::unix::fs::FileTypeExt;
+        let dir = tmpdir("output");
+        let f = dir.join("out");
+        write_output(&f, b"one").unwrap();
+        write_output(&f, b"two").unwrap();
+        assert_eq!(std::fs::read(&f).unwrap(), b"two");
+        let fifo = dir.join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let e = write_output(&fifo, b"x").unwrap_err();
+        assert!(
+            e.to_string().contains("is a FIFO, not a regular file"),
+            "{e}"
+        );
+        assert!(std::fs::symlink_metadata(&fifo)
+            .unwrap()
+            .file_type()
+            .is_fifo());
+        let sub = dir.join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let e = write_output(&sub, b"x").unwrap_err();
+        assert!(e.to_string().contains("is a directory"), "{e}");
+        let link = dir.join("link");
+        std::os::unix::fs::symlink(&f, &link).unwrap();
+        let e = write_output(&link, b"x").unwrap_err();
+        assert!(e.to_string().contains("symbolic link"), "{e}");
+        assert_eq!(std::fs::read(&f).unwrap(), b"two");
+        let missing = dir.join("missing/deeper/out");
+        let e = write_output(&missing, b"x").unwrap_err();
+        assert_eq!(e.path(), dir.join("missing/deeper"));
+        assert!(!dir.join("missing").exists());
+        let e = write_output(&f.join("x"), b"x").unwrap_err();
+        assert!(e.to_string().contains("not a directory"), "{e}");
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["fifo", "link", "out", "sub"]);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
