@@ -217,12 +217,23 @@ pub fn read_value(path: &Path) -> Result<String, Issue> {
     read_text_limited(path, VALUE_MAX).map_err(Issue::from_input)
 }
 
-/// Reads a value that may be absent (`None` when the file does not exist).
+/// Whether a directory entry exists, without following it: a dangling symlink or a
+/// symlink loop is there (and then fails to read, naming itself), not absent.
+pub fn present(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
+}
+
+/// Reads a value that may be absent (`None` when nothing is at the path). A dangling
+/// symlink is not absence: it is an issue naming it.
 pub fn read_optional(path: &Path) -> Result<Option<String>, Issue> {
     match read_text_limited(path, VALUE_MAX) {
         Ok(s) => Ok(Some(s)),
         Err(InputError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-            Ok(None)
+            if present(path) {
+                Err(Issue::new(path, "dangling symbolic link"))
+            } else {
+                Ok(None)
+            }
         }
         Err(e) => Err(Issue::from_input(e)),
     }
