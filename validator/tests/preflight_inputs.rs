@@ -149,13 +149,16 @@ fn every_row_of_the_preflight_input_table_holds() {
             row.file
         );
         let saved = bak.join("saved");
-        for how in [Break::Missing, Break::Dangling, Break::Loop, Break::Directory] {
+        for how in [
+            Break::Missing,
+            Break::Dangling,
+            Break::Loop,
+            Break::Directory,
+        ] {
             std::fs::rename(&file, &saved).unwrap();
             match how {
                 Break::Missing => {}
-                Break::Dangling => {
-                    std::os::unix::fs::symlink("no-such-file-here", &file).unwrap()
-                }
+                Break::Dangling => std::os::unix::fs::symlink("no-such-file-here", &file).unwrap(),
                 Break::Loop => std::os::unix::fs::symlink(name, &file).unwrap(),
                 Break::Directory => std::fs::create_dir(&file).unwrap(),
             }

@@ -13,7 +13,11 @@
 //! links and AER counters ([`pcie`]), the kernel command line, Secure Boot, lockdown and
 //! the kernel's taint ([`platform`]). Each check records its name, status, fault class
 //! and detail; a file that cannot be read or parsed fails the check that needed it, with
-//! the file's path in the detail.
+//! the file's path in the detail. A file that may be absent is absent only when nothing
+//! is at its path ([`present`]): a dangling symlink or a loop there is unreadable, not
+//! absent. Every device the BOM counts or bounds is judged, or its check fails naming the
+//! file; `docs/FAULTS.md` ("Preflight inputs") tables each check's inputs and what a
+//! missing or unreadable one gives, and `tests/preflight_inputs.rs` holds it.
 //!
 //! The decision rule ([`PreflightReport::decide`]): the stage fails when any check fails;
 //! its fault class is that of the first failing check with an image fault if there is

@@ -14,6 +14,14 @@
 //! is reported in the facts (`below_port`), not judged.
 //! `aer` (hardware): non-fatal or fatal AER errors on any of these functions fail;
 //! correctable ones are a warning.
+//!
+//! Inputs: a function shows all four link files or none (conventional PCI); one present
+//! (a dangling symlink or a loop counts as present) means each must read, else the role's
+//! check fails naming the file. A function of a role the BOM sets a minimum for is always
+//! judged: without link files its check fails, without a link (`Unknown`, 255) it is a
+//! link that is down. The three AER files likewise: none is a device without AER (not
+//! judged), one present means each must read. The upstream port's `max_link_*` is read
+//! when either is present. `docs/FAULTS.md` ("Preflight inputs") lists every input.
 
 use std::path::Path;
 
