@@ -69,7 +69,8 @@ fn netdev_of(pci_dir: &Path, port_dir: &Path, roce: bool) -> Result<Option<Strin
 }
 
 /// Whether a netdev is administratively up: its `carrier` reads (`0` or `1`); the read
-/// fails with `EINVAL` while the interface is down, and a fixture leaves the file out.
+/// fails with `EINVAL` while the interface is down, and a fixture leaves the file out (a
+/// dangling symlink there is an issue, not "down").
 fn carrier(path: &Path) -> Result<bool, Issue> {
     match read_text_limited(path, super::VALUE_MAX) {
         Ok(t) => match t.as_str() {
@@ -80,7 +81,7 @@ fn carrier(path: &Path) -> Result<bool, Issue> {
             )),
         },
         Err(InputError::Io { source, .. })
-            if source.kind() == std::io::ErrorKind::NotFound
+            if (source.kind() == std::io::ErrorKind::NotFound && !super::present(path))
                 || source.raw_os_error() == Some(nix::libc::EINVAL) =>
         {
             Ok(false)

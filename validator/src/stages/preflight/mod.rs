@@ -13,7 +13,11 @@
 //! links and AER counters ([`pcie`]), the kernel command line, Secure Boot, lockdown and
 //! the kernel's taint ([`platform`]). Each check records its name, status, fault class
 //! and detail; a file that cannot be read or parsed fails the check that needed it, with
-//! the file's path in the detail.
+//! the file's path in the detail. A file that may be absent is absent only when nothing
+//! is at its path ([`present`]): a dangling symlink or a loop there is unreadable, not
+//! absent. Every device the BOM counts or bounds is judged, or its check fails naming the
+//! file; `docs/FAULTS.md` ("Preflight inputs") tables each check's inputs and what a
+//! missing or unreadable one gives, and `tests/preflight_inputs.rs` holds it.
 //!
 //! The decision rule ([`PreflightReport::decide`]): the stage fails when any check fails;
 //! its fault class is that of the first failing check with an image fault if there is
@@ -217,12 +221,23 @@ pub fn read_value(path: &Path) -> Result<String, Issue> {
     read_text_limited(path, VALUE_MAX).map_err(Issue::from_input)
 }
 
-/// Reads a value that may be absent (`None` when the file does not exist).
+/// Whether a directory entry exists, without following it: a dangling symlink or a
+/// symlink loop is there (and then fails to read, naming itself), not absent.
+pub fn present(path: &Path) -> bool {
+    std::fs::symlink_metadata(path).is_ok()
+}
+
+/// Reads a value that may be absent (`None` when nothing is at the path). A dangling
+/// symlink is not absence: it is an issue naming it.
 pub fn read_optional(path: &Path) -> Result<Option<String>, Issue> {
     match read_text_limited(path, VALUE_MAX) {
         Ok(s) => Ok(Some(s)),
         Err(InputError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-            Ok(None)
+            if present(path) {
+                Err(Issue::new(path, "dangling symbolic link"))
+            } else {
+                Ok(None)
+            }
         }
         Err(e) => Err(Issue::from_input(e)),
     }

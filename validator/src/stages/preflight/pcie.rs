@@ -14,13 +14,21 @@
 //! is reported in the facts (`below_port`), not judged.
 //! `aer` (hardware): non-fatal or fatal AER errors on any of these functions fail;
 //! correctable ones are a warning.
+//!
+//! Inputs: a function shows all four link files or none (conventional PCI); one present
+//! (a dangling symlink or a loop counts as present) means each must read, else the role's
+//! check fails naming the file. A function of a role the BOM sets a minimum for is always
+//! judged: without link files its check fails, without a link (`Unknown`, 255) it is a
+//! link that is down. The three AER files likewise: none is a device without AER (not
+//! judged), one present means each must read. The upstream port's `max_link_*` is read
+//! when either is present. `docs/FAULTS.md` ("Preflight inputs") lists every input.
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
 use super::pci::{Inventory, PciDevice, Role};
-use super::{parse_value, read_optional, Check, Issue, PreflightReport};
+use super::{parse_value, present, read_value, Check, Issue, PreflightReport};
 use crate::config::bom::hardware::{Hardware, MinLinkSpeed};
 use crate::formats::sysfs::{self, LinkSpeed};
 use crate::stages::Fault;
@@ -68,6 +76,14 @@ struct Link {
     speed: Option<LinkSpeed>,
 }
 
+/// The link files of a PCIe function, in the order they are read.
+const LINK_FILES: [&str; 4] = [
+    "current_link_speed",
+    "current_link_width",
+    "max_link_speed",
+    "max_link_width",
+];
+
 fn speeds(dir: &Path) -> Result<(Option<LinkSpeed>, u32, Option<LinkSpeed>, u32), Issue> {
     Ok((
         parse_value(&dir.join("current_link_speed"), sysfs::link_speed)?,
@@ -77,14 +93,27 @@ fn speeds(dir: &Path) -> Result<(Option<LinkSpeed>, u32, Option<LinkSpeed>, u32)
     ))
 }
 
-fn read_link(d: &PciDevice, role: Role) -> Result<Option<Link>, Issue> {
-    // Conventional PCI functions have no link files.
-    if !d.dir.join("current_link_speed").exists() {
-        return Ok(None);
+/// Reads a device's link. `bounded`: the BOM sets a minimum for this role, so the device
+/// must be judged: a function without link files, or without a link, is then no reason to
+/// leave it out (it fails, naming the file, or is judged as a link that is down).
+fn read_link(d: &PciDevice, role: Role, bounded: bool) -> Result<Option<Link>, Issue> {
+    // Conventional PCI functions have no link files; a PCIe function has all four. One
+    // present means the kernel shows a link: each must then read (a missing, dangling or
+    // looping one is an issue naming it).
+    if !LINK_FILES.iter().any(|f| present(&d.dir.join(f))) {
+        return if bounded {
+            Err(Issue::new(
+                &d.dir.join("current_link_speed"),
+                "missing (no PCIe link files), and the BOM sets a minimum for this link",
+            ))
+        } else {
+            Ok(None)
+        };
     }
     let (speed, width, max_speed, max_width) = speeds(&d.dir)?;
-    // No link at all (a root-complex integrated endpoint: `Unknown` and 255).
-    if max_speed.is_none() && matches!(max_width, 0 | 255) {
+    // No link at all (a root-complex integrated endpoint: `Unknown` and 255): judged as a
+    // link that is down when the BOM bounds it.
+    if !bounded && max_speed.is_none() && matches!(max_width, 0 | 255) {
         return Ok(None);
     }
     let mut port = None;
@@ -93,7 +122,8 @@ fn read_link(d: &PciDevice, role: Role) -> Result<Option<Link>, Issue> {
     let (mut port_max_speed, mut port_max_width) = (None, None);
     let mut port_max_speed_v = None;
     if let Some((addr, pdir)) = d.upstream() {
-        if pdir.join("max_link_speed").exists() {
+        // The port's capability refines "downtrained"; read when the port shows it.
+        if present(&pdir.join("max_link_speed")) || present(&pdir.join("max_link_width")) {
             let ps = parse_value(&pdir.join("max_link_speed"), sysfs::link_speed)?;
             let pw = parse_value(&pdir.join("max_link_width"), sysfs::link_width)?;
             cap_speed = match (cap_speed, ps) {
@@ -215,17 +245,19 @@ fn read_aer(d: &PciDevice) -> Result<Option<AerFact>, Issue> {
         fatal: 0,
         errors: Vec::new(),
     };
-    let mut any = false;
-    for (file, slot) in [
+    let files = [
         ("aer_dev_correctable", 0),
         ("aer_dev_nonfatal", 1),
         ("aer_dev_fatal", 2),
-    ] {
+    ];
+    // The kernel shows the three together (when the device has AER); one present means
+    // each must read.
+    if !files.iter().any(|(f, _)| present(&d.dir.join(f))) {
+        return Ok(None);
+    }
+    for (file, slot) in files {
         let path = d.dir.join(file);
-        let Some(text) = read_optional(&path)? else {
-            continue;
-        };
-        any = true;
+        let text = read_value(&path)?;
         let c = sysfs::aer_counters(&text).map_err(|e| Issue::new(&path, e.0))?;
         match slot {
             0 => fact.correctable = c.total,
@@ -234,7 +266,7 @@ fn read_aer(d: &PciDevice) -> Result<Option<AerFact>, Issue> {
         }
         fact.errors.extend(c.nonzero());
     }
-    Ok(any.then_some(fact))
+    Ok(Some(fact))
 }
 
 /// Reads and judges links and AER counters. A file that cannot be read fails the check
@@ -248,7 +280,13 @@ pub fn check(hw: &Hardware, inv: &Inventory, report: &mut PreflightReport) {
         if *role == Role::Other {
             continue;
         }
-        match read_link(d, *role) {
+        let bounded = match role {
+            Role::Gpu => hw.gpu_link_min_speed.is_some() || hw.gpu_link_min_width.is_some(),
+            Role::Nic => hw.nic_link_min_speed.is_some() || hw.nic_link_min_width.is_some(),
+            Role::Nvme => hw.nvme_link_min_speed.is_some() || hw.nvme_link_min_width.is_some(),
+            Role::NvSwitch | Role::Other => false,
+        };
+        match read_link(d, *role, bounded) {
             Ok(Some(l)) => links.push(l),
             Ok(None) => {}
             Err(e) => link_issues.push((*role, e.to_string())),
