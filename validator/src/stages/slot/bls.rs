@@ -29,6 +29,8 @@ pub struct Bls {
     /// The entry file of each slot; empty when they could not be read (then nothing is
     /// renamed).
     entries: BTreeMap<SlotName, EntryName>,
+    /// The slot and its entry's name before the last rename (for [`BootLoader::undo`]).
+    prev: Option<(SlotName, EntryName)>,
 }
 
 impl Bls {
@@ -36,11 +38,19 @@ impl Bls {
     pub fn open(cfg: &Slot, esp_dir: &Path) -> (Bls, Option<SlotError>) {
         let dir = esp_dir.join("loader/entries");
         match read_entries(cfg, &dir) {
-            Ok(entries) => (Bls { dir, entries }, None),
+            Ok(entries) => (
+                Bls {
+                    dir,
+                    entries,
+                    prev: None,
+                },
+                None,
+            ),
             Err(e) => (
                 Bls {
                     dir,
                     entries: BTreeMap::new(),
+                    prev: None,
                 },
                 Some(e),
             ),
@@ -74,6 +84,7 @@ impl Bls {
             }
         }
         self.entries.insert(s, to);
+        self.prev = Some((s, from));
         Ok(())
     }
 }
@@ -151,6 +162,24 @@ impl BootLoader for Bls {
             n.marked_bad()
         };
         self.rename(s, to)
+    }
+
+    fn undo(&mut self) -> Result<bool, SlotError> {
+        let Some((s, name)) = self.prev.take() else {
+            return Ok(false);
+        };
+        self.rename(s, name)?;
+        self.prev = None;
+        Ok(true)
+    }
+
+    fn marked(&self, s: SlotName) -> Option<bool> {
+        let n = self.entries.get(&s)?;
+        if n.bad() {
+            Some(false)
+        } else {
+            n.left.is_none().then_some(true)
+        }
     }
 
     fn use_try(&mut self, s: SlotName) -> Result<(), SlotError> {

@@ -4,7 +4,11 @@
 //!
 //! Contract: a grubenv that cannot be read or does not parse is never written (every
 //! write then fails with [`SlotError::GrubenvUnusable`]); a slot is offered while
-//! `X_OK=1` and `X_TRY=0`. The kexec command line is this boot's, since the configuration
+//! `X_OK=1` and `X_TRY=0`, as GRUB's `load_env` reads them (the last definition of a
+//! variable wins). A write rewrites every definition of the variables it sets, is made
+//! only when the new block gives them the wanted values as GRUB reads it, and is read
+//! back from the file and compared the same way
+//! ([`SlotError::GrubenvNotEffective`] otherwise). The kexec command line is this boot's, since the configuration
 //! gives every slot the same line.
 //!
 //! Current limits: two slots, `A` and `B`; the block keeps its size (no allocation).
@@ -23,6 +27,8 @@ pub struct Grub {
     path: PathBuf,
     /// The parsed block; `None` when unusable (then never written).
     env: Option<GrubEnv>,
+    /// The block before the last write (for [`BootLoader::undo`]).
+    prev: Option<GrubEnv>,
 }
 
 impl Grub {
@@ -34,25 +40,66 @@ impl Grub {
                 Grub {
                     path,
                     env: Some(env),
+                    prev: None,
                 },
                 None,
             ),
-            Err(e) => (Grub { path, env: None }, Some(e)),
+            Err(e) => (
+                Grub {
+                    path,
+                    env: None,
+                    prev: None,
+                },
+                Some(e),
+            ),
         }
     }
 
+    /// Sets `vars` (every definition of each, see [`GrubEnv::set`]) and writes the block
+    /// back in place, only if GRUB's `load_env` would then read exactly these values; the
+    /// file is read back and its effective values compared after the write.
     fn set(&mut self, vars: &[(String, &str)]) -> Result<(), SlotError> {
-        let env = self.env.as_mut().ok_or(SlotError::GrubenvUnusable)?;
+        let mut env = self.env.clone().ok_or(SlotError::GrubenvUnusable)?;
         for (k, v) in vars {
             env.set(k, v)
                 .map_err(|source| SlotError::GrubenvSet { source })?;
         }
+        // Before writing: the new block must say what we set, as GRUB reads it.
+        effective(&self.path, &env, vars, false)?;
         log::info!("slot: writing {}", self.path.display());
         write_in_place(&self.path, env.as_bytes()).map_err(|source| SlotError::Io {
             path: self.path.clone(),
             source,
-        })
+        })?;
+        // After: the file as GRUB will read it at the next boot.
+        let back = read_grubenv(&self.path)?;
+        effective(&self.path, &back, vars, true)?;
+        self.prev = self.env.replace(env);
+        Ok(())
     }
+}
+
+/// Whether `env` gives every variable in `vars` its value as GRUB's `load_env` reads it
+/// (the last definition wins).
+fn effective(
+    path: &Path,
+    env: &GrubEnv,
+    vars: &[(String, &str)],
+    written: bool,
+) -> Result<(), SlotError> {
+    for (k, v) in vars {
+        let got = env.get(k);
+        if got.as_deref() != Some(*v) {
+            return Err(SlotError::GrubenvNotEffective {
+                path: path.to_path_buf(),
+                name: k.clone(),
+                want: (*v).to_string(),
+                got,
+                written,
+            });
+        }
+    }
+    Ok(())
 }
 
 fn read_grubenv(p: &Path) -> Result<GrubEnv, SlotError> {
@@ -88,6 +135,27 @@ impl BootLoader for Grub {
             (format!("{s}_OK"), if good { "1" } else { "0" }),
             (format!("{s}_TRY"), "0"),
         ])
+    }
+
+    fn undo(&mut self) -> Result<bool, SlotError> {
+        let Some(prev) = self.prev.take() else {
+            return Ok(false);
+        };
+        log::info!("slot: restoring {}", self.path.display());
+        write_in_place(&self.path, prev.as_bytes()).map_err(|source| SlotError::Io {
+            path: self.path.clone(),
+            source,
+        })?;
+        self.env = Some(prev);
+        Ok(true)
+    }
+
+    fn marked(&self, s: SlotName) -> Option<bool> {
+        match self.env.as_ref()?.get(&format!("{s}_OK"))?.as_str() {
+            "1" => Some(true),
+            "0" => Some(false),
+            _ => None,
+        }
     }
 
     fn use_try(&mut self, s: SlotName) -> Result<(), SlotError> {

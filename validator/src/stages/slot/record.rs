@@ -56,6 +56,36 @@ impl Store {
         }
     }
 
+    /// Whether [`Store::write`] can write: the record is usable and the copy it writes
+    /// next is a regular file of the record's size, open for writing. Checked before the
+    /// boot loader's state changes, so a record that cannot be written changes nothing.
+    pub fn check_writable(&self) -> Result<(), SlotError> {
+        if !self.ok {
+            return Err(SlotError::RecordUnusable);
+        }
+        let p = copy_path(&self.dir, self.next_copy);
+        let io = |source| SlotError::Io {
+            path: p.clone(),
+            source,
+        };
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .map_err(io)?;
+        let meta = f.metadata().map_err(io)?;
+        if !meta.is_file() || meta.len() != slotstate::FILE_SIZE as u64 {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "not a regular file of {} bytes (the record's copy)",
+                    slotstate::FILE_SIZE
+                ),
+            )));
+        }
+        Ok(())
+    }
+
     /// Writes the state as the next generation to the other copy.
     pub fn write(&mut self) -> Result<(), SlotError> {
         if !self.ok {
