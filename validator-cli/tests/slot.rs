@@ -53,7 +53,10 @@ fn mark_bad_holds_on_duplicate_definitions() {
     let mut two = block("ORDER=A B\nA_OK=1\nA_TRY=0\n", 1024);
     two.extend_from_slice(&block("A_OK=1\nA_TRY=1\n", 1024));
     let cases = [
-        ("one", block("ORDER=A B\nA_OK=1\nA_TRY=0\nB_OK=1\nA_OK=1\n", 1024)),
+        (
+            "one",
+            block("ORDER=A B\nA_OK=1\nA_TRY=0\nB_OK=1\nA_OK=1\n", 1024),
+        ),
         ("two", two),
     ];
     for (name, bytes) in cases {
@@ -128,7 +131,11 @@ fn mark_is_both_or_neither_and_status_sees_disagreement() {
         let r = validator(&["slot", "mark-bad", "--esp", ds, "--slot", "A"]);
         assert_ne!(r.code, Some(0), "{broken}: {}", r.stdout);
         assert!(r.stderr.contains("state."), "{broken}: {}", r.stderr);
-        assert_eq!(std::fs::read(&env).unwrap(), before, "{broken}: grubenv changed");
+        assert_eq!(
+            std::fs::read(&env).unwrap(),
+            before,
+            "{broken}: grubenv changed"
+        );
     }
     // A record that says A is bad and a grubenv that boots it: status says so, exit 1.
     let d = root.join("disagree");
@@ -147,5 +154,64 @@ fn mark_is_both_or_neither_and_status_sees_disagreement() {
         "{}",
         r.stdout
     );
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// Issue 21 item 5: with `--esp DIR`, a symlink at `validator/state.0`, `state.1`,
+/// `EFI/BOOT/grubenv` (or a symlinked directory on the way) made `mark-*` overwrite the
+/// file it points to outside the ESP. Nothing outside is written now; the command fails
+/// naming the path.
+#[test]
+fn slot_writes_never_follow_symlinks_out_of_the_esp() {
+    let root = tmpdir("slot-symlink");
+    let outside = root.join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    for (i, link) in [
+        "validator/state.0",
+        "validator/state.1",
+        "EFI/BOOT/grubenv",
+        "validator",
+        "EFI/BOOT",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let d = root.join(format!("esp{i}"));
+        esp(&d, GOOD);
+        // The target: a copy of what the link replaces, outside the ESP.
+        let at = d.join(link);
+        let target = outside.join(format!("t{i}"));
+        std::fs::rename(&at, &target).unwrap();
+        std::os::unix::fs::symlink(&target, &at).unwrap();
+        let snapshot = |p: &Path| -> Vec<(String, Vec<u8>)> {
+            let mut v = Vec::new();
+            let mut stack = vec![p.to_path_buf()];
+            while let Some(q) = stack.pop() {
+                if q.is_dir() {
+                    for e in std::fs::read_dir(&q).unwrap() {
+                        stack.push(e.unwrap().path());
+                    }
+                } else {
+                    v.push((q.display().to_string(), std::fs::read(&q).unwrap()));
+                }
+            }
+            v.sort();
+            v
+        };
+        let before = snapshot(&outside);
+        let ds = d.to_str().unwrap();
+        for cmd in ["mark-bad", "mark-good"] {
+            let r = validator(&["slot", cmd, "--esp", ds, "--slot", "A"]);
+            // `state.1` alone: the write goes to `state.0` (both invalid), which is fine.
+            if link != "validator/state.1" {
+                assert_ne!(r.code, Some(0), "{link} {cmd}: {}", r.stdout);
+                assert!(r.stderr.contains(ds), "{link} {cmd}: {}", r.stderr);
+            }
+        }
+        assert!(
+            snapshot(&outside) == before,
+            "{link}: a file outside the ESP changed"
+        );
+    }
     std::fs::remove_dir_all(&root).unwrap();
 }

@@ -517,7 +517,10 @@ mod tests {
         let head = SIGNATURE.len();
         let mut e = GrubEnv::parse(&block("X=1\nX=1\n", head + 10)).unwrap();
         let before = e.clone();
-        assert!(matches!(e.set("X", "123"), Err(GrubEnvError::NoSpace { .. })));
+        assert!(matches!(
+            e.set("X", "123"),
+            Err(GrubEnvError::NoSpace { .. })
+        ));
         assert_eq!(e, before);
     }
 

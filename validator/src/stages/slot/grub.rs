@@ -8,7 +8,8 @@
 //! variable wins). A write rewrites every definition of the variables it sets, is made
 //! only when the new block gives them the wanted values as GRUB reads it, and is read
 //! back from the file and compared the same way
-//! ([`SlotError::GrubenvNotEffective`] otherwise). The kexec command line is this boot's, since the configuration
+//! ([`SlotError::GrubenvNotEffective`] otherwise). The grubenv is read and written
+//! following no symlink on the ESP ([`crate::sys::beneath`]). The kexec command line is this boot's, since the configuration
 //! gives every slot the same line.
 //!
 //! Current limits: two slots, `A` and `B`; the block keeps its size (no allocation).
@@ -19,11 +20,14 @@ use std::path::{Path, PathBuf};
 use super::{esp, loader::BootLoader, SlotError};
 use crate::config::bom::{Slot, SlotName};
 use crate::formats::grubenv::{self, GrubEnv};
-use crate::util::fs::{read_limited, write_in_place};
+use crate::sys::beneath;
 
 /// The grubenv on the ESP.
 #[derive(Debug)]
 pub struct Grub {
+    /// The ESP, and the grubenv's path below it (opened following no symlink).
+    esp: PathBuf,
+    rel: PathBuf,
     path: PathBuf,
     /// The parsed block; `None` when unusable (then never written).
     env: Option<GrubEnv>,
@@ -35,9 +39,15 @@ impl Grub {
     /// Reads the grubenv `cfg` names on the ESP mounted at `esp_dir`.
     pub fn open(cfg: &Slot, esp_dir: &Path) -> (Grub, Option<SlotError>) {
         let path = esp::esp_path(esp_dir, &cfg.grubenv);
-        match read_grubenv(&path) {
+        let (esp, rel) = (
+            esp_dir.to_path_buf(),
+            PathBuf::from(cfg.grubenv.trim_start_matches('/')),
+        );
+        match read_grubenv(&esp, &rel, &path) {
             Ok(env) => (
                 Grub {
+                    esp,
+                    rel,
                     path,
                     env: Some(env),
                     prev: None,
@@ -46,6 +56,8 @@ impl Grub {
             ),
             Err(e) => (
                 Grub {
+                    esp,
+                    rel,
                     path,
                     env: None,
                     prev: None,
@@ -67,12 +79,14 @@ impl Grub {
         // Before writing: the new block must say what we set, as GRUB reads it.
         effective(&self.path, &env, vars, false)?;
         log::info!("slot: writing {}", self.path.display());
-        write_in_place(&self.path, env.as_bytes()).map_err(|source| SlotError::Io {
-            path: self.path.clone(),
-            source,
+        beneath::write_in_place(&self.esp, &self.rel, env.as_bytes()).map_err(|source| {
+            SlotError::Io {
+                path: self.path.clone(),
+                source,
+            }
         })?;
         // After: the file as GRUB will read it at the next boot.
-        let back = read_grubenv(&self.path)?;
+        let back = read_grubenv(&self.esp, &self.rel, &self.path)?;
         effective(&self.path, &back, vars, true)?;
         self.prev = self.env.replace(env);
         Ok(())
@@ -102,8 +116,8 @@ fn effective(
     Ok(())
 }
 
-fn read_grubenv(p: &Path) -> Result<GrubEnv, SlotError> {
-    let bytes = read_limited(p, grubenv::MAX_SIZE as u64)
+fn read_grubenv(esp: &Path, rel: &Path, p: &Path) -> Result<GrubEnv, SlotError> {
+    let bytes = beneath::read_limited(esp, rel, grubenv::MAX_SIZE as u64)
         .map_err(|source| SlotError::GrubenvRead { source })?;
     GrubEnv::parse(&bytes).map_err(|source| SlotError::GrubenvParse {
         path: p.to_path_buf(),
@@ -142,9 +156,11 @@ impl BootLoader for Grub {
             return Ok(false);
         };
         log::info!("slot: restoring {}", self.path.display());
-        write_in_place(&self.path, prev.as_bytes()).map_err(|source| SlotError::Io {
-            path: self.path.clone(),
-            source,
+        beneath::write_in_place(&self.esp, &self.rel, prev.as_bytes()).map_err(|source| {
+            SlotError::Io {
+                path: self.path.clone(),
+                source,
+            }
         })?;
         self.env = Some(prev);
         Ok(true)

@@ -264,8 +264,8 @@ impl Runtime {
         let mut errors = Vec::new();
         let (loader, e) = loader::open(cfg, &dir);
         errors.extend(e);
-        let state_dir = esp::esp_path(&dir, &cfg.state_dir);
-        let (record, created, e) = Store::open(state_dir, create);
+        let state_dir = PathBuf::from(cfg.state_dir.trim_start_matches('/'));
+        let (record, created, e) = Store::open_in(dir.clone(), state_dir, create);
         errors.extend(e);
         let rt = Runtime {
             cfg: cfg.clone(),
