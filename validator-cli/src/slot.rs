@@ -2,7 +2,8 @@
 //! variables or entries, and our record on the ESP - read and changed with the slot
 //! stage's own code (`validator::stages::slot::Runtime`).
 //!
-//! Contract: `status` exits 0 when there is no problem; `mark-*` refuse (exit 2) when the
+//! Contract: `status` exits 0 when there is no problem (a boot loader state and a record
+//! that disagree on a slot being good or bad is one); `mark-*` refuse (exit 2) when the
 //! boot loader's state, or with `--esp` our record, could not be read whole.
 //! A missing record is told apart by its error variant (`SlotError::NoRecord`), never by
 //! its message.
@@ -96,10 +97,12 @@ pub(crate) fn run(c: SlotCmd, out: &mut Out) -> Res {
         SlotCmd::Status { at, json } => {
             let (cfg, dir, record) = slot_target(&at)?;
             let l = Runtime::load(&cfg, SlotName::A, dir, false);
-            let problems = fatal(&l.errors, record)
+            let mut problems: Vec<String> = fatal(&l.errors, record)
                 .iter()
                 .map(ToString::to_string)
                 .collect();
+            // The boot loader and our record must agree on what is good and bad.
+            problems.extend(l.runtime.disagreements().iter().map(ToString::to_string));
             let st = l.runtime.status(l.view, problems);
             if json {
                 out.line(&serde_json::to_string_pretty(&st)?)?;

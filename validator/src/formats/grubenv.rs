@@ -11,9 +11,17 @@
 //! of `=` and control bytes, the free space made of `#` only, the size within
 //! [`BLOCK_SIZE_MAX`]. Anything else is an error naming the byte offset, and a block that does
 //! not parse is never rewritten. [`GrubEnv::set`] and [`GrubEnv::delete`] change the
-//! block exactly as GRUB's `grub_envblk_set` / `grub_envblk_delete` do (in place, keeping
-//! every other byte and the variables' order, new variables appended), so the bytes we
-//! write are the bytes `grub-editenv` would write. The block never changes size.
+//! block as GRUB's `grub_envblk_set` / `grub_envblk_delete` do (in place, keeping every
+//! other byte and the variables' order, new variables appended), so on a block where each
+//! name appears once the bytes we write are the bytes `grub-editenv` would write. The
+//! block never changes size.
+//!
+//! Duplicates: GRUB's `load_env` sets each line's variable in turn, so the LAST
+//! definition of a name wins (also across two blocks concatenated in one file: the second
+//! signature and the first block's padding are one `#` comment line to GRUB, and to
+//! [`GrubEnv::parse`]); `grub_envblk_set` edits only the first. [`GrubEnv::get`] returns
+//! what `load_env` sees (the last), and [`GrubEnv::set`] / [`GrubEnv::delete`] rewrite
+//! or remove EVERY definition, so a value we set is the value GRUB boots with.
 //!
 //! Current limits: values are bytes as GRUB sees them; names and values we set must be
 //! UTF-8 and free of NUL bytes (GRUB's are C strings).
@@ -225,15 +233,25 @@ impl GrubEnv {
         out
     }
 
-    /// The value of `name`, if set (the first line with exactly that name, byte for byte,
-    /// as GRUB finds it and as [`GrubEnv::set`] and [`GrubEnv::delete`] edit it).
+    /// The value of `name`, if set, as GRUB's `load_env` sees it: the LAST line with
+    /// exactly that name, byte for byte (`load_env` sets every line's variable in turn, so
+    /// a later definition, also one in a second block concatenated to the first, wins).
     pub fn get(&self, name: &str) -> Option<String> {
         let space = self.free_start().ok()?;
-        let (start, _) = self.find(name.as_bytes(), space).ok()??;
+        let (start, _) = *self.find_all(name.as_bytes(), space).ok()?.last()?;
         match self.line_at(start, space).ok()? {
             (Line::Var { value, .. }, _) => Some(String::from_utf8_lossy(&value).into_owned()),
             (Line::Comment, _) => None,
         }
+    }
+
+    /// How many lines define `name` (more than one: GRUB's `load_env` takes the last,
+    /// `grub-editenv set` edits the first).
+    pub fn count(&self, name: &str) -> usize {
+        self.free_start()
+            .ok()
+            .and_then(|space| self.find_all(name.as_bytes(), space).ok())
+            .map_or(0, |v| v.len())
     }
 
     /// The free bytes at the end.
@@ -242,19 +260,50 @@ impl GrubEnv {
             .map_or(0, |s| self.buf.len().saturating_sub(s))
     }
 
-    /// The byte range of the first `name=...\n` line, as GRUB's search finds it.
-    fn find(&self, name: &[u8], space: usize) -> Result<Option<(usize, usize)>, GrubEnvError> {
+    /// The byte ranges of every `name=...\n` line, in the block's order.
+    fn find_all(&self, name: &[u8], space: usize) -> Result<Vec<(usize, usize)>, GrubEnvError> {
+        let mut out = Vec::new();
         let mut p = SIGNATURE.len();
         while p < space {
             let (line, next) = self.line_at(p, space)?;
             if let Line::Var { name: n, .. } = line {
                 if n == name {
-                    return Ok(Some((p, next)));
+                    out.push((p, next));
                 }
             }
             p = next;
         }
-        Ok(None)
+        Ok(out)
+    }
+
+    /// Replaces every range in `ranges` (in order, not overlapping, before `space`) with
+    /// `with`, keeping the block's size; `NoSpace` (and nothing changed) when it does not
+    /// fit.
+    fn replace_all(
+        &mut self,
+        ranges: &[(usize, usize)],
+        with: &[u8],
+        space: usize,
+    ) -> Result<(), GrubEnvError> {
+        let size = self.buf.len();
+        let mut used: Vec<u8> = Vec::with_capacity(size);
+        let mut at = 0;
+        for &(start, end) in ranges {
+            used.extend_from_slice(self.buf.get(at..start).unwrap_or_default());
+            used.extend_from_slice(with);
+            at = end;
+        }
+        used.extend_from_slice(self.buf.get(at..space).unwrap_or_default());
+        if used.len() > size {
+            let free = size.saturating_sub(space);
+            return Err(GrubEnvError::NoSpace {
+                need: used.len().saturating_sub(space),
+                free,
+            });
+        }
+        used.resize(size, b'#');
+        self.buf = used;
+        Ok(())
     }
 
     fn check_name(name: &str) -> Result<(), GrubEnvError> {
@@ -272,7 +321,10 @@ impl GrubEnv {
 
     /// Sets `name` to `value` as `grub_envblk_set` does: an existing line is rewritten in
     /// place (what follows moves, the padding absorbs the difference), a new variable is
-    /// appended before the padding.
+    /// appended before the padding. Unlike `grub_envblk_set`, which edits only the first
+    /// line, EVERY line defining `name` is rewritten, so the value holds as `load_env`
+    /// reads the block (the last definition wins); on a block without duplicates the
+    /// bytes are `grub-editenv`'s. Nothing changes when it does not fit.
     pub fn set(&mut self, name: &str, value: &str) -> Result<(), GrubEnvError> {
         Self::check_name(name)?;
         if value.bytes().any(|c| c == 0) {
@@ -280,69 +332,30 @@ impl GrubEnv {
                 "the value of {name} holds a NUL byte"
             )));
         }
-        let mut escaped = Vec::with_capacity(value.len());
+        let mut line = name.as_bytes().to_vec();
+        line.push(b'=');
         for c in value.bytes() {
             if c == b'\\' || c == b'\n' {
-                escaped.push(b'\\');
+                line.push(b'\\');
             }
-            escaped.push(c);
+            line.push(c);
         }
+        line.push(b'\n');
         let space = self.free_start()?;
-        let free = self.buf.len() - space;
-        let (start, new_line) = match self.find(name.as_bytes(), space)? {
-            Some((start, end)) => {
-                let mut line = name.as_bytes().to_vec();
-                line.push(b'=');
-                line.extend_from_slice(&escaped);
-                line.push(b'\n');
-                let old = end - start;
-                if line.len() > old + free {
-                    return Err(GrubEnvError::NoSpace {
-                        need: line.len() - old,
-                        free,
-                    });
-                }
-                // Remove the old line, then insert the new one where it was.
-                self.splice(start, end, &line, space);
-                return Ok(());
-            }
-            None => (space, {
-                let mut line = name.as_bytes().to_vec();
-                line.push(b'=');
-                line.extend_from_slice(&escaped);
-                line.push(b'\n');
-                line
-            }),
-        };
-        if new_line.len() > free {
-            return Err(GrubEnvError::NoSpace {
-                need: new_line.len(),
-                free,
-            });
+        let ranges = self.find_all(name.as_bytes(), space)?;
+        if ranges.is_empty() {
+            self.replace_all(&[(space, space)], &line, space)
+        } else {
+            self.replace_all(&ranges, &line, space)
         }
-        self.splice(start, start, &new_line, space);
-        Ok(())
     }
 
-    /// Replaces `buf[start..end]` with `with`, moving the used bytes up to `space` and
-    /// keeping the block's size (the padding shrinks or grows with `#`).
-    fn splice(&mut self, start: usize, end: usize, with: &[u8], space: usize) {
-        let size = self.buf.len();
-        let mut used: Vec<u8> = Vec::with_capacity(space - (end - start) + with.len());
-        used.extend_from_slice(self.buf.get(..start).unwrap_or_default());
-        used.extend_from_slice(with);
-        used.extend_from_slice(self.buf.get(end..space).unwrap_or_default());
-        used.resize(size, b'#');
-        self.buf = used;
-    }
-
-    /// Deletes `name` as `grub_envblk_delete` does (the line goes, the padding grows).
+    /// Deletes `name` as `grub_envblk_delete` does (the line goes, the padding grows),
+    /// every definition of it.
     pub fn delete(&mut self, name: &str) -> Result<(), GrubEnvError> {
         let space = self.free_start()?;
-        if let Some((start, end)) = self.find(name.as_bytes(), space)? {
-            self.splice(start, end, &[], space);
-        }
-        Ok(())
+        let ranges = self.find_all(name.as_bytes(), space)?;
+        self.replace_all(&ranges, &[], space)
     }
 }
 
@@ -474,6 +487,41 @@ mod tests {
             assert_eq!(GrubEnv::parse(&theirs).unwrap(), ours);
         }
         std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// Issue 21: a name defined twice (in one block, or in two concatenated blocks) is
+    /// read as GRUB's `load_env` reads it (the last wins), and `set` / `delete` change
+    /// every definition, so the value set is the one GRUB sees.
+    #[test]
+    fn duplicates_are_read_as_load_env_and_all_rewritten() {
+        let mut e = GrubEnv::parse(&block("A_OK=0\nORDER=A B\nA_OK=1\n", 1024)).unwrap();
+        assert_eq!(e.get("A_OK").as_deref(), Some("1"));
+        assert_eq!(e.count("A_OK"), 2);
+        e.set("A_OK", "0").unwrap();
+        assert_eq!(e.as_bytes(), block("A_OK=0\nORDER=A B\nA_OK=0\n", 1024));
+        e.set("A_OK", "10").unwrap();
+        assert_eq!(e.as_bytes(), block("A_OK=10\nORDER=A B\nA_OK=10\n", 1024));
+        e.delete("A_OK").unwrap();
+        assert_eq!(e.as_bytes(), block("ORDER=A B\n", 1024));
+        // Two blocks in one file: GRUB reads both, the second's definition wins.
+        let mut two = block("A_OK=1\nA_TRY=0\n", 512);
+        two.extend_from_slice(&block("A_OK=1\n", 512));
+        let mut e = GrubEnv::parse(&two).unwrap();
+        assert_eq!(e.count("A_OK"), 2);
+        e.set("A_OK", "0").unwrap();
+        assert_eq!(e.get("A_OK").as_deref(), Some("0"));
+        assert_eq!(e.as_bytes().len(), 1024);
+        let again = GrubEnv::parse(e.as_bytes()).unwrap();
+        assert!(again.vars().iter().all(|(k, v)| k != "A_OK" || v == "0"));
+        // A rewrite that does not fit changes nothing.
+        let head = SIGNATURE.len();
+        let mut e = GrubEnv::parse(&block("X=1\nX=1\n", head + 10)).unwrap();
+        let before = e.clone();
+        assert!(matches!(
+            e.set("X", "123"),
+            Err(GrubEnvError::NoSpace { .. })
+        ));
+        assert_eq!(e, before);
     }
 
     /// Fuzz finding (`fuzz/regressions/grubenv/`): a name that is not UTF-8 read (through

@@ -348,11 +348,17 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// blocks of `grubenv`: no truncation, no rename, the same size; then fsync and read
 /// back. The file must already have exactly `bytes.len()` bytes.
 pub fn write_in_place(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::FileExt;
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(path)?;
+    write_in_place_file(&f, path, bytes)
+}
+
+/// [`write_in_place`] through a file the caller opened read-write (e.g. without following
+/// symlinks, `crate::sys::beneath`); `path` names it in errors.
+pub fn write_in_place_file(f: &File, path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
     let len = f.metadata()?.len();
     if len != bytes.len() as u64 {
         return Err(std::io::Error::new(

@@ -21,26 +21,43 @@ use crate::config::LOADER_BOOT_COUNT_PATH;
 use crate::formats::bls::{self, EntryName};
 use crate::util::fs::read_limited;
 
+/// The entries' directory below the ESP.
+const ENTRIES: &str = "loader/entries";
+
 /// The slots' BLS entry files.
 #[derive(Debug)]
 pub struct Bls {
     /// `loader/entries` on the ESP.
     dir: PathBuf,
+    /// The ESP (renames happen in `loader/entries` below it, following no symlink).
+    esp: PathBuf,
     /// The entry file of each slot; empty when they could not be read (then nothing is
     /// renamed).
     entries: BTreeMap<SlotName, EntryName>,
+    /// The slot and its entry's name before the last rename (for [`BootLoader::undo`]).
+    prev: Option<(SlotName, EntryName)>,
 }
 
 impl Bls {
     /// Finds the slots' entries `cfg` names on the ESP mounted at `esp_dir`.
     pub fn open(cfg: &Slot, esp_dir: &Path) -> (Bls, Option<SlotError>) {
-        let dir = esp_dir.join("loader/entries");
+        let dir = esp_dir.join(ENTRIES);
         match read_entries(cfg, &dir) {
-            Ok(entries) => (Bls { dir, entries }, None),
+            Ok(entries) => (
+                Bls {
+                    dir,
+                    esp: esp_dir.to_path_buf(),
+                    entries,
+                    prev: None,
+                },
+                None,
+            ),
             Err(e) => (
                 Bls {
                     dir,
+                    esp: esp_dir.to_path_buf(),
                     entries: BTreeMap::new(),
+                    prev: None,
                 },
                 Some(e),
             ),
@@ -63,17 +80,19 @@ impl Bls {
             self.dir.join(from.file_name()),
             self.dir.join(to.file_name()),
         );
-        std::fs::rename(&a, &b).map_err(|source| SlotError::Rename {
+        crate::sys::beneath::rename_beneath(
+            &self.esp,
+            Path::new(ENTRIES),
+            &from.file_name(),
+            &to.file_name(),
+        )
+        .map_err(|e| SlotError::Rename {
             from: a.clone(),
             to: b.clone(),
-            source,
+            source: e.errno.into(),
         })?;
-        if let Ok(d) = std::fs::File::open(&self.dir) {
-            if let Err(e) = d.sync_all() {
-                log::warn!("{}: {e}", self.dir.display());
-            }
-        }
         self.entries.insert(s, to);
+        self.prev = Some((s, from));
         Ok(())
     }
 }
@@ -151,6 +170,24 @@ impl BootLoader for Bls {
             n.marked_bad()
         };
         self.rename(s, to)
+    }
+
+    fn undo(&mut self) -> Result<bool, SlotError> {
+        let Some((s, name)) = self.prev.take() else {
+            return Ok(false);
+        };
+        self.rename(s, name)?;
+        self.prev = None;
+        Ok(true)
+    }
+
+    fn marked(&self, s: SlotName) -> Option<bool> {
+        let n = self.entries.get(&s)?;
+        if n.bad() {
+            Some(false)
+        } else {
+            n.left.is_none().then_some(true)
+        }
     }
 
     fn use_try(&mut self, s: SlotName) -> Result<(), SlotError> {

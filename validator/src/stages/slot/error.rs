@@ -61,6 +61,32 @@ pub enum SlotError {
     /// A variable could not be set in the grubenv block.
     #[error("grubenv: {source}")]
     GrubenvSet { source: GrubEnvError },
+    /// After a grubenv change (`written`: as read back from the file; else in memory,
+    /// before anything was written) GRUB would not read the value set.
+    #[error("{path}: GRUB would read {name}={} after this change, not {name}={want} ({})", .got.as_deref().unwrap_or("(unset)"), if *.written { "read back after the write" } else { "nothing written" })]
+    GrubenvNotEffective {
+        path: PathBuf,
+        name: String,
+        want: String,
+        got: Option<String>,
+        written: bool,
+    },
+    /// A mark changed the boot loader's state but our record could not be written; the
+    /// boot loader's change was undone (`undone` is `None`) or not (why).
+    #[error("slot {slot} not marked {}: the record was not written ({source}); {}", if *.good { "good" } else { "bad" }, undo_note(.undone.as_deref()))]
+    MarkIncomplete {
+        slot: SlotName,
+        good: bool,
+        source: Box<SlotError>,
+        undone: Option<Box<SlotError>>,
+    },
+    /// The boot loader's state and our record disagree on a slot.
+    #[error("slot {slot}: the boot loader marks it {}, our record {}", good_bad(*.loader), good_bad(*.record))]
+    Disagree {
+        slot: SlotName,
+        loader: bool,
+        record: bool,
+    },
     /// The BLS entries directory could not be listed.
     #[error("{path}: {source}")]
     EntriesDir {
@@ -109,6 +135,23 @@ pub enum SlotError {
     /// The BOM asks for a reboot rather than a kexec.
     #[error("the BOM asks for a reboot")]
     RebootAsked,
+}
+
+fn good_bad(good: bool) -> &'static str {
+    if good {
+        "good"
+    } else {
+        "bad"
+    }
+}
+
+fn undo_note(undone: Option<&SlotError>) -> String {
+    match undone {
+        None => "the boot loader's change was undone: nothing changed".into(),
+        Some(e) => format!(
+            "the boot loader's change could NOT be undone ({e}): the boot loader marks it, the record does not"
+        ),
+    }
 }
 
 fn read_only_note(read_only: bool) -> &'static str {

@@ -33,6 +33,15 @@ pub trait BootLoader: std::fmt::Debug + Send + Sync {
     /// Marks slot `s` good, or bad (demoted: the loader will not boot it again).
     fn mark(&mut self, s: SlotName, good: bool) -> Result<(), SlotError>;
 
+    /// Undoes the last write that succeeded ([`BootLoader::mark`] or
+    /// [`BootLoader::use_try`]), once: the state as it was before it. `Ok(false)` when
+    /// there is nothing to undo.
+    fn undo(&mut self) -> Result<bool, SlotError>;
+
+    /// Whether the loader's state marks slot `s` good (`Some(true)`), bad
+    /// (`Some(false)`), or neither (tries left, unset, unreadable: `None`).
+    fn marked(&self, s: SlotName) -> Option<bool>;
+
     /// Uses one try of slot `s`, as the loader does before it boots it (for a kexec,
     /// which bypasses the loader).
     fn use_try(&mut self, s: SlotName) -> Result<(), SlotError>;

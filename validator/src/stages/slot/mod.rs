@@ -264,8 +264,8 @@ impl Runtime {
         let mut errors = Vec::new();
         let (loader, e) = loader::open(cfg, &dir);
         errors.extend(e);
-        let state_dir = esp::esp_path(&dir, &cfg.state_dir);
-        let (record, created, e) = Store::open(state_dir, create);
+        let state_dir = PathBuf::from(cfg.state_dir.trim_start_matches('/'));
+        let (record, created, e) = Store::open_in(dir.clone(), state_dir, create);
         errors.extend(e);
         let rt = Runtime {
             cfg: cfg.clone(),
@@ -297,10 +297,19 @@ impl Runtime {
     /// Marks slot `s` good or bad in the boot loader's state and in our record, as the
     /// post-boot service (`validator slot mark-good`) or an operator does. Returns what
     /// was done, in words.
+    ///
+    /// Both or neither: the record's next copy is checked writable before the boot
+    /// loader's state changes; when the record's write still fails, the boot loader's
+    /// change is undone, and the error ([`SlotError::MarkIncomplete`]) says whether that
+    /// worked, i.e. exactly what changed.
     pub fn mark(&mut self, s: SlotName, good: bool) -> Result<String, SlotError> {
+        if self.record.ok {
+            self.record.check_writable()?;
+        }
         self.loader.mark(s, good)?;
         let mut done = format!("marked {s} {}", if good { "good" } else { "bad" });
         if self.record.ok {
+            let saved = self.record.state.clone();
             let state = &mut self.record.state;
             let rec = state.slots.entry(s.as_str().to_string()).or_default();
             rec.good = Some(good);
@@ -308,10 +317,42 @@ impl Runtime {
                 rec.attempts = 0;
                 state.consecutive_failures = 0;
             }
-            self.record.write()?;
+            if let Err(e) = self.record.write() {
+                self.record.state = saved;
+                let undone = self.loader.undo();
+                return Err(SlotError::MarkIncomplete {
+                    slot: s,
+                    good,
+                    source: Box::new(e),
+                    undone: match undone {
+                        Ok(_) => None,
+                        Err(u) => Some(Box::new(u)),
+                    },
+                });
+            }
             done.push_str(" (boot loader and record)");
         }
         Ok(done)
+    }
+
+    /// Where the boot loader's state and our record disagree on a slot being good or bad
+    /// (the record says so, and the boot loader says the opposite).
+    pub fn disagreements(&self) -> Vec<SlotError> {
+        if !self.record.ok {
+            return Vec::new();
+        }
+        [SlotName::A, SlotName::B]
+            .into_iter()
+            .filter_map(|s| {
+                let record = self.record.state.slots.get(s.as_str())?.good?;
+                let loader = self.loader.marked(s)?;
+                (record != loader).then_some(SlotError::Disagree {
+                    slot: s,
+                    loader,
+                    record,
+                })
+            })
+            .collect()
     }
 
     /// The boot loader's view now.

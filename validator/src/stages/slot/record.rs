@@ -5,22 +5,30 @@
 //! Contract: [`Store::open`] reads both copies (creating them, zero-filled and fixed
 //! size, only when asked and missing) and keeps the newest valid one; [`Store::write`]
 //! writes the next generation in place to the copy that does not hold the newest valid
-//! record, then flips to the other copy. A record that could not be opened is never
+//! record, then flips to the other copy. Both copies are read and written following no
+//! symlink below the ESP ([`crate::sys::beneath`]); [`Store::check_writable`] tells
+//! before a change elsewhere whether the write can be made. A record that could not be opened is never
 //! written ([`SlotError::RecordUnusable`]). A record too large for a copy drops the
 //! carried reports' bodies rather than the facts.
 //!
 //! Current limits: the layout is `slotstate`'s (two copies of `FILE_SIZE` bytes); the
-//! directory must already exist unless `create`.
+//! directory must already exist unless `create`; creating it (first boot) follows the
+//! directories on the way, the copies themselves are created with `O_EXCL`.
 
 use std::path::{Path, PathBuf};
 
 use super::SlotError;
 use crate::formats::slotstate::{self, Record, State, StateError};
-use crate::util::fs::{read_limited, write_in_place};
+use crate::sys::beneath;
+use std::os::unix::fs::OpenOptionsExt;
 
 /// Our record, as read from (and written back to) its directory on the ESP.
 #[derive(Debug)]
 pub struct Store {
+    /// `root/rel`: the record's directory; the copies are opened below `root` (the ESP)
+    /// following no symlink.
+    root: PathBuf,
+    rel: PathBuf,
     dir: PathBuf,
     /// The newest valid copy's state (default when none is valid).
     pub state: State,
@@ -35,14 +43,21 @@ impl Store {
     /// Reads the record in `dir`, creating its two copies when `create` and they are
     /// missing. Returns it, whether it was created just now, and why it is unusable.
     pub fn open(dir: PathBuf, create: bool) -> (Store, bool, Option<SlotError>) {
+        Store::open_in(dir, PathBuf::new(), create)
+    }
+
+    /// [`Store::open`] of the directory `rel` below `root` (the ESP).
+    pub fn open_in(root: PathBuf, rel: PathBuf, create: bool) -> (Store, bool, Option<SlotError>) {
         let mut st = Store {
-            dir,
+            dir: root.join(&rel),
+            root,
+            rel,
             state: State::default(),
             generation: 0,
             next_copy: 0,
             ok: false,
         };
-        match read_state(&st.dir, create) {
+        match read_state(&st, create) {
             Ok((copies, created)) => {
                 if let Some((_, r)) = slotstate::newest(&copies) {
                     st.state = r.state.clone();
@@ -54,6 +69,33 @@ impl Store {
             }
             Err(e) => (st, false, Some(e)),
         }
+    }
+
+    /// Whether [`Store::write`] can write: the record is usable and the copy it writes
+    /// next is a regular file of the record's size, open for writing. Checked before the
+    /// boot loader's state changes, so a record that cannot be written changes nothing.
+    pub fn check_writable(&self) -> Result<(), SlotError> {
+        if !self.ok {
+            return Err(SlotError::RecordUnusable);
+        }
+        let p = copy_path(&self.dir, self.next_copy);
+        let io = |source| SlotError::Io {
+            path: p.clone(),
+            source,
+        };
+        let f = beneath::open_beneath(&self.root, &self.copy_rel(self.next_copy), true)
+            .map_err(|e| io(e.errno.into()))?;
+        let meta = f.metadata().map_err(io)?;
+        if !meta.is_file() || meta.len() != slotstate::FILE_SIZE as u64 {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "not a regular file of {} bytes (the record's copy)",
+                    slotstate::FILE_SIZE
+                ),
+            )));
+        }
+        Ok(())
     }
 
     /// Writes the state as the next generation to the other copy.
@@ -83,14 +125,23 @@ impl Store {
             rec.generation,
             p.display()
         );
-        write_in_place(&p, &bytes).map_err(|source| SlotError::Io {
-            path: p.clone(),
-            source,
-        })?;
+        beneath::write_in_place(&self.root, &self.copy_rel(self.next_copy), &bytes).map_err(
+            |source| SlotError::Io {
+                path: p.clone(),
+                source,
+            },
+        )?;
         log::info!("slot: state written");
         self.generation = rec.generation;
         self.next_copy = 1 - self.next_copy.min(1);
         Ok(())
+    }
+}
+
+impl Store {
+    /// Copy `i`'s path below `root`.
+    fn copy_rel(&self, i: usize) -> PathBuf {
+        copy_path(&self.rel, i)
     }
 }
 
@@ -101,9 +152,10 @@ fn copy_path(dir: &Path, i: usize) -> PathBuf {
 
 /// Reads both copies, creating them (zero-filled, fixed size) when the directory is new.
 fn read_state(
-    dir: &Path,
+    st: &Store,
     create: bool,
 ) -> Result<([Result<Record, StateError>; 2], bool), SlotError> {
+    let dir = st.dir.as_path();
     let mut created = false;
     if !dir.exists() && !create {
         return Err(SlotError::NoRecord {
@@ -118,20 +170,26 @@ fn read_state(
         created = true;
     }
     let read = |i: usize| -> Result<Record, StateError> {
-        let p = copy_path(dir, i);
-        match read_limited(&p, slotstate::FILE_SIZE as u64) {
+        match beneath::read_limited(&st.root, &st.copy_rel(i), slotstate::FILE_SIZE as u64) {
             Ok(b) => slotstate::decode(&b),
             Err(e) => Err(StateError::Invalid(e.to_string())),
         }
     };
     for i in 0..2 {
         let p = copy_path(dir, i);
-        if !p.exists() && create {
+        // `symlink_metadata`: a dangling symlink is not a missing copy.
+        if create && std::fs::symlink_metadata(&p).is_err() {
             let io = |source| SlotError::Io {
                 path: p.clone(),
                 source,
             };
-            let f = std::fs::File::create(&p).map_err(io)?;
+            // O_EXCL: never through a symlink that appeared since.
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_CLOEXEC)
+                .open(&p)
+                .map_err(io)?;
             f.set_len(slotstate::FILE_SIZE as u64)
                 .and_then(|()| f.sync_all())
                 .map_err(io)?;
