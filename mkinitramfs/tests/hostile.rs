@@ -373,6 +373,7 @@ fn build_errors_name_their_file() {
     ]);
     assert_refused(&r, &i.extra, "--file onto /init");
     assert!(!out.exists(), "a failed build wrote {}", out.display());
+}
 
 /// `build -o OUT` replaces only a regular file: OUT a character device, a FIFO, a
 /// symbolic link (to a file, or dangling), a directory, in a missing directory or in a
