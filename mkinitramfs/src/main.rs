@@ -87,25 +87,10 @@ fn main() -> ExitCode {
     match run(cli.cmd, &mut out).and_then(|()| out.flush().map_err(|e| e.to_string())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("mkinitramfs: {}", escape_controls(&e));
+            eprintln!("mkinitramfs: {}", validator::util::escape_controls(&e));
             ExitCode::from(2)
         }
     }
-}
-
-/// `s` with every control character (a newline too) written as an escape (`\u{1b}`,
-/// `\n`): a message names files and values from the input, which must not move the
-/// terminal's cursor or forge a line.
-fn escape_controls(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
 }
 
 /// `A=B` split at the first `=`, as raw bytes (paths need not be UTF-8).
@@ -173,7 +158,7 @@ fn run(cmd: Cmd, out: &mut Out) -> Result<(), String> {
                 .map_err(|e| e.to_string())?;
             let built = mkinitramfs::build(&spec).map_err(|e| e.to_string())?;
             for s in &built.unresolved_softdeps {
-                let s = escape_controls(s);
+                let s = validator::util::escape_controls(s);
                 eprintln!("mkinitramfs: warning: soft dependency {s} is provided by no module (ignored, as modprobe does)");
             }
             validator::util::fs::write_output(&output, &built.bytes).map_err(|e| e.to_string())?;

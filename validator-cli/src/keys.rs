@@ -29,7 +29,7 @@ pub(crate) fn extract(path: &Path, dir: Option<PathBuf>, out: &mut Out) -> Res {
         match validator::trust::Cert::from_der(der, &format!("{name}: built-in certificate {i}")) {
             Ok(c) => parsed.push((i, c, der)),
             Err(e @ validator::trust::TrustError::UnsupportedKey { .. }) => {
-                let e = crate::escape_controls(&e.to_string());
+                let e = validator::util::escape_controls(&e.to_string());
                 eprintln!("validator: warning: {e}; skipped");
             }
             Err(e) => return Err(e.into()),

@@ -49,20 +49,6 @@ impl<E: std::fmt::Display> From<E> for Usage {
 
 pub(crate) type Res = Result<bool, Usage>;
 
-/// `s` with every control character (a newline too) written as an escape (`\u{1b}`,
-/// `\n`): messages name files and values from the input.
-pub(crate) fn escape_controls(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut out = Out::stdout();
@@ -71,7 +57,7 @@ fn main() -> ExitCode {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(1),
         Err(Usage(e)) => {
-            eprintln!("validator: {}", escape_controls(&e));
+            eprintln!("validator: {}", validator::util::escape_controls(&e));
             ExitCode::from(2)
         }
     }

@@ -55,8 +55,8 @@ pub(crate) fn check(a: ModulesCheck, out: &mut Out) -> Res {
         {
             eprintln!(
                 "validator: note: the BOM's kernel.release {} is not the kernel given ({}); strict checks use the BOM's",
-                crate::escape_controls(&b.kernel.release.to_string()),
-                crate::escape_controls(release.as_deref().unwrap_or(""))
+                validator::util::escape_controls(&b.kernel.release.to_string()),
+                validator::util::escape_controls(release.as_deref().unwrap_or(""))
             );
         }
         let from_bom = gate::Policy::from_bom(&b);

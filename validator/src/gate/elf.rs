@@ -284,19 +284,7 @@ mod tests {
         let mut g = Gate::default();
         g.policy.out_of_tree = Some(["nvidia".to_string()].into_iter().collect());
         let codes = |g: &Gate, name: &str, lic: &str| {
-            let mut v = Verdict {
-                module: name.into(),
-                file: None,
-                pass: false,
-                reasons: vec![],
-                signer: None,
-                sig_key: None,
-                sig_hashalgo: None,
-                vermagic: None,
-                license: None,
-                sha256: None,
-                image_sha256: None,
-            };
+            let mut v = Verdict::new(name);
             g.check_elf(name, &elf_with(lic, false), &mut v);
             v.reasons.iter().map(|r| r.code).collect::<Vec<_>>()
         };

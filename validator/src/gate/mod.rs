@@ -108,19 +108,7 @@ impl Gate {
         Option<modinfo::ModuleElf>,
         Option<std::borrow::Cow<'a, [u8]>>,
     ) {
-        let mut v = Verdict {
-            module: name.to_string(),
-            file: None,
-            pass: false,
-            reasons: Vec::new(),
-            signer: None,
-            sig_key: None,
-            sig_hashalgo: None,
-            vermagic: None,
-            license: None,
-            sha256: None,
-            image_sha256: None,
-        };
+        let mut v = Verdict::new(name);
         let image: std::borrow::Cow<'_, [u8]> = match Compression::from_name(file_name) {
             Compression::None => std::borrow::Cow::Borrowed(raw),
             c => match modinfo::decompress(raw, c) {

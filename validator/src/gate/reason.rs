@@ -122,6 +122,23 @@ pub struct Verdict {
 }
 
 impl Verdict {
+    /// A verdict on `module` with nothing judged yet: not passed, no reasons, no facts.
+    pub fn new(module: &str) -> Verdict {
+        Verdict {
+            module: module.to_string(),
+            file: None,
+            pass: false,
+            reasons: Vec::new(),
+            signer: None,
+            sig_key: None,
+            sig_hashalgo: None,
+            vermagic: None,
+            license: None,
+            sha256: None,
+            image_sha256: None,
+        }
+    }
+
     pub(super) fn reason(&mut self, code: ReasonCode, message: impl Into<String>) {
         self.reasons.push(Reason {
             code,

@@ -5,7 +5,8 @@
 //! little- and big-endian integers at an offset through zerocopy, returning `None` past
 //! the end instead of panicking; [`fs`] writes files atomically and reads untrusted input
 //! with a size limit and a file-type check; [`out`] is standard output for the
-//! command-line tools (a closed pipe ends the output quietly).
+//! command-line tools (a closed pipe ends the output quietly); [`escape_controls`] is
+//! the one escaper of control characters in the tools' messages.
 //!
 //! Current limits: nothing here knows about any format or policy; callers attach the
 //! context (path, field) to the `None`s and errors they get back.
@@ -23,6 +24,21 @@ pub mod out;
 )]
 pub fn as_f64(x: u64) -> f64 {
     x as f64
+}
+
+/// `s` with every control character (a newline too) written as an escape (`\u{1b}`,
+/// `\n`): the tools' messages name files and values from their input, which must not move
+/// the terminal's cursor or forge a line.
+pub fn escape_controls(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// Lower-case hex of `bytes`.

@@ -137,22 +137,12 @@ pub fn gate_root_modules(
 
 /// The verdict on a module whose file could not be read.
 fn unreadable(name: &str, message: String) -> Verdict {
-    Verdict {
-        module: name.to_string(),
-        file: None,
-        pass: false,
-        reasons: vec![crate::gate::Reason {
-            code: crate::gate::ReasonCode::Unreadable,
-            message,
-        }],
-        signer: None,
-        sig_key: None,
-        sig_hashalgo: None,
-        vermagic: None,
-        license: None,
-        sha256: None,
-        image_sha256: None,
-    }
+    let mut v = Verdict::new(name);
+    v.reasons.push(crate::gate::Reason {
+        code: crate::gate::ReasonCode::Unreadable,
+        message,
+    });
+    v
 }
 
 /// Why a module did not load, for the check's detail.
