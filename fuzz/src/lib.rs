@@ -81,6 +81,7 @@ pub const PARSERS: &[(&str, &str)] = &[
     ("newc", "cpio"),
     ("nfd", "nfd"),
     ("pkcs7", "pkcs7"),
+    ("proccrypto", "sysfs"),
     ("procstatus", "sysfs"),
     ("slotstate", "slotstate"),
     ("sysfs", "sysfs"),
@@ -733,6 +734,10 @@ pub fn sysfs(data: &[u8]) {
     }
     if let Ok(r) = f::ib_rate(t) {
         assert_eq!(f::ib_rate(&format!("{r}\n")), Ok(r), "{t:?}");
+    }
+    for a in formats::proccrypto::parse(t) {
+        assert!(!a.name.is_empty(), "{t:?}: a block without a name");
+        let _ = formats::proccrypto::has_shash(t, &a.name);
     }
     if let Some(n) = formats::procstatus::memory_bytes(t, "VmHWM") {
         assert_eq!(n % 1024, 0, "{t:?}: {n} bytes is not a kB figure");

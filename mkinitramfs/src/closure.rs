@@ -185,6 +185,36 @@ impl KernelTree {
     }
 }
 
+impl KernelTree {
+    /// The modules that give the kernel's crypto API the digest `digest`: the tree's
+    /// modules under a `crypto/` directory (`kernel/crypto/`, `kernel/arch/*/crypto/`,
+    /// where the crypto API's implementations live) whose `.modinfo` declares
+    /// `alias=crypto-<digest>` (what `request_module("crypto-sha512")` would load); only
+    /// the generic C implementation (`*_generic`) when there is one, which loads on every
+    /// CPU. Empty when none does.
+    pub fn digest_providers(
+        &self,
+        digest: validator::trust::HashAlg,
+    ) -> Result<Vec<String>, ClosureError> {
+        let mut found = Vec::new();
+        for (name, rel) in &self.files {
+            if !rel.contains("/crypto/") {
+                continue;
+            }
+            let (_, _, elf) = self.module(name)?;
+            if validator::gate::provided_digests(elf.modinfo.all("alias")).contains(&digest) {
+                found.push(name.clone());
+            }
+        }
+        let generic: Vec<String> = found
+            .iter()
+            .filter(|n| n.ends_with("_generic"))
+            .cloned()
+            .collect();
+        Ok(if generic.is_empty() { found } else { generic })
+    }
+}
+
 /// The closure: which modules to pack, and the index describing them.
 #[derive(Debug, Clone, Default)]
 pub struct Closure {

@@ -13,7 +13,11 @@
 //! the packed modules import (`/etc/validator/Module.symvers`, from the kernel image and
 //! the packed modules) and the kernel's vermagic (`/etc/validator/kernel.vermagic`). Every
 //! packed module must pass the gate at build time, so a bad module is caught before any
-//! node boots it.
+//! node boots it. A module whose signature needs a digest the kernel has only as a module
+//! (sha384/sha512 on Debian 6.1) gets the module that provides it
+//! ([`closure::KernelTree::digest_providers`]) packed, gated like any other, and listed
+//! as its `pre:` soft dependency, so the init loads it first; the build-time gate counts
+//! that digest as present, as it will be when the init gets there.
 //!
 //! Every error names the file it is about (an input, the BOM, a certificate, a module
 //! file, the `--file` source whose entry clashes); only a compression failure of the
@@ -51,6 +55,7 @@ pub mod limits {
     pub const UNPACKED_MAX: usize = 1 << 30;
 }
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -195,10 +200,68 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     }
     let mut names: Vec<String> = bom.bom.modules.load.iter().map(|m| m.0.clone()).collect();
     names.extend(spec.extra_modules.iter().cloned());
-    let clo = closure::closure(&tree, &names).map_err(|source| BuildError::ModuleClosure {
-        bom: spec.bom.clone(),
-        source,
-    })?;
+    let closure_of = |names: &[String]| {
+        closure::closure(&tree, names).map_err(|source| BuildError::ModuleClosure {
+            bom: spec.bom.clone(),
+            source,
+        })
+    };
+    let mut clo = closure_of(&names)?;
+    // The module files to pack (overrides replace the tree's file): name to (path, bytes).
+    let mut files: BTreeMap<String, (PathBuf, Vec<u8>)> = BTreeMap::new();
+    // A signature digest the kernel has only as a module (sha512 on Debian 6.1): the
+    // module that provides it is packed and loaded first (`pre:` softdep), as the kernel
+    // would need it before it can check that signature.
+    let rules = validator::gate::KernelRules::debian(&tree.release);
+    let mut crypto_pre: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let mut gained = Vec::new();
+    for _ in 0..4 {
+        let mut more = Vec::new();
+        for (name, rel) in &clo.files {
+            if files.contains_key(name) {
+                continue;
+            }
+            let src = spec
+                .module_overrides
+                .iter()
+                .find(|(n, _)| validator::formats::kmod::normalize_name(n) == *name)
+                .map(|(_, p)| p.clone())
+                .unwrap_or_else(|| tree.moddir.join(rel));
+            let bytes = read(&src, limits::MODULE_FILE_MAX)?;
+            for d in signature_digests(&bytes, rel) {
+                if rules.is_none_or(|k| k.has_digest(d)) {
+                    continue;
+                }
+                let providers =
+                    tree.digest_providers(d)
+                        .map_err(|source| BuildError::ModuleClosure {
+                            bom: spec.bom.clone(),
+                            source,
+                        })?;
+                for p in providers.into_iter().filter(|p| p != name) {
+                    gained.push(d);
+                    if !clo.files.contains_key(&p) {
+                        more.push(p.clone());
+                    }
+                    crypto_pre.entry(name.clone()).or_default().insert(p);
+                }
+            }
+            files.insert(name.clone(), (src, bytes));
+        }
+        if more.is_empty() {
+            break;
+        }
+        names.extend(more);
+        clo = closure_of(&names)?;
+    }
+    for (module, providers) in crypto_pre {
+        let sd = clo.index.softdeps.entry(module).or_default();
+        for p in providers.into_iter().rev() {
+            if !sd.pre.contains(&p) {
+                sd.pre.insert(0, p);
+            }
+        }
+    }
 
     // The gate's inputs: what the kernel image says about itself, and the trust store.
     let vmlinuz = tree
@@ -263,15 +326,16 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     // The module files to pack (overrides replace the tree's file).
     // (name, path in the tree, bytes), in the closure's order.
     let mut module_files: Vec<(&String, &String, PathBuf, Vec<u8>)> = Vec::new();
-    let mut referenced = std::collections::BTreeSet::new();
+    let mut referenced = BTreeSet::new();
     for (name, rel) in &clo.files {
-        let src = spec
-            .module_overrides
-            .iter()
-            .find(|(n, _)| validator::formats::kmod::normalize_name(n) == *name)
-            .map(|(_, p)| p.clone())
-            .unwrap_or_else(|| tree.moddir.join(rel));
-        let bytes = read(&src, limits::MODULE_FILE_MAX)?;
+        let (src, bytes) = match files.remove(name) {
+            Some(f) => f,
+            None => {
+                let src = tree.moddir.join(rel);
+                let bytes = read(&src, limits::MODULE_FILE_MAX)?;
+                (src, bytes)
+            }
+        };
         let image = validator::formats::kmod::modinfo::decompress(
             &bytes,
             validator::formats::kmod::modinfo::Compression::from_name(rel),
@@ -301,6 +365,10 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     if spec.gate {
         let mut policy = validator::gate::Policy::from_bom(&bom.bom);
         policy.kernel_vermagic = Some(vermagic.clone());
+        // The init loads each packed digest provider before the modules that need it.
+        for d in &gained {
+            policy.module_digests.add(*d);
+        }
         let gate = validator::gate::Gate {
             trust: trust.clone(),
             symvers: Some(symvers.clone()),
@@ -410,6 +478,22 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
         modules: clo.files.keys().cloned().collect(),
         unresolved_softdeps: clo.unresolved_softdeps,
     })
+}
+
+/// The digests a module's signature asks the kernel for: each signer's (the kernel's
+/// `pkcs7_verify` digests the body once per signer); none when it is unsigned or its
+/// signature does not parse (the gate then says why).
+fn signature_digests(bytes: &[u8], rel: &str) -> Vec<validator::trust::HashAlg> {
+    use validator::formats::kmod::{modinfo, sig};
+    let Ok(image) = modinfo::decompress(bytes, modinfo::Compression::from_name(rel)) else {
+        return Vec::new();
+    };
+    let Ok(split) = sig::split(&image) else {
+        return Vec::new();
+    };
+    validator::formats::pkcs7::parse_message(split.pkcs7)
+        .map(|m| m.signers.iter().map(|s| s.digest).collect())
+        .unwrap_or_default()
 }
 
 /// Compresses deterministically.

@@ -157,6 +157,7 @@ fn build_slot(
         files: s.extra_initramfs_files.clone(),
         module_overrides: img.module_overrides.clone(),
         tampered_modules: img.tampered_modules.clone(),
+        ..Default::default()
     };
     crate::initramfs::build(&img.kernel, &bom_path, &extras, &initrd, &sdir)?;
     Ok(BuiltSlot { parts, initrd })

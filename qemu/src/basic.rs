@@ -109,6 +109,15 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
                 .map(|m| ModuleName((*m).into()))
                 .collect();
         }
+        Name::Sha512Module => {
+            s.bom.modules.load.push(ModuleName("crc8".into()));
+            s.bom.policy.trust.push("snake.pem".into());
+            s.snakeoil_signed.push(("crc8".into(), "sha512".into()));
+            s.cmdline.push_str(" module.sig_enforce=1");
+            s.root_extra = "echo SIG-ENFORCE $(cat /sys/module/module/parameters/sig_enforce)\n\
+                            echo CRC8-STATE $(cat /sys/module/crc8/initstate)"
+                .into();
+        }
         Name::Panic => {
             s.cmdline
                 .push_str(" validator.test_panic=modules validator.on_panic=poweroff");

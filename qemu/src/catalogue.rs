@@ -37,6 +37,7 @@ impl Scenario {
             | Name::TpmKilled
             | Name::TamperedModule
             | Name::Modules40
+            | Name::Sha512Module
             | Name::Panic => crate::basic::setup(&mut s, name)?,
             Name::AbGood
             | Name::AbImageFault

@@ -90,6 +90,9 @@ impl std::fmt::Display for Slot {
 pub const ESP_TYPE: &str = "C12A7328-F81F-11D2-BA4B-00A0C93EC93B";
 /// The PARTLABEL of the ESP on the test bed's disks.
 pub const ESP_LABEL: &str = "esp";
+/// OVMF's store with the snakeoil keys enrolled (PK, KEK, db), from Debian's `ovmf`.
+pub const SNAKEOIL_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.snakeoil.fd";
+
 /// OVMF's code (read-only pflash) and the variable store template, from Debian's `ovmf`.
 pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
 pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
@@ -143,6 +146,26 @@ impl Ovmf {
                 "{OVMF_CODE} not found (install ovmf: scripts/provision)"
             )));
         }
+        Ok(Ovmf {
+            code: OVMF_CODE.into(),
+            vars,
+        })
+    }
+
+    /// OVMF's snakeoil store ([`SNAKEOIL_VARS`]: PK, KEK and db hold the snakeoil
+    /// certificate) with Secure Boot off (`SecureBootEnable` 0), at `<dir>/ovmf-vars.fd`:
+    /// a kernel started through it loads db into its `.platform` keyring and so trusts
+    /// modules signed with the snakeoil key, while `-kernel` still boots an image db does
+    /// not sign.
+    pub fn snakeoil(dir: &Path) -> Result<Ovmf, HarnessError> {
+        let mut s = crate::efivars::VarStore::open(Path::new(SNAKEOIL_VARS))?;
+        s.set_byte(
+            "SecureBootEnable",
+            crate::efivars::SECURE_BOOT_ENABLE_GUID,
+            0,
+        )?;
+        let vars = dir.join("ovmf-vars.fd");
+        s.write(&vars)?;
         Ok(Ovmf {
             code: OVMF_CODE.into(),
             vars,

@@ -1,8 +1,8 @@
 //! The test node's initramfs, built with the `mkinitramfs` library from a BOM file: the
 //! static init, the BOM, the module closure of its `modules.load`, with module files
-//! replaced (`overrides`) or tampered (one byte of the ELF body flipped) on request. With
-//! any replaced or tampered module the build-time gate is off, so the boot-time gate is
-//! what judges them.
+//! replaced (`overrides`), tampered (one byte of the ELF body flipped) or re-signed with
+//! OVMF's snakeoil key on request. With any replaced or tampered module the build-time
+//! gate is off, so the boot-time gate is what judges them; re-signed ones pass both.
 
 use std::path::{Path, PathBuf};
 
@@ -18,6 +18,10 @@ pub struct Extras {
     pub module_overrides: Vec<(String, PathBuf)>,
     /// Modules packed with one byte of their ELF body flipped.
     pub tampered_modules: Vec<String>,
+    /// Modules packed re-signed with OVMF's snakeoil key by `sign-file <hash>`, as
+    /// `(module, hash)`; the snakeoil key's files are written to the scratch directory.
+    /// The build-time gate stays on for them (the BOM should trust `snake.pem`).
+    pub snakeoil_signed: Vec<(String, String)>,
 }
 
 /// Builds the initramfs for `kernel` and the BOM at `bom_path` into `out`; tampered
@@ -30,6 +34,24 @@ pub fn build(
     scratch: &Path,
 ) -> Result<(), HarnessError> {
     let mut overrides = extras.module_overrides.clone();
+    // The build-time gate would refuse a tampered module; the boot-time gate is tested.
+    let gate = overrides.is_empty() && extras.tampered_modules.is_empty();
+    if !extras.snakeoil_signed.is_empty() {
+        let tree = mkinitramfs::closure::KernelTree::open(&kernel.root)
+            .map_err(|e| HarnessError::Setup(e.to_string()))?;
+        let key = sigcases::keys::snakeoil(scratch);
+        for (m, hash) in &extras.snakeoil_signed {
+            let rel = tree
+                .files
+                .get(m)
+                .ok_or_else(|| HarnessError::Setup(format!("no module {m} in the kernel")))?;
+            let src = tree.moddir.join(rel);
+            let bytes = std::fs::read(&src).map_err(|e| HarnessError::io(&src, e))?;
+            let signed = scratch.join(format!("{m}-{hash}.ko"));
+            sigcases::cases::resign(&bytes, &key, hash, &signed);
+            overrides.push((m.clone(), signed));
+        }
+    }
     if !extras.tampered_modules.is_empty() {
         let tree = mkinitramfs::closure::KernelTree::open(&kernel.root)
             .map_err(|e| HarnessError::Setup(e.to_string()))?;
@@ -53,8 +75,7 @@ pub fn build(
     let mut spec = mkinitramfs::Spec::new(&kernel.root, bom_path, &paths::init_binary()?);
     spec.extra_files = extras.files.clone();
     spec.mtime = 0;
-    // The build-time gate would refuse a tampered module; the boot-time gate is tested.
-    spec.gate = overrides.is_empty();
+    spec.gate = gate;
     spec.module_overrides = overrides;
     let built = mkinitramfs::build(&spec).map_err(|e| HarnessError::Setup(e.to_string()))?;
     std::fs::write(out, &built.bytes).map_err(|e| HarnessError::io(out, e))

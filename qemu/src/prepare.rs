@@ -56,6 +56,7 @@ impl Scenario {
             files: self.extra_initramfs_files.clone(),
             module_overrides: self.module_overrides.clone(),
             tampered_modules: self.tampered_modules.clone(),
+            snakeoil_signed: self.snakeoil_signed.clone(),
         };
         crate::initramfs::build(&self.kernel, &bom_path, &extras, &initrd, dir)?;
         let mut cfg = VmConfig::new(&self.kernel.vmlinuz, &initrd);
@@ -106,6 +107,12 @@ impl Scenario {
             ]
             .map(String::from),
         );
+        if !self.snakeoil_signed.is_empty() {
+            // The kernel trusts the snakeoil key through UEFI db (its .platform keyring);
+            // the BOM through `snake.pem` (written by the initramfs build into `dir`).
+            cfg.extra_args
+                .extend(crate::firmware::Ovmf::snakeoil(dir)?.qemu_args());
+        }
         self.boot.apply(&mut cfg);
         Ok(cfg)
     }

@@ -45,8 +45,7 @@ use crate::efivars::{self, VarStore};
 use crate::vm::{self, Outcome, VmConfig};
 use crate::HarnessError;
 
-/// OVMF's store with the snakeoil keys enrolled (PK, KEK, db), from Debian's `ovmf`.
-pub const SNAKEOIL_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.snakeoil.fd";
+use crate::firmware::SNAKEOIL_VARS;
 
 static LOADER: Mutex<Option<PathBuf>> = Mutex::new(None);
 

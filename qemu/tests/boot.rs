@@ -164,6 +164,52 @@ fn tampered_module_is_refused_before_the_kernel_sees_it() {
     assert!(!o.console.contains("Kernel panic"), "{}", o.describe());
 }
 
+/// A module signed with SHA-512 on Debian 6.1, where sha512 is a module: the initramfs
+/// packs `sha512_generic` as `crc8`'s `pre:` soft dependency, the init loads it first, and
+/// then the gate and the kernel (signatures enforced, the signing key trusted through
+/// UEFI db) both pass `crc8`. Without `sha512_generic` the kernel refuses it (ENOPKG,
+/// `SIGNATURE-RULES.md` S23) and so does the gate.
+#[test]
+fn sha512_signed_module_loads_after_its_digest_module() {
+    let o = run(Name::Sha512Module);
+    let r = o.reached_root();
+    assert!(
+        r.kernel_release.as_deref().unwrap().starts_with("6.1."),
+        "{r:?}"
+    );
+    let pos = |n: &str| {
+        r.modules
+            .iter()
+            .position(|m| m.name == n)
+            .unwrap_or_else(|| panic!("{n} not in {:?}", r.modules))
+    };
+    let sha = &r.modules[pos("sha512_generic")];
+    assert_eq!(sha.status, ModStatus::Loaded, "{sha:?}");
+    assert!(sha.softdep, "{sha:?}");
+    let crc8 = &r.modules[pos("crc8")];
+    assert_eq!(crc8.status, ModStatus::Loaded, "{crc8:?}");
+    assert_eq!(crc8.sig_hashalgo.as_deref(), Some("sha512"), "{crc8:?}");
+    assert!(crc8.reasons.is_empty(), "{crc8:?}");
+    assert!(pos("sha512_generic") < pos("crc8"), "{:?}", r.modules);
+    assert!(
+        crc8.start_us >= sha.start_us + sha.duration_us,
+        "{sha:?} {crc8:?}"
+    );
+    // The kernel checked it with enforcement on, and trusted the key through db.
+    assert!(
+        o.console.contains("integrity: Loaded X.509 cert 'SnakeOil"),
+        "no snakeoil certificate in the kernel's keyrings: {}",
+        o.describe()
+    );
+    assert!(o.console.contains("SIG-ENFORCE Y"), "{}", o.describe());
+    assert!(o.console.contains("CRC8-STATE live"), "{}", o.describe());
+    assert!(
+        !o.console.contains("module verification failed"),
+        "{}",
+        o.describe()
+    );
+}
+
 /// Debian's 6.12 kernel: `.ko.xz` modules handed to the kernel compressed (it names xz in
 /// /sys/module/compression), ECDSA P-384 signatures checked by the gate, a built-in
 /// virtio_pci reported as such.

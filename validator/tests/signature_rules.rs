@@ -282,6 +282,35 @@ fn sigrule_digest_unavailable() {
     ]);
 }
 
+/// Rows S23 once the module that provides the digest has loaded (the init loads
+/// `sha512_generic` first, as its initramfs lists it as a `pre:` soft dependency): 6.1
+/// then checks the signature and passes it, and so does the gate; the refusal before it
+/// names the module it lacks.
+#[test]
+fn sigrule_digest_from_a_module() {
+    use validator::trust::HashAlg;
+    for (id, alg) in [("S23a", HashAlg::Sha384), ("S23b", HashAlg::Sha512)] {
+        let j = judge(Kernel::K61);
+        let c = j.set.get(id);
+        let raw = std::fs::read(&c.file).unwrap();
+        let name = c.file.file_name().unwrap().to_string_lossy().into_owned();
+        let mut gate = j.gate.clone();
+        gate.policy.module_digests = validator::gate::ModuleDigests::default();
+        let before = gate.check(c.module, &name, &raw).0;
+        assert!(!before.pass);
+        let summary = before.summary();
+        assert!(
+            summary.contains(&format!("digest {} is not built into kernel", alg.name()))
+                && summary.contains(&format!("(crypto-{})", alg.name())),
+            "{summary}"
+        );
+        gate.policy.module_digests.add(alg);
+        let after = gate.check(c.module, &name, &raw).0;
+        assert!(after.pass, "{id}: {}", after.summary());
+        assert_eq!(after.sig_hashalgo.as_deref(), Some(alg.name()));
+    }
+}
+
 /// Rows S24.
 #[test]
 fn sigrule_digest_md5_sha3() {

@@ -12,6 +12,24 @@ use crate::der::{self, Node, Pkcs7};
 use crate::elf;
 use crate::keys::{run, Key, Keys};
 
+/// `sign-file [-k] <hash> key cert` on the module file `m` (it appends the signature
+/// there); the signed module.
+fn sign_file_in_place(m: &Path, key: &Key, hash: &str, skid: bool) -> Vec<u8> {
+    let mut c = Command::new(SIGN_FILE);
+    if skid {
+        c.arg("-k");
+    }
+    run(c.arg(hash).arg(&key.key).arg(&key.cert).arg(m));
+    std::fs::read(m).unwrap()
+}
+
+/// `module` with its signature replaced by `sign-file <hash>` with `key`, the work file
+/// being `out` (which then holds the result too).
+pub fn resign(module: &[u8], key: &Key, hash: &str, out: &Path) -> Vec<u8> {
+    std::fs::write(out, elf::body(module)).unwrap();
+    sign_file_in_place(out, key, hash, false)
+}
+
 /// `sign-file` from Debian's `linux-kbuild-6.1`.
 pub const SIGN_FILE: &str = "/usr/lib/linux-kbuild-6.1/scripts/sign-file";
 /// `finit_module` flags.
@@ -179,12 +197,7 @@ impl Builder {
     /// `sign-file [-k] <hash> key cert` over `body`: the whole signed module.
     fn sign_file(&mut self, body: &[u8], key: &Key, hash: &str, skid: bool) -> Vec<u8> {
         let m = self.tmp(body);
-        let mut c = Command::new(SIGN_FILE);
-        if skid {
-            c.arg("-k");
-        }
-        run(c.arg(hash).arg(&key.key).arg(&key.cert).arg(&m));
-        std::fs::read(&m).unwrap()
+        sign_file_in_place(&m, key, hash, skid)
     }
 
     /// `openssl cms -sign -binary -outform DER` over `body`; `args` adds `-noattr`,

@@ -136,27 +136,35 @@ fn issue(dir: &Path, name: &'static str, ca: &Key, is_ca: bool, serial: u32) -> 
     k
 }
 
+/// OVMF's snakeoil key pair (`snake`), its key decrypted into `dir`: its certificate is
+/// in `db` of OVMF's snakeoil variable store, so a kernel booted through that store
+/// trusts what it signs.
+pub fn snakeoil(dir: &Path) -> Key {
+    std::fs::create_dir_all(dir).unwrap();
+    let snake = Key {
+        name: "snake",
+        key: dir.join("snake.key"),
+        cert: dir.join("snake.pem"),
+    };
+    run(Command::new("openssl")
+        .args([
+            "pkey",
+            "-passin",
+            "pass:snakeoil",
+            "-in",
+            SNAKEOIL_KEY,
+            "-out",
+        ])
+        .arg(&snake.key));
+    std::fs::copy(SNAKEOIL_CERT, &snake.cert)
+        .unwrap_or_else(|e| panic!("{SNAKEOIL_CERT}: {e} (install ovmf: scripts/provision)"));
+    snake
+}
+
 impl Keys {
     /// Makes every key in `dir` (fresh ones each time; about two seconds).
     pub fn make(dir: &Path) -> Keys {
-        std::fs::create_dir_all(dir).unwrap();
-        let snake = Key {
-            name: "snake",
-            key: dir.join("snake.key"),
-            cert: dir.join("snake.pem"),
-        };
-        run(Command::new("openssl")
-            .args([
-                "pkey",
-                "-passin",
-                "pass:snakeoil",
-                "-in",
-                SNAKEOIL_KEY,
-                "-out",
-            ])
-            .arg(&snake.key));
-        std::fs::copy(SNAKEOIL_CERT, &snake.cert)
-            .unwrap_or_else(|e| panic!("{SNAKEOIL_CERT}: {e} (install ovmf: scripts/provision)"));
+        let snake = snakeoil(dir);
         let rsa = |bits: u32| format!("rsa:{bits}");
         let ec = |curve: &str| {
             ["ec", "-pkeyopt", &format!("ec_paramgen_curve:{curve}")].map(str::to_string)

@@ -47,6 +47,11 @@ pub struct Scenario {
     pub module_overrides: Vec<(String, PathBuf)>,
     /// Modules whose file is packed with one byte of its ELF body flipped.
     pub tampered_modules: Vec<String>,
+    /// Modules packed re-signed by `sign-file <hash>` with OVMF's snakeoil key, as
+    /// `(module, hash)`. With any, the kernel is started through OVMF's snakeoil variable
+    /// store (the snakeoil certificate in `db`, Secure Boot off), so it trusts that key,
+    /// and `snake.pem` is written next to the BOM for its `policy.trust`.
+    pub snakeoil_signed: Vec<(String, String)>,
     /// A dm-verity root (DPS layout, signed root hash) instead of a plain one.
     pub verity: Option<crate::verity::Variant>,
     /// The VM's swtpm banks (`None`: no TPM at all).
@@ -148,6 +153,7 @@ impl Scenario {
             extra_initramfs_files: Vec::new(),
             module_overrides: Vec::new(),
             tampered_modules: Vec::new(),
+            snakeoil_signed: Vec::new(),
             verity: None,
             tpm_banks: Some(vec!["sha1".into(), "sha256".into()]),
             kill_tpm_on: None,

@@ -38,6 +38,7 @@ pub enum Name {
     PreflightPcie,
     AbHardwareFault,
     Modules40,
+    Sha512Module,
     // The fault matrix (docs/FAULTS.md; set up in crate::faults).
     WrongPartuuid,
     VerityCorruptHash,
@@ -90,6 +91,7 @@ impl Name {
         Name::PreflightPcie,
         Name::AbHardwareFault,
         Name::Modules40,
+        Name::Sha512Module,
         Name::WrongPartuuid,
         Name::VerityCorruptHash,
         Name::VerityWrongRootHash,
@@ -140,6 +142,7 @@ impl Name {
             Name::PreflightNvidia => "preflight-nvidia",
             Name::PreflightPcie => "preflight-pcie",
             Name::Modules40 => "modules-40",
+            Name::Sha512Module => "sha512-module",
             Name::WrongPartuuid => "wrong-partuuid",
             Name::VerityCorruptHash => "verity-corrupt-hash",
             Name::VerityWrongRootHash => "verity-wrong-root-hash",

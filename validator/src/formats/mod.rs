@@ -24,6 +24,7 @@ pub mod kmod;
 pub mod newc;
 pub mod nfd;
 pub mod pkcs7;
+pub mod proccrypto;
 pub mod procstatus;
 pub mod slotstate;
 pub mod sysfs;

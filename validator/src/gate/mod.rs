@@ -60,7 +60,7 @@ mod signature;
 pub use elf::{same_magic, EM_X86_64, GPL_COMPATIBLE, MODULE_LAYOUT};
 pub use policy::Policy;
 pub use reason::{Reason, ReasonCode, Verdict};
-pub use rules::{KernelRules, KERNEL_RSA_BITS};
+pub use rules::{provided_digests, KernelRules, ModuleDigests, DIGESTS, KERNEL_RSA_BITS};
 pub use setup::{GateSetupError, SYMVERS_MAX, VERMAGIC_MAX};
 
 use sha2::Digest;

@@ -30,6 +30,9 @@ pub struct Policy {
     /// The kernel command line's `module_blacklist=` names
     /// ([`crate::config::cmdline::module_blacklist`]).
     pub module_blacklist: Vec<String>,
+    /// Digests crypto modules loaded before the one judged gave the kernel (Debian 6.1's
+    /// `sha512_generic`); shared by clones of the policy.
+    pub module_digests: super::ModuleDigests,
 }
 
 impl Policy {
@@ -61,6 +64,7 @@ impl Policy {
                 .collect(),
             unknown_symbols_fatal: true,
             module_blacklist: Vec::new(),
+            module_digests: super::ModuleDigests::default(),
         }
     }
 }

@@ -84,7 +84,9 @@ impl Gate {
         }
         // pkcs7_verify and pkcs7_validate_trust: the embedded certificates, each signer
         // against them, then every signer against the trust store.
-        let has_digest = |a: crate::trust::HashAlg| kc.is_none_or(|k| k.has_digest(a));
+        let has_digest = |a: crate::trust::HashAlg| {
+            kc.is_none_or(|k| k.has_digest(a)) || self.policy.module_digests.has(a)
+        };
         let refused = match verify_message(&msg, body, body_sha256, &self.trust, has_digest, |c| {
             unusable(&c.key, kc)
         }) {
@@ -102,9 +104,11 @@ impl Gate {
                 v.reason(
                     ReasonCode::UnsupportedCrypto,
                     format!(
-                        "digest {} is not built into kernel {} (a module there)",
+                        "digest {} is not built into kernel {} and no module providing it \
+                         (crypto-{}) was loaded before this one",
                         digest.name(),
-                        self.policy.release.as_deref().unwrap_or_default()
+                        self.policy.release.as_deref().unwrap_or_default(),
+                        digest.name()
                     ),
                 );
                 return;

@@ -14,6 +14,14 @@
 //! (the same open file, or the image decompressed from the judged bytes); a refused
 //! module is reported as `rejected` and the kernel never sees it.
 //!
+//! A module whose signature needs a digest the kernel does not have built in (sha512 on
+//! Debian 6.1) passes only once a module that provides it has loaded: the initramfs lists
+//! that crypto module as its `pre:` soft dependency, and when the gate refuses for an
+//! unsupported crypto the loader asks the kernel (`<proc>/crypto`, [`Loader::proc_root`])
+//! which digests it holds now, records them in the gate's
+//! [`crate::gate::ModuleDigests`], and judges the module again: the kernel's answer at
+//! the moment it would be asked.
+//!
 //! Current limits: a module is read whole into memory (at most [`MODULE_FILE_MAX`] bytes).
 
 use std::collections::BTreeMap;
@@ -150,6 +158,9 @@ pub struct Loader {
     pub jobs: usize,
     /// The module gate every load goes through (`None`: no gate, e.g. in unit tests).
     pub gate: Option<Gate>,
+    /// The procfs root (`/proc` on a live system), where the kernel lists the digests it
+    /// holds (`crypto`); `None`: only the gate's own knowledge of the kernel counts.
+    pub proc_root: Option<PathBuf>,
     nodes: Vec<Node>,
     by_name: BTreeMap<String, usize>,
 }
@@ -162,6 +173,7 @@ impl Loader {
             sys_root: sys_root.to_path_buf(),
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
             gate: None,
+            proc_root: None,
             nodes: Vec::new(),
             by_name: BTreeMap::new(),
         }
@@ -411,6 +423,43 @@ impl Loader {
         .map(|s| s.trim().to_string())
     }
 
+    /// Records in `gate` the digests the kernel now lists in `<proc>/crypto` that the gate
+    /// did not know it had; whether there was one.
+    fn kernel_gained_digests(&self, gate: &Gate) -> bool {
+        let Some(proc_root) = &self.proc_root else {
+            return false;
+        };
+        let known = &gate.policy.module_digests;
+        let kc = gate
+            .policy
+            .release
+            .as_deref()
+            .and_then(gate::KernelRules::debian);
+        let missing: Vec<_> = gate::DIGESTS
+            .into_iter()
+            .filter(|d| !known.has(*d) && kc.is_some_and(|k| !k.has_digest(*d)))
+            .collect();
+        if missing.is_empty() {
+            return false;
+        }
+        // Unreadable: the kernel's list is unknown, so nothing is added and the verdict
+        // stands.
+        let Ok(text) = read_text_limited(
+            &proc_root.join("crypto"),
+            crate::formats::proccrypto::PROC_CRYPTO_MAX,
+        ) else {
+            return false;
+        };
+        let mut gained = false;
+        for d in missing {
+            if crate::formats::proccrypto::has_shash(&text, d.name()) {
+                known.add(d);
+                gained = true;
+            }
+        }
+        gained
+    }
+
     fn load_one(&self, name: &str, rel: &str) -> ModuleReport {
         let start = Instant::now();
         let mut r = ModuleReport::new(name, ModStatus::Loaded);
@@ -459,7 +508,10 @@ impl Loader {
             match &self.gate {
                 Some(gate) => {
                     let t = Instant::now();
-                    let (v, img) = gate.check(name, rel, &raw);
+                    let (mut v, mut img) = gate.check(name, rel, &raw);
+                    if !v.pass && self.kernel_gained_digests(gate) {
+                        (v, img) = gate.check(name, rel, &raw);
+                    }
                     r.gate_us = u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
                     r.signer = v.signer.clone();
                     r.sig_key = v.sig_key.clone();
@@ -578,6 +630,57 @@ mod tests {
         );
         i.builtin.insert("crc16".into());
         i
+    }
+
+    /// The digests the kernel lists in `<proc>/crypto` reach the gate's
+    /// `module_digests` only when the gate's kernel lacks them built in, and only when
+    /// the list says so (an unreadable list adds nothing).
+    #[test]
+    fn digests_the_kernel_gained_from_proc_crypto() {
+        use crate::trust::HashAlg;
+        let tmp = std::env::temp_dir().join(format!("vld-crypto-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let mut l = Loader::new(&tmp, Index::default(), &tmp.join("sys"));
+        let mut gate = Gate::default();
+        gate.policy.release = Some("6.1.0-57-amd64".into());
+        // No procfs root, or no crypto file: nothing learnt.
+        assert!(!l.kernel_gained_digests(&gate));
+        l.proc_root = Some(tmp.clone());
+        assert!(!l.kernel_gained_digests(&gate));
+        std::fs::write(
+            tmp.join("crypto"),
+            "name : sha256
+type : shash
+selftest : passed
+",
+        )
+        .unwrap();
+        assert!(!l.kernel_gained_digests(&gate));
+        std::fs::write(
+            tmp.join("crypto"),
+            "name : sha512
+driver : sha512-generic
+module : sha512_generic
+             selftest : passed
+type : shash
+
+name : sha384
+type : shash
+             selftest : passed
+",
+        )
+        .unwrap();
+        assert!(l.kernel_gained_digests(&gate));
+        let d = &gate.policy.module_digests;
+        assert!(d.has(HashAlg::Sha512) && d.has(HashAlg::Sha384));
+        // Known now: the list is not read again.
+        assert!(!l.kernel_gained_digests(&gate));
+        // 6.12 has them built in: nothing to learn.
+        let mut g612 = Gate::default();
+        g612.policy.release = Some("6.12.117+deb12-amd64".into());
+        assert!(!l.kernel_gained_digests(&g612));
+        assert!(!g612.policy.module_digests.has(HashAlg::Sha512));
+        std::fs::remove_dir_all(&tmp).unwrap();
     }
 
     /// Without root or real modules: every file is missing, so loads fail with ENOENT at

@@ -82,6 +82,7 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
     let dir = ctx.roots.modules.join(&ctx.release);
     let index = load_index(&dir)?;
     let mut loader = Loader::new(&dir, index, &ctx.roots.sys);
+    loader.proc_root = Some(ctx.roots.proc.clone());
     let mut g = Gate::from_initramfs(&ctx.roots.initramfs, &b.bom)?;
     g.policy.module_blacklist = crate::config::cmdline::module_blacklist(&ctx.cmdline);
     log::info!(

@@ -215,6 +215,7 @@ pub fn load_root_modules(ctx: &mut Context, bom: &Bom, report: &mut PreflightRep
         }
     );
     let mut loader = modules::Loader::new(&dir, index, &ctx.roots.sys);
+    loader.proc_root = Some(ctx.roots.proc.clone());
     loader.gate = Some(gate);
     let results = loader.load_all(&names);
     for r in &results {
