@@ -202,14 +202,31 @@ pub fn peak_sample(name: Name) -> Result<PeakSample, HarnessError> {
         module_bytes: 0,
         largest_module: 0,
     };
-    for m in r
-        .modules
-        .iter()
-        .filter(|m| m.status == validator::runtime::modload::ModStatus::Loaded)
-    {
+    // Every module the gate read: the initramfs's and the root's drivers (the preflight's),
+    // loaded or refused by the kernel afterwards (`nvidia` without a GPU: ENODEV).
+    use validator::runtime::modload::ModStatus;
+    let root_modules = r.preflight.iter().flat_map(|p| p.modules.iter());
+    for m in r.modules.iter().chain(root_modules).filter(|m| {
+        matches!(
+            m.status,
+            ModStatus::Loaded | ModStatus::Failed | ModStatus::Rejected
+        ) && m.gate_us > 0
+    }) {
         sample.modules += 1;
         let Some(rel) = &m.path else { continue };
-        let f = tree.moddir.join(rel);
+        // A root driver out of the tree (`updates/dkms/`) is one of the scenario's files.
+        let dkms = s
+            .root_modules
+            .iter()
+            .flat_map(|rm| rm.dkms.iter())
+            .find(|p| {
+                p.file_name()
+                    .is_some_and(|f| Path::new(rel).file_name() == Some(f))
+            });
+        let f = match dkms {
+            Some(p) if rel.starts_with("updates/") => p.clone(),
+            _ => tree.moddir.join(rel),
+        };
         let len = std::fs::metadata(&f)
             .map_err(|e| HarnessError::io(&f, e))?
             .len();

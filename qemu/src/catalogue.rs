@@ -49,7 +49,9 @@ impl Scenario {
             | Name::Node
             | Name::SdbootGood
             | Name::SdbootImageFault => crate::ab::setup(&mut s, name)?,
-            Name::PreflightNvidia | Name::PreflightPcie => crate::preflight::setup(&mut s, name)?,
+            Name::PreflightNvidia | Name::PreflightNvidiaOpen | Name::PreflightPcie => {
+                crate::preflight::setup(&mut s, name)?
+            }
             Name::WrongPartuuid
             | Name::VerityCorruptHash
             | Name::VerityWrongRootHash

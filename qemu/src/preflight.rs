@@ -38,19 +38,24 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
         s.bom.hardware.link_wait_s = Some(30);
     };
     match name {
-        Name::PreflightNvidia => {
+        Name::PreflightNvidia | Name::PreflightNvidiaOpen => {
             *s = crate::basic::named(Name::Verity)?;
             s.name = name.as_str().to_string();
             let release = s.kernel.release.clone();
-            let (cert, version) = nvidia_fleet("proprietary", &release)?;
+            let (dir, flavour) = if name == Name::PreflightNvidiaOpen {
+                ("open", Flavour::Open)
+            } else {
+                ("proprietary", Flavour::Proprietary)
+            };
+            let (cert, version) = nvidia_fleet(dir, &release)?;
             s.root_modules = Some(RootModules {
                 in_tree: vec!["nvme".into()],
-                dkms: vec![nvidia_module("proprietary", &release, "nvidia.ko")?],
+                dkms: vec![nvidia_module(dir, &release, "nvidia.ko")?],
             });
             s.bom.modules.root = vec![ModuleName("nvme".into()), ModuleName("nvidia".into())];
             s.bom.nvidia = Some(Nvidia {
                 driver_version: Version(version),
-                flavour: Flavour::Proprietary,
+                flavour,
                 fabric_manager_version: None,
             });
             s.bom.policy.out_of_tree = vec![ModuleName("nvidia".into())];

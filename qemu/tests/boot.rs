@@ -210,9 +210,9 @@ fn sha512_signed_module_loads_after_its_digest_module() {
     );
 }
 
-/// Debian's 6.12 kernel: `.ko.xz` modules handed to the kernel compressed (it names xz in
-/// /sys/module/compression), ECDSA P-384 signatures checked by the gate, a built-in
-/// virtio_pci reported as such.
+/// Debian's 6.12 kernel: `.ko.xz` modules decompressed once, by the gate, and handed to
+/// the kernel as the image it judged (`init_module`), ECDSA P-384 signatures checked by
+/// the gate, a built-in virtio_pci reported as such.
 #[test]
 fn kernel_6_12_with_compressed_modules_and_ecdsa_signatures() {
     let o = run(Name::K612);

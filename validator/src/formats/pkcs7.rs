@@ -242,6 +242,17 @@ impl HashAlg {
         }
     }
 
+    /// The digest's length in bytes.
+    pub fn output_len(self) -> usize {
+        match self {
+            HashAlg::Sha1 => 20,
+            HashAlg::Sha224 => 28,
+            HashAlg::Sha256 => 32,
+            HashAlg::Sha384 => 48,
+            HashAlg::Sha512 => 64,
+        }
+    }
+
     /// From a digest algorithm OID.
     pub fn from_oid(oid: &str) -> Option<HashAlg> {
         Some(match oid {

@@ -88,7 +88,20 @@ impl Gate {
         file_name: &str,
         raw: &'a [u8],
     ) -> (Verdict, Option<std::borrow::Cow<'a, [u8]>>) {
-        let (mut v, elf, image) = self.inspect(name, file_name, raw);
+        self.check_releasing(name, file_name, raw, &|_| {})
+    }
+
+    /// [`Gate::check`], calling `release` with each part of `raw` once it has been hashed
+    /// and is not read again (at most [`HASH_CHUNK`] bytes at a time), so a caller that
+    /// maps the file can drop those pages from memory as the check goes.
+    pub fn check_releasing<'a>(
+        &self,
+        name: &str,
+        file_name: &str,
+        raw: &'a [u8],
+        release: &dyn Fn(&[u8]),
+    ) -> (Verdict, Option<std::borrow::Cow<'a, [u8]>>) {
+        let (mut v, elf, image) = self.inspect_releasing(name, file_name, raw, release);
         if let Some(elf) = &elf {
             self.check_crcs(elf, &mut v);
         }
@@ -103,6 +116,21 @@ impl Gate {
         name: &str,
         file_name: &str,
         raw: &'a [u8],
+    ) -> (
+        Verdict,
+        Option<modinfo::ModuleElf>,
+        Option<std::borrow::Cow<'a, [u8]>>,
+    ) {
+        self.inspect_releasing(name, file_name, raw, &|_| {})
+    }
+
+    /// [`Gate::inspect`] with [`Gate::check_releasing`]'s `release`.
+    pub fn inspect_releasing<'a>(
+        &self,
+        name: &str,
+        file_name: &str,
+        raw: &'a [u8],
+        release: &dyn Fn(&[u8]),
     ) -> (
         Verdict,
         Option<modinfo::ModuleElf>,
@@ -150,14 +178,16 @@ impl Gate {
                 // One pass over the image: the body's SHA-256 (what a sha256 signature
                 // covers) and then the whole image's (the module's digest).
                 let mut h = sha2::Sha256::new();
-                h.update(s.body);
+                hash_releasing(&mut h, s.body, release);
                 let body_sha256 = h.clone().finalize().to_vec();
                 h.update(image.get(s.body.len()..).unwrap_or_default());
                 v.image_sha256 = Some(crate::util::hex(&h.finalize()));
                 self.check_signature(s.pkcs7, s.body, Some(&body_sha256), &mut v)
             }
             Err(SigError::Unsigned) => {
-                v.image_sha256 = Some(crate::util::hex(&sha2::Sha256::digest(&image[..])));
+                let mut h = sha2::Sha256::new();
+                hash_releasing(&mut h, &image, release);
+                v.image_sha256 = Some(crate::util::hex(&h.finalize()));
                 if self.policy.require_signature {
                     v.reason(ReasonCode::Unsigned, "module is not signed");
                 }
@@ -165,7 +195,9 @@ impl Gate {
             Err(e) => v.reason(ReasonCode::BadSignatureTrailer, e.to_string()),
         }
         if let Some(want) = self.policy.sha256.get(name) {
-            let got = crate::util::hex(&sha2::Sha256::digest(raw));
+            let mut h = sha2::Sha256::new();
+            hash_releasing(&mut h, raw, release);
+            let got = crate::util::hex(&h.finalize());
             if !want.eq_ignore_ascii_case(&got) {
                 v.reason(
                     ReasonCode::Sha256,
@@ -176,6 +208,17 @@ impl Gate {
         }
         v.pass = v.reasons.is_empty();
         (v, elf, Some(image))
+    }
+}
+
+/// The most bytes hashed before [`Gate::check_releasing`]'s `release` is called.
+pub const HASH_CHUNK: usize = 8 << 20;
+
+/// Feeds `data` to `h` in [`HASH_CHUNK`] parts, handing each to `release` once hashed.
+fn hash_releasing(h: &mut sha2::Sha256, data: &[u8], release: &dyn Fn(&[u8])) {
+    for part in data.chunks(HASH_CHUNK) {
+        h.update(part);
+        release(part);
     }
 }
 

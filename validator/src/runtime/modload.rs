@@ -10,9 +10,13 @@
 //! reported but, as with modprobe, not fatal), `modules.builtin` for modules compiled into
 //! the kernel. A module already live in `/sys/module` is not loaded again; `EEXIST` from
 //! the kernel means the same. A module whose hard dependency failed is not attempted.
-//! With a [`Gate`] every module is read once, judged, and only then handed to the kernel
-//! (the same open file, or the image decompressed from the judged bytes); a refused
-//! module is reported as `rejected` and the kernel never sees it.
+//! With a [`Gate`] every module is mapped once ([`sys::mmap::Mapped`], no copy), judged,
+//! and only then handed to the kernel: an uncompressed module as the same open file
+//! (`finit_module`), a compressed one as the image the gate decompressed from the judged
+//! bytes (`init_module`, so it is decompressed once); a refused module is reported as
+//! `rejected` and the kernel never sees it. The pages the gate has hashed are released as
+//! it goes ([`Gate::check_releasing`]), so PID 1's memory does not grow with the largest
+//! module.
 //!
 //! A module whose signature needs a digest the kernel does not have built in (sha512 on
 //! Debian 6.1) passes only once a module that provides it has loaded: the initramfs lists
@@ -22,7 +26,9 @@
 //! [`crate::gate::ModuleDigests`], and judges the module again: the kernel's answer at
 //! the moment it would be asked.
 //!
-//! Current limits: a module is read whole into memory (at most [`MODULE_FILE_MAX`] bytes).
+//! Current limits: a module is at most [`MODULE_FILE_MAX`] bytes; a compressed module's
+//! image is held whole in memory while it loads; a module signed with a digest other than
+//! SHA-256 is read a second time for that digest without releasing its pages.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -35,7 +41,7 @@ use crate::formats::kmod::modinfo::{self, Compression};
 use crate::gate::batch::MODULE_FILE_MAX;
 use crate::gate::{self, Gate};
 use crate::sys;
-use crate::util::fs::{open_input, read_open_limited, read_text_limited, InputError};
+use crate::util::fs::{open_input, read_text_limited, InputError};
 
 /// What happened to one module.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -489,14 +495,17 @@ impl Loader {
             }
         };
         let comp = Compression::from_name(rel);
+        // Map the file once: the gate judges exactly the bytes the kernel is then given,
+        // the same open file (`finit_module` on it) or, for a compressed module, the image
+        // the gate decompressed from these bytes (`init_module`: decompressed once, and
+        // the kernel does not decompress it again). Pages already hashed are released as
+        // the gate goes, so PID 1's memory does not grow with the module.
+        let mut image = None;
         let kernel_decompresses = comp == Compression::None
             || self.kernel_compression().as_deref() == Some(comp.sysfs_name());
-        // Read the bytes once: the gate judges exactly what the kernel is then given (the
-        // same open file, or the image decompressed from these bytes).
-        let mut image = None;
         if self.gate.is_some() || !kernel_decompresses {
-            let raw = match read_open_limited(&file, &path, MODULE_FILE_MAX) {
-                Ok(raw) => raw,
+            let map = match sys::mmap::Mapped::of(&file, &path, MODULE_FILE_MAX) {
+                Ok(m) => m,
                 Err(e) => {
                     let errno = match &e {
                         InputError::Io { source, .. } => sys::io_errno_name(source),
@@ -505,12 +514,14 @@ impl Loader {
                     return fail(r, errno, format!("read {e}"));
                 }
             };
+            let raw = map.bytes();
+            let release = |part: &[u8]| map.release(part);
             match &self.gate {
                 Some(gate) => {
                     let t = Instant::now();
-                    let (mut v, mut img) = gate.check(name, rel, &raw);
+                    let (mut v, mut img) = gate.check_releasing(name, rel, raw, &release);
                     if !v.pass && self.kernel_gained_digests(gate) {
-                        (v, img) = gate.check(name, rel, &raw);
+                        (v, img) = gate.check_releasing(name, rel, raw, &release);
                     }
                     r.gate_us = u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
                     r.signer = v.signer.clone();
@@ -525,21 +536,22 @@ impl Loader {
                             u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
                         return r;
                     }
-                    image = img.map(std::borrow::Cow::into_owned);
+                    if comp != Compression::None {
+                        image = img.map(std::borrow::Cow::into_owned);
+                    }
                 }
-                None => match modinfo::decompress(&raw, comp) {
+                None => match modinfo::decompress(raw, comp) {
                     Ok(i) => image = Some(i),
                     Err(e) => return fail(r, None, format!("{}: {e}", path.display())),
                 },
             }
         }
-        let result = if kernel_decompresses {
-            sys::finit_module(&file, "", comp != Compression::None, name)
-        } else {
-            match &image {
-                Some(i) => sys::init_module(i, "", name),
-                None => return fail(r, None, format!("{}: not decompressed", path.display())),
+        let result = match &image {
+            Some(i) => sys::init_module(i, "", name),
+            None if kernel_decompresses => {
+                sys::finit_module(&file, "", comp != Compression::None, name)
             }
+            None => return fail(r, None, format!("{}: not decompressed", path.display())),
         };
         r.duration_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
         match result {

@@ -8,16 +8,18 @@
 //! `finit_module(virtio_blk): ENOENT` rather than "error".
 //!
 //! Safe wrappers (nix, std) are used wherever they exist: `finit_module` with the
-//! compressed-file flag, directory descriptors owned by `OwnedFd` or nix's `Dir`. Four
-//! `unsafe` calls remain, each with its `SAFETY:` argument: the device-mapper ioctl in
+//! compressed-file flag, directory descriptors owned by `OwnedFd` or nix's `Dir`. The
+//! `unsafe` calls left, each with its `SAFETY:` argument: the device-mapper ioctl in
 //! [`dm`] (a variable-size buffer no wrapper describes), taking ownership of the
 //! descriptor nix's `openat` returns in [`beneath`] (the no-follow open of ESP files),
-//! and here `add_key(2)` and `kexec_file_load(2)` (raw `syscall`s: neither nix nor std
-//! wraps them). They are the validator's only `unsafe` code.
+//! the read-only module maps of [`mmap`], and here `add_key(2)` and `kexec_file_load(2)`
+//! (raw `syscall`s: neither nix nor std wraps them). The validator's only other `unsafe`
+//! code is the calls into AWS-LC in `trust::keys`.
 
 pub mod beneath;
 pub mod dm;
 pub mod kmsg;
+pub mod mmap;
 pub mod tpm;
 
 use std::ffi::CString;

@@ -2,14 +2,10 @@
 //! kernel modules and root hashes - and the signature checks made with them.
 //!
 //! Keys: RSA (PKCS#1 v1.5) and ECDSA on P-256, P-384 and P-521; digests SHA-1, SHA-224,
-//! SHA-256, SHA-384 and SHA-512, through the RustCrypto crates. A signer is found by
-//! issuer and serial number or by subject key identifier, as the kernel's PKCS#7 code does.
-//!
-//! RSA verification is `s^e mod n` with `crypto-bigint`'s Montgomery arithmetic, the
-//! Montgomery parameters computed once per certificate, followed by the RFC 8017 §8.2.2
-//! check by re-encoding (EMSA-PKCS1-v1_5) and comparing whole: checking a kernel's 4000
-//! modules is dominated by this operation, and caching the parameters halves it compared
-//! with the `rsa` crate's per-call setup.
+//! SHA-256, SHA-384 and SHA-512. A signer is found by issuer and serial number or by
+//! subject key identifier, as the kernel's PKCS#7 code does. The public-key operations
+//! are AWS-LC's ([`keys`], which says why that library); certificates and PKCS#7 are
+//! parsed by the RustCrypto crates.
 
 use std::path::{Path, PathBuf};
 
@@ -20,8 +16,11 @@ use x509_cert::Certificate;
 pub use crate::formats::pkcs7::{common_name, HashAlg};
 pub use crate::util::colon_hex;
 
+pub mod keys;
 pub mod pkcs7;
 pub mod rootsig;
+
+pub use keys::{Curve, EcKey, RsaKey};
 
 /// The largest certificate file read (a PEM bundle of many certificates fits).
 pub const CERT_FILE_MAX: u64 = 1 << 20;
@@ -56,10 +55,12 @@ pub enum KeyError {
     Pkcs1(der::Error),
     #[error("RSA modulus of {bits} bits is not supported")]
     RsaBits { bits: u32 },
-    #[error("RSA public exponent must be odd and at most 64 bits")]
+    #[error("RSA public exponent must be odd, over 1 and at most 64 bits")]
     RsaExponent,
-    #[error("{0:?}")]
-    BigInt(crypto_bigint::DecodeError),
+    #[error("EC public key is not a point on its curve")]
+    EcPoint,
+    #[error("{0}")]
+    Backend(&'static str),
     #[error("RSA modulus is even")]
     RsaEven,
     #[error("authority key identifier: {0}")]
@@ -70,140 +71,11 @@ pub enum KeyError {
     PemBase64(base64::DecodeError),
 }
 
-/// An RSA public key with its Montgomery parameters.
-#[derive(Debug, Clone)]
-pub struct RsaKey {
-    /// Modulus length in bytes (`k` in RFC 8017).
-    pub k: usize,
-    pub bits: u32,
-    n: crypto_bigint::BoxedUint,
-    e: crypto_bigint::BoxedUint,
-    e_is_f4: bool,
-    params: crypto_bigint::modular::BoxedMontyParams,
-}
-
-/// DER `DigestInfo` prefixes (RFC 8017 §9.2, note 1).
-fn digest_info_prefix(alg: HashAlg) -> &'static [u8] {
-    match alg {
-        HashAlg::Sha1 => &[
-            0x30, 0x21, 0x30, 0x09, 0x06, 0x05, 0x2b, 0x0e, 0x03, 0x02, 0x1a, 0x05, 0x00, 0x04,
-            0x14,
-        ],
-        HashAlg::Sha224 => &[
-            0x30, 0x2d, 0x30, 0x0d, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02,
-            0x04, 0x05, 0x00, 0x04, 0x1c,
-        ],
-        HashAlg::Sha256 => &[
-            0x30, 0x31, 0x30, 0x0d, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02,
-            0x01, 0x05, 0x00, 0x04, 0x20,
-        ],
-        HashAlg::Sha384 => &[
-            0x30, 0x41, 0x30, 0x0d, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02,
-            0x02, 0x05, 0x00, 0x04, 0x30,
-        ],
-        HashAlg::Sha512 => &[
-            0x30, 0x51, 0x30, 0x0d, 0x06, 0x09, 0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02,
-            0x03, 0x05, 0x00, 0x04, 0x40,
-        ],
-    }
-}
-
-impl RsaKey {
-    /// From a PKCS#1 `RSAPublicKey` (the SPKI's bit string).
-    pub fn from_pkcs1(der_bytes: &[u8]) -> Result<RsaKey, KeyError> {
-        use crypto_bigint::{BoxedUint, Odd};
-        let k = pkcs1::RsaPublicKey::from_der(der_bytes).map_err(KeyError::Pkcs1)?;
-        let n = k.modulus.as_bytes();
-        let e = k.public_exponent.as_bytes();
-        // Saturates for a modulus beyond 4 Gbit, which the range check below refuses.
-        let n_bits = u32::try_from(n.len())
-            .ok()
-            .and_then(|len| len.checked_mul(8))
-            .unwrap_or(u32::MAX);
-        let bits = n_bits.saturating_sub(n.first().map_or(8, |b| b.leading_zeros()));
-        if !(1024..=16384).contains(&bits) {
-            return Err(KeyError::RsaBits { bits });
-        }
-        if e.is_empty() || e.len() > 8 || e.last().is_some_and(|b| b & 1 == 0) {
-            return Err(KeyError::RsaExponent);
-        }
-        let precision = n_bits.div_ceil(64) * 64;
-        let nb = BoxedUint::from_be_slice(n, precision).map_err(KeyError::BigInt)?;
-        let odd = Odd::new(nb.clone())
-            .into_option()
-            .ok_or(KeyError::RsaEven)?;
-        let eb = BoxedUint::from_be_slice(e, 64).map_err(KeyError::BigInt)?;
-        let e_is_f4 = e == [0x01, 0x00, 0x01];
-        Ok(RsaKey {
-            k: bits.div_ceil(8) as usize,
-            bits,
-            n: nb,
-            e: eb,
-            e_is_f4,
-            params: crypto_bigint::modular::BoxedMontyParams::new_vartime(odd),
-        })
-    }
-
-    /// RSASSA-PKCS1-v1_5 verification of a signature over a message with digest `digest`.
-    pub fn verify(&self, alg: HashAlg, digest: &[u8], sig: &[u8]) -> bool {
-        use crypto_bigint::modular::BoxedMontyForm;
-        use crypto_bigint::BoxedUint;
-        if sig.len() != self.k {
-            return false;
-        }
-        let Ok(s) = BoxedUint::from_be_slice(sig, self.n.bits_precision()) else {
-            return false;
-        };
-        if s >= self.n {
-            return false;
-        }
-        let x = BoxedMontyForm::new(s, &self.params);
-        let m = if self.e_is_f4 {
-            let mut y = x.clone();
-            for _ in 0..16 {
-                y = y.square();
-            }
-            (y * &x).retrieve()
-        } else {
-            x.pow(&self.e).retrieve()
-        };
-        let full = m.to_be_bytes();
-        let Some(em) = full.get(full.len().saturating_sub(self.k)..) else {
-            return false;
-        };
-        let prefix = digest_info_prefix(alg);
-        let t_len = prefix.len() + digest.len();
-        if self.k < t_len + 11 {
-            return false;
-        }
-        let mut want = Vec::with_capacity(self.k);
-        want.extend_from_slice(&[0x00, 0x01]);
-        want.resize(self.k - t_len - 1, 0xff);
-        want.push(0x00);
-        want.extend_from_slice(prefix);
-        want.extend_from_slice(digest);
-        em == want.as_slice()
-    }
-}
-
 /// A public key we can verify with.
 #[derive(Debug, Clone)]
 pub enum PublicKey {
     Rsa(Box<RsaKey>),
-    P256(p256::ecdsa::VerifyingKey),
-    P384(p384::ecdsa::VerifyingKey),
-    P521(P521Key),
-}
-
-/// A P-521 verifying key (its crate's type has no `Debug`).
-#[derive(Clone)]
-pub struct P521Key(pub p521::ecdsa::VerifyingKey);
-
-impl std::fmt::Debug for P521Key {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let point = self.0.to_encoded_point(true);
-        write!(f, "P521Key({})", crate::util::hex(point.as_bytes()))
-    }
+    Ec(EcKey),
 }
 
 /// The name of a public-key algorithm or EC curve OID, for messages.
@@ -237,9 +109,7 @@ impl PublicKey {
     pub fn describe(&self) -> String {
         match self {
             PublicKey::Rsa(k) => format!("rsa-{}", k.bits),
-            PublicKey::P256(_) => "ecdsa-p256".into(),
-            PublicKey::P384(_) => "ecdsa-p384".into(),
-            PublicKey::P521(_) => "ecdsa-p521".into(),
+            PublicKey::Ec(k) => format!("ecdsa-{}", k.curve.short()),
         }
     }
 }
@@ -326,22 +196,16 @@ impl Cert {
                     cert: subject.clone(),
                     what,
                 };
-                match curve.as_str() {
-                    "1.2.840.10045.3.1.7" => PublicKey::P256(
-                        p256::ecdsa::VerifyingKey::from_sec1_bytes(point)
-                            .map_err(|e| unsupported(e.to_string()))?,
-                    ),
-                    "1.3.132.0.34" => PublicKey::P384(
-                        p384::ecdsa::VerifyingKey::from_sec1_bytes(point)
-                            .map_err(|e| unsupported(e.to_string()))?,
-                    ),
-                    "1.3.132.0.35" => PublicKey::P521(P521Key(
-                        p521::ecdsa::VerifyingKey::from_sec1_bytes(point)
-                            .map_err(|e| unsupported(e.to_string()))?,
-                    )),
+                let curve = match curve.as_str() {
+                    "1.2.840.10045.3.1.7" => Curve::P256,
+                    "1.3.132.0.34" => Curve::P384,
+                    "1.3.132.0.35" => Curve::P521,
                     "" => return Err(unsupported("EC key without a named curve".into())),
                     other => return Err(unsupported(format!("EC curve {}", named_oid(other)))),
-                }
+                };
+                PublicKey::Ec(
+                    EcKey::from_sec1(curve, point).map_err(|e| unsupported(e.to_string()))?,
+                )
             }
             other => {
                 return Err(TrustError::UnsupportedKey {
@@ -392,7 +256,6 @@ impl Cert {
     /// Verifies `sig` over a message whose `alg` digest is `digest`. `ecdsa` says the
     /// signature is ECDSA (DER `r,s`); otherwise RSA PKCS#1 v1.5.
     pub fn verify_digest(&self, alg: HashAlg, digest: &[u8], sig: &[u8]) -> Result<(), TrustError> {
-        use ecdsa::signature::hazmat::PrehashVerifier;
         let bad = || TrustError::BadSignature {
             cert: self.label(),
             algo: format!("{} with {}", self.key.describe(), alg.name()),
@@ -405,21 +268,13 @@ impl Cert {
                     Err(bad())
                 }
             }
-            PublicKey::P256(k) => {
-                let s = p256::ecdsa::Signature::from_der(sig)
-                    .map_err(|e| TrustError::MalformedSignature(e.to_string()))?;
-                k.verify_prehash(digest, &s).map_err(|_| bad())
-            }
-            PublicKey::P384(k) => {
-                let s = p384::ecdsa::Signature::from_der(sig)
-                    .map_err(|e| TrustError::MalformedSignature(e.to_string()))?;
-                k.verify_prehash(digest, &s).map_err(|_| bad())
-            }
-            PublicKey::P521(k) => {
-                let s = p521::ecdsa::Signature::from_der(sig)
-                    .map_err(|e| TrustError::MalformedSignature(e.to_string()))?;
-                k.0.verify_prehash(digest, &s).map_err(|_| bad())
-            }
+            PublicKey::Ec(k) => match k.verify(digest, sig) {
+                Ok(()) => Ok(()),
+                Err(keys::EcdsaRefusal::Malformed) => Err(TrustError::MalformedSignature(
+                    "not a DER ECDSA-Sig-Value".into(),
+                )),
+                Err(keys::EcdsaRefusal::Mismatch) => Err(bad()),
+            },
         }
     }
 }
