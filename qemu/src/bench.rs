@@ -361,65 +361,168 @@ pub fn bench_boot_paths(runs: usize) -> Result<Vec<(BootPath, Vec<PathSample>)>,
     Ok(all)
 }
 
-/// Time to recover from a bad image: host seconds from the bad slot's kernel start to the
-/// good slot's root init, by kexec and by a reboot through OVMF and GRUB.
+/// One fallback by kexec, in parts (host seconds from the console): slot A's kernel start
+/// to its decision, the decision to the kexec (the slot writes, staging and
+/// `kexec_file_load`), the kexec to slot B's kernel start (purgatory, the jump), and B's
+/// kernel start to its root's init.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KexecParts {
+    pub a_decide: f64,
+    pub to_kexec: f64,
+    pub to_b_kernel: f64,
+    pub b_boot: f64,
+}
+
+impl KexecParts {
+    pub fn whole(&self) -> f64 {
+        self.a_decide + self.to_kexec + self.to_b_kernel + self.b_boot
+    }
+}
+
+/// The times [`bench_recover`] measured, per run.
 #[derive(Debug, Clone, Default)]
 pub struct Recovery {
-    pub kexec: Vec<f64>,
+    pub kexec: Vec<KexecParts>,
+    /// Slot B booted directly (OVMF + GRUB picking B), its kernel start to its root.
+    pub b_direct: Vec<f64>,
+    /// By a reboot through OVMF + GRUB, slot A's kernel start to B's root.
     pub reboot: Vec<f64>,
 }
 
-/// Boots the A/B node whose slot A has an image fault `runs` times each way (kexec, and
-/// reboot through OVMF + GRUB), in turn, from the same boot-loader state; prints each run
-/// and the medians with their ratio.
+/// Slot A's text that ends its time to decide.
+pub const DECISION_MARKER: &str = "validator: decision: ";
+/// The kernel's last words before a kexec.
+pub const KEXEC_MARKER: &str = "kexec_core: Starting new kernel";
+
+/// Boots the A/B node whose slot A has an image fault `runs` times each way, in turn, from
+/// the same boot-loader state: falling back by kexec, by a reboot through OVMF + GRUB, and
+/// slot B booted directly (GRUB told slot A is not good). Prints each run and the medians:
+/// the kexec path in parts, against its floor (A's time to decide plus B's direct boot).
 pub fn bench_recover(runs: usize) -> Result<Recovery, HarnessError> {
-    let beds = [
-        ("kexec", Scenario::named(Name::AbImageFault)?.bed()?),
-        ("reboot", Scenario::named(Name::AbImageFaultReboot)?.bed()?),
-    ];
+    let kexec_bed = Scenario::named(Name::AbImageFault)?.bed()?;
+    let reboot_bed = Scenario::named(Name::AbImageFaultReboot)?.bed()?;
+    let mut direct = Scenario::named(Name::AbImageFault)?;
+    direct.name = "ab-b-direct".into();
+    let direct_bed = direct.bed()?;
     let mut out = Recovery::default();
     for i in 0..runs.max(1) {
-        for (how, bed) in &beds {
-            bed.reset_boot_state()?;
-            let r = bed.boot()?;
-            let fail = |why: &str| HarnessError::Setup(format!("{how}: {why}: {}", r.describe()));
-            if r.boots.len() != 2 {
-                return Err(fail("not two kernel boots"));
-            }
-            if root_slot(r.boots.last().ok_or_else(|| fail("no boot"))?) != Some(Slot::B) {
-                return Err(fail("slot B's root was not reached"));
-            }
-            let start = r
-                .seen_at(0, vm::KERNEL_BOOT_MARKER)
-                .ok_or_else(|| fail("no kernel start"))?;
-            let root = r
-                .seen_at(1, crate::rootfs::MARKER)
-                .ok_or_else(|| fail("no root marker"))?;
-            let secs = root.saturating_sub(start).as_secs_f64();
-            let why = r
-                .boots
-                .first()
-                .and_then(|o| o.report.as_ref())
-                .and_then(|rep| rep.reason.clone())
-                .unwrap_or_default();
-            println!(
-                "run {}: {how}: {secs:.2} s from slot A's kernel to slot B's root",
-                i + 1
-            );
-            println!("  slot A: {why}");
-            match *how {
-                "kexec" => out.kexec.push(secs),
-                _ => out.reboot.push(secs),
-            }
+        // Fallback by kexec.
+        kexec_bed.reset_boot_state()?;
+        let r = kexec_bed.boot()?;
+        let fail = |why: &str| HarnessError::Setup(format!("kexec: {why}: {}", r.describe()));
+        if r.boots.len() != 2 {
+            return Err(fail("not two kernel boots"));
         }
+        if root_slot(r.boots.last().ok_or_else(|| fail("no boot"))?) != Some(Slot::B) {
+            return Err(fail("slot B's root was not reached"));
+        }
+        let at = |boot: usize, text: &str| {
+            r.seen_at(boot, text)
+                .map(|d| d.as_secs_f64())
+                .ok_or_else(|| fail(&format!("no {text:?} in boot {}", boot + 1)))
+        };
+        let a_start = at(0, vm::KERNEL_BOOT_MARKER)?;
+        let decided = at(0, DECISION_MARKER)?;
+        let kexec = at(0, KEXEC_MARKER)?;
+        let b_start = at(1, vm::KERNEL_BOOT_MARKER)?;
+        let b_root = at(1, crate::rootfs::MARKER)?;
+        let parts = KexecParts {
+            a_decide: decided - a_start,
+            to_kexec: kexec - decided,
+            to_b_kernel: b_start - kexec,
+            b_boot: b_root - b_start,
+        };
+        println!(
+            "run {}: kexec: {:.2} s = A decides {:.2} + to the kexec {:.2} + to B's kernel \
+             {:.2} + B to its root {:.2}",
+            i + 1,
+            parts.whole(),
+            parts.a_decide,
+            parts.to_kexec,
+            parts.to_b_kernel,
+            parts.b_boot
+        );
+        out.kexec.push(parts);
+
+        // Slot B booted directly: GRUB skips A.
+        direct_bed.reset_boot_state()?;
+        direct_bed
+            .esp()?
+            .grubenv_set(&direct_bed.dir, &[("A_OK", "0")])?;
+        let r = direct_bed.boot()?;
+        let fail = |why: &str| HarnessError::Setup(format!("B direct: {why}: {}", r.describe()));
+        if r.boots.len() != 1
+            || root_slot(r.boots.first().ok_or_else(|| fail("no boot"))?) != Some(Slot::B)
+        {
+            return Err(fail("not one boot of slot B to its root"));
+        }
+        let start = r
+            .seen_at(0, vm::KERNEL_BOOT_MARKER)
+            .ok_or_else(|| fail("no kernel start"))?;
+        let root = r
+            .seen_at(0, crate::rootfs::MARKER)
+            .ok_or_else(|| fail("no root marker"))?;
+        let b = root.saturating_sub(start).as_secs_f64();
+        println!("run {}: slot B directly: {b:.2} s kernel to root", i + 1);
+        out.b_direct.push(b);
+
+        // Fallback by reboot.
+        reboot_bed.reset_boot_state()?;
+        let r = reboot_bed.boot()?;
+        let fail = |why: &str| HarnessError::Setup(format!("reboot: {why}: {}", r.describe()));
+        if r.boots.len() != 2 {
+            return Err(fail("not two kernel boots"));
+        }
+        if root_slot(r.boots.last().ok_or_else(|| fail("no boot"))?) != Some(Slot::B) {
+            return Err(fail("slot B's root was not reached"));
+        }
+        let start = r
+            .seen_at(0, vm::KERNEL_BOOT_MARKER)
+            .ok_or_else(|| fail("no kernel start"))?;
+        let root = r
+            .seen_at(1, crate::rootfs::MARKER)
+            .ok_or_else(|| fail("no root marker"))?;
+        let secs = root.saturating_sub(start).as_secs_f64();
+        println!(
+            "run {}: reboot: {secs:.2} s from slot A's kernel to slot B's root",
+            i + 1
+        );
+        out.reboot.push(secs);
     }
-    let (k, b) = (median(&out.kexec), median(&out.reboot));
+    let med = |f: &dyn Fn(&KexecParts) -> f64| median(&out.kexec.iter().map(f).collect::<Vec<_>>());
+    let whole = med(&|p| p.whole());
+    let a = med(&|p| p.a_decide);
+    let b_direct = median(&out.b_direct);
+    let floor = a + b_direct;
     println!(
-        "time to recover (bad slot's kernel start -> good slot's root init), host seconds, median of {runs}, {:?}",
+        "time to recover (bad slot's kernel start -> good slot's root init), host seconds, \
+         median of {runs}, {:?}",
         vm::Accel::from_env()
     );
-    println!("by kexec                 {k:>7.2} s   1.00");
-    println!("by reboot (OVMF + GRUB)  {b:>7.2} s  {:>5.2}", b / k);
+    println!(
+        "by kexec                          {whole:>7.2} s   {:>5.2} x floor",
+        whole / floor
+    );
+    println!("  slot A: kernel to decision      {a:>7.2} s");
+    println!(
+        "  decision to kexec               {:>7.2} s",
+        med(&|p| p.to_kexec)
+    );
+    println!(
+        "  kexec to slot B's kernel        {:>7.2} s",
+        med(&|p| p.to_b_kernel)
+    );
+    println!(
+        "  slot B: kernel to root          {:>7.2} s",
+        med(&|p| p.b_boot)
+    );
+    println!("floor: A's decision + B direct    {floor:>7.2} s   (B direct {b_direct:.2} s)");
+    let reboot = median(&out.reboot);
+    println!(
+        "by reboot (OVMF + GRUB)           {reboot:>7.2} s   {:>5.2} x floor, {:.2} x kexec",
+        reboot / floor,
+        reboot / whole
+    );
     Ok(out)
 }
 

@@ -177,4 +177,12 @@ impl BootLoader for Grub {
     fn use_try(&mut self, s: SlotName) -> Result<(), SlotError> {
         self.set(&[(format!("{s}_TRY"), "1")])
     }
+
+    fn demote_and_use_try(&mut self, x: SlotName, y: SlotName) -> Result<(), SlotError> {
+        self.set(&[
+            (format!("{x}_OK"), "0"),
+            (format!("{x}_TRY"), "0"),
+            (format!("{y}_TRY"), "1"),
+        ])
+    }
 }

@@ -46,6 +46,14 @@ pub trait BootLoader: std::fmt::Debug + Send + Sync {
     /// which bypasses the loader).
     fn use_try(&mut self, s: SlotName) -> Result<(), SlotError>;
 
+    /// Demotes slot `x` and uses a try of slot `y`: a fallback by kexec. By default
+    /// [`BootLoader::mark`] then [`BootLoader::use_try`]; a loader that can make both
+    /// changes in one write does (each write to the ESP costs a flush).
+    fn demote_and_use_try(&mut self, x: SlotName, y: SlotName) -> Result<(), SlotError> {
+        self.mark(x, false)?;
+        self.use_try(y)
+    }
+
     /// The kernel command line for a kexec into slot `s`, given this boot's `this_boot`:
     /// by default this boot's line with `validator.slot=` naming `s` (a loader whose
     /// configuration gives every slot the same line).

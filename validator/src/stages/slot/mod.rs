@@ -452,16 +452,22 @@ pub fn act(
     } else if up {
         note(Ok(()), format!("left {x}'s try consumed (mark-good later)"));
     }
-    if fault == Some(Fault::Image) {
+    let y = x.other();
+    let kexec = decision == Decision::Fallback && rt.cfg.fallback == FallbackVia::Kexec;
+    if fault == Some(Fault::Image) && kexec {
+        // One write of the boot loader's state where it can.
+        note(
+            rt.loader.demote_and_use_try(x, y),
+            format!("demoted {x}; used a try of {y}"),
+        );
+    } else if fault == Some(Fault::Image) {
         note(rt.loader.mark(x, false), format!("demoted {x}"));
+    } else if kexec {
+        note(rt.loader.use_try(y), format!("used a try of {y}"));
     }
     let mut plan = None;
     if decision == Decision::Fallback {
-        let y = x.other();
         let via = rt.cfg.fallback;
-        if via == FallbackVia::Kexec {
-            note(rt.loader.use_try(y), format!("used a try of {y}"));
-        }
         plan = Some(Plan {
             target: y,
             via,
