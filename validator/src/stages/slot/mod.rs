@@ -520,14 +520,21 @@ pub fn act(
 /// returns.
 pub fn fall_back(ctx: &Context, plan: &Plan, report_json: &str) -> ! {
     let esp = esp::mountpoint(ctx);
+    let t = std::time::Instant::now();
     let staged = match plan.via {
         FallbackVia::Kexec => kexec::stage(ctx, plan, report_json),
         FallbackVia::Reboot => Err(SlotError::RebootAsked),
     };
+    let staging = t.elapsed();
     crate::sys::sync();
     if let Err(e) = crate::sys::umount(&esp) {
         log::warn!("{e}");
     }
+    log::info!(
+        "slot: staged in {} ms, ESP synced and unmounted in {} ms",
+        staging.as_millis(),
+        t.elapsed().saturating_sub(staging).as_millis()
+    );
     match staged {
         Ok(()) => {
             log::info!("slot: kexec into slot {}", plan.target);
