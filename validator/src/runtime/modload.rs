@@ -514,6 +514,15 @@ impl Loader {
                     return fail(r, errno, format!("read {e}"));
                 }
             };
+            // A page that cannot be read must be an error here, not a SIGBUS in PID 1
+            // when the gate touches it.
+            if let Err(e) = map.check_readable() {
+                return fail(
+                    r,
+                    Some("EIO".into()),
+                    format!("read {}: {e}", path.display()),
+                );
+            }
             let raw = map.bytes();
             let release = |part: &[u8]| map.release(part);
             match &self.gate {

@@ -9,9 +9,17 @@
 //! resident set, and reading them again maps them again from the page cache, unchanged;
 //! dropping the value unmaps it. An empty file maps to an empty slice (no mapping).
 //!
+//! A page that cannot be read (a dm-verity block that fails its hash, a disk error) makes
+//! the access that faults it in raise `SIGBUS`, which would kill PID 1: [`Mapped::check_readable`]
+//! faults every page in first, a part at a time, with `MADV_POPULATE_READ` (Linux 5.14),
+//! which fails with an error where an access would raise `SIGBUS`, and releases each
+//! part again; the loader refuses a module that does not pass it.
+//!
 //! Current limits: a file that another process truncates while it is mapped makes reads
 //! beyond its new end fault (`SIGBUS`), so only files nobody else writes are mapped: the
-//! initramfs (only PID 1 writes it) and the verified root (read-only, under dm-verity).
+//! initramfs (only PID 1 writes it) and the verified root (read-only, under dm-verity);
+//! a page that was readable in [`Mapped::check_readable`], then evicted from the page cache
+//! and corrupted on the disk before the gate reads it again would still raise `SIGBUS`.
 //! The operator's CLI reads files into memory instead.
 
 use std::ffi::c_void;
@@ -23,6 +31,9 @@ use std::ptr::NonNull;
 use nix::sys::mman::{madvise, mmap, munmap, MapFlags, MmapAdvise, ProtFlags};
 
 use crate::util::fs::InputError;
+
+/// The part [`Mapped::check_readable`] faults in at a time (a multiple of any page size).
+pub const CHECK_CHUNK: usize = 8 << 20;
 
 /// A read-only map of one file, unmapped on drop.
 #[derive(Debug)]
@@ -98,6 +109,47 @@ impl Mapped {
         }
     }
 
+    /// Faults in every page of the map, [`CHECK_CHUNK`] bytes at a time, releasing each
+    /// part after it: an error (`EFAULT` from the kernel: an access would raise `SIGBUS`,
+    /// e.g. an I/O error under dm-verity) names the first part that cannot be read.
+    pub fn check_readable(&self) -> std::io::Result<()> {
+        let Some(base) = self.ptr else { return Ok(()) };
+        let mut off = 0;
+        while off < self.len {
+            let n = CHECK_CHUNK.min(self.len - off);
+            // SAFETY: `[base + off, base + off + n)` lies inside our own read-only private
+            // file mapping (`off` is a multiple of the page-aligned chunk); populating only
+            // maps the file's pages, it changes no memory we hand out.
+            let rc = unsafe {
+                nix::libc::madvise(
+                    base.as_ptr().cast::<u8>().add(off).cast(),
+                    n,
+                    nix::libc::MADV_POPULATE_READ,
+                )
+            };
+            if rc != 0 {
+                let e = std::io::Error::last_os_error();
+                // EINVAL: a kernel older than 5.14; nothing checked, as before maps.
+                if e.raw_os_error() == Some(nix::libc::EINVAL) {
+                    return Ok(());
+                }
+                return Err(std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "bytes {off}..{} cannot be read ({e}): an I/O error, or a block that \
+                         fails its hash",
+                        off + n
+                    ),
+                ));
+            }
+            if let Some(part) = self.bytes().get(off..off + n) {
+                self.release(part);
+            }
+            off += n;
+        }
+        Ok(())
+    }
+
     /// Drops from the resident set the whole pages inside `part` (a slice of
     /// [`Mapped::bytes`]; anything else is ignored). Reading them again is still correct.
     pub fn release(&self, part: &[u8]) {
@@ -149,6 +201,7 @@ mod tests {
         std::fs::write(&p, &data).unwrap();
         let f = File::open(&p).unwrap();
         let m = Mapped::of(&f, &p, 1 << 20).unwrap();
+        m.check_readable().unwrap();
         assert_eq!(m.bytes(), &data[..]);
         // Released pages read back the same.
         m.release(m.bytes());
@@ -159,6 +212,21 @@ mod tests {
             Mapped::of(&f, &p, 100),
             Err(InputError::TooLarge { limit: 100, .. })
         ));
+        // Pages the kernel cannot give (here: beyond a file truncated after the map, as a
+        // block failing its hash would be) are an error, not a SIGBUS.
+        let t = d.join("truncated");
+        std::fs::write(&t, &data).unwrap();
+        let tf = File::open(&t).unwrap();
+        let m = Mapped::of(&tf, &t, 1 << 20).unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&t)
+            .unwrap()
+            .set_len(100)
+            .unwrap();
+        let err = m.check_readable().unwrap_err().to_string();
+        assert!(err.contains("cannot be read"), "{err}");
+        drop(m);
         let e = d.join("empty");
         std::fs::write(&e, b"").unwrap();
         let m = Mapped::of(&File::open(&e).unwrap(), &e, 10).unwrap();
