@@ -215,31 +215,37 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     let rules = validator::gate::KernelRules::debian(&tree.release);
     let mut crypto_pre: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     let mut gained = Vec::new();
+    let mut providers_of: Vec<(validator::trust::HashAlg, Vec<String>)> = Vec::new();
     for _ in 0..4 {
         let mut more = Vec::new();
         for (name, rel) in &clo.files {
             if files.contains_key(name) {
                 continue;
             }
-            let src = spec
-                .module_overrides
-                .iter()
-                .find(|(n, _)| validator::formats::kmod::normalize_name(n) == *name)
-                .map(|(_, p)| p.clone())
-                .unwrap_or_else(|| tree.moddir.join(rel));
+            let src = module_source(spec, &tree, name, rel);
             let bytes = read(&src, limits::MODULE_FILE_MAX)?;
             for d in signature_digests(&bytes, rel) {
                 if rules.is_none_or(|k| k.has_digest(d)) {
                     continue;
                 }
-                let providers =
-                    tree.digest_providers(d)
-                        .map_err(|source| BuildError::ModuleClosure {
-                            bom: spec.bom.clone(),
-                            source,
+                // Each digest's providers are looked up once (a scan of the crypto modules).
+                let providers = match providers_of.iter().find(|(a, _)| *a == d) {
+                    Some((_, p)) => p.clone(),
+                    None => {
+                        let p = tree.digest_providers(d).map_err(|source| {
+                            BuildError::ModuleClosure {
+                                bom: spec.bom.clone(),
+                                source,
+                            }
                         })?;
+                        providers_of.push((d, p.clone()));
+                        p
+                    }
+                };
                 for p in providers.into_iter().filter(|p| p != name) {
-                    gained.push(d);
+                    if !gained.contains(&d) {
+                        gained.push(d);
+                    }
                     if !clo.files.contains_key(&p) {
                         more.push(p.clone());
                     }
@@ -331,7 +337,7 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
         let (src, bytes) = match files.remove(name) {
             Some(f) => f,
             None => {
-                let src = tree.moddir.join(rel);
+                let src = module_source(spec, &tree, name, rel);
                 let bytes = read(&src, limits::MODULE_FILE_MAX)?;
                 (src, bytes)
             }
@@ -478,6 +484,15 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
         modules: clo.files.keys().cloned().collect(),
         unresolved_softdeps: clo.unresolved_softdeps,
     })
+}
+
+/// The file packed for module `name` (at `rel` in the tree): its override, else the tree's.
+fn module_source(spec: &Spec, tree: &KernelTree, name: &str, rel: &str) -> PathBuf {
+    spec.module_overrides
+        .iter()
+        .find(|(n, _)| validator::formats::kmod::normalize_name(n) == name)
+        .map(|(_, p)| p.clone())
+        .unwrap_or_else(|| tree.moddir.join(rel))
 }
 
 /// The digests a module's signature asks the kernel for: each signer's (the kernel's

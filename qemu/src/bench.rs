@@ -21,7 +21,7 @@ use validator::config::bom::RootHashSource;
 
 use crate::ab::{root_slot, Slot};
 use crate::scenario::{BootPath, Name, Roots, Scenario};
-use crate::vm::{self, Outcome, Verdict};
+use crate::vm::{self, Outcome, Run, Verdict};
 use crate::HarnessError;
 
 /// One boot's times, in seconds of guest uptime.
@@ -361,6 +361,31 @@ pub fn bench_boot_paths(runs: usize) -> Result<Vec<(BootPath, Vec<PathSample>)>,
     Ok(all)
 }
 
+/// Checks that the run `r` (`how` it went) had `boots` kernel boots and reached slot B's
+/// root in the last; returns when a text was first seen in a boot (0-based), in seconds,
+/// or an error naming what is missing.
+fn reached_b<'a>(
+    r: &'a Run,
+    how: &'a str,
+    boots: usize,
+) -> Result<impl Fn(usize, &str) -> Result<f64, HarnessError> + 'a, HarnessError> {
+    let fail = move |why: &str| HarnessError::Setup(format!("{how}: {why}: {}", r.describe()));
+    if r.boots.len() != boots {
+        return Err(fail(&format!(
+            "{} kernel boot(s), not {boots}",
+            r.boots.len()
+        )));
+    }
+    if root_slot(r.boots.last().ok_or_else(|| fail("no boot"))?) != Some(Slot::B) {
+        return Err(fail("slot B's root was not reached"));
+    }
+    Ok(move |boot: usize, text: &str| {
+        r.seen_at(boot, text)
+            .map(|d| d.as_secs_f64())
+            .ok_or_else(|| fail(&format!("no {text:?} in boot {}", boot + 1)))
+    })
+}
+
 /// One fallback by kexec, in parts (host seconds from the console): slot A's kernel start
 /// to its decision, the decision to the kexec (the slot writes, staging and
 /// `kexec_file_load`), the kexec to slot B's kernel start (purgatory, the jump), and B's
@@ -415,18 +440,7 @@ pub fn bench_recover(runs: usize) -> Result<Recovery, HarnessError> {
         // Fallback by kexec.
         kexec_bed.reset_boot_state()?;
         let r = kexec_bed.boot()?;
-        let fail = |why: &str| HarnessError::Setup(format!("kexec: {why}: {}", r.describe()));
-        if r.boots.len() != 2 {
-            return Err(fail("not two kernel boots"));
-        }
-        if root_slot(r.boots.last().ok_or_else(|| fail("no boot"))?) != Some(Slot::B) {
-            return Err(fail("slot B's root was not reached"));
-        }
-        let at = |boot: usize, text: &str| {
-            r.seen_at(boot, text)
-                .map(|d| d.as_secs_f64())
-                .ok_or_else(|| fail(&format!("no {text:?} in boot {}", boot + 1)))
-        };
+        let at = reached_b(&r, "kexec", 2)?;
         let a_start = at(0, vm::KERNEL_BOOT_MARKER)?;
         let decided = at(0, DECISION_MARKER)?;
         let kexec = at(0, KEXEC_MARKER)?;
@@ -456,47 +470,23 @@ pub fn bench_recover(runs: usize) -> Result<Recovery, HarnessError> {
             .esp()?
             .grubenv_set(&direct_bed.dir, &[("A_OK", "0")])?;
         let r = direct_bed.boot()?;
-        let fail = |why: &str| HarnessError::Setup(format!("B direct: {why}: {}", r.describe()));
-        if r.boots.len() != 1
-            || root_slot(r.boots.first().ok_or_else(|| fail("no boot"))?) != Some(Slot::B)
-        {
-            return Err(fail("not one boot of slot B to its root"));
-        }
-        let start = r
-            .seen_at(0, GRUB_BOOTS_B)
-            .ok_or_else(|| fail("GRUB did not say it boots slot B"))?;
-        let kernel = r
-            .seen_at(0, vm::KERNEL_BOOT_MARKER)
-            .ok_or_else(|| fail("no kernel start"))?;
-        let root = r
-            .seen_at(0, crate::rootfs::MARKER)
-            .ok_or_else(|| fail("no root marker"))?;
-        let b = root.saturating_sub(start).as_secs_f64();
+        let at = reached_b(&r, "B direct", 1)?;
+        let (start, kernel) = (at(0, GRUB_BOOTS_B)?, at(0, vm::KERNEL_BOOT_MARKER)?);
+        let root = at(0, crate::rootfs::MARKER)?;
+        let b = root - start;
         println!(
             "run {}: slot B directly: {b:.2} s = GRUB to B's kernel {:.2} + B to its root {:.2}",
             i + 1,
-            kernel.saturating_sub(start).as_secs_f64(),
-            root.saturating_sub(kernel).as_secs_f64()
+            kernel - start,
+            root - kernel
         );
         out.b_direct.push(b);
 
         // Fallback by reboot.
         reboot_bed.reset_boot_state()?;
         let r = reboot_bed.boot()?;
-        let fail = |why: &str| HarnessError::Setup(format!("reboot: {why}: {}", r.describe()));
-        if r.boots.len() != 2 {
-            return Err(fail("not two kernel boots"));
-        }
-        if root_slot(r.boots.last().ok_or_else(|| fail("no boot"))?) != Some(Slot::B) {
-            return Err(fail("slot B's root was not reached"));
-        }
-        let start = r
-            .seen_at(0, vm::KERNEL_BOOT_MARKER)
-            .ok_or_else(|| fail("no kernel start"))?;
-        let root = r
-            .seen_at(1, crate::rootfs::MARKER)
-            .ok_or_else(|| fail("no root marker"))?;
-        let secs = root.saturating_sub(start).as_secs_f64();
+        let at = reached_b(&r, "reboot", 2)?;
+        let secs = at(1, crate::rootfs::MARKER)? - at(0, vm::KERNEL_BOOT_MARKER)?;
         println!(
             "run {}: reboot: {secs:.2} s from slot A's kernel to slot B's root",
             i + 1

@@ -93,6 +93,18 @@ pub const ESP_LABEL: &str = "esp";
 /// OVMF's store with the snakeoil keys enrolled (PK, KEK, db), from Debian's `ovmf`.
 pub const SNAKEOIL_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.snakeoil.fd";
 
+/// OVMF's snakeoil store ([`SNAKEOIL_VARS`]) in memory, with Secure Boot off
+/// (`SecureBootEnable` 0), for a caller to change further.
+pub fn snakeoil_store() -> Result<crate::efivars::VarStore, HarnessError> {
+    let mut s = crate::efivars::VarStore::open(Path::new(SNAKEOIL_VARS))?;
+    s.set_byte(
+        "SecureBootEnable",
+        crate::efivars::SECURE_BOOT_ENABLE_GUID,
+        0,
+    )?;
+    Ok(s)
+}
+
 /// OVMF's code (read-only pflash) and the variable store template, from Debian's `ovmf`.
 pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
 pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
@@ -158,14 +170,13 @@ impl Ovmf {
     /// modules signed with the snakeoil key, while `-kernel` still boots an image db does
     /// not sign.
     pub fn snakeoil(dir: &Path) -> Result<Ovmf, HarnessError> {
-        let mut s = crate::efivars::VarStore::open(Path::new(SNAKEOIL_VARS))?;
-        s.set_byte(
-            "SecureBootEnable",
-            crate::efivars::SECURE_BOOT_ENABLE_GUID,
-            0,
-        )?;
+        Ovmf::with_store(dir, &snakeoil_store()?)
+    }
+
+    /// OVMF's code with `store` written to `<dir>/ovmf-vars.fd` as its variable store.
+    pub fn with_store(dir: &Path, store: &crate::efivars::VarStore) -> Result<Ovmf, HarnessError> {
         let vars = dir.join("ovmf-vars.fd");
-        s.write(&vars)?;
+        store.write(&vars)?;
         Ok(Ovmf {
             code: OVMF_CODE.into(),
             vars,

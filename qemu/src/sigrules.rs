@@ -41,11 +41,9 @@ use validator::formats::vmlinuz::KernelFacts;
 use validator::gate::{Gate, Policy, Verdict};
 use validator::trust::TrustStore;
 
-use crate::efivars::{self, VarStore};
+use crate::efivars;
 use crate::vm::{self, Outcome, VmConfig};
 use crate::HarnessError;
-
-use crate::firmware::SNAKEOIL_VARS;
 
 static LOADER: Mutex<Option<PathBuf>> = Mutex::new(None);
 
@@ -85,12 +83,11 @@ pub fn loader() -> Result<PathBuf, HarnessError> {
 /// The variable store for `set`'s boots, written to `<dir>/ovmf-vars.fd`.
 pub fn vars(set: &Set, dir: &Path) -> Result<PathBuf, HarnessError> {
     let keys = sigcases::keys();
-    let mut s = VarStore::open(Path::new(SNAKEOIL_VARS))?;
+    let mut s = crate::firmware::snakeoil_store()?;
     let certs: Vec<Vec<u8>> = keys.db_certs().iter().map(|k| k.cert_der()).collect();
     s.replace("db", efivars::IMAGE_SECURITY_DATABASE, &efivars::db(&certs))?;
     let dbx = efivars::dbx(&set.dbx_hashes(), &[keys.revoked_tbs_sha256()]);
     s.replace("dbx", efivars::IMAGE_SECURITY_DATABASE, &dbx)?;
-    s.set_byte("SecureBootEnable", efivars::SECURE_BOOT_ENABLE_GUID, 0)?;
     let out = dir.join("ovmf-vars.fd");
     s.write(&out)?;
     Ok(out)

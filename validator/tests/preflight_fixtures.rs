@@ -317,23 +317,6 @@ fn failing_variants_name_what_is_wrong() {
     assert_eq!(r.check("mlx5-ports").unwrap().status, CheckStatus::Pass);
 }
 
-/// Copies a fixture tree, keeping its symlinks.
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let (src, dst) = (e.path(), to.join(e.file_name()));
-        let t = e.file_type().unwrap();
-        if t.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
-        } else if t.is_dir() {
-            copy_tree(&src, &dst);
-        } else {
-            std::fs::copy(&src, &dst).unwrap();
-        }
-    }
-}
-
 fn regular_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for e in std::fs::read_dir(dir).unwrap() {
         let e = e.unwrap();
@@ -349,7 +332,7 @@ fn regular_files(dir: &Path, out: &mut Vec<PathBuf>) {
 #[test]
 fn the_wait_ends_when_the_ports_come_up() {
     let tmp = std::fs::canonicalize(common::tmpdir("preflight-wait")).unwrap();
-    copy_tree(&fixtures().join("ib-port-init"), &tmp);
+    common::copy_tree(&fixtures().join("ib-port-init"), &tmp);
     let mut states = Vec::new();
     regular_files(&tmp.join("sys/devices"), &mut states);
     states.retain(|p| {
@@ -396,7 +379,7 @@ fn the_wait_ends_when_the_ports_come_up() {
 #[test]
 fn garbage_in_any_file_names_the_file() {
     let tmp = std::fs::canonicalize(common::tmpdir("preflight-garbage")).unwrap();
-    copy_tree(&fixtures().join("good"), &tmp);
+    common::copy_tree(&fixtures().join("good"), &tmp);
     let b = bom();
     let key = |r: &PreflightReport| {
         r.checks

@@ -48,22 +48,6 @@ fn run(dir: &Path, bom: &Bom) -> PreflightReport {
     r
 }
 
-fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for e in std::fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        let (src, dst) = (e.path(), to.join(e.file_name()));
-        let t = e.file_type().unwrap();
-        if t.is_symlink() {
-            std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
-        } else if t.is_dir() {
-            copy_tree(&src, &dst);
-        } else {
-            std::fs::copy(&src, &dst).unwrap();
-        }
-    }
-}
-
 /// One row of the table.
 #[derive(Debug)]
 struct Row {
@@ -128,7 +112,7 @@ fn every_row_of_the_preflight_input_table_holds() {
     let tmp = std::fs::canonicalize(common::tmpdir("preflight-inputs")).unwrap();
     let bak = std::fs::canonicalize(common::tmpdir("preflight-inputs-bak")).unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hw/good");
-    copy_tree(&fixtures, &tmp);
+    common::copy_tree(&fixtures, &tmp);
     let b = bom();
     let base = run(&tmp, &b);
     assert!(base.decide().is_none(), "{}", base.summary());
@@ -205,7 +189,7 @@ fn every_row_of_the_preflight_input_table_holds() {
 fn a_gpu_link_that_cannot_be_read_fails_gpu_links() {
     let tmp = std::fs::canonicalize(common::tmpdir("preflight-gpu-link")).unwrap();
     let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hw/good");
-    copy_tree(&fixtures, &tmp);
+    common::copy_tree(&fixtures, &tmp);
     let b = bom();
     let dev = std::fs::canonicalize(tmp.join("sys/bus/pci/devices/0000:c3:00.0")).unwrap();
     let file = dev.join("current_link_speed");

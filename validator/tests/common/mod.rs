@@ -210,3 +210,20 @@ pub fn non_utf8_copy(dir: &Path, stem: &str, ext: &str, bytes: &[u8]) -> PathBuf
     std::fs::write(&p, bytes).unwrap();
     p
 }
+
+/// Copies a fixture tree, keeping its symlinks.
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        let t = e.file_type().unwrap();
+        if t.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(&src).unwrap(), &dst).unwrap();
+        } else if t.is_dir() {
+            copy_tree(&src, &dst);
+        } else {
+            std::fs::copy(&src, &dst).unwrap();
+        }
+    }
+}
