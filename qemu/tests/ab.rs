@@ -91,6 +91,15 @@ fn both_good_slot_a_is_marked_good_in_grubenv() {
         s.action.as_deref().unwrap().contains("marked A good"),
         "{s:?}"
     );
+    // On a GRUB node too the preflight reads Secure Boot (efivarfs is mounted with the API
+    // filesystems, not only for systemd-boot): off here, not "unknown".
+    let sb = r
+        .preflight
+        .as_ref()
+        .and_then(|p| p.checks.iter().find(|c| c.name == "secure-boot"))
+        .map(|c| c.detail.clone())
+        .unwrap_or_default();
+    assert!(sb.starts_with("Secure Boot off"), "{sb}");
     // What GRUB's own grub-editenv reads back.
     assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
     let rec = record(&bed);

@@ -188,6 +188,9 @@ pub fn mount_api_filesystems(root: &Path) -> Vec<SysError> {
             Err(e) => errs.push(e),
         }
     }
+    // On a UEFI boot, the EFI variables: the preflight reads Secure Boot there whatever
+    // the boot loader (the slot stage reads systemd-boot's there too).
+    sys::mount_efivarfs(&root.join("sys"));
     errs
 }
 

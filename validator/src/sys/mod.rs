@@ -33,6 +33,27 @@ use nix::fcntl::{AtFlags, OFlag};
 use nix::mount::MsFlags;
 use nix::sys::stat::{Mode, SFlag};
 
+/// Mounts efivarfs on `sys_root`'s `firmware/efi/efivars` when that directory exists
+/// (booted through UEFI; already mounted is fine; other failures are logged, and the
+/// preflight then reports Secure Boot unknown). `nosuid,nodev,noexec`, as systemd mounts
+/// it, so the root's own tools find it as they expect after `switch_root`.
+pub fn mount_efivarfs(sys_root: &Path) {
+    let d = sys_root.join("firmware/efi/efivars");
+    if d.is_dir() {
+        if let Err(e) = mount(
+            "efivarfs",
+            &d,
+            Some("efivarfs"),
+            MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+            None,
+        ) {
+            if e.errno != Errno::EBUSY {
+                log::warn!("{e}");
+            }
+        }
+    }
+}
+
 /// A failed system call: which, on what, and the errno.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{call}({what}): {errno}")]

@@ -27,7 +27,8 @@
 //!
 //! Current limits: mlx5 Ethernet (RoCE) ports are judged only when their netdev is up
 //! (the preflight does not configure networks, so in the initramfs they are reported as
-//! not brought up); Secure Boot is read from efivarfs only when it is mounted.
+//! not brought up); Secure Boot is read from efivarfs, which the start stage mounts on
+//! every UEFI boot (unknown if that mount failed).
 
 pub mod drivers;
 pub mod fabricmanager;

@@ -9,8 +9,9 @@
 //!   (`/sys/firmware/efi/efivars/SecureBoot-8be4df61-...`: four attribute bytes and the
 //!   value) against `hardware.secure_boot`. A firmware setting: rolling the image back
 //!   cannot change it. Without `/sys/firmware/efi` the node booted without UEFI (Secure
-//!   Boot off); with it but no efivarfs mounted the state is unknown, which fails a BOM that
-//!   requires a value.
+//!   Boot off); with efivarfs listing variables but no `SecureBoot`, the firmware has no
+//!   Secure Boot (off); with it but no efivarfs mounted (the start stage mounts it on
+//!   every UEFI boot) the state is unknown, which fails a BOM that requires a value.
 //! - `lockdown`: the bracketed mode of `/sys/kernel/security/lockdown`, reported.
 //! - `taint` (image): `/proc/sys/kernel/tainted` after the drivers loaded; letters that
 //!   point at modules (`P`, `F`, `C`, `O`, `E`) and that `policy.taint_allowed` does not
@@ -28,6 +29,11 @@ use crate::stages::Fault;
 /// `SecureBoot` in the EFI global variable namespace.
 pub const SECURE_BOOT_VAR: &str =
     "firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
+
+/// Whether efivarfs lists at least one variable under `sys_root` (it is mounted).
+fn efivars_listed(sys_root: &std::path::Path) -> bool {
+    std::fs::read_dir(sys_root.join("firmware/efi/efivars")).is_ok_and(|mut d| d.next().is_some())
+}
 
 /// Platform facts.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -106,18 +112,27 @@ pub fn check(roots: &HwRoots, bom: &Bom, report: &mut PreflightReport) {
     let var = roots.sys.join(SECURE_BOOT_VAR);
     let sb: Result<Option<bool>, Issue> = if !efi {
         Ok(Some(false))
-    } else if var.exists() {
+    } else if var.symlink_metadata().is_ok() {
         read_bytes(&var).and_then(|b| {
             sysfs::efi_bool(&b)
                 .map(Some)
                 .map_err(|e| Issue::new(&var, e.to_string()))
         })
+    } else if efivars_listed(&roots.sys) {
+        // efivarfs is there (it lists variables) and the firmware sets no SecureBoot:
+        // a firmware without Secure Boot.
+        Ok(Some(false))
     } else {
         Ok(None)
     };
+    let no_var = var.symlink_metadata().is_err();
     let shown = |v: Option<bool>| match (efi, v) {
         (false, _) => "off (booted without UEFI)".to_string(),
         (true, Some(true)) => "on".into(),
+        (true, Some(false)) if no_var => format!(
+            "off (efivarfs has no {}: the firmware has no Secure Boot)",
+            var.display()
+        ),
         (true, Some(false)) => "off".into(),
         (true, None) => format!(
             "unknown ({} not readable: efivarfs not mounted?)",

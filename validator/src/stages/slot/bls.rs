@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{esp, kexec, loader::BootLoader, SlotError};
+use super::{kexec, loader::BootLoader, SlotError};
 use crate::config::bom::{Slot, SlotName};
 use crate::config::LOADER_BOOT_COUNT_PATH;
 use crate::formats::bls::{self, EntryName};
@@ -151,7 +151,7 @@ impl BootLoader for Bls {
     }
 
     fn firmware_view(&self, sys_root: &Path) -> BTreeMap<String, String> {
-        esp::mount_efivarfs(sys_root);
+        crate::sys::mount_efivarfs(sys_root);
         loader_boot_count_path(sys_root)
             .map(|p| ("LoaderBootCountPath".to_string(), p))
             .into_iter()

@@ -1,7 +1,7 @@
 //! The ESP: finding it ([`find`]: `validator.esp=`, else the one partition of the EFI
 //! System type), mounting it read-write under `/run` ([`mount`]), paths on it
-//! ([`esp_path`]), and mounting efivarfs for the boot loader's EFI variables
-//! ([`mount_efivarfs`]).
+//! ([`esp_path`]). (efivarfs, for the boot loader's EFI variables, is mounted with the
+//! API filesystems: `crate::sys::mount_efivarfs`.)
 //!
 //! Contract: more than one match is an error, never a guess; no match within the
 //! command line's root timeout is an error naming the disks seen. A mount refused on
@@ -93,27 +93,6 @@ fn device_read_only(sys_root: &Path, device: &str) -> bool {
     crate::util::fs::read_text_limited(&ro, crate::util::fs::SYSFS_VALUE_MAX)
         .map(|v| v.trim() == "1")
         .unwrap_or(false)
-}
-
-/// Mounts efivarfs on `sys_root`'s `firmware/efi/efivars` when that directory exists
-/// (already mounted is fine; other failures are logged).
-pub fn mount_efivarfs(sys_root: &Path) {
-    let d = sys_root.join("firmware/efi/efivars");
-    if d.is_dir() {
-        if let Err(e) = crate::sys::mount(
-            "efivarfs",
-            &d,
-            Some("efivarfs"),
-            nix::mount::MsFlags::MS_NOSUID
-                | nix::mount::MsFlags::MS_NODEV
-                | nix::mount::MsFlags::MS_NOEXEC,
-            None,
-        ) {
-            if e.errno != nix::errno::Errno::EBUSY {
-                log::warn!("{e}");
-            }
-        }
-    }
 }
 
 #[cfg(test)]
