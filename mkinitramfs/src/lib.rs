@@ -187,6 +187,9 @@ fn read(path: &Path, limit: u64) -> Result<Vec<u8>, BuildError> {
     validator::util::fs::read_limited(path, limit).map_err(BuildError::Input)
 }
 
+/// The module of the EFI variable filesystem, packed whenever the kernel has it as one.
+pub const EFIVARFS: &str = "efivarfs";
+
 /// Builds the archive described by `spec`.
 pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     let bom = validator::config::bom::load(&spec.bom)?;
@@ -200,6 +203,11 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     }
     let mut names: Vec<String> = bom.bom.modules.load.iter().map(|m| m.0.clone()).collect();
     names.extend(spec.extra_modules.iter().cloned());
+    // efivarfs, which Debian builds as a module: on a UEFI boot the init mounts it to
+    // read Secure Boot (the preflight) and systemd-boot's variables (the slot stage).
+    if tree.files.contains_key(EFIVARFS) && !names.iter().any(|n| n == EFIVARFS) {
+        names.push(EFIVARFS.to_string());
+    }
     let closure_of = |names: &[String]| {
         closure::closure(&tree, names).map_err(|source| BuildError::ModuleClosure {
             bom: spec.bom.clone(),

@@ -77,12 +77,12 @@ fn a_sha512_signed_module_brings_the_module_that_provides_sha512() {
 
     // Signed as Debian signs: nothing added.
     let plain = build(&dir, None).unwrap();
-    assert_eq!(plain.modules, ["crc8"]);
+    assert_eq!(plain.modules, ["crc8", "efivarfs"]);
     assert!(!plain.softdep.contains("crc8"), "{}", plain.softdep);
 
     // Signed with sha512: sha512_generic packed, and loaded first.
     let b = build(&dir, Some(&signed)).unwrap();
-    assert_eq!(b.modules, ["crc8", "sha512_generic"]);
+    assert_eq!(b.modules, ["crc8", "efivarfs", "sha512_generic"]);
     assert!(
         b.softdep
             .lines()

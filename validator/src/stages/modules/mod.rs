@@ -77,10 +77,17 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
     let Some(b) = ctx.bom.as_ref() else {
         return Ok("no BOM: nothing to load".into());
     };
-    let names: Vec<String> = b.bom.modules.load.iter().map(|m| m.0.clone()).collect();
+    let mut names: Vec<String> = b.bom.modules.load.iter().map(|m| m.0.clone()).collect();
     let allowed = b.bom.policy.taint_allowed.0.clone();
     let dir = ctx.roots.modules.join(&ctx.release);
     let index = load_index(&dir)?;
+    // On a UEFI boot, efivarfs too when the initramfs has it (mkinitramfs packs it): the
+    // EFI variables are mounted after this stage (Secure Boot for the preflight, the boot
+    // counting of systemd-boot for the slot stage).
+    let efi = ctx.roots.sys.join("firmware/efi").is_dir();
+    if efi && index.entries.contains_key("efivarfs") && !names.iter().any(|n| n == "efivarfs") {
+        names.push("efivarfs".into());
+    }
     let mut loader = Loader::new(&dir, index, &ctx.roots.sys);
     loader.proc_root = Some(ctx.roots.proc.clone());
     let mut g = Gate::from_initramfs(&ctx.roots.initramfs, &b.bom)?;
@@ -94,6 +101,9 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
     loader.gate = Some(g);
     let results = loader.load_all(&names);
     ctx.trust = loader.gate.take().map(|g| g.trust);
+    if efi {
+        crate::sys::mount_efivarfs(&ctx.roots.sys);
+    }
     for r in &results {
         match r.status {
             ModStatus::Failed | ModStatus::Skipped | ModStatus::Rejected => log::error!(
