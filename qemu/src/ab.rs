@@ -175,6 +175,7 @@ fn layout(s: &Scenario) -> TwoSlots {
 fn esp_loader(path: BootPath, two: &TwoSlots) -> Loader {
     match path {
         BootPath::Grub => Loader::Grub,
+        BootPath::SecureBoot => Loader::ShimGrub,
         BootPath::SystemdBoot => Loader::SystemdBoot,
         BootPath::Direct => two.direct_esp,
     }
@@ -184,7 +185,7 @@ fn esp_loader(path: BootPath, two: &TwoSlots) -> Loader {
 pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
     let two = layout(s);
     let loader = esp_loader(s.boot.path, &two);
-    let per_slot_options = loader != Loader::Grub || s.boot.path == BootPath::Direct;
+    let per_slot_options = !loader.is_grub() || s.boot.path == BootPath::Direct;
     let options = |slot: Slot| {
         let mut o = String::new();
         if per_slot_options {
@@ -205,7 +206,7 @@ pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
             slot,
             vmlinuz: two.slot(slot).kernel.vmlinuz.clone(),
             initrd: b.initrd.clone(),
-            options: if loader == Loader::Grub {
+            options: if loader.is_grub() {
                 two.slot(slot).options.clone()
             } else {
                 options(slot)
@@ -272,6 +273,7 @@ pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
             c
         }
         BootPath::Grub | BootPath::SystemdBoot => VmConfig::uefi(Ovmf::fresh(dir)?),
+        BootPath::SecureBoot => VmConfig::uefi(Ovmf::secure_boot(dir)?),
     };
     cfg.disks.push(disk_img);
     if let Some(d) = esp_disk {
@@ -319,7 +321,7 @@ impl Bed {
     pub fn reset_boot_state(&self) -> Result<(), HarnessError> {
         let esp = self.esp()?;
         match self.loader {
-            Loader::Grub => {
+            Loader::Grub | Loader::ShimGrub => {
                 let fresh = self.dir.join("grubenv.fresh");
                 let _ = std::fs::remove_file(&fresh);
                 disk::run(
@@ -450,6 +452,7 @@ impl Scenario {
         s.name = match path {
             BootPath::Direct => "ab-direct",
             BootPath::Grub => "ab-grub",
+            BootPath::SecureBoot => "ab-secure-boot",
             BootPath::SystemdBoot => "ab-systemd-boot",
         }
         .into();
@@ -470,6 +473,8 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
     match name {
         Name::AbGood
         | Name::AbImageFault
+        | Name::SbFallback
+        | Name::SbRequiredOff
         | Name::AbImageFaultReboot
         | Name::AbCorruptRoot
         | Name::AbBothBad
@@ -480,12 +485,22 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
             } else {
                 Roots::Plain
             };
-            *s = Scenario::ab_gate(BootPath::Grub, roots)?;
+            let path = if name == Name::SbFallback {
+                BootPath::SecureBoot
+            } else {
+                BootPath::Grub
+            };
+            *s = Scenario::ab_gate(path, roots)?;
             s.name = name.as_str().into();
             s.boot.follow_reboots = Some(3);
             if let Some(two) = s.boot.slots.as_mut() {
+                if matches!(name, Name::SbFallback | Name::SbRequiredOff) {
+                    // The production BOM: Secure Boot required.
+                    two.a.bom.hardware.secure_boot = Some(true);
+                    two.b.bom.hardware.secure_boot = Some(true);
+                }
                 match name {
-                    Name::AbImageFault | Name::AbImageFaultReboot => {
+                    Name::AbImageFault | Name::AbImageFaultReboot | Name::SbFallback => {
                         two.a.tampered_modules.push("crc16".into());
                     }
                     Name::AbBothBad => {
@@ -514,16 +529,29 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
                 s.tpm_banks = None;
             }
             // The slot that takes over by kexec shows its TPM's view and our log.
-            s.root_tpm_tools = name == Name::AbImageFault;
+            s.root_tpm_tools = matches!(name, Name::AbImageFault | Name::SbFallback);
         }
-        Name::Node => {
+        Name::Node | Name::SbNode => {
             // The real node: OVMF + GRUB, slot A, signed verity roots, the module
-            // gate, the TPM with tpm2-tools in the root.
+            // gate, the TPM with tpm2-tools in the root; under Secure Boot through
+            // Debian's signed shim and GRUB (sb-node).
+            let path = if name == Name::SbNode {
+                BootPath::SecureBoot
+            } else {
+                BootPath::Grub
+            };
             *s = Scenario::ab_gate(
-                BootPath::Grub,
+                path,
                 Roots::Verity(validator::config::bom::RootHashSource::Signature),
             )?;
             s.name = name.as_str().into();
+            if name == Name::SbNode {
+                if let Some(two) = s.boot.slots.as_mut() {
+                    // The production BOM: Secure Boot required.
+                    two.a.bom.hardware.secure_boot = Some(true);
+                    two.b.bom.hardware.secure_boot = Some(true);
+                }
+            }
             s.root_tpm_tools = true;
         }
         Name::SdbootGood | Name::SdbootImageFault => {

@@ -47,6 +47,9 @@ impl Scenario {
             | Name::AbNoTpm
             | Name::AbHardwareFault
             | Name::Node
+            | Name::SbNode
+            | Name::SbFallback
+            | Name::SbRequiredOff
             | Name::SdbootGood
             | Name::SdbootImageFault => crate::ab::setup(&mut s, name)?,
             Name::PreflightNvidia | Name::PreflightNvidiaOpen | Name::PreflightPcie => {

@@ -108,6 +108,16 @@ pub fn snakeoil_store() -> Result<crate::efivars::VarStore, HarnessError> {
 /// OVMF's code (read-only pflash) and the variable store template, from Debian's `ovmf`.
 pub const OVMF_CODE: &str = "/usr/share/OVMF/OVMF_CODE_4M.fd";
 pub const OVMF_VARS: &str = "/usr/share/OVMF/OVMF_VARS_4M.fd";
+/// OVMF built for Secure Boot with its variables guarded by SMM (QEMU needs `smm=on` and
+/// a secure pflash), and the store with Microsoft's keys enrolled and Secure Boot on: what
+/// a production x86 server ships with.
+pub const OVMF_CODE_SECBOOT: &str = "/usr/share/OVMF/OVMF_CODE_4M.secboot.fd";
+pub const OVMF_VARS_MS: &str = "/usr/share/OVMF/OVMF_VARS_4M.ms.fd";
+/// Debian's signed boot chain, unpacked by `scripts/provision` under `target/secureboot/`
+/// (relative to the workspace): shim signed by Microsoft's third-party UEFI CA, GRUB
+/// signed by Debian's Secure Boot CA (whose certificate shim carries).
+pub const SHIM_SIGNED: &str = "target/secureboot/usr/lib/shim/shimx64.efi.signed";
+pub const GRUB_SIGNED: &str = "target/secureboot/usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed";
 /// Debian's systemd-boot (package `systemd-boot-efi`).
 pub const SYSTEMD_BOOT_EFI: &str = "/usr/lib/systemd/boot/efi/systemd-bootx64.efi";
 /// The GRUB modules built into BOOTX64.EFI (and installed in its memdisk).
@@ -141,6 +151,9 @@ pub const BASE_CMDLINE: &str = "console=ttyS0,115200 panic=-1";
 pub struct Ovmf {
     pub code: PathBuf,
     pub vars: PathBuf,
+    /// The code requires SMM ([`OVMF_CODE_SECBOOT`]): the machine gets `smm=on` and the
+    /// variable flash is secure.
+    pub smm: bool,
 }
 
 impl Ovmf {
@@ -161,6 +174,26 @@ impl Ovmf {
         Ok(Ovmf {
             code: OVMF_CODE.into(),
             vars,
+            smm: false,
+        })
+    }
+
+    /// The production firmware: [`OVMF_CODE_SECBOOT`] with a fresh copy of
+    /// [`OVMF_VARS_MS`] (Microsoft's KEK and db, Secure Boot on) at `<dir>/ovmf-vars.fd`.
+    pub fn secure_boot(dir: &Path) -> Result<Ovmf, HarnessError> {
+        for f in [OVMF_CODE_SECBOOT, OVMF_VARS_MS] {
+            if !Path::new(f).is_file() {
+                return Err(HarnessError::Setup(format!(
+                    "{f} not found (install ovmf: scripts/provision)"
+                )));
+            }
+        }
+        let vars = dir.join("ovmf-vars.fd");
+        std::fs::copy(OVMF_VARS_MS, &vars).map_err(|e| HarnessError::io(&vars, e))?;
+        Ok(Ovmf {
+            code: OVMF_CODE_SECBOOT.into(),
+            vars,
+            smm: true,
         })
     }
 
@@ -180,12 +213,22 @@ impl Ovmf {
         Ok(Ovmf {
             code: OVMF_CODE.into(),
             vars,
+            smm: false,
         })
     }
 
-    /// QEMU's arguments: the code read-only, the variable store writable.
+    /// QEMU's arguments: the code read-only, the variable store writable (and, for SMM
+    /// firmware, the flash writable only from SMM; the machine's `smm=on` is
+    /// [`crate::vm::VmConfig::command`]'s).
     pub fn qemu_args(&self) -> Vec<String> {
-        vec![
+        let mut v: Vec<String> = Vec::new();
+        if self.smm {
+            v.extend([
+                "-global".into(),
+                "driver=cfi.pflash01,property=secure,value=on".into(),
+            ]);
+        }
+        v.extend([
             "-drive".into(),
             format!(
                 "if=pflash,format=raw,unit=0,readonly=on,file={}",
@@ -193,7 +236,8 @@ impl Ovmf {
             ),
             "-drive".into(),
             format!("if=pflash,format=raw,unit=1,file={}", self.vars.display()),
-        ]
+        ]);
+        v
     }
 }
 
@@ -202,6 +246,19 @@ impl Ovmf {
 pub enum Loader {
     Grub,
     SystemdBoot,
+    /// Debian's signed chain, unmodified: `/EFI/BOOT/BOOTX64.EFI` is shim
+    /// ([`SHIM_SIGNED`]), which starts `/EFI/BOOT/grubx64.efi` ([`GRUB_SIGNED`]), whose
+    /// built-in config finds no `/EFI/debian` (its prefix) and sources
+    /// `$cmdpath/grub.cfg`, the shipped `grub.cfg` at the same [`GRUB_CFG_PATH`]; the
+    /// rest of the layout is [`Loader::Grub`]'s.
+    ShimGrub,
+}
+
+impl Loader {
+    /// GRUB reads the shipped `grub.cfg` and `grubenv` (signed or not).
+    pub fn is_grub(self) -> bool {
+        matches!(self, Loader::Grub | Loader::ShimGrub)
+    }
 }
 
 /// One slot's files on the ESP.
@@ -367,7 +424,7 @@ pub fn build_esp(spec: &EspSpec, image: &Path, scratch: &Path) -> Result<(), Har
     let mut dirs: Vec<String> = vec!["/EFI".into(), "/EFI/BOOT".into()];
     let efi = scratch.join("BOOTX64.EFI");
     match spec.loader {
-        Loader::Grub => {
+        Loader::Grub | Loader::ShimGrub => {
             let env = scratch.join("grubenv");
             let _ = std::fs::remove_file(&env);
             disk::run(Command::new("grub-editenv").arg(&env).arg("create"))?;
@@ -381,8 +438,25 @@ pub fn build_esp(spec: &EspSpec, image: &Path, scratch: &Path) -> Result<(), Har
             }
             // First file after formatting: its clusters are contiguous.
             files.push((env, GRUBENV_PATH.into()));
-            make_grub_efi(&efi, scratch)?;
-            files.push((efi, "/EFI/BOOT/BOOTX64.EFI".into()));
+            if spec.loader == Loader::ShimGrub {
+                let ws = crate::paths::workspace();
+                for (from, to) in [
+                    (SHIM_SIGNED, "/EFI/BOOT/BOOTX64.EFI"),
+                    (GRUB_SIGNED, "/EFI/BOOT/grubx64.efi"),
+                ] {
+                    let f = ws.join(from);
+                    if !f.is_file() {
+                        return Err(HarnessError::Setup(format!(
+                            "{}: not found (run scripts/provision)",
+                            f.display()
+                        )));
+                    }
+                    files.push((f, to.into()));
+                }
+            } else {
+                make_grub_efi(&efi, scratch)?;
+                files.push((efi, "/EFI/BOOT/BOOTX64.EFI".into()));
+            }
             files.push((spec.grub_cfg.clone(), GRUB_CFG_PATH.into()));
             let node = scratch.join("node.cfg");
             let line = format!("{BASE_CMDLINE} {}", spec.cmdline);

@@ -369,6 +369,7 @@ pub fn boot(set: &Set) -> Result<Boot, HarnessError> {
     cfg.extra_args = crate::firmware::Ovmf {
         code: crate::firmware::OVMF_CODE.into(),
         vars,
+        smm: false,
     }
     .qemu_args();
     cfg.timeout = cfg.timeout.max(Duration::from_secs(600));

@@ -186,7 +186,12 @@ impl VmConfig {
             Accel::Tcg => "max",
             Accel::Kvm => "host",
         };
-        c.args(["-machine", &format!("q35,accel={accel}"), "-cpu", cpu])
+        let smm = if self.firmware.as_ref().is_some_and(|f| f.smm) {
+            ",smm=on"
+        } else {
+            ""
+        };
+        c.args(["-machine", &format!("q35,accel={accel}{smm}"), "-cpu", cpu])
             .args([
                 "-m",
                 &self.memory_mib.to_string(),
@@ -859,6 +864,7 @@ mod tests {
         c.firmware = Some(crate::firmware::Ovmf {
             code: "/code.fd".into(),
             vars: "/vars.fd".into(),
+            smm: false,
         });
         c.follow_reboots = Some(2);
         c.throttle = Some(Throttle {

@@ -1,13 +1,15 @@
 //! A/B slots end to end: OVMF, an unmodified GRUB (or systemd-boot) on a FAT ESP, two
 //! slots each with its own kernel, initramfs and root, and the gate deciding: mark good,
 //! demote and fall back by kexec or reboot, stop when both slots are bad, keep the slot on
-//! a platform fault, and survive power cuts during its writes.
+//! a platform fault, and survive power cuts during its writes; the same fallback on the
+//! Secure Boot chain (Debian's signed shim, GRUB and kernels, lockdown `integrity`).
 // Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
 // (a failure should stop the test loudly); the workspace denies these outside tests.
 #![expect(
     clippy::unwrap_used,
     clippy::expect_used,
     clippy::panic,
+    clippy::indexing_slicing,
     reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
@@ -116,7 +118,32 @@ fn both_good_slot_a_is_marked_good_in_grubenv() {
 /// which continues the one A carried over, still replays to the TPM's PCRs.
 #[test]
 fn image_fault_falls_back_to_the_other_slot_by_kexec() {
-    let bed = bed(Name::AbImageFault);
+    kexec_fallback(Name::AbImageFault);
+}
+
+/// The same fallback on the production chain (`sb-fallback`: Secure Boot on, Debian's
+/// signed shim, GRUB and kernels): under lockdown `integrity` `kexec_file_load` accepts
+/// slot B's Debian-signed kernel, B's report still reads Secure Boot on and lockdown
+/// `integrity`, and the log carried across replays to the TPM in every PCR it touches.
+#[test]
+fn secure_boot_image_fault_falls_back_by_kexec_under_lockdown() {
+    let (a, b) = kexec_fallback(Name::SbFallback);
+    for o in [&a, &b] {
+        assert!(o
+            .console
+            .contains("Kernel is locked down from EFI Secure Boot"));
+    }
+    assert!(a.console.contains("EFI stub: UEFI Secure Boot is enabled"));
+    // A stopped at the module gate, before the preflight; B ran it.
+    let p = report(&b).preflight.clone().unwrap();
+    assert_eq!(p.platform.secure_boot, Some(true), "{}", b.describe());
+    assert_eq!(p.platform.lockdown.as_deref(), Some("integrity"));
+}
+
+/// Slot A's image fails the gate, A is demoted and B is started by kexec; returns A's
+/// boot and B's.
+fn kexec_fallback(name: Name) -> (Outcome, Outcome) {
+    let bed = bed(name);
     let run = bed.boot().unwrap();
     no_kernel_panic(&run);
     assert_eq!(run.boots.len(), 2, "two kernels: {}", run.describe());
@@ -136,8 +163,9 @@ fn image_fault_falls_back_to_the_other_slot_by_kexec() {
         "{}",
         a.describe()
     );
+    // (GRUB's own console lines, not the measured commands the dumped log repeats.)
     assert!(
-        !b.console.contains("boot gate: slot"),
+        !b.console.lines().any(|l| l.starts_with(ab::GRUB_SLOT)),
         "no boot loader in a kexec"
     );
     assert_eq!(b.verdict, Verdict::RootInitReached, "{}", b.describe());
@@ -192,6 +220,17 @@ fn image_fault_falls_back_to_the_other_slot_by_kexec() {
         2,
         "both boots' phases"
     );
+    // Every PCR the carried log touches (the firmware's, the boot loader's, ours).
+    for (bank, pcrs) in &replay {
+        for (pcr, v) in pcrs {
+            assert_eq!(
+                view[bank.name()].get(pcr),
+                Some(&validator::util::hex(v)),
+                "{bank} PCR {pcr}: replay of B's log vs the TPM"
+            );
+        }
+    }
+    (a.clone(), b.clone())
 }
 
 /// With `fallback = "reboot"`: A is demoted, the node reboots, GRUB boots B, and B finds
@@ -314,6 +353,34 @@ fn hardware_fault_boots_on_as_quarantine_without_burning_the_slot() {
     );
     assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
     assert_eq!(record(&bed).slots["A"].good, Some(true));
+}
+
+/// The production BOM (`secure_boot = true`) on the GRUB node, whose firmware has
+/// Secure Boot off: efivarfs is mounted whatever the boot loader, so the preflight reads
+/// Secure Boot off (not unknown) and fails `secure-boot` as a hardware fault: quarantine,
+/// the slot not burned. (`sb-node` is the same BOM on the Secure Boot chain: it passes.)
+#[test]
+fn secure_boot_required_but_off_is_a_hardware_fault() {
+    let bed = bed(Name::SbRequiredOff);
+    let run = bed.boot().unwrap();
+    no_kernel_panic(&run);
+    assert_eq!(run.boots.len(), 1, "{}", run.describe());
+    let o = &run.boots[0];
+    assert_eq!(o.verdict, Verdict::RootInitReached, "{}", o.describe());
+    let r = report(o);
+    assert_eq!(
+        (r.decision, r.fault),
+        (Decision::Quarantine, Some(Fault::Hardware))
+    );
+    let p = r.preflight.as_ref().unwrap();
+    assert_eq!(p.platform.secure_boot, Some(false));
+    let c = p.checks.iter().find(|c| c.name == "secure-boot").unwrap();
+    assert_eq!(c.detail, "Secure Boot off, the BOM requires it on");
+    assert_eq!(
+        r.reason.as_deref(),
+        Some("preflight: secure-boot: Secure Boot off, the BOM requires it on")
+    );
+    assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
 }
 
 /// A platform fault (the BOM requires a TPM; the VM has none) stops by the default

@@ -168,6 +168,56 @@ fn measured_bom_is_the_bom_in_the_initramfs(o: &qemu::vm::Outcome) {
     );
 }
 
+/// The production chain (`sb-node`: OVMF with Microsoft's keys and Secure Boot on,
+/// Debian's signed shim, GRUB and kernel, the BOM requiring Secure Boot): the gate passes
+/// with Secure Boot on and lockdown `integrity`, shim's and GRUB's measurements come
+/// before ours in the log, and the whole log replays to the TPM (`check_agreement`).
+#[test]
+fn secure_boot_chain_passes_and_its_log_replays_with_shim_and_grub_events() {
+    use validator::formats::tpm::{eventlog::EventLog, HashAlg};
+    let o = check_agreement(Name::SbNode, &["sha1", "sha256"]);
+    let r = o.reached_root();
+    assert_eq!(r.decision, Decision::Pass, "{}", o.describe());
+    let p = r.preflight.as_ref().unwrap();
+    assert_eq!(p.platform.secure_boot, Some(true));
+    assert_eq!(p.platform.lockdown.as_deref(), Some("integrity"));
+    assert!(o.console.contains("EFI stub: UEFI Secure Boot is enabled"));
+    let el = tpmcheck::section(&o.console, "TPM-EVENTLOG").unwrap();
+    let view = tpmcheck::eventlog_pcrs(&el);
+    for pcr in [4, 7, 8, 9, 14] {
+        assert!(view["sha256"].contains_key(&pcr), "PCR {pcr} in the log");
+    }
+    // shim's MOK lists (PCR 14), GRUB's commands (PCR 8) and files (PCR 9).
+    for text in [
+        "MokList",
+        "grub_cmd: save_env --file /EFI/BOOT/grubenv A_TRY B_TRY",
+        "kernel_cmdline: /A/vmlinuz validator.slot=A",
+    ] {
+        assert!(el.contains(text), "{text} in the log");
+    }
+    // GRUB's PCR 9 event of the slot's kernel is the SHA-256 of Debian's signed vmlinuz.
+    let log = EventLog::parse(&tpmcheck::base64_section(&o.console, "TPM-LOG").unwrap()).unwrap();
+    let kernel = log
+        .events()
+        .iter()
+        .find(|e| e.pcr == 9 && e.data == b"/A/vmlinuz\0")
+        .expect("GRUB measured /A/vmlinuz");
+    let measured = kernel
+        .digests
+        .iter()
+        .find(|(alg, _)| *alg == HashAlg::Sha256.alg_id())
+        .map(|(_, d)| validator::util::hex(d))
+        .unwrap();
+    let vmlinuz = std::fs::read(qemu::paths::kernel("default").unwrap().vmlinuz).unwrap();
+    assert_eq!(
+        measured,
+        validator::util::hex(&validator::trust::keys::sha256(&vmlinuz))
+    );
+    // Our events follow GRUB's.
+    let first_ours = log.events().iter().position(|e| e.pcr == 13).unwrap();
+    assert!(first_ours > log.events().iter().rposition(|e| e.pcr == 9).unwrap());
+}
+
 #[test]
 fn log_replays_to_the_tpm_values_sha256_sha384() {
     check_agreement(Name::TpmSha384, &["sha256", "sha384"]);

@@ -30,6 +30,10 @@ pub enum BootPath {
     Grub,
     /// OVMF, then systemd-boot with counted BLS entries.
     SystemdBoot,
+    /// OVMF with Secure Boot on and Microsoft's keys ([`crate::firmware::Ovmf::secure_boot`]),
+    /// then Debian's signed shim and signed GRUB ([`Loader::ShimGrub`]) with the shipped
+    /// `grub.cfg` and `grubenv`; the slots' kernels are Debian's signed ones.
+    SecureBoot,
 }
 
 /// What each slot's root is.

@@ -56,6 +56,9 @@ pub enum Name {
     AbEspFull,
     AbEspReadOnly,
     AbCorruptGrubenv,
+    SbNode,
+    SbFallback,
+    SbRequiredOff,
 }
 
 impl Name {
@@ -109,6 +112,9 @@ impl Name {
         Name::AbEspFull,
         Name::AbEspReadOnly,
         Name::AbCorruptGrubenv,
+        Name::SbNode,
+        Name::SbFallback,
+        Name::SbRequiredOff,
     ];
 
     /// The name on the command line and in run directories.
@@ -161,6 +167,9 @@ impl Name {
             Name::AbEspFull => "ab-esp-full",
             Name::AbEspReadOnly => "ab-esp-read-only",
             Name::AbCorruptGrubenv => "ab-corrupt-grubenv",
+            Name::SbNode => "sb-node",
+            Name::SbFallback => "sb-fallback",
+            Name::SbRequiredOff => "sb-required-off",
         }
     }
 
