@@ -128,6 +128,18 @@ for k in rsa:2048 ec:p256 ec:p384; do
     seed pkcs7 "$name-cms-attrs-certs.p7s" <"$WORK/$name-cms.p7s"
 done
 cat "$WORK/rsa-2048.pem" "$WORK/ec-p256.pem" | seed x509 two.pem
+# Authenticode: Debian's signed GRUB and shim with the Debian Secure Boot CA (shim's
+# .vendor_cert: four 32-bit sizes and offsets, then the certificate), and a re-signed
+# copy; UEFI signature databases made by our own writer's layout.
+SB=$ROOT/target/secureboot
+if [ -d "$SB" ]; then
+    objcopy -O binary --only-section=.vendor_cert "$SB/usr/lib/shim/shimx64.efi.signed" "$WORK/vendor_cert.bin"
+    python3 -c "import struct,sys;b=open(sys.argv[1],'rb').read();n,_,o,_=struct.unpack('<IIII',b[:16]);open(sys.argv[2],'wb').write(b[o:o+n])" "$WORK/vendor_cert.bin" "$WORK/debian-ca.der"
+    frame "$WORK/debian-ca.der" "$SB/usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed" | seed authenticode grub-debian-ca
+    frame "$WORK/debian-ca.der" "$SB/usr/lib/shim/shimx64.efi.signed" | seed authenticode shim-debian-ca
+    python3 -c "import struct,sys;b=open(sys.argv[1],'rb').read();n=len(b);open(sys.argv[2],'wb').write(bytes.fromhex('a159c0a5e494a74a87b5ab155c2bf072')+struct.pack('<III',28+16+n,0,16+n)+bytes(16)+b)" "$WORK/debian-ca.der" "$WORK/db.bin"
+    seed efisiglist db-debian-ca <"$WORK/db.bin"
+fi
 
 say "dm-verity (veritysetup)"
 head -c 65536 /dev/urandom >"$WORK/verity.data"

@@ -44,6 +44,8 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("modinfo", modinfo),
     ("modsig", modsig),
     ("pkcs7", pkcs7),
+    ("authenticode", authenticode),
+    ("efisiglist", efisiglist),
     ("x509", x509),
     ("vmlinuz", vmlinuz),
     ("verity_superblock", verity_superblock),
@@ -79,7 +81,9 @@ pub const PARSERS: &[(&str, &str)] = &[
     ("kmod::sig", "modsig"),
     ("kmod::symvers", "symvers"),
     ("newc", "cpio"),
+    ("efisiglist", "efisiglist"),
     ("nfd", "nfd"),
+    ("pe", "authenticode"),
     ("pkcs7", "pkcs7"),
     ("proccrypto", "sysfs"),
     ("procstatus", "sysfs"),
@@ -299,6 +303,43 @@ pub fn pkcs7(data: &[u8]) {
         validator::trust::pkcs7::verify_detached(data, b"", &TrustStore::new()).is_err(),
         "a signature verified against an empty trust store"
     );
+}
+
+/// A PE image and its Authenticode signatures, framed `[u16 LE length][certificate
+/// DER][image]`: the image's hashed ranges and digest, each signature as Authenticode
+/// PKCS#7 and its `SpcIndirectDataContent`, and the verdict against a store holding that
+/// certificate, which must refuse when the store is empty.
+pub fn authenticode(data: &[u8]) {
+    use validator::trust::authenticode::{verify, Rule};
+    let (store, image) = framed_store(data);
+    if let Ok(pe) = formats::pe::parse(image) {
+        for r in &pe.hashed {
+            assert!(r.end <= image.len(), "a hashed range past the end: {r:?}");
+        }
+        let _ = pe.digest(image, formats::pkcs7::HashAlg::Sha256);
+        for s in &pe.signatures {
+            if let Some(der) = image.get(s.der.clone()) {
+                if let Ok((_, content)) = formats::pkcs7::parse_authenticode(der) {
+                    let _ = formats::pe::indirect_digest(&content);
+                }
+            }
+        }
+    }
+    let _ = verify(image, &store, &[], Rule::Firmware);
+    assert!(
+        verify(image, &TrustStore::new(), &[], Rule::Kernel).is_err(),
+        "an image verified against an empty trust store"
+    );
+}
+
+/// UEFI signature databases (`db`, `dbx`, MOK lists).
+pub fn efisiglist(data: &[u8]) {
+    if let Ok(db) = formats::efisiglist::parse(data) {
+        let n = db.entries.len() + db.other;
+        assert!(n * 16 <= data.len(), "more entries than the bytes hold");
+        let _ = db.certs().count();
+        let _ = db.sha256s().count();
+    }
 }
 
 /// X.509: a DER certificate, PEM text, and a trust store's reading of either.

@@ -56,6 +56,8 @@ pub const ROOT_SLOT: &str = "ROOT-SLOT ";
 pub const GRUB_SLOT: &str = "boot gate: slot ";
 /// Printed by the shipped `grub.cfg` before it halts.
 pub const GRUB_NO_SLOT: &str = "boot gate: no bootable slot";
+/// Printed by the shipped `grub.cfg` when the slot's kernel does not load (then it halts).
+pub const GRUB_KERNEL_REFUSED: &str = "its kernel did not load; halting";
 
 /// The slot whose root's init ran in this boot.
 pub fn root_slot(o: &Outcome) -> Option<Slot> {
@@ -163,6 +165,56 @@ fn build_slot(
     Ok(BuiltSlot { parts, initrd })
 }
 
+/// The slot's kernel as it goes on the ESP: Debian's signed `vmlinuz`, or a copy whose
+/// signature is removed (`sbattach --remove`) or replaced by one of a key made for the run
+/// (`sbsign`), which nothing trusts.
+fn slot_kernel(
+    img: &crate::scenario::SlotImage,
+    slot: Slot,
+    dir: &Path,
+) -> Result<PathBuf, HarnessError> {
+    use crate::scenario::KernelSignature;
+    let shipped = img.kernel.vmlinuz.clone();
+    if img.kernel_signature == KernelSignature::AsShipped {
+        return Ok(shipped);
+    }
+    let out = dir.join(format!("slot-{slot}/vmlinuz"));
+    std::fs::copy(&shipped, &out).map_err(|e| HarnessError::io(&shipped, e))?;
+    disk::run(
+        std::process::Command::new("sbattach")
+            .arg("--remove")
+            .arg(&out),
+    )?;
+    if img.kernel_signature == KernelSignature::Untrusted {
+        let key = dir.join(format!("slot-{slot}/untrusted-pe.key"));
+        let cert = dir.join(format!("slot-{slot}/untrusted-pe.pem"));
+        disk::run(
+            std::process::Command::new("openssl")
+                .args([
+                    "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
+                ])
+                .args(["-subj", "/CN=untrusted kernel signer"])
+                .arg("-keyout")
+                .arg(&key)
+                .arg("-out")
+                .arg(&cert),
+        )?;
+        let signed = dir.join(format!("slot-{slot}/vmlinuz.signed"));
+        disk::run(
+            std::process::Command::new("sbsign")
+                .arg("--key")
+                .arg(&key)
+                .arg("--cert")
+                .arg(&cert)
+                .arg("--output")
+                .arg(&signed)
+                .arg(&out),
+        )?;
+        std::fs::rename(&signed, &out).map_err(|e| HarnessError::io(&signed, e))?;
+    }
+    Ok(out)
+}
+
 /// The scenario's A/B layout (the default one for a firmware path without one).
 fn layout(s: &Scenario) -> TwoSlots {
     s.boot
@@ -204,7 +256,7 @@ pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
         let b = build_slot(s, &two, slot, dir)?;
         esp_slots.push(EspSlot {
             slot,
-            vmlinuz: two.slot(slot).kernel.vmlinuz.clone(),
+            vmlinuz: slot_kernel(two.slot(slot), slot, dir)?,
             initrd: b.initrd.clone(),
             options: if loader.is_grub() {
                 two.slot(slot).options.clone()
@@ -474,6 +526,9 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
         Name::AbGood
         | Name::AbImageFault
         | Name::SbFallback
+        | Name::SbUnsignedB
+        | Name::SbUntrustedB
+        | Name::SbUnsignedBUnchecked
         | Name::SbRequiredOff
         | Name::AbImageFaultReboot
         | Name::AbCorruptRoot
@@ -485,7 +540,14 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
             } else {
                 Roots::Plain
             };
-            let path = if name == Name::SbFallback {
+            let sb = matches!(
+                name,
+                Name::SbFallback
+                    | Name::SbUnsignedB
+                    | Name::SbUntrustedB
+                    | Name::SbUnsignedBUnchecked
+            );
+            let path = if sb {
                 BootPath::SecureBoot
             } else {
                 BootPath::Grub
@@ -494,7 +556,7 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
             s.name = name.as_str().into();
             s.boot.follow_reboots = Some(3);
             if let Some(two) = s.boot.slots.as_mut() {
-                if matches!(name, Name::SbFallback | Name::SbRequiredOff) {
+                if sb || name == Name::SbRequiredOff {
                     // The production BOM: Secure Boot required.
                     two.a.bom.hardware.secure_boot = Some(true);
                     two.b.bom.hardware.secure_boot = Some(true);
@@ -502,6 +564,14 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
                 match name {
                     Name::AbImageFault | Name::AbImageFaultReboot | Name::SbFallback => {
                         two.a.tampered_modules.push("crc16".into());
+                    }
+                    Name::SbUnsignedB | Name::SbUntrustedB | Name::SbUnsignedBUnchecked => {
+                        two.a.tampered_modules.push("crc16".into());
+                        two.b.kernel_signature = if name != Name::SbUntrustedB {
+                            crate::scenario::KernelSignature::Stripped
+                        } else {
+                            crate::scenario::KernelSignature::Untrusted
+                        };
                     }
                     Name::AbBothBad => {
                         two.a.tampered_modules.push("crc16".into());
@@ -527,6 +597,10 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
             }
             if name == Name::AbNoTpm {
                 s.tpm_banks = None;
+            }
+            if name == Name::SbUnsignedBUnchecked {
+                // What the kernel and the boot chain do without the gate's check.
+                s.cmdline.push_str(" validator.test_skip_kernel_check");
             }
             // The slot that takes over by kexec shows its TPM's view and our log.
             s.root_tpm_tools = matches!(name, Name::AbImageFault | Name::SbFallback);

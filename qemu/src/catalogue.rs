@@ -49,6 +49,9 @@ impl Scenario {
             | Name::Node
             | Name::SbNode
             | Name::SbFallback
+            | Name::SbUnsignedB
+            | Name::SbUntrustedB
+            | Name::SbUnsignedBUnchecked
             | Name::SbRequiredOff
             | Name::SdbootGood
             | Name::SdbootImageFault => crate::ab::setup(&mut s, name)?,

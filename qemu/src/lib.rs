@@ -64,6 +64,7 @@ pub mod prepare;
 pub mod reportcheck;
 pub mod rootfs;
 pub mod scenario;
+pub mod secureboot;
 pub mod sigrules;
 pub mod tpmcheck;
 pub mod verity;

@@ -140,6 +140,90 @@ fn secure_boot_image_fault_falls_back_by_kexec_under_lockdown() {
     assert_eq!(p.platform.lockdown.as_deref(), Some("integrity"));
 }
 
+/// Under Secure Boot, slot B's kernel without a signature (`sb-unsigned-b`) or signed by
+/// a key nothing trusts (`sb-untrusted-b`) would not start: the gate checks it before it
+/// falls back and stops instead (A demoted, B untouched), with a reason naming B's kernel,
+/// rather than a kexec the kernel refuses. The next power-on is the real chain's answer:
+/// GRUB picks B, shim refuses its kernel ("bad shim signature"), the shipped `grub.cfg`
+/// halts; the one after finds no bootable slot and halts. Two power-ons, no loop.
+#[test]
+fn secure_boot_b_kernel_that_would_not_start_is_no_fallback() {
+    for (name, why) in [
+        (Name::SbUnsignedB, "the image is not signed"),
+        (Name::SbUntrustedB, "is not in the trust store"),
+    ] {
+        let bed = bed(name);
+        let run = bed.boot().unwrap();
+        no_kernel_panic(&run);
+        assert_eq!(run.boots.len(), 1, "{name}: {}", run.describe());
+        let o = &run.boots[0];
+        let r = report(o);
+        assert_eq!(
+            (r.decision, r.fault),
+            (Decision::Stop, Some(Fault::Image)),
+            "{name}"
+        );
+        let reason = r.reason.as_deref().unwrap();
+        assert!(reason.starts_with("modules: "), "{reason}");
+        assert!(
+            reason.contains(
+                "; no fallback: slot B's kernel /run/validator/esp/B/vmlinuz would not start \
+                 under Secure Boot: "
+            ),
+            "{reason}"
+        );
+        assert!(reason.contains(why), "{name}: {reason}");
+        assert!(!o.console.contains("kexec_file_load"), "no kexec tried");
+        assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=0", "{name}");
+        if name == Name::SbUnsignedB {
+            let next = bed.boot().unwrap();
+            let c = &next.console;
+            assert!(c.contains("boot gate: slot B"), "{}", next.describe());
+            assert!(c.contains("error: bad shim signature"), "{c}");
+            assert!(c.contains(ab::GRUB_KERNEL_REFUSED), "{c}");
+            assert!(!c.contains("Linux version"), "no kernel started");
+            assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=1");
+            let last = bed.boot().unwrap();
+            assert!(
+                last.console.contains(ab::GRUB_NO_SLOT),
+                "{}",
+                last.describe()
+            );
+        }
+    }
+}
+
+/// Without the gate's check (`sb-unsigned-b-unchecked`, a test-bed switch), the kernel's
+/// own answer: `kexec_file_load` under lockdown refuses B's unsigned kernel ("PEFILE:
+/// Unsigned PE binary", ENODATA); the gate gives B's try back and reboots; GRUB picks B,
+/// shim refuses the same kernel, and the shipped `grub.cfg` halts. One run, no loop.
+#[test]
+fn secure_boot_unsigned_b_kernel_is_refused_by_the_kernel_then_by_shim() {
+    let bed = bed(Name::SbUnsignedBUnchecked);
+    let run = bed.boot().unwrap();
+    no_kernel_panic(&run);
+    let c = &run.console;
+    let ra = report(&run.boots[0]);
+    assert_eq!(ra.decision, Decision::Fallback);
+    for text in [
+        "PEFILE: Unsigned PE binary",
+        "kexec_file: Enforced kernel signature verification failed",
+        "slot: gave back the try of B",
+        "boot gate: slot B (A_OK=0 A_TRY=0 B_OK=1 B_TRY=1)",
+        "error: bad shim signature",
+        ab::GRUB_KERNEL_REFUSED,
+    ] {
+        assert!(c.contains(text), "{text}: {}", run.describe());
+    }
+    assert_eq!(c.matches("Linux version").count(), 1, "only A's kernel ran");
+    assert!(
+        !run.timed_out && !run.boot_limit_reached,
+        "{}",
+        run.describe()
+    );
+    assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=1");
+}
+
 /// Slot A's image fails the gate, A is demoted and B is started by kexec; returns A's
 /// boot and B's.
 fn kexec_fallback(name: Name) -> (Outcome, Outcome) {

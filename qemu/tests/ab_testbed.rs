@@ -18,7 +18,7 @@ use std::time::Duration;
 use qemu::ab::{self, Slot};
 use qemu::scenario::{BootPath, Roots, Scenario, ESP_MODULES};
 use qemu::vm::{KillAt, Throttle, Verdict};
-use validator::config::bom::{ModuleName, RootHashSource};
+use validator::config::bom::RootHashSource;
 use validator::report::Decision;
 use validator::runtime::modload::ModStatus;
 
@@ -169,10 +169,9 @@ fn systemd_boot_boots_slot_a_and_counts_the_try_on_the_esp() {
     let mut s = Scenario::two_slots(BootPath::SystemdBoot, Roots::Plain).unwrap();
     {
         let a = &mut s.boot.slots.as_mut().unwrap().a;
-        // The root's init shows the LoaderBootCountPath variable systemd-boot set.
-        a.bom.modules.load.push(ModuleName("efivarfs".into()));
-        a.root_extra = "mount -t efivarfs efivarfs /sys/firmware/efi/efivars && \
-             echo \"BOOT-COUNT-PATH $(tail -c +5 /sys/firmware/efi/efivars/LoaderBootCountPath-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f | tr -d '\\000')\""
+        // The root's init shows the LoaderBootCountPath variable systemd-boot set, on the
+        // efivarfs the gate mounted (it stays mounted across switch_root).
+        a.root_extra = "echo \"BOOT-COUNT-PATH $(tail -c +5 /sys/firmware/efi/efivars/LoaderBootCountPath-4a67b082-0a4c-41cf-b6c7-440b29bb8c4f | tr -d '\\000')\""
             .into();
     }
     let bed = s.bed().unwrap();

@@ -32,6 +32,9 @@ pub(crate) enum Cmd {
     /// Trusted keys built into a kernel.
     #[command(subcommand)]
     Keys(KeysCmd),
+    /// Authenticode signatures of PE images (UEFI applications, kernels).
+    #[command(subcommand)]
+    Pe(PeCmd),
     /// Facts about a kernel image.
     #[command(subcommand)]
     Kernel(KernelCmd),
@@ -134,6 +137,40 @@ pub(crate) enum KeysCmd {
         #[arg(short = 'o', long = "output", value_name = "DIR")]
         output: Option<PathBuf>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum PeCmd {
+    /// Verify a PE image's Authenticode signature against trusted certificates, as the
+    /// kernel's kexec_file_load (first signature) or the UEFI firmware (any signature)
+    /// judges it. Exit 0 verified, 1 refused.
+    #[command(after_help = EXIT_CODES)]
+    Verify(PeVerify),
+}
+
+/// Whose rule decides which signatures count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum PeRule {
+    /// The first signature only, as kexec_file_load under lockdown.
+    Kernel,
+    /// Any signature, as UEFI firmware and shim.
+    Firmware,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PeVerify {
+    /// Certificates (DER or PEM files, or directories of them) trusted to sign it; a
+    /// certificate authority here trusts what it issued.
+    #[arg(long = "cert", value_name = "CERT", required = true)]
+    pub(crate) certs: Vec<PathBuf>,
+    /// A forbidden image digest (SHA-256 Authenticode, hex), as in UEFI dbx.
+    #[arg(long = "forbid", value_name = "SHA256")]
+    pub(crate) forbid: Vec<String>,
+    #[arg(long, value_enum, default_value_t = PeRule::Firmware)]
+    pub(crate) rule: PeRule,
+    /// The PE image.
+    #[arg(value_name = "IMAGE")]
+    pub(crate) image: PathBuf,
 }
 
 #[derive(Debug, Subcommand)]

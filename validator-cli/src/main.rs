@@ -24,6 +24,7 @@ mod kernel;
 mod keys;
 mod man;
 mod modules;
+mod pe;
 mod preflight;
 mod report;
 mod slot;
@@ -34,7 +35,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use cli::{BomCmd, Cli, Cmd, KernelCmd, KeysCmd, ModulesCmd, TpmCmd, VerityCmd};
+use cli::{BomCmd, Cli, Cmd, KernelCmd, KeysCmd, ModulesCmd, PeCmd, TpmCmd, VerityCmd};
 use validator::util::out::Out;
 
 /// A usage or input problem: exit status 2.
@@ -68,6 +69,7 @@ fn run(cmd: Cmd, out: &mut Out) -> Res {
         Cmd::Modules(ModulesCmd::Check(a)) => modules::check(a, out),
         Cmd::Keys(KeysCmd::Extract { vmlinuz, output }) => keys::extract(&vmlinuz, output, out),
         Cmd::Kernel(KernelCmd::Info { vmlinuz }) => kernel::info(&vmlinuz, out),
+        Cmd::Pe(PeCmd::Verify(a)) => pe::verify(a, out),
         Cmd::Verity(VerityCmd::Verify(a)) => verity::verify(a, out),
         Cmd::Tpm(TpmCmd::Pcrs { tcp, json }) => tpm::pcrs(tcp, json, out),
         Cmd::Tpm(TpmCmd::Replay { log, json }) => tpm::replay(&log, json, out),

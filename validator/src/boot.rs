@@ -132,6 +132,14 @@ pub fn run_pid1() -> ! {
     report.warnings = api_errs.iter().map(ToString::to_string).collect();
     run_stages(&mut ctx, &mut report);
     let mut decision = decide(&report, &ctx);
+    if decision == Decision::Stop && report.fault == Some(Fault::Image) {
+        // The other slot was not taken because its kernel would not start: say so.
+        if let Some(why) = stages::slot::no_fallback(&ctx) {
+            if let Some(r) = report.reason.as_mut() {
+                r.push_str(&format!("; no fallback: {why}"));
+            }
+        }
+    }
     if let Err(e) = stages::measure::finish(&mut ctx, decision) {
         report.fail(e.fault(), format!("{}: {e}", Stage::Handover.name()));
         decision = Decision::Stop;
@@ -161,7 +169,9 @@ pub fn run_pid1() -> ! {
             report.decision = Decision::Stop;
             publish::emit(&ctx, &mut report);
         }
-        (Decision::Fallback, Some(plan)) => stages::slot::fall_back(&ctx, &plan, &report.to_json()),
+        (Decision::Fallback, Some(plan)) => {
+            stages::slot::fall_back(&mut ctx, &plan, &report.to_json())
+        }
         _ => {}
     }
     // A stop with slots never reboots into the same failure: the boot loader could loop.

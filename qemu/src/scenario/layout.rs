@@ -83,6 +83,20 @@ pub struct SlotImage {
     pub verity: crate::verity::Variant,
     /// Command-line options of this slot alone (direct and systemd-boot only).
     pub options: String,
+    /// What is done to the Authenticode signature of the slot's kernel on the ESP.
+    pub kernel_signature: KernelSignature,
+}
+
+/// The slot kernel's Authenticode signature on the ESP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KernelSignature {
+    /// Debian's, as shipped.
+    #[default]
+    AsShipped,
+    /// Removed (`sbattach --remove`).
+    Stripped,
+    /// Removed, then signed with `sbsign` by a key made for the run, which nothing trusts.
+    Untrusted,
 }
 
 /// The state of the node's ESP (the fault matrix breaks it in these ways).
@@ -177,6 +191,7 @@ impl TwoSlots {
             root_extra: String::new(),
             verity: crate::verity::Variant::Good,
             options: String::new(),
+            kernel_signature: KernelSignature::AsShipped,
         };
         TwoSlots {
             roots,

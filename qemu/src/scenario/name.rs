@@ -58,6 +58,9 @@ pub enum Name {
     AbCorruptGrubenv,
     SbNode,
     SbFallback,
+    SbUnsignedB,
+    SbUntrustedB,
+    SbUnsignedBUnchecked,
     SbRequiredOff,
 }
 
@@ -114,6 +117,9 @@ impl Name {
         Name::AbCorruptGrubenv,
         Name::SbNode,
         Name::SbFallback,
+        Name::SbUnsignedB,
+        Name::SbUntrustedB,
+        Name::SbUnsignedBUnchecked,
         Name::SbRequiredOff,
     ];
 
@@ -169,6 +175,9 @@ impl Name {
             Name::AbCorruptGrubenv => "ab-corrupt-grubenv",
             Name::SbNode => "sb-node",
             Name::SbFallback => "sb-fallback",
+            Name::SbUnsignedB => "sb-unsigned-b",
+            Name::SbUntrustedB => "sb-untrusted-b",
+            Name::SbUnsignedBUnchecked => "sb-unsigned-b-unchecked",
             Name::SbRequiredOff => "sb-required-off",
         }
     }

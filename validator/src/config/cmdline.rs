@@ -225,6 +225,11 @@ pub struct BootArgs {
     /// the key.
     #[cfg(feature = "test-hooks")]
     pub test_panic: Option<String>,
+    /// `validator.test_skip_kernel_check`: fall back without checking the other slot's
+    /// kernel first (`stages::slot::bootable`), to show what the kernel and the boot chain
+    /// do with it. Test bed only, as `test_panic`.
+    #[cfg(feature = "test-hooks")]
+    pub test_skip_kernel_check: bool,
     /// `validator.debug`: log debug records to the kernel log.
     pub debug: bool,
     /// `validator.verity_data=`, `validator.verity_hash=`, `validator.verity_sig=`: the
@@ -256,6 +261,8 @@ impl Default for BootArgs {
             on_panic: Action::Reboot,
             #[cfg(feature = "test-hooks")]
             test_panic: None,
+            #[cfg(feature = "test-hooks")]
+            test_skip_kernel_check: false,
             debug: false,
             verity_data: None,
             verity_hash: None,
@@ -388,6 +395,10 @@ impl BootArgs {
     fn apply_test_hook(&mut self, name: &str, v: Option<&str>) -> Result<bool, CmdlineError> {
         if name_eq(name, concat!("validator.", "test_panic")) {
             self.test_panic = Some(required(name, v)?.to_string());
+            return Ok(true);
+        }
+        if name_eq(name, concat!("validator.", "test_skip_kernel_check")) {
+            self.test_skip_kernel_check = true;
             return Ok(true);
         }
         Ok(false)

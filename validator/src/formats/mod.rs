@@ -18,11 +18,13 @@
 
 pub mod bls;
 pub mod compress;
+pub mod efisiglist;
 pub mod gpt;
 pub mod grubenv;
 pub mod kmod;
 pub mod newc;
 pub mod nfd;
+pub mod pe;
 pub mod pkcs7;
 pub mod proccrypto;
 pub mod procstatus;

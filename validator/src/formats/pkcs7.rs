@@ -90,6 +90,34 @@ pub fn parse(der_bytes: &[u8]) -> Result<Vec<SignerView>, Pkcs7Error> {
 /// Parses a DER ContentInfo holding SignedData; returns its signers and embedded
 /// certificates.
 pub fn parse_message(der_bytes: &[u8]) -> Result<Message, Pkcs7Error> {
+    parse_with(der_bytes, Content::Detached).map(|(m, _)| m)
+}
+
+/// The OID of Authenticode's `SpcIndirectDataContent` (the kernel's `OID_msIndirectData`).
+pub const MS_INDIRECT_DATA: &str = "1.3.6.1.4.1.311.2.1.4";
+
+/// Parses an Authenticode signature (a PE image's attribute certificate): SignedData
+/// whose encapsulated content is `SpcIndirectDataContent`, as the kernel's parser takes
+/// it for `VERIFYING_KEXEC_PE_SIGNATURE`: the content must be there, every signer must
+/// have signed attributes ("Authenticode requires AuthAttrs") whose content type, when
+/// given, is the same. Returns the message and the content's value (the bytes inside its
+/// outer SEQUENCE header, which the signers' message digest covers).
+pub fn parse_authenticode(der_bytes: &[u8]) -> Result<(Message, Vec<u8>), Pkcs7Error> {
+    let (m, content) = parse_with(der_bytes, Content::IndirectData)?;
+    let content = content.ok_or_else(|| malformed("Authenticode signature without content"))?;
+    Ok((m, content))
+}
+
+/// What the encapsulated content must be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Content {
+    /// Detached id-data (module signatures, `root-verity-sig`).
+    Detached,
+    /// Authenticode's `SpcIndirectDataContent`, present.
+    IndirectData,
+}
+
+fn parse_with(der_bytes: &[u8], want: Content) -> Result<(Message, Option<Vec<u8>>), Pkcs7Error> {
     if der_bytes.len() > DER_LEN_MAX {
         return Err(Pkcs7Error::TooLarge(der_bytes.len()));
     }
@@ -104,13 +132,31 @@ pub fn parse_message(der_bytes: &[u8]) -> Result<Message, Pkcs7Error> {
     if v != 1 && v != 3 {
         return Err(malformed(format!("unsupported SignedData version {v}")));
     }
-    // Detached: the encapsulated content is id-data with no content.
     let ect = sd.encap_content_info.econtent_type.to_string();
-    if ect != "1.2.840.113549.1.7.1" || sd.encap_content_info.econtent.is_some() {
-        return Err(malformed(format!(
-            "encapsulated content must be detached id-data, not {ect}"
-        )));
-    }
+    let content = match want {
+        // Detached: the encapsulated content is id-data with no content.
+        Content::Detached => {
+            if ect != "1.2.840.113549.1.7.1" || sd.encap_content_info.econtent.is_some() {
+                return Err(malformed(format!(
+                    "encapsulated content must be detached id-data, not {ect}"
+                )));
+            }
+            None
+        }
+        Content::IndirectData => {
+            if ect != MS_INDIRECT_DATA {
+                return Err(malformed(format!(
+                    "encapsulated content must be SpcIndirectDataContent ({MS_INDIRECT_DATA}), not {ect}"
+                )));
+            }
+            let c = sd
+                .encap_content_info
+                .econtent
+                .as_ref()
+                .ok_or_else(|| malformed("SpcIndirectDataContent is absent"))?;
+            Some(c.value().to_vec())
+        }
+    };
     // Algorithm parameters must be absent or NULL for every algorithm we accept.
     let params_ok = |a: &spki::AlgorithmIdentifierOwned| {
         a.parameters
@@ -164,8 +210,32 @@ pub fn parse_message(der_bytes: &[u8]) -> Result<Message, Pkcs7Error> {
             ),
         };
         let signed_attrs = match &si.signed_attrs {
+            None if want == Content::IndirectData => {
+                return Err(malformed("Authenticode requires signed attributes"))
+            }
             None => None,
             Some(attrs) => {
+                if want == Content::IndirectData {
+                    // pkcs7_sig_note_authenticated_attr: a content type attribute must
+                    // name the message's content type.
+                    for a in attrs
+                        .iter()
+                        .filter(|a| a.oid.to_string() == "1.2.840.113549.1.9.3")
+                    {
+                        let ct = a
+                            .values
+                            .iter()
+                            .next()
+                            .and_then(|v| v.decode_as::<der::asn1::ObjectIdentifier>().ok())
+                            .map(|o| o.to_string());
+                        if ct.as_deref() != Some(MS_INDIRECT_DATA) {
+                            return Err(malformed(format!(
+                                "signed attribute content type {} is not the message's ({MS_INDIRECT_DATA})",
+                                ct.unwrap_or_else(|| "(unreadable)".into())
+                            )));
+                        }
+                    }
+                }
                 let md = attrs
                     .iter()
                     .find(|a| a.oid.to_string() == "1.2.840.113549.1.9.4")
@@ -214,10 +284,13 @@ pub fn parse_message(der_bytes: &[u8]) -> Result<Message, Pkcs7Error> {
             der: c.to_der().map_err(malformed)?,
         });
     }
-    Ok(Message {
-        signers: out,
-        certs,
-    })
+    Ok((
+        Message {
+            signers: out,
+            certs,
+        },
+        content,
+    ))
 }
 
 /// A digest algorithm.

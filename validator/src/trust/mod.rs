@@ -16,6 +16,7 @@ use x509_cert::Certificate;
 pub use crate::formats::pkcs7::{common_name, HashAlg};
 pub use crate::util::colon_hex;
 
+pub mod authenticode;
 pub mod keys;
 pub mod pkcs7;
 pub mod rootsig;

@@ -64,17 +64,23 @@ pub fn verify_signer<'a>(
 ) -> Result<&'a Cert, VerifyError> {
     let cert = find_signer(s, store)?;
     check_sig_alg(&s.sig_alg, s.digest, &cert.key)?;
+    cert.verify_digest(s.digest, &signed_digest(s, content_digest)?, &s.signature)?;
+    Ok(cert)
+}
+
+/// The digest `s`'s signature is over: the content's, or, when the signer has signed
+/// attributes, theirs (after their message digest is checked against the content's), as
+/// the kernel's `pkcs7_digest`.
+fn signed_digest(s: &SignerView, content_digest: &[u8]) -> Result<Vec<u8>, VerifyError> {
     match &s.signed_attrs {
-        None => cert.verify_digest(s.digest, content_digest, &s.signature)?,
+        None => Ok(content_digest.to_vec()),
         Some((attrs, md)) => {
             if md.as_slice() != content_digest {
                 return Err(VerifyError::DigestMismatch);
             }
-            let d = s.digest.digest(attrs);
-            cert.verify_digest(s.digest, &d, &s.signature)?;
+            Ok(s.digest.digest(attrs))
         }
     }
-    Ok(cert)
 }
 
 /// The signature algorithm OID must name the signer's key type (and, when it names a
@@ -346,7 +352,7 @@ pub fn validate_trust<'a>(
             match i.checked_sub(1).and_then(|j| chain.get(j)) {
                 None => {
                     check_sig_alg(&s.sig_alg, s.digest, &k.key)?;
-                    k.verify_digest(s.digest, digest, &s.signature)?;
+                    k.verify_digest(s.digest, &signed_digest(s, digest)?, &s.signature)?;
                 }
                 Some(child) => verify_cert(child, k, has_digest)?,
             }

@@ -178,6 +178,10 @@ impl BootLoader for Grub {
         self.set(&[(format!("{s}_TRY"), "1")])
     }
 
+    fn give_back_try(&mut self, s: SlotName) -> Result<bool, SlotError> {
+        self.set(&[(format!("{s}_TRY"), "0")]).map(|()| true)
+    }
+
     fn demote_and_use_try(&mut self, x: SlotName, y: SlotName) -> Result<(), SlotError> {
         self.set(&[
             (format!("{x}_OK"), "0"),

@@ -46,6 +46,13 @@ pub trait BootLoader: std::fmt::Debug + Send + Sync {
     /// which bypasses the loader).
     fn use_try(&mut self, s: SlotName) -> Result<(), SlotError>;
 
+    /// Gives back the try of slot `s` that [`BootLoader::use_try`] used for a kexec the
+    /// kernel then refused, so the loader tries `s` itself after the reboot. `Ok(false)`:
+    /// this loader cannot (the reboot then finds the try used).
+    fn give_back_try(&mut self, _s: SlotName) -> Result<bool, SlotError> {
+        Ok(false)
+    }
+
     /// Demotes slot `x` and uses a try of slot `y`: a fallback by kexec. By default
     /// [`BootLoader::mark`] then [`BootLoader::use_try`]; a loader that can make both
     /// changes in one write does (each write to the ESP costs a flush).

@@ -25,6 +25,7 @@
 //! BOM's `modules.load`).
 
 pub mod bls;
+pub mod bootable;
 mod error;
 pub mod esp;
 pub mod grub;
@@ -98,6 +99,8 @@ pub struct Runtime {
     /// Our record (not written when it could not be read or created).
     record: Store,
     over_bound: bool,
+    /// Whether the other slot's kernel would start ([`bootable`]), checked once.
+    target_kernel: std::cell::OnceCell<bootable::Verdict>,
 }
 
 /// A fallback about to happen.
@@ -274,6 +277,7 @@ impl Runtime {
             loader,
             record,
             over_bound: false,
+            target_kernel: std::cell::OnceCell::new(),
         };
         Loaded {
             view: rt.view(),
@@ -403,7 +407,8 @@ fn previous(ctx: &Context, rt: &Runtime) -> Option<Previous> {
 }
 
 /// The slot a fallback would boot, if one may be tried: the boot loader still offers it,
-/// our record has not seen its image fail, and the bound on failed boots is not reached.
+/// our record has not seen its image fail, the bound on failed boots is not reached, and
+/// under Secure Boot its kernel would start ([`bootable`]).
 pub fn fallback_target(ctx: &Context) -> Option<SlotName> {
     let rt = ctx.slot.as_ref()?;
     if rt.over_bound || !rt.record.ok {
@@ -417,7 +422,36 @@ pub fn fallback_target(ctx: &Context) -> Option<SlotName> {
         .slots
         .get(y.as_str())
         .is_some_and(|r| r.good == Some(false));
-    (offered && !failed).then_some(y)
+    if !offered || failed {
+        return None;
+    }
+    target_kernel(ctx, rt, y).refused.is_none().then_some(y)
+}
+
+/// The other slot's kernel check, made once per boot.
+fn target_kernel<'a>(ctx: &Context, rt: &'a Runtime, y: SlotName) -> &'a bootable::Verdict {
+    rt.target_kernel.get_or_init(|| {
+        let kernel = esp::esp_path(&rt.esp_dir, &rt.cfg.path(&rt.cfg.kernel, y));
+        #[cfg(feature = "test-hooks")]
+        if ctx.args.test_skip_kernel_check {
+            log::warn!("slot: slot {y}'s kernel not checked (validator.test_skip_kernel_check)");
+            return bootable::Verdict::default();
+        }
+        let v = bootable::check(&ctx.roots.sys, &ctx.roots.initramfs, &kernel);
+        match &v.refused {
+            None => log::info!("slot: slot {y}'s kernel: {}", v.note),
+            Some(why) => log::error!("slot: slot {y}'s kernel: {why} ({})", v.note),
+        }
+        v
+    })
+}
+
+/// Why the fallback was given up because the other slot's kernel would not start, when
+/// it was ([`fallback_target`] checked it).
+pub fn no_fallback(ctx: &Context) -> Option<String> {
+    let rt = ctx.slot.as_ref()?;
+    let why = rt.target_kernel.get()?.refused.as_ref()?;
+    Some(format!("slot {}'s kernel {why}", rt.slot.other()))
 }
 
 /// Whether this boot is over the bound of failed boots (the decision then never falls
@@ -516,15 +550,28 @@ pub fn act(
 
 /// Falls back to the plan's slot: the report and the TPM event log go along in an archive
 /// appended to its initramfs ([`kexec::stage`]), the ESP is unmounted, then kexec; when
-/// the kernel refuses the kexec, a reboot (the boot loader then picks the slot). Never
-/// returns.
-pub fn fall_back(ctx: &Context, plan: &Plan, report_json: &str) -> ! {
+/// the kernel refuses the kexec, the try of the slot used for it is given back (where the
+/// loader can: [`BootLoader::give_back_try`]) and the node reboots, so the boot loader
+/// picks the slot itself. Never returns.
+pub fn fall_back(ctx: &mut Context, plan: &Plan, report_json: &str) -> ! {
     let esp = esp::mountpoint(ctx);
     let t = std::time::Instant::now();
     let staged = match plan.via {
         FallbackVia::Kexec => kexec::stage(ctx, plan, report_json),
         FallbackVia::Reboot => Err(SlotError::RebootAsked),
     };
+    if plan.via == FallbackVia::Kexec && staged.is_err() {
+        if let Some(rt) = ctx.slot.as_mut() {
+            match rt.loader.give_back_try(plan.target) {
+                Ok(true) => log::info!("slot: gave back the try of {}", plan.target),
+                Ok(false) => log::warn!(
+                    "slot: the boot loader cannot give back the try of {}",
+                    plan.target
+                ),
+                Err(e) => log::warn!("slot: giving back the try of {}: {e}", plan.target),
+            }
+        }
+    }
     let staging = t.elapsed();
     crate::sys::sync();
     if let Err(e) = crate::sys::umount(&esp) {

@@ -1,0 +1,326 @@
+//! `validator pe verify` against Debian's signed boot chain, judged side by side with
+//! `sbverify --cert`: Debian's signed kernel and GRUB against the Debian Secure Boot CA
+//! (taken from shim's `.vendor_cert` section, where shim carries it), a copy with the
+//! signature removed (`sbattach --remove`), a copy with one byte changed, a copy re-signed
+//! by `sbsign` with a key nothing trusts (refused against the CA, accepted against its own
+//! certificate), and the one case where `sbverify` is wrong: Microsoft-signed shim "verifies"
+//! for it against an unrelated self-signed certificate; we refuse it, and OVMF with only
+//! that certificate in `db` refuses to start it (`qemu/tests/secure_boot.rs`).
+// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
+// (a failure should stop the test loudly); the workspace denies these outside tests.
+#![expect(
+    clippy::unwrap_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
+)]
+
+#[path = "../../validator/tests/common/mod.rs"]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn signed(rel: &str) -> PathBuf {
+    let p = workspace().join("target/secureboot").join(rel);
+    assert!(
+        p.is_file(),
+        "{}: missing (run scripts/provision)",
+        p.display()
+    );
+    p
+}
+
+fn shim() -> PathBuf {
+    signed("usr/lib/shim/shimx64.efi.signed")
+}
+
+fn grub() -> PathBuf {
+    signed("usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed")
+}
+
+fn run(cmd: &mut Command) -> std::process::Output {
+    cmd.output().unwrap()
+}
+
+fn ok(cmd: &mut Command) {
+    let out = run(cmd);
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The Debian Secure Boot CA, as shim carries it: `.vendor_cert` holds four 32-bit
+/// sizes and offsets (authorized, deauthorized), then the certificate (DER). Written as
+/// DER and PEM (sbverify reads PEM).
+fn debian_ca(dir: &Path) -> (PathBuf, PathBuf) {
+    let section = dir.join("vendor_cert.bin");
+    ok(Command::new("objcopy")
+        .args(["-O", "binary", "--only-section=.vendor_cert"])
+        .arg(shim())
+        .arg(&section));
+    let b = std::fs::read(&section).unwrap();
+    let u32at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap()) as usize;
+    let (size, offset) = (u32at(0), u32at(8));
+    let der = dir.join("debian-ca.der");
+    std::fs::write(&der, &b[offset..offset + size]).unwrap();
+    let pem = dir.join("debian-ca.pem");
+    ok(Command::new("openssl")
+        .args(["x509", "-inform", "der", "-in"])
+        .arg(&der)
+        .arg("-out")
+        .arg(&pem));
+    (der, pem)
+}
+
+/// A self-signed certificate and key nothing trusts.
+fn untrusted(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let key = dir.join(format!("{name}.key"));
+    let cert = dir.join(format!("{name}.pem"));
+    ok(Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
+        ])
+        .args(["-subj", &format!("/CN={name}")])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert));
+    (cert, key)
+}
+
+/// Our verdict (`true`: exit 0, verified) and its line.
+fn ours(cert: &Path, image: &Path, rule: &str) -> (bool, String) {
+    let out = run(Command::new(env!("CARGO_BIN_EXE_validator"))
+        .args(["pe", "verify", "--rule", rule, "--cert"])
+        .arg(cert)
+        .arg(image));
+    let code = out.status.code();
+    assert!(
+        code == Some(0) || code == Some(1),
+        "{}: exit {code:?}: {}",
+        image.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        code == Some(0),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+fn sbverify(cert_pem: &Path, image: &Path) -> bool {
+    run(Command::new("sbverify")
+        .arg("--cert")
+        .arg(cert_pem)
+        .arg(image))
+    .status
+    .success()
+}
+
+#[test]
+fn verdicts_equal_sbverify_on_debians_signed_chain() {
+    let dir = common::tmpdir("pe-verify");
+    let (ca_der, ca_pem) = debian_ca(&dir);
+    let kernel = common::vmlinuz("default");
+    let stripped = dir.join("vmlinuz.stripped");
+    std::fs::copy(&kernel, &stripped).unwrap();
+    ok(Command::new("sbattach").arg("--remove").arg(&stripped));
+    let flipped = dir.join("vmlinuz.flipped");
+    let mut b = std::fs::read(&kernel).unwrap();
+    b[0x10000] ^= 0x01;
+    std::fs::write(&flipped, &b).unwrap();
+    let (other_cert, other_key) = untrusted(&dir, "untrusted-signer");
+    let resigned = dir.join("vmlinuz.resigned");
+    ok(Command::new("sbsign")
+        .arg("--key")
+        .arg(&other_key)
+        .arg("--cert")
+        .arg(&other_cert)
+        .arg("--output")
+        .arg(&resigned)
+        .arg(&stripped));
+    // (image, certificate (DER for us, PEM for sbverify), verified, what our line says)
+    type Case<'a> = (&'a str, PathBuf, (&'a Path, &'a Path), bool, &'a str);
+    let cases: Vec<Case> = vec![
+        (
+            "kernel",
+            kernel.clone(),
+            (&ca_der, &ca_pem),
+            true,
+            "trusted through Debian Secure Boot CA",
+        ),
+        (
+            "grub",
+            grub(),
+            (&ca_der, &ca_pem),
+            true,
+            "trusted through Debian Secure Boot CA",
+        ),
+        (
+            "stripped",
+            stripped.clone(),
+            (&ca_der, &ca_pem),
+            false,
+            "not signed",
+        ),
+        (
+            "flipped",
+            flipped.clone(),
+            (&ca_der, &ca_pem),
+            false,
+            "digest does not match",
+        ),
+        (
+            "resigned vs CA",
+            resigned.clone(),
+            (&ca_der, &ca_pem),
+            false,
+            "is not in the trust store",
+        ),
+        (
+            "resigned vs own",
+            resigned.clone(),
+            (&other_cert, &other_cert),
+            true,
+            "trusted through untrusted-signer",
+        ),
+        (
+            "kernel vs other",
+            kernel.clone(),
+            (&other_cert, &other_cert),
+            false,
+            "is not in the trust store",
+        ),
+    ];
+    for (name, image, (der, pem), want, says) in &cases {
+        for rule in ["kernel", "firmware"] {
+            let (v, line) = ours(der, image, rule);
+            assert_eq!(v, *want, "{name} ({rule}): {line}");
+            assert!(line.contains(says), "{name} ({rule}): {line}");
+        }
+        assert_eq!(sbverify(pem, image), *want, "sbverify on {name}");
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Where sbverify is wrong: shim (signed by Microsoft's UEFI CA, two signatures)
+/// "verifies" for it against an unrelated self-signed certificate. We refuse it; the
+/// firmware, the judge here, refuses to start it too (`qemu/tests/secure_boot.rs`).
+#[test]
+fn shim_against_an_unrelated_certificate_is_refused_where_sbverify_accepts_it() {
+    let dir = common::tmpdir("pe-verify-shim");
+    let (cert, _) = untrusted(&dir, "unrelated");
+    assert!(sbverify(&cert, &shim()), "sbverify's known false positive");
+    for rule in ["kernel", "firmware"] {
+        let (v, line) = ours(&cert, &shim(), rule);
+        assert!(!v, "{line}");
+        assert!(
+            line.contains("Microsoft Corporation UEFI CA 2011")
+                && line.contains("is not in the trust store"),
+            "{line}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Hostile inputs: not a PE image, a truncated one, an empty file, a directory and a
+/// FIFO are unusable input (exit 2, named); a --forbid digest refuses the kernel (exit 1).
+#[test]
+fn bad_images_are_unusable_input_and_forbidden_digests_refused() {
+    let dir = common::tmpdir("pe-verify-bad");
+    let (ca_der, _) = debian_ca(&dir);
+    let kernel = std::fs::read(common::vmlinuz("default")).unwrap();
+    let truncated = dir.join("truncated.efi");
+    std::fs::write(&truncated, &kernel[..kernel.len() / 2]).unwrap();
+    let text = dir.join("text.efi");
+    std::fs::write(&text, b"not a PE image\n").unwrap();
+    let empty = dir.join("empty.efi");
+    std::fs::write(&empty, b"").unwrap();
+    let fifo = dir.join("fifo.efi");
+    ok(Command::new("mkfifo").arg(&fifo));
+    for (p, says) in [
+        (&truncated, "certificate table"),
+        (&text, "not a PE image"),
+        (&empty, "not a PE image"),
+        (&dir, "directory"),
+        (&fifo, "FIFO"),
+    ] {
+        let out = run(Command::new(env!("CARGO_BIN_EXE_validator"))
+            .args(["pe", "verify", "--cert"])
+            .arg(&ca_der)
+            .arg(p));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {err}", p.display());
+        assert!(err.contains(says), "{}: {err}", p.display());
+    }
+    // The kernel's SHA-256 Authenticode digest, as sbverify computes it.
+    let digest = authenticode_sha256(&common::vmlinuz("default"));
+    let out = run(Command::new(env!("CARGO_BIN_EXE_validator"))
+        .args(["pe", "verify", "--cert"])
+        .arg(&ca_der)
+        .args(["--forbid", &digest])
+        .arg(common::vmlinuz("default")));
+    let line = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{line}");
+    assert!(
+        line.contains(&format!("digest {digest} is forbidden")),
+        "{line}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The image's SHA-256 Authenticode digest as `sbverify` computes it (not ours, which
+/// would make the test circular): when a detached signature names another digest,
+/// `sbverify` prints the signature's ("got:") and the image's ("expecting:"), so the image
+/// is checked against a detached signature of a copy with one byte changed.
+fn authenticode_sha256(image: &Path) -> String {
+    let dir = common::tmpdir("pe-digest");
+    let (cert, key) = untrusted(&dir, "digest-probe");
+    let other = dir.join("other.efi");
+    let mut b = std::fs::read(image).unwrap();
+    b[0x10000] ^= 0x01;
+    std::fs::write(&other, &b).unwrap();
+    let stripped_other = dir.join("other-stripped.efi");
+    std::fs::copy(&other, &stripped_other).unwrap();
+    ok(Command::new("sbattach")
+        .arg("--remove")
+        .arg(&stripped_other));
+    let sig = dir.join("other.sig");
+    ok(Command::new("sbsign")
+        .arg("--key")
+        .arg(&key)
+        .arg("--cert")
+        .arg(&cert)
+        .arg("--detached")
+        .arg("--output")
+        .arg(&sig)
+        .arg(&stripped_other));
+    let out = run(Command::new("sbverify")
+        .arg("--cert")
+        .arg(&cert)
+        .arg("--detached")
+        .arg(&sig)
+        .arg(image));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("expecting:"))
+        .unwrap_or_else(|| panic!("sbverify printed no digest: {text}"))
+        .trim()
+        .to_string();
+    std::fs::remove_dir_all(&dir).unwrap();
+    got
+}
