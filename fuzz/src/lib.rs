@@ -313,10 +313,15 @@ pub fn authenticode(data: &[u8]) {
     use validator::trust::authenticode::{verify, Rule};
     let (store, image) = framed_store(data);
     if let Ok(pe) = formats::pe::parse(image) {
-        for r in &pe.hashed {
-            assert!(r.end <= image.len(), "a hashed range past the end: {r:?}");
+        for order in [
+            formats::pe::SectionOrder::Kernel,
+            formats::pe::SectionOrder::Firmware,
+        ] {
+            for r in pe.hashed(order) {
+                assert!(r.end <= image.len(), "a hashed range past the end: {r:?}");
+            }
+            let _ = pe.digest(image, formats::pkcs7::HashAlg::Sha256, order);
         }
-        let _ = pe.digest(image, formats::pkcs7::HashAlg::Sha256);
         for s in &pe.signatures {
             if let Some(der) = image.get(s.der.clone()) {
                 if let Ok((_, content)) = formats::pkcs7::parse_authenticode(der) {

@@ -364,7 +364,7 @@ pub fn bench_boot_paths(runs: usize) -> Result<Vec<(BootPath, Vec<PathSample>)>,
 /// Checks that the run `r` (`how` it went) had `boots` kernel boots and reached slot B's
 /// root in the last; returns when a text was first seen in a boot (0-based), in seconds,
 /// or an error naming what is missing.
-fn reached_b<'a>(
+pub(crate) fn reached_b<'a>(
     r: &'a Run,
     how: &'a str,
     boots: usize,

@@ -50,6 +50,7 @@
 pub mod ab;
 pub mod basic;
 pub mod bench;
+pub mod bench_secure_boot;
 pub mod catalogue;
 pub mod disk;
 pub mod efivars;

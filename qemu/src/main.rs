@@ -90,6 +90,13 @@ enum Command {
         #[arg(value_name = "RUNS", default_value_t = 3)]
         runs: usize,
     },
+    /// The Secure Boot node against the A/B node, side by side: boot to the root and time
+    /// to recover by kexec; print medians and ratios.
+    BenchSecureBoot {
+        /// Boots of each scenario.
+        #[arg(value_name = "RUNS", default_value_t = 3)]
+        runs: usize,
+    },
 }
 
 /// A test-bed error: printed, exit status 2.
@@ -130,6 +137,12 @@ fn main() -> ExitCode {
             Ok(_) => ExitCode::SUCCESS,
             Err(e) => harness_error(e),
         },
+        Command::BenchSecureBoot { runs } => {
+            match qemu::bench_secure_boot::bench_secure_boot(runs) {
+                Ok(_) => ExitCode::SUCCESS,
+                Err(e) => harness_error(e),
+            }
+        }
     }
 }
 

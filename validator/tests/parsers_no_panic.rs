@@ -178,6 +178,10 @@ fn verity_signature_json_index_files_and_random_bytes() {
     for _ in 0..3000 {
         let n = rng.index(700);
         let b = rng.bytes(n);
+        let _ = validator::formats::pe::parse(&b);
+        let _ = validator::formats::efisiglist::parse(&b);
+        let _ = validator::formats::pkcs7::parse_authenticode(&b);
+        let _ = validator::formats::pe::indirect_digest(&b);
         let _ = validator::formats::verity::superblock::parse(&b);
         let _ = validator::formats::gpt::parse_header(&b);
         let _ = validator::formats::tpm::eventlog::EventLog::parse(&b);
@@ -187,6 +191,47 @@ fn verity_signature_json_index_files_and_random_bytes() {
         let _ = validator::formats::compress::lz4_legacy(&b, 1 << 20);
         let _ = validator::formats::compress::zstd(&b, 1 << 20);
         let _ = validator::formats::compress::gzip(&b, 1 << 20);
+    }
+}
+
+/// PE images and their Authenticode signatures: mutations of Debian's signed GRUB
+/// (parsed, hashed and verified against an empty store, which never passes) and of its
+/// signature (parsed as Authenticode PKCS#7, its content read).
+#[test]
+fn pe_images_and_authenticode_signatures() {
+    let mut rng = Rng(11);
+    let grub = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../target/secureboot/usr/lib/grub/x86_64-efi-signed/grubx64.efi.signed"),
+    )
+    .unwrap();
+    let pe = validator::formats::pe::parse(&grub).unwrap();
+    let sig = grub[pe.signatures[0].der.clone()].to_vec();
+    let store = validator::trust::TrustStore::new();
+    for m in mutations(&grub[..4096], 3000, &mut rng) {
+        let mut image = m;
+        image.extend_from_slice(&grub[4096.min(grub.len())..]);
+        if let Ok(p) = validator::formats::pe::parse(&image) {
+            let _ = p.digest(
+                &image,
+                validator::formats::pkcs7::HashAlg::Sha1,
+                validator::formats::pe::SectionOrder::Kernel,
+            );
+        }
+    }
+    for m in mutations(&grub, 40, &mut rng) {
+        let r = validator::trust::authenticode::verify(
+            &m,
+            &store,
+            &[],
+            validator::trust::authenticode::Rule::Firmware,
+        );
+        assert!(r.is_err(), "verified against an empty store");
+    }
+    for m in mutations(&sig, 3000, &mut rng) {
+        if let Ok((_, content)) = validator::formats::pkcs7::parse_authenticode(&m) {
+            let _ = validator::formats::pe::indirect_digest(&content);
+        }
     }
 }
 

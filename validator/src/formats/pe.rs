@@ -56,22 +56,51 @@ fn malformed(what: impl Into<String>) -> PeError {
     PeError::Malformed(what.into())
 }
 
-/// One `WIN_CERTIFICATE` of the attribute certificate table.
+/// One `WIN_CERTIFICATE` of the attribute certificate table holding a PKCS#7 signature.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Signature {
+    /// Its place in the table (0: the first, the only one the kernel reads).
+    pub index: usize,
     /// The file range of its PKCS#7 SignedData (DER, padding trimmed).
     pub der: Range<usize>,
+}
+
+/// One section's raw data, with what the kernel sorts ties by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Section {
+    pub name: [u8; 8],
+    pub virtual_size: u32,
+    pub virtual_address: u32,
+    pub raw: Range<usize>,
+}
+
+/// In which order sections with the same file offset are hashed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SectionOrder {
+    /// The kernel's `pefile_compare_shdrs`: file offset, then virtual address, name,
+    /// virtual size, raw size.
+    Kernel,
+    /// EDK2's and sbsigntool's: file offset, ties in table order.
+    Firmware,
 }
 
 /// A parsed, signed PE image.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pe {
-    /// The file ranges the image digest covers, in order.
-    pub hashed: Vec<Range<usize>>,
+    /// The header ranges the image digest covers.
+    pub headers: Vec<Range<usize>>,
+    /// The sections with raw data, in table order.
+    pub sections: Vec<Section>,
+    /// What follows the sections up to the certificate table, hashed last (empty: none).
+    pub tail: Range<usize>,
     /// The attribute certificate table.
     pub cert_table: Range<usize>,
-    /// Its signatures, in file order (the kernel uses the first).
+    /// The PKCS#7 signatures of the table, in file order: entries of other types are
+    /// skipped and a truncated entry ends the table, as EDK2 reads it.
     pub signatures: Vec<Signature>,
+    /// Why the table's first entry is not a signature the kernel reads (its
+    /// `pefile_strip_sig_wrapper`), when it is not.
+    pub first_unusable: Option<String>,
 }
 
 /// `WIN_CERT_REVISION_2_0`, `WIN_CERT_TYPE_PKCS_SIGNED_DATA`.
@@ -83,6 +112,11 @@ const PE32_PLUS: u16 = 0x20b;
 const CERT_TABLE_INDEX: usize = 4;
 const DATA_DIR_LEN: usize = 8;
 const SECTION_HEADER_LEN: usize = 40;
+/// The DOS header's size: the PE header may not start inside it (the kernel's
+/// `chkaddr(sizeof(struct mz_hdr), ...)`).
+const DOS_HEADER_LEN: usize = 64;
+/// The PE signature and the COFF header.
+const PE_HEADER_LEN: usize = 24;
 
 fn le16(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_le_bytes(
@@ -100,21 +134,47 @@ fn usize_of(v: u32) -> usize {
     usize::try_from(v).unwrap_or(usize::MAX)
 }
 
+/// A section name for messages.
+fn section_name(name: &[u8; 8]) -> String {
+    String::from_utf8_lossy(name)
+        .trim_end_matches('\0')
+        .to_string()
+}
+
 /// Parses `image`'s headers and certificate table.
 pub fn parse(image: &[u8]) -> Result<Pe, PeError> {
+    if image.len() < DOS_HEADER_LEN {
+        return Err(malformed(format!(
+            "{} bytes, shorter than a DOS header ({DOS_HEADER_LEN})",
+            image.len()
+        )));
+    }
     // goblin's DOS header (with the PE signature it points at) and COFF header; its
     // whole-header parser refuses the kernel's EFI stub, whose PE header sits right after
     // the DOS header (offset 0x40).
     let dos = goblin::pe::header::DosHeader::parse(image).map_err(|e| malformed(e.to_string()))?;
     let pe_at = usize_of(dos.pe_pointer);
-    let mut coff_at = pe_at
-        .checked_add(4)
-        .ok_or_else(|| malformed("PE header offset"))?;
+    if pe_at < DOS_HEADER_LEN {
+        return Err(malformed(format!(
+            "the PE header at {pe_at:#x} starts inside the DOS header"
+        )));
+    }
+    if pe_at.saturating_add(PE_HEADER_LEN) > image.len() {
+        return Err(malformed(format!(
+            "the PE and COFF headers at {pe_at:#x} run past the end of the file ({:#x} bytes)",
+            image.len()
+        )));
+    }
+    let mut coff_at = pe_at + 4;
     let coff = goblin::pe::header::CoffHeader::parse(image, &mut coff_at)
-        .map_err(|e| malformed(format!("COFF header: {e}")))?;
+        .map_err(|e| malformed(format!("COFF header at {:#x}: {e}", pe_at + 4)))?;
     // Then the optional header.
     let opt_at = coff_at;
-    let magic = le16(image, opt_at).ok_or_else(|| malformed("optional header outside the file"))?;
+    let magic = le16(image, opt_at).ok_or_else(|| {
+        malformed(format!(
+            "the optional header at {opt_at:#x} is past the end of the file"
+        ))
+    })?;
     // The fixed part of the optional header before the data directories, and where in it
     // NumberOfRvaAndSizes is.
     let (fixed, n_dirs_at) = match magic {
@@ -123,7 +183,12 @@ pub fn parse(image: &[u8]) -> Result<Pe, PeError> {
         m => return Err(malformed(format!("unknown optional header magic {m:#06x}"))),
     };
     let field = |at: usize, what: &str| {
-        le32(image, opt_at + at).ok_or_else(|| malformed(format!("{what} outside the file")))
+        le32(image, opt_at + at).ok_or_else(|| {
+            malformed(format!(
+                "{what} (at {:#x}) is past the end of the file",
+                opt_at + at
+            ))
+        })
     };
     let size_of_headers = field(60, "SizeOfHeaders")?;
     let number_of_rva_and_sizes = field(n_dirs_at, "NumberOfRvaAndSizes")?;
@@ -177,42 +242,51 @@ pub fn parse(image: &[u8]) -> Result<Pe, PeError> {
             "{n_secs} section headers do not fit in the headers"
         )));
     }
-    let mut offset = secs_at;
-    let sections = coff
-        .sections(image, &mut offset)
-        .map_err(|e| malformed(format!("section table: {e}")))?;
-    let mut raw: Vec<Range<usize>> = Vec::new();
-    for s in &sections {
-        if s.size_of_raw_data == 0 {
+    // The section headers, read here: goblin's reader resolves long names (`/N`) from the
+    // COFF string table and fails where that table is absent, and the digest does not
+    // depend on names (the kernel reads them only to break ties).
+    let mut sections = Vec::new();
+    for i in 0..n_secs {
+        let at = secs_at + i * SECTION_HEADER_LEN;
+        let h = image
+            .get(at..at + SECTION_HEADER_LEN)
+            .ok_or_else(|| malformed(format!("section header {i} at {at:#x}")))?;
+        let mut name = [0u8; 8];
+        name.copy_from_slice(h.get(..8).unwrap_or(&[0; 8]));
+        let word = |o: usize| le32(h, o).unwrap_or(0);
+        let (vsize, va, raw_size, raw_ptr) = (word(8), word(12), word(16), word(20));
+        if raw_size == 0 {
             continue;
         }
-        let start = usize_of(s.pointer_to_raw_data);
+        let start = usize_of(raw_ptr);
         let end = start
-            .checked_add(usize_of(s.size_of_raw_data))
+            .checked_add(usize_of(raw_size))
             .filter(|e| *e <= image.len())
             .ok_or_else(|| {
                 malformed(format!(
-                    "section {}: {:#x} bytes at {start:#x} are outside the file",
-                    String::from_utf8_lossy(&s.name).trim_end_matches('\0'),
-                    s.size_of_raw_data
+                    "section {}: {raw_size:#x} bytes at {start:#x} are outside the file",
+                    section_name(&name)
                 ))
             })?;
-        raw.push(start..end);
+        sections.push(Section {
+            name,
+            virtual_size: vsize,
+            virtual_address: va,
+            raw: start..end,
+        });
     }
-    // In file order (a stable sort, as the kernel's insertion sort).
-    raw.sort_by_key(|r| r.start);
-    let mut hashed = vec![
+    let headers = vec![
         0..checksum_at,
         checksum_at + 4..cert_entry_at,
         cert_entry_at + DATA_DIR_LEN..header_size,
     ];
     let mut sum = header_size;
-    for r in raw {
+    for s in &sections {
         sum = sum
-            .checked_add(r.len())
+            .checked_add(s.raw.len())
             .ok_or_else(|| malformed("section sizes overflow"))?;
-        hashed.push(r);
     }
+    let mut tail = sum..sum;
     if image.len() > sum {
         let tail_end = image
             .len()
@@ -223,71 +297,84 @@ pub fn parse(image: &[u8]) -> Result<Pe, PeError> {
                     "the sections ({sum:#x} bytes with the headers) overlap the certificate table"
                 ))
             })?;
-        if tail_end > sum {
-            hashed.push(sum..tail_end);
-        }
+        tail = sum..tail_end;
     }
-    let signatures = signatures(image, &cert_table)?;
+    let (signatures, first_unusable) = signatures(image, &cert_table);
+    if signatures.is_empty() {
+        return Err(PeError::CertTable(first_unusable.unwrap_or_else(|| {
+            "no WIN_CERTIFICATE holds a PKCS#7 signature".into()
+        })));
+    }
     Ok(Pe {
-        hashed,
+        headers,
+        sections,
+        tail,
         cert_table,
         signatures,
+        first_unusable,
     })
 }
 
-/// The `WIN_CERTIFICATE`s of the table at `table`.
-fn signatures(image: &[u8], table: &Range<usize>) -> Result<Vec<Signature>, PeError> {
-    let bad = |m: String| PeError::CertTable(m);
+/// The PKCS#7 `WIN_CERTIFICATE`s of the table at `table`, and why the first entry is
+/// not one when it is not.
+fn signatures(image: &[u8], table: &Range<usize>) -> (Vec<Signature>, Option<String>) {
     let mut out = Vec::new();
+    let mut first = None;
     let mut at = table.start;
+    let mut index = 0;
     while at < table.end {
         let left = table.end - at;
-        if left < 8 {
-            // Trailing padding shorter than a header ends the table.
-            if image
-                .get(at..table.end)
-                .is_some_and(|p| p.iter().all(|b| *b == 0))
-            {
-                break;
-            }
-            return Err(bad(format!("{left} stray bytes at {at:#x}")));
-        }
-        let len = usize_of(le32(image, at).ok_or_else(|| bad("truncated".into()))?);
-        let revision = le16(image, at + 4).ok_or_else(|| bad("truncated".into()))?;
-        let kind = le16(image, at + 6).ok_or_else(|| bad("truncated".into()))?;
-        if len < 8 || len > left {
-            return Err(bad(format!(
-                "WIN_CERTIFICATE at {at:#x}: length {len} is not within the table ({left} bytes left)"
-            )));
-        }
-        if revision != WIN_CERT_REVISION_2_0 {
-            return Err(bad(format!(
-                "WIN_CERTIFICATE at {at:#x}: revision {revision:#06x}, not 2.0"
-            )));
-        }
-        if kind != WIN_CERT_TYPE_PKCS_SIGNED_DATA {
-            return Err(bad(format!(
-                "WIN_CERTIFICATE at {at:#x}: type {kind:#06x}, not PKCS_SIGNED_DATA"
-            )));
-        }
-        let body = at + 8..at + len;
-        let der_len = der_len(image.get(body.clone()).unwrap_or_default()).ok_or_else(|| {
-            bad(format!(
-                "WIN_CERTIFICATE at {at:#x}: its body is not a DER SEQUENCE that fits in it"
+        let (Some(len), Some(revision), Some(kind)) =
+            (le32(image, at), le16(image, at + 4), le16(image, at + 6))
+        else {
+            break;
+        };
+        let len = usize_of(len);
+        let problem = if left < 8 {
+            Some(format!(
+                "{left} bytes at {at:#x}, shorter than a WIN_CERTIFICATE header"
             ))
-        })?;
-        out.push(Signature {
-            der: body.start..body.start + der_len,
-        });
-        // The next one starts 8-byte aligned.
-        at = at
-            .checked_add(len.div_ceil(8) * 8)
-            .ok_or_else(|| bad("length overflow".into()))?;
+        } else if len < 8 || len > left {
+            Some(format!(
+                "WIN_CERTIFICATE at {at:#x}: length {len} is not within the table ({left} bytes left)"
+            ))
+        } else if revision != WIN_CERT_REVISION_2_0 {
+            Some(format!(
+                "WIN_CERTIFICATE at {at:#x}: revision {revision:#06x}, not 2.0"
+            ))
+        } else if kind != WIN_CERT_TYPE_PKCS_SIGNED_DATA {
+            Some(format!(
+                "WIN_CERTIFICATE at {at:#x}: type {kind:#06x}, not PKCS_SIGNED_DATA"
+            ))
+        } else {
+            let body = at + 8..at + len;
+            match der_len(image.get(body.clone()).unwrap_or_default()) {
+                Some(n) => {
+                    out.push(Signature {
+                        index,
+                        der: body.start..body.start + n,
+                    });
+                    None
+                }
+                None => Some(format!(
+                    "WIN_CERTIFICATE at {at:#x}: its body is not a DER SEQUENCE that fits in it"
+                )),
+            }
+        };
+        if index == 0 {
+            first = problem;
+        }
+        // A truncated entry ends the table; one of another kind is skipped.
+        if left < 8 || len < 8 || len > left {
+            break;
+        }
+        let Some(next) = at.checked_add(len.div_ceil(8) * 8) else {
+            break;
+        };
+        at = next;
+        index += 1;
     }
-    if out.is_empty() {
-        return Err(bad("no WIN_CERTIFICATE".into()));
-    }
-    Ok(out)
+    (out, first)
 }
 
 /// The length of the DER SEQUENCE at the start of `b` (header included), when it fits in
@@ -307,8 +394,33 @@ fn der_len(b: &[u8]) -> Option<usize> {
 }
 
 impl Pe {
-    /// The Authenticode digest of `image` (the bytes [`parse`] read) with `alg`.
-    pub fn digest(&self, image: &[u8], alg: HashAlg) -> Vec<u8> {
+    /// The file ranges the digest covers, in order, with sections ordered by `order`.
+    pub fn hashed(&self, order: SectionOrder) -> Vec<Range<usize>> {
+        let mut secs: Vec<&Section> = self.sections.iter().collect();
+        match order {
+            // A stable sort: ties stay in table order.
+            SectionOrder::Firmware => secs.sort_by_key(|s| s.raw.start),
+            SectionOrder::Kernel => secs.sort_by(|a, b| {
+                a.raw
+                    .start
+                    .cmp(&b.raw.start)
+                    .then(a.virtual_address.cmp(&b.virtual_address))
+                    .then(a.name.cmp(&b.name))
+                    .then(a.virtual_size.cmp(&b.virtual_size))
+                    .then(a.raw.len().cmp(&b.raw.len()))
+            }),
+        }
+        let mut v = self.headers.clone();
+        v.extend(secs.iter().map(|s| s.raw.clone()));
+        if !self.tail.is_empty() {
+            v.push(self.tail.clone());
+        }
+        v
+    }
+
+    /// The Authenticode digest of `image` (the bytes [`parse`] read) with `alg`, sections
+    /// in `order`.
+    pub fn digest(&self, image: &[u8], alg: HashAlg, order: SectionOrder) -> Vec<u8> {
         use sha2::Digest;
         fn run<D: sha2::Digest>(mut d: D, image: &[u8], ranges: &[Range<usize>]) -> Vec<u8> {
             for r in ranges {
@@ -316,12 +428,13 @@ impl Pe {
             }
             d.finalize().to_vec()
         }
+        let ranges = self.hashed(order);
         match alg {
-            HashAlg::Sha1 => run(sha1::Sha1::new(), image, &self.hashed),
-            HashAlg::Sha224 => run(sha2::Sha224::new(), image, &self.hashed),
-            HashAlg::Sha256 => run(sha2::Sha256::new(), image, &self.hashed),
-            HashAlg::Sha384 => run(sha2::Sha384::new(), image, &self.hashed),
-            HashAlg::Sha512 => run(sha2::Sha512::new(), image, &self.hashed),
+            HashAlg::Sha1 => run(sha1::Sha1::new(), image, &ranges),
+            HashAlg::Sha224 => run(sha2::Sha224::new(), image, &ranges),
+            HashAlg::Sha256 => run(sha2::Sha256::new(), image, &ranges),
+            HashAlg::Sha384 => run(sha2::Sha384::new(), image, &ranges),
+            HashAlg::Sha512 => run(sha2::Sha512::new(), image, &ranges),
         }
     }
 }
@@ -426,7 +539,7 @@ mod tests {
         let pe = parse(&img).unwrap();
         let opt = 0x98;
         assert_eq!(
-            pe.hashed,
+            pe.hashed(SectionOrder::Firmware),
             vec![
                 0..opt + 64,
                 opt + 68..opt + 144,
@@ -435,7 +548,71 @@ mod tests {
             ]
         );
         assert_eq!(pe.cert_table, 0x400..0x400 + table.len());
-        assert_eq!(pe.signatures, vec![Signature { der: 0x408..0x40d }]);
+        assert_eq!(
+            pe.signatures,
+            vec![Signature {
+                index: 0,
+                der: 0x408..0x40d
+            }]
+        );
+        assert_eq!(pe.first_unusable, None);
+    }
+
+    /// A second entry of another type or truncated is skipped or ends the table (EDK2);
+    /// a first entry that is not PKCS#7 is kept as the reason the kernel refuses.
+    #[test]
+    fn entries_after_the_first_are_read_as_the_firmware_reads_them() {
+        let mut t = wincert(&[0x30, 0x03, 1, 2, 3]);
+        let mut other = wincert(b"garbage!");
+        other[6] = 0xf1; // type 0x0ef1
+        other[7] = 0x0e;
+        t.extend_from_slice(&other);
+        t.extend_from_slice(&16u32.to_le_bytes()); // a truncated third header
+        let pe = parse(&image(&t)).unwrap();
+        assert_eq!(pe.signatures.len(), 1);
+        assert_eq!(pe.first_unusable, None);
+        let mut t = other.clone();
+        t.extend_from_slice(&wincert(&[0x30, 0x03, 1, 2, 3]));
+        let pe = parse(&image(&t)).unwrap();
+        assert_eq!(pe.signatures.len(), 1);
+        assert_eq!(pe.signatures[0].index, 1);
+        assert!(pe.first_unusable.unwrap().contains("type 0x0ef1"));
+    }
+
+    /// Sections at the same file offset: the kernel orders them by virtual address (then
+    /// name, sizes), the firmware keeps table order; names are never resolved (`/4`).
+    #[test]
+    fn ties_follow_each_judge_and_names_are_not_resolved() {
+        let mut img = image(&wincert(&[0x30, 0x00]));
+        let opt = 0x98;
+        // Two sections: /4 at VA 0x3000 (raw 0x200@0x200), .b at VA 0x1000 (raw 0x100@0x200).
+        img[0x86..0x88].copy_from_slice(&2u16.to_le_bytes());
+        let sec = opt + 112 + 16 * 8;
+        img[sec..sec + 8].copy_from_slice(b"/4\0\0\0\0\0\0");
+        img[sec + 12..sec + 16].copy_from_slice(&0x3000u32.to_le_bytes());
+        let s2 = sec + 40;
+        img[s2..s2 + 2].copy_from_slice(b".b");
+        img[s2 + 12..s2 + 16].copy_from_slice(&0x1000u32.to_le_bytes());
+        img[s2 + 16..s2 + 20].copy_from_slice(&0x100u32.to_le_bytes());
+        img[s2 + 20..s2 + 24].copy_from_slice(&0x200u32.to_le_bytes());
+        let pe = parse(&img).unwrap();
+        let firmware = pe.hashed(SectionOrder::Firmware);
+        let kernel = pe.hashed(SectionOrder::Kernel);
+        assert_eq!(firmware[3..5], [0x200..0x400, 0x200..0x300]);
+        assert_eq!(kernel[3..5], [0x200..0x300, 0x200..0x400]);
+    }
+
+    #[test]
+    fn a_pe_header_inside_the_dos_header_is_refused() {
+        let mut img = image(&wincert(&[0x30, 0x00]));
+        img.copy_within(0x80..0x300, 0x10);
+        img[0x3c..0x40].copy_from_slice(&0x10u32.to_le_bytes());
+        assert!(
+            matches!(parse(&img), Err(PeError::Malformed(m)) if m.contains("inside the DOS header"))
+        );
+        assert!(
+            matches!(parse(&img[..40]), Err(PeError::Malformed(m)) if m.contains("shorter than a DOS header"))
+        );
     }
 
     #[test]
@@ -473,7 +650,7 @@ mod tests {
             let mut m = img.clone();
             m[i] ^= 0xff;
             if let Ok(pe) = parse(&m) {
-                let _ = pe.digest(&m, HashAlg::Sha256);
+                let _ = pe.digest(&m, HashAlg::Sha256, SectionOrder::Kernel);
             }
         }
     }

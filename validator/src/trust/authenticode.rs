@@ -2,9 +2,10 @@
 //! against a trust store: would this kernel boot, or be accepted by `kexec_file_load`?
 //!
 //! Contract: [`verify`] parses the image ([`crate::formats::pe`]), and for each
-//! signature it considers ([`Rule::Kernel`]: the first only, as the kernel's
-//! `verify_pefile_signature`; [`Rule::Firmware`]: every one, the image passing when any
-//! does, as EDK2 and shim): parses the PKCS#7 SignedData as Authenticode
+//! signature it considers ([`Rule::Kernel`]: the first table entry, which must be a
+//! PKCS#7 signature, as the kernel's `verify_pefile_signature`, with sections hashed in
+//! the kernel's order; [`Rule::Firmware`]: every PKCS#7 entry, the image passing when any
+//! does, as EDK2 and shim, sections in EDK2's order; each digest computed once): parses the PKCS#7 SignedData as Authenticode
 //! ([`crate::formats::pkcs7::parse_authenticode`]), reads the digest its
 //! `SpcIndirectDataContent` carries ([`crate::formats::pe::indirect_digest`]), applies
 //! the kernel's PKCS#7 rules and trust search ([`crate::trust::pkcs7::verify_message`]:
@@ -19,10 +20,10 @@
 //! the kernel holds only in its platform keyring and one in its secondary keyring are
 //! treated alike, as `kexec_file_load` (which tries both) does.
 
-use crate::formats::pe::{self, PeError};
-use crate::formats::pkcs7::{parse_authenticode, HashAlg, Pkcs7Error};
+use crate::formats::pe::{self, PeError, SectionOrder};
+use crate::formats::pkcs7::{parse_authenticode, HashAlg, Message, Pkcs7Error};
 use crate::trust::pkcs7::{verify_message, MessageError};
-use crate::trust::TrustStore;
+use crate::trust::{Cert, TrustStore};
 
 /// Which signatures count.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,14 +49,31 @@ pub struct Checked {
 pub enum AuthenticodeError {
     #[error(transparent)]
     Pe(#[from] PeError),
+    /// The certificate table's first entry is not a signature the kernel reads.
+    #[error("the first certificate table entry is not a signature the kernel reads: {0}")]
+    FirstEntry(String),
     #[error("signature {index}: {source}")]
     Pkcs7 { index: usize, source: Pkcs7Error },
     #[error("signature {index}: {source}")]
     Content { index: usize, source: PeError },
     #[error("signature {index}: the image's {} digest does not match the signed one", alg.name())]
     DigestMismatch { index: usize, alg: HashAlg },
+    /// No trusted key: the signer as its embedded certificate names it.
+    #[error(
+        "signature {index}: its signer {signer} (issued by {issuer}, serial {serial}) is not \
+         in the trust store, nor is an issuer of its certificate"
+    )]
+    UntrustedSigner {
+        index: usize,
+        signer: String,
+        issuer: String,
+        serial: String,
+    },
     #[error("signature {index}: {source}")]
     Untrusted { index: usize, source: MessageError },
+    /// Every signature refused (firmware rule, more than one): each one's reason.
+    #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+    All(Vec<AuthenticodeError>),
     #[error("the image's SHA-256 digest {sha256} is forbidden (dbx)")]
     Forbidden { sha256: String },
 }
@@ -69,44 +87,76 @@ pub fn verify(
     rule: Rule,
 ) -> Result<Checked, AuthenticodeError> {
     let parsed = pe::parse(image)?;
-    let sha256 = parsed.digest(image, HashAlg::Sha256);
+    let order = match rule {
+        Rule::Kernel => SectionOrder::Kernel,
+        Rule::Firmware => SectionOrder::Firmware,
+    };
+    // Each digest once, however many signatures ask for it.
+    let mut digests: Vec<(HashAlg, Vec<u8>)> = Vec::new();
+    let mut digest = |alg: HashAlg| -> Vec<u8> {
+        if let Some((_, d)) = digests.iter().find(|(a, _)| *a == alg) {
+            return d.clone();
+        }
+        let d = parsed.digest(image, alg, order);
+        digests.push((alg, d.clone()));
+        d
+    };
+    let sha256 = digest(HashAlg::Sha256);
     if forbidden.iter().any(|f| f.as_slice() == sha256.as_slice()) {
         return Err(AuthenticodeError::Forbidden {
             sha256: crate::util::hex(&sha256),
         });
     }
-    let take = match rule {
-        Rule::Kernel => 1,
-        Rule::Firmware => parsed.signatures.len(),
-    };
-    let mut first_err = None;
-    for (index, sig) in parsed.signatures.iter().enumerate().take(take) {
-        match verify_one(image, &parsed, index, sig, store) {
-            Ok(c) => return Ok(c),
-            Err(e) => {
-                first_err.get_or_insert(e);
+    let considered: Vec<&pe::Signature> = match rule {
+        Rule::Kernel => {
+            if let Some(why) = &parsed.first_unusable {
+                return Err(AuthenticodeError::FirstEntry(why.clone()));
             }
+            parsed.signatures.iter().take(1).collect()
+        }
+        Rule::Firmware => parsed.signatures.iter().collect(),
+    };
+    let mut errors = Vec::new();
+    for sig in considered {
+        match verify_one(image, sig, store, &mut digest) {
+            Ok(c) => return Ok(c),
+            Err(e) => errors.push(e),
         }
     }
-    Err(first_err.unwrap_or(AuthenticodeError::Pe(PeError::Unsigned)))
+    match errors.len() {
+        0 => Err(AuthenticodeError::Pe(PeError::Unsigned)),
+        1 => Err(errors.remove(0)),
+        _ => Err(AuthenticodeError::All(errors)),
+    }
 }
 
 fn verify_one(
     image: &[u8],
-    parsed: &pe::Pe,
-    index: usize,
     sig: &pe::Signature,
     store: &TrustStore,
+    digest: &mut dyn FnMut(HashAlg) -> Vec<u8>,
 ) -> Result<Checked, AuthenticodeError> {
+    let index = sig.index;
     let der = image.get(sig.der.clone()).unwrap_or_default();
     let (msg, content) =
         parse_authenticode(der).map_err(|source| AuthenticodeError::Pkcs7 { index, source })?;
     let (alg, signed) = pe::indirect_digest(&content)
         .map_err(|source| AuthenticodeError::Content { index, source })?;
-    let anchor = verify_message(&msg, &content, None, store, |_| true, |_| None)
-        .map_err(|source| AuthenticodeError::Untrusted { index, source })?;
+    let anchor = verify_message(&msg, &content, None, store, |_| true, |_| None).map_err(
+        |source| match (&source, untrusted_signer(&msg)) {
+            (MessageError::Untrusted { .. }, Some((signer, issuer, serial))) => {
+                AuthenticodeError::UntrustedSigner {
+                    index,
+                    signer,
+                    issuer,
+                    serial,
+                }
+            }
+            _ => AuthenticodeError::Untrusted { index, source },
+        },
+    )?;
     // The kernel compares the image digest last (pefile_digest_pe after the PKCS#7).
-    if parsed.digest(image, alg) != signed {
+    if digest(alg) != signed {
         return Err(AuthenticodeError::DigestMismatch { index, alg });
     }
     Ok(Checked {
@@ -114,4 +164,22 @@ fn verify_one(
         anchor: anchor.label(),
         digest: alg,
     })
+}
+
+/// The first signer's own certificate among the embedded ones: its subject and issuer
+/// common names and serial.
+fn untrusted_signer(msg: &Message) -> Option<(String, String, String)> {
+    let s = msg.signers.first()?;
+    let mut embedded = TrustStore::new();
+    for c in &msg.certs {
+        if let Ok(c) = Cert::from_der(&c.der, "the signature") {
+            embedded.add(c);
+        }
+    }
+    let c = crate::trust::pkcs7::find_signer(s, &embedded).ok()?;
+    Some((
+        c.subject_cn.clone(),
+        c.issuer_cn.clone(),
+        crate::util::colon_hex(&c.serial),
+    ))
 }
