@@ -113,6 +113,22 @@ fn build_slot(
         extra.push('\n');
     }
     crate::rootfs::build(&rootdir, &extra)?;
+    if !img.root_snakeoil_modules.is_empty() {
+        let tree = mkinitramfs::closure::KernelTree::open(&img.kernel.root)
+            .map_err(|e| HarnessError::Setup(e.to_string()))?;
+        let key = sigcases::keys::snakeoil(&sdir.join("root-keys"));
+        let to = rootdir.join("fleet-modules");
+        std::fs::create_dir_all(&to).map_err(|e| HarnessError::io(&to, e))?;
+        for m in &img.root_snakeoil_modules {
+            let rel = tree
+                .files
+                .get(m)
+                .ok_or_else(|| HarnessError::Setup(format!("no module {m} in the kernel")))?;
+            let src = tree.moddir.join(rel);
+            let bytes = std::fs::read(&src).map_err(|e| HarnessError::io(&src, e))?;
+            sigcases::cases::resign(&bytes, &key, "sha256", &to.join(format!("{m}.ko")));
+        }
+    }
     let slot_file = rootdir.join("etc/slot");
     std::fs::write(&slot_file, format!("{slot}\n")).map_err(|e| HarnessError::io(&slot_file, e))?;
     if s.root_tpm_tools {
@@ -159,7 +175,7 @@ fn build_slot(
         files: s.extra_initramfs_files.clone(),
         module_overrides: img.module_overrides.clone(),
         tampered_modules: img.tampered_modules.clone(),
-        ..Default::default()
+        snakeoil_signed: img.snakeoil_signed.clone(),
     };
     crate::initramfs::build(&img.kernel, &bom_path, &extras, &initrd, &sdir)?;
     Ok(BuiltSlot { parts, initrd })
@@ -325,7 +341,14 @@ pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
             c
         }
         BootPath::Grub | BootPath::SystemdBoot => VmConfig::uefi(Ovmf::fresh(dir)?),
-        BootPath::SecureBoot => VmConfig::uefi(Ovmf::secure_boot(dir)?),
+        BootPath::SecureBoot => {
+            let extra = if two.db_snakeoil {
+                vec![sigcases::keys::snakeoil(&dir.join("db-keys")).cert_der()]
+            } else {
+                Vec::new()
+            };
+            VmConfig::uefi(Ovmf::secure_boot_with_db(dir, &extra)?)
+        }
     };
     cfg.disks.push(disk_img);
     if let Some(d) = esp_disk {
@@ -529,6 +552,8 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
         | Name::SbUnsignedB
         | Name::SbUntrustedB
         | Name::SbUnsignedBUnchecked
+        | Name::SbFleetDb
+        | Name::SbFleetUnenrolled
         | Name::SbRequiredOff
         | Name::AbImageFaultReboot
         | Name::AbCorruptRoot
@@ -546,6 +571,8 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
                     | Name::SbUnsignedB
                     | Name::SbUntrustedB
                     | Name::SbUnsignedBUnchecked
+                    | Name::SbFleetDb
+                    | Name::SbFleetUnenrolled
             );
             let path = if sb {
                 BootPath::SecureBoot
@@ -564,6 +591,23 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
                 match name {
                     Name::AbImageFault | Name::AbImageFaultReboot | Name::SbFallback => {
                         two.a.tampered_modules.push("crc16".into());
+                    }
+                    Name::SbFleetDb | Name::SbFleetUnenrolled => {
+                        // Slot A loads crc8 signed by the fleet's key (OVMF's snakeoil
+                        // key stands for it), which its BOM trusts; the firmware's db
+                        // holds that certificate (sb-fleet-db) or not.
+                        two.db_snakeoil = name == Name::SbFleetDb;
+                        two.a.bom.modules.load.push(vbom::ModuleName("crc8".into()));
+                        two.a.bom.policy.trust.push("snake.pem".into());
+                        two.a.snakeoil_signed.push(("crc8".into(), "sha256".into()));
+                        two.a.root_extra =
+                            "echo CRC8-STATE $(cat /sys/module/crc8/initstate)".into();
+                        // The kernel's own verdict on the same module, from B's root.
+                        two.b.root_snakeoil_modules.push("crc8".into());
+                        two.b.root_extra = "insmod /fleet-modules/crc8.ko; \
+                             echo FLEET-INSMOD-RC $?; \
+                             echo CRC8-STATE $(cat /sys/module/crc8/initstate 2>/dev/null)"
+                            .into();
                     }
                     Name::SbUnsignedB | Name::SbUntrustedB | Name::SbUnsignedBUnchecked => {
                         two.a.tampered_modules.push("crc16".into());

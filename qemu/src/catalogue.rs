@@ -52,6 +52,8 @@ impl Scenario {
             | Name::SbUnsignedB
             | Name::SbUntrustedB
             | Name::SbUnsignedBUnchecked
+            | Name::SbFleetDb
+            | Name::SbFleetUnenrolled
             | Name::SbRequiredOff
             | Name::SdbootGood
             | Name::SdbootImageFault => crate::ab::setup(&mut s, name)?,

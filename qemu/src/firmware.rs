@@ -197,6 +197,24 @@ impl Ovmf {
         })
     }
 
+    /// [`Ovmf::secure_boot`] with `extra` certificates (DER) added to `db`, each as one
+    /// more X.509 signature list after Microsoft's.
+    pub fn secure_boot_with_db(dir: &Path, extra: &[Vec<u8>]) -> Result<Ovmf, HarnessError> {
+        let ovmf = Ovmf::secure_boot(dir)?;
+        if extra.is_empty() {
+            return Ok(ovmf);
+        }
+        let mut store = crate::efivars::VarStore::open(&ovmf.vars)?;
+        let db = store
+            .get("db", crate::efivars::IMAGE_SECURITY_DATABASE)
+            .ok_or_else(|| HarnessError::Setup(format!("{OVMF_VARS_MS}: no db")))?;
+        let mut value = store.bytes.get(db.data).unwrap_or_default().to_vec();
+        value.extend(crate::efivars::db(extra));
+        store.replace("db", crate::efivars::IMAGE_SECURITY_DATABASE, &value)?;
+        store.write(&ovmf.vars)?;
+        Ok(ovmf)
+    }
+
     /// OVMF's snakeoil store ([`SNAKEOIL_VARS`]: PK, KEK and db hold the snakeoil
     /// certificate) with Secure Boot off (`SecureBootEnable` 0), at `<dir>/ovmf-vars.fd`:
     /// a kernel started through it loads db into its `.platform` keyring and so trusts

@@ -224,6 +224,51 @@ fn secure_boot_unsigned_b_kernel_is_refused_by_the_kernel_then_by_shim() {
     assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=1");
 }
 
+/// A fleet-signed module under Secure Boot (crc8 signed by OVMF's snakeoil key, standing
+/// for the fleet's; the BOM trusts its certificate in the initramfs): with the certificate
+/// enrolled in `db` (`sb-fleet-db`) the gate passes it and the kernel loads it under
+/// lockdown; with it only in the initramfs (`sb-fleet-unenrolled`) the gate refuses it
+/// (the kernel trusts only its built-in keys, `db` and MOK) and so does the kernel, asked
+/// directly by slot B's root (`insmod`: "Loading of module with unavailable key is
+/// rejected").
+#[test]
+fn secure_boot_fleet_key_counts_only_where_the_kernel_takes_it() {
+    let run = bed(Name::SbFleetDb).boot().unwrap();
+    no_kernel_panic(&run);
+    assert_eq!(run.boots.len(), 1, "{}", run.describe());
+    let o = &run.boots[0];
+    assert_eq!(report(o).decision, Decision::Pass, "{}", o.describe());
+    assert!(o.console.contains("CRC8-STATE live"), "{}", o.describe());
+    assert!(o.console.contains("module gate: Secure Boot on; trusted:"));
+
+    let run = bed(Name::SbFleetUnenrolled).boot().unwrap();
+    no_kernel_panic(&run);
+    assert_eq!(run.boots.len(), 2, "{}", run.describe());
+    let (a, b) = (&run.boots[0], &run.boots[1]);
+    let ra = report(a);
+    assert_eq!(
+        (ra.decision, ra.fault),
+        (Decision::Fallback, Some(Fault::Image))
+    );
+    let reason = ra.reason.as_deref().unwrap();
+    assert!(
+        reason.contains("module gate refused: crc8")
+            && reason.contains("is not in the trust store"),
+        "{reason}"
+    );
+    assert!(a
+        .console
+        .contains("is not trusted: under Secure Boot the kernel trusts only"));
+    assert_eq!(report(b).decision, Decision::Pass);
+    for text in [
+        "Loading of module with unavailable key is rejected",
+        "FLEET-INSMOD-RC 1",
+    ] {
+        assert!(b.console.contains(text), "{text}: {}", b.describe());
+    }
+    assert!(!b.console.contains("CRC8-STATE live"));
+}
+
 /// Slot A's image fails the gate, A is demoted and B is started by kexec; returns A's
 /// boot and B's.
 fn kexec_fallback(name: Name) -> (Outcome, Outcome) {

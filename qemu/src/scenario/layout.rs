@@ -85,6 +85,12 @@ pub struct SlotImage {
     pub options: String,
     /// What is done to the Authenticode signature of the slot's kernel on the ESP.
     pub kernel_signature: KernelSignature,
+    /// Modules packed re-signed by OVMF's snakeoil key, standing for a fleet's own key,
+    /// as `(module, hash)` (see [`crate::initramfs::Extras::snakeoil_signed`]).
+    pub snakeoil_signed: Vec<(String, String)>,
+    /// Modules put re-signed by the snakeoil key under `/fleet-modules/` in the slot's
+    /// root (`<name>.ko`), for the root to `insmod` itself: the kernel's own verdict.
+    pub root_snakeoil_modules: Vec<String>,
 }
 
 /// The slot kernel's Authenticode signature on the ESP.
@@ -137,6 +143,9 @@ pub struct TwoSlots {
     pub direct_esp: Loader,
     /// The ESP as built, or broken ([`EspCondition`]).
     pub esp: EspCondition,
+    /// Under Secure Boot: OVMF's snakeoil certificate (the fleet's, in these scenarios)
+    /// enrolled in `db` next to Microsoft's.
+    pub db_snakeoil: bool,
 }
 
 /// The slot's BOM made from `base`: `image_id` suffixed with `-<slot>`, the FAT modules
@@ -192,6 +201,8 @@ impl TwoSlots {
             verity: crate::verity::Variant::Good,
             options: String::new(),
             kernel_signature: KernelSignature::AsShipped,
+            snakeoil_signed: Vec::new(),
+            root_snakeoil_modules: Vec::new(),
         };
         TwoSlots {
             roots,
@@ -202,6 +213,7 @@ impl TwoSlots {
             direct_slot: Slot::A,
             direct_esp: Loader::Grub,
             esp: EspCondition::Present,
+            db_snakeoil: false,
         }
     }
 

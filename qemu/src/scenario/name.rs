@@ -61,6 +61,8 @@ pub enum Name {
     SbUnsignedB,
     SbUntrustedB,
     SbUnsignedBUnchecked,
+    SbFleetDb,
+    SbFleetUnenrolled,
     SbRequiredOff,
 }
 
@@ -120,6 +122,8 @@ impl Name {
         Name::SbUnsignedB,
         Name::SbUntrustedB,
         Name::SbUnsignedBUnchecked,
+        Name::SbFleetDb,
+        Name::SbFleetUnenrolled,
         Name::SbRequiredOff,
     ];
 
@@ -178,6 +182,8 @@ impl Name {
             Name::SbUnsignedB => "sb-unsigned-b",
             Name::SbUntrustedB => "sb-untrusted-b",
             Name::SbUnsignedBUnchecked => "sb-unsigned-b-unchecked",
+            Name::SbFleetDb => "sb-fleet-db",
+            Name::SbFleetUnenrolled => "sb-fleet-unenrolled",
             Name::SbRequiredOff => "sb-required-off",
         }
     }

@@ -20,4 +20,5 @@ pub mod node;
 pub mod power;
 pub mod rootpath;
 pub mod taint;
+pub mod uefi_keys;
 pub mod verity_parts;

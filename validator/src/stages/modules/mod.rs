@@ -3,6 +3,11 @@
 //! preflight's root drivers share ([`crate::runtime::modload`]); then measure each loaded
 //! module's image digest (from the gate's own read) and check the kernel's taint.
 //!
+//! On a UEFI boot `efivarfs` is loaded first and mounted, and the firmware's keys decide
+//! the gate's trust as they decide the kernel's (`runtime::uefi_keys::module_trust`:
+//! under Secure Boot only the built-in keys, `db` and MOK; otherwise the initramfs's
+//! certificates plus `db` and MOK).
+//!
 //! A refused module is reported as `rejected` and the kernel never sees it; a refusal,
 //! a failed load or an image taint fails the stage as an image fault.
 
@@ -82,8 +87,8 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
     let dir = ctx.roots.modules.join(&ctx.release);
     let index = load_index(&dir)?;
     // On a UEFI boot, efivarfs too when the initramfs has it (mkinitramfs packs it): the
-    // EFI variables are mounted after this stage (Secure Boot for the preflight, the boot
-    // counting of systemd-boot for the slot stage).
+    // EFI variables (the firmware's keys for the gate below, Secure Boot for the
+    // preflight, the boot counting of systemd-boot for the slot stage).
     let efi = ctx.roots.sys.join("firmware/efi").is_dir();
     if efi && index.entries.contains_key("efivarfs") && !names.iter().any(|n| n == "efivarfs") {
         names.push("efivarfs".into());
@@ -99,11 +104,40 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
         g.policy.kernel_vermagic.as_deref().unwrap_or("")
     );
     loader.gate = Some(g);
-    let results = loader.load_all(&names);
-    ctx.trust = loader.gate.take().map(|g| g.trust);
+    // On a UEFI boot: efivarfs first (Debian-signed, judged with the built-in keys), then
+    // the firmware's keys decide the gate's trust as they decide the kernel's
+    // (`runtime::uefi_keys::module_trust`), then the rest.
+    let mut results = Vec::new();
     if efi {
+        if names.iter().any(|n| n == "efivarfs") {
+            results = loader.load_all(&["efivarfs".to_string()]);
+            names.retain(|n| n != "efivarfs");
+        }
         crate::sys::mount_efivarfs(&ctx.roots.sys);
+        let keys = crate::runtime::uefi_keys::read(&ctx.roots.sys);
+        if let Some(g) = loader.gate.as_mut() {
+            let (store, dropped) = crate::runtime::uefi_keys::module_trust(&g.trust, &keys);
+            for d in &dropped {
+                log::warn!(
+                    "module gate: {d} is not trusted: under Secure Boot the kernel trusts only \
+                     its built-in keys, db and MOK"
+                );
+            }
+            g.trust = store;
+            log::info!(
+                "module gate: Secure Boot {}; trusted: {} certificate(s) ({})",
+                match keys.secure_boot {
+                    Some(true) => "on",
+                    Some(false) => "off",
+                    None => "unknown",
+                },
+                g.trust.certs.len(),
+                keys.describe()
+            );
+        }
     }
+    results.extend(loader.load_all(&names));
+    ctx.trust = loader.gate.take().map(|g| g.trust);
     for r in &results {
         match r.status {
             ModStatus::Failed | ModStatus::Skipped | ModStatus::Rejected => log::error!(
