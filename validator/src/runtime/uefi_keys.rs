@@ -191,6 +191,18 @@ pub fn module_trust(initramfs: &TrustStore, keys: &UefiKeys) -> (TrustStore, Vec
     (store, dropped)
 }
 
+/// [`module_trust`], each certificate left out logged as a warning.
+pub fn module_trust_logged(initramfs: &TrustStore, keys: &UefiKeys) -> TrustStore {
+    let (store, dropped) = module_trust(initramfs, keys);
+    for d in &dropped {
+        log::warn!(
+            "module gate: {d} is not trusted: under Secure Boot the kernel trusts only its \
+             built-in keys, db and MOK"
+        );
+    }
+    store
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

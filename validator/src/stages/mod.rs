@@ -228,7 +228,9 @@ pub struct Context {
     /// The running kernel's release.
     pub release: String,
     pub measurer: Option<Measurer>,
-    /// The trust store the module gate loaded, reused by the verity stage.
+    /// The initramfs's trust store as the modules stage loaded it (the BOM's certificates
+    /// and the kernel's built-in ones), reused by the verity stage for the root hash
+    /// signature; the module gate's own is narrower under Secure Boot.
     pub trust: Option<TrustStore>,
     pub verity_parts: Option<Parts>,
     /// The A/B state, when the BOM has a `[slot]` section and it could be read.

@@ -103,6 +103,9 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
         g.symvers.as_ref().map_or(0, |s| s.map.len()),
         g.policy.kernel_vermagic.as_deref().unwrap_or("")
     );
+    // The initramfs's store as loaded, for the root hash signature (the verity stage): a
+    // userspace check of our own, which the kernel's keyrings do not bound.
+    let initramfs_trust = g.trust.clone();
     loader.gate = Some(g);
     // On a UEFI boot: efivarfs first (Debian-signed, judged with the built-in keys), then
     // the firmware's keys decide the gate's trust as they decide the kernel's
@@ -116,14 +119,7 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
         crate::sys::mount_efivarfs(&ctx.roots.sys);
         let keys = crate::runtime::uefi_keys::read(&ctx.roots.sys);
         if let Some(g) = loader.gate.as_mut() {
-            let (store, dropped) = crate::runtime::uefi_keys::module_trust(&g.trust, &keys);
-            for d in &dropped {
-                log::warn!(
-                    "module gate: {d} is not trusted: under Secure Boot the kernel trusts only \
-                     its built-in keys, db and MOK"
-                );
-            }
-            g.trust = store;
+            g.trust = crate::runtime::uefi_keys::module_trust_logged(&g.trust, &keys);
             log::info!(
                 "module gate: Secure Boot {}; trusted: {} certificate(s) ({})",
                 match keys.secure_boot {
@@ -137,7 +133,8 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
         }
     }
     results.extend(loader.load_all(&names));
-    ctx.trust = loader.gate.take().map(|g| g.trust);
+    loader.gate = None;
+    ctx.trust = Some(initramfs_trust);
     for r in &results {
         match r.status {
             ModStatus::Failed | ModStatus::Skipped | ModStatus::Rejected => log::error!(

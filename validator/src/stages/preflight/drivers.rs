@@ -1,7 +1,8 @@
 //! Part 1 of the preflight: the drivers that live on the verified root (the BOM's
 //! `modules.root`: nvidia, nvidia_uvm, mlx5_core, mlx5_ib ...) are gated and loaded from
 //! `<new root>/lib/modules/<release>` with the initramfs's gate ([`Gate::from_initramfs`]:
-//! the trust store, the kernel's vermagic and its CRC table) and loader
+//! the trust store, the kernel's vermagic and its CRC table; the trust narrowed to the
+//! kernel's under Secure Boot, `runtime::uefi_keys::module_trust`) and loader
 //! ([`modules::Loader`]): the same checks, the same dependency order, the same
 //! `finit_module(2)`.
 //!
@@ -201,6 +202,10 @@ pub fn load_root_modules(ctx: &mut Context, bom: &Bom, report: &mut PreflightRep
             return;
         }
     };
+    // The firmware's keys decide what the kernel trusts for modules (efivarfs is mounted
+    // by now on a UEFI boot): the gate follows (`runtime::uefi_keys::module_trust`).
+    let keys = crate::runtime::uefi_keys::read(&ctx.roots.sys);
+    gate.trust = crate::runtime::uefi_keys::module_trust_logged(&gate.trust, &keys);
     let all = closure(&index, &names);
     let exporters = add_root_exports(&mut gate, &dir, &index, &all);
     log::info!(
