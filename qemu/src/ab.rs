@@ -347,7 +347,19 @@ pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
             } else {
                 Vec::new()
             };
-            VmConfig::uefi(Ovmf::secure_boot_with_db(dir, &extra)?)
+            let ovmf = Ovmf::secure_boot_with_db(dir, &extra)?;
+            if two.mok_snakeoil {
+                let der = sigcases::keys::snakeoil(&dir.join("mok-keys")).cert_der();
+                let mut store = crate::efivars::VarStore::open(&ovmf.vars)?;
+                store.add(
+                    "MokList",
+                    crate::efivars::SHIM_LOCK,
+                    crate::efivars::NV_BS,
+                    &crate::efivars::db(&[der]),
+                )?;
+                store.write(&ovmf.vars)?;
+            }
+            VmConfig::uefi(ovmf)
         }
     };
     cfg.disks.push(disk_img);
@@ -553,6 +565,7 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
         | Name::SbUntrustedB
         | Name::SbUnsignedBUnchecked
         | Name::SbFleetDb
+        | Name::SbFleetMok
         | Name::SbFleetUnenrolled
         | Name::SbRequiredOff
         | Name::AbImageFaultReboot
@@ -572,6 +585,7 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
                     | Name::SbUntrustedB
                     | Name::SbUnsignedBUnchecked
                     | Name::SbFleetDb
+                    | Name::SbFleetMok
                     | Name::SbFleetUnenrolled
             );
             let path = if sb {
@@ -592,11 +606,12 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
                     Name::AbImageFault | Name::AbImageFaultReboot | Name::SbFallback => {
                         two.a.tampered_modules.push("crc16".into());
                     }
-                    Name::SbFleetDb | Name::SbFleetUnenrolled => {
+                    Name::SbFleetDb | Name::SbFleetMok | Name::SbFleetUnenrolled => {
                         // Slot A loads crc8 signed by the fleet's key (OVMF's snakeoil
                         // key stands for it), which its BOM trusts; the firmware's db
                         // holds that certificate (sb-fleet-db) or not.
                         two.db_snakeoil = name == Name::SbFleetDb;
+                        two.mok_snakeoil = name == Name::SbFleetMok;
                         two.a.bom.modules.load.push(vbom::ModuleName("crc8".into()));
                         two.a.bom.policy.trust.push("snake.pem".into());
                         two.a.snakeoil_signed.push(("crc8".into(), "sha256".into()));

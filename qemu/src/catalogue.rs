@@ -53,6 +53,7 @@ impl Scenario {
             | Name::SbUntrustedB
             | Name::SbUnsignedBUnchecked
             | Name::SbFleetDb
+            | Name::SbFleetMok
             | Name::SbFleetUnenrolled
             | Name::SbRequiredOff
             | Name::SdbootGood

@@ -24,6 +24,11 @@ pub const CERT_X509: &str = "a5c059a1-94e4-4aa7-87b5-ab155c2bf072";
 pub const CERT_SHA256: &str = "c1c41626-504c-4092-aca9-41f936934328";
 pub const CERT_X509_SHA256: &str = "3bd2a492-96c0-4079-b420-fcf98ef103ed";
 /// The owner GUID written into the signature lists.
+/// shim's vendor GUID (`SHIM_LOCK_GUID`), of `MokList` and its mirrors.
+pub const SHIM_LOCK: &str = "605dab50-e046-4300-abb6-3dd810dd8b23";
+/// `EFI_VARIABLE_NON_VOLATILE | EFI_VARIABLE_BOOTSERVICE_ACCESS`, as MokManager writes
+/// `MokList`.
+pub const NV_BS: u32 = 0x3;
 pub const OWNER: &str = "5d2a5a1b-7f4e-4a3c-9e0b-5167636173e5";
 
 const HEADER: usize = 60;
@@ -206,6 +211,48 @@ impl VarStore {
         );
         let d = at + header_and_name.len();
         self.bytes[d..d + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+
+    /// Adds a new variable `name` of `vendor` with `attributes` (`EFI_VARIABLE_*` bits;
+    /// not an authenticated one: its count, time and key index are zero) after the last
+    /// record.
+    pub fn add(
+        &mut self,
+        name: &str,
+        vendor: &str,
+        attributes: u32,
+        data: &[u8],
+    ) -> Result<(), HarnessError> {
+        if self.get(name, vendor).is_some() {
+            return Err(HarnessError::Setup(format!(
+                "{name} is already in the store"
+            )));
+        }
+        let mut utf16: Vec<u8> = name.encode_utf16().flat_map(u16::to_le_bytes).collect();
+        utf16.extend_from_slice(&[0, 0]);
+        let (_, free) = self.records();
+        let total = HEADER + utf16.len() + data.len();
+        if free + total > self.end || self.bytes[free..free + total].iter().any(|b| *b != 0xff) {
+            return Err(HarnessError::Setup(format!(
+                "no room for {name} ({total} bytes) in the variable store"
+            )));
+        }
+        let size = |n: usize| {
+            u32::try_from(n)
+                .map_err(|_| HarnessError::Setup(format!("{name}: {n} bytes")))
+                .map(u32::to_le_bytes)
+        };
+        let mut h = vec![0u8; HEADER];
+        h[0..2].copy_from_slice(&[0xaa, 0x55]);
+        h[2] = VAR_ADDED;
+        h[4..8].copy_from_slice(&attributes.to_le_bytes());
+        h[36..40].copy_from_slice(&size(utf16.len())?);
+        h[40..44].copy_from_slice(&size(data.len())?);
+        h[44..60].copy_from_slice(&guid(vendor));
+        h.extend_from_slice(&utf16);
+        h.extend_from_slice(data);
+        self.bytes[free..free + total].copy_from_slice(&h);
         Ok(())
     }
 

@@ -226,20 +226,30 @@ fn secure_boot_unsigned_b_kernel_is_refused_by_the_kernel_then_by_shim() {
 
 /// A fleet-signed module under Secure Boot (crc8 signed by OVMF's snakeoil key, standing
 /// for the fleet's; the BOM trusts its certificate in the initramfs): with the certificate
-/// enrolled in `db` (`sb-fleet-db`) the gate passes it and the kernel loads it under
-/// lockdown; with it only in the initramfs (`sb-fleet-unenrolled`) the gate refuses it
+/// enrolled in `db` (`sb-fleet-db`) or as a machine owner key (`sb-fleet-mok`: `MokList`,
+/// which shim hands the kernel as `MokListRT`) the kernel loads it into a keyring, the
+/// gate passes it and the kernel loads it under lockdown; with it only in the initramfs (`sb-fleet-unenrolled`) the gate refuses it
 /// (the kernel trusts only its built-in keys, `db` and MOK) and so does the kernel, asked
 /// directly by slot B's root (`insmod`: "Loading of module with unavailable key is
 /// rejected").
 #[test]
 fn secure_boot_fleet_key_counts_only_where_the_kernel_takes_it() {
-    let run = bed(Name::SbFleetDb).boot().unwrap();
-    no_kernel_panic(&run);
-    assert_eq!(run.boots.len(), 1, "{}", run.describe());
-    let o = &run.boots[0];
-    assert_eq!(report(o).decision, Decision::Pass, "{}", o.describe());
-    assert!(o.console.contains("CRC8-STATE live"), "{}", o.describe());
-    assert!(o.console.contains("module gate: Secure Boot on; trusted:"));
+    for (name, from) in [
+        (Name::SbFleetDb, "3 from db, 1 from MokListRT"),
+        (Name::SbFleetMok, "2 from db, 2 from MokListRT"),
+    ] {
+        let run = bed(name).boot().unwrap();
+        no_kernel_panic(&run);
+        assert_eq!(run.boots.len(), 1, "{name}: {}", run.describe());
+        let o = &run.boots[0];
+        assert_eq!(report(o).decision, Decision::Pass, "{}", o.describe());
+        assert!(o.console.contains("CRC8-STATE live"), "{}", o.describe());
+        assert!(o.console.contains(from), "{name}: {from}");
+        assert!(
+            o.console.contains("integrity: Loaded X.509 cert 'SnakeOil"),
+            "{name}"
+        );
+    }
 
     let run = bed(Name::SbFleetUnenrolled).boot().unwrap();
     no_kernel_panic(&run);

@@ -146,6 +146,10 @@ pub struct TwoSlots {
     /// Under Secure Boot: OVMF's snakeoil certificate (the fleet's, in these scenarios)
     /// enrolled in `db` next to Microsoft's.
     pub db_snakeoil: bool,
+    /// Under Secure Boot: OVMF's snakeoil certificate enrolled as a machine owner key
+    /// (`MokList`, as MokManager leaves it after `mokutil --import`), which shim hands
+    /// the kernel as `MokListRT`.
+    pub mok_snakeoil: bool,
 }
 
 /// The slot's BOM made from `base`: `image_id` suffixed with `-<slot>`, the FAT modules
@@ -214,6 +218,7 @@ impl TwoSlots {
             direct_esp: Loader::Grub,
             esp: EspCondition::Present,
             db_snakeoil: false,
+            mok_snakeoil: false,
         }
     }
 

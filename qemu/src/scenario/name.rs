@@ -62,6 +62,7 @@ pub enum Name {
     SbUntrustedB,
     SbUnsignedBUnchecked,
     SbFleetDb,
+    SbFleetMok,
     SbFleetUnenrolled,
     SbRequiredOff,
 }
@@ -123,6 +124,7 @@ impl Name {
         Name::SbUntrustedB,
         Name::SbUnsignedBUnchecked,
         Name::SbFleetDb,
+        Name::SbFleetMok,
         Name::SbFleetUnenrolled,
         Name::SbRequiredOff,
     ];
@@ -183,6 +185,7 @@ impl Name {
             Name::SbUntrustedB => "sb-untrusted-b",
             Name::SbUnsignedBUnchecked => "sb-unsigned-b-unchecked",
             Name::SbFleetDb => "sb-fleet-db",
+            Name::SbFleetMok => "sb-fleet-mok",
             Name::SbFleetUnenrolled => "sb-fleet-unenrolled",
             Name::SbRequiredOff => "sb-required-off",
         }
