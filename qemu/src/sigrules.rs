@@ -82,15 +82,57 @@ pub fn loader() -> Result<PathBuf, HarnessError> {
 
 /// The variable store for `set`'s boots, written to `<dir>/ovmf-vars.fd`.
 pub fn vars(set: &Set, dir: &Path) -> Result<PathBuf, HarnessError> {
+    vars_with(set, dir, false)
+}
+
+/// [`vars`], with Secure Boot on when `secure_boot`: `SecureBootEnable` 1 and Debian's
+/// Secure Boot CA (from shim's `.vendor_cert`, [`debian_ca`]) in `db` too, so OVMF starts
+/// Debian's signed kernel; the kernel then locks itself down (`integrity`).
+pub fn vars_with(set: &Set, dir: &Path, secure_boot: bool) -> Result<PathBuf, HarnessError> {
     let keys = sigcases::keys();
     let mut s = crate::firmware::snakeoil_store()?;
-    let certs: Vec<Vec<u8>> = keys.db_certs().iter().map(|k| k.cert_der()).collect();
+    let mut certs: Vec<Vec<u8>> = keys.db_certs().iter().map(|k| k.cert_der()).collect();
+    if secure_boot {
+        certs.push(debian_ca()?);
+        s.set_byte(
+            "SecureBootEnable",
+            crate::efivars::SECURE_BOOT_ENABLE_GUID,
+            1,
+        )?;
+    }
     s.replace("db", efivars::IMAGE_SECURITY_DATABASE, &efivars::db(&certs))?;
     let dbx = efivars::dbx(&set.dbx_hashes(), &[keys.revoked_tbs_sha256()]);
     s.replace("dbx", efivars::IMAGE_SECURITY_DATABASE, &dbx)?;
     let out = dir.join("ovmf-vars.fd");
     s.write(&out)?;
     Ok(out)
+}
+
+/// Debian's Secure Boot CA as shim carries it in its `.vendor_cert` section (four 32-bit
+/// sizes and offsets, authorized first, then the certificates), DER. The section's name
+/// is longer than eight bytes, so it lives in the COFF string table: `objcopy` finds it.
+pub fn debian_ca() -> Result<Vec<u8>, HarnessError> {
+    let path = crate::paths::workspace().join(crate::firmware::SHIM_SIGNED);
+    let out = crate::paths::run_dir("vendor-cert")?.join("vendor_cert.bin");
+    crate::disk::run(
+        std::process::Command::new("objcopy")
+            .args(["-O", "binary", "--only-section=.vendor_cert"])
+            .arg(&path)
+            .arg(&out),
+    )?;
+    let b = std::fs::read(&out).map_err(|e| HarnessError::io(&out, e))?;
+    let bad = |why: &str| HarnessError::Setup(format!("{}: {why}", path.display()));
+    let word = |o: usize| {
+        b.get(o..o + 4)
+            .and_then(|w| w.try_into().ok())
+            .map(|w| u32::from_le_bytes(w) as usize)
+    };
+    let (size, at) = word(0)
+        .zip(word(8))
+        .ok_or_else(|| bad(".vendor_cert header"))?;
+    b.get(at..at + size)
+        .map(<[u8]>::to_vec)
+        .ok_or_else(|| bad(".vendor_cert certificate"))
 }
 
 fn file_name(c: &Case) -> String {
@@ -359,10 +401,17 @@ pub fn append() -> String {
 /// enforcement, the lockdown cases under `lockdown=integrity`, then each case again with
 /// `sig_enforce` on.
 pub fn boot(set: &Set) -> Result<Boot, HarnessError> {
-    let dir = crate::paths::run_dir(&format!("sigrules-{}", set.kernel.label()))?;
+    boot_with(set, false)
+}
+
+/// [`boot`], with Secure Boot on when `secure_boot` ([`vars_with`]): the kernel is locked
+/// down from the start, so every pass enforces signatures.
+pub fn boot_with(set: &Set, secure_boot: bool) -> Result<Boot, HarnessError> {
+    let label = if secure_boot { "-secure-boot" } else { "" };
+    let dir = crate::paths::run_dir(&format!("sigrules-{}{label}", set.kernel.label()))?;
     let kernel = crate::paths::kernel(set.kernel.dir())?;
     let initrd = initramfs(set, &dir)?;
-    let vars = vars(set, &dir)?;
+    let vars = vars_with(set, &dir, secure_boot)?;
     let mut cfg = VmConfig::new(&kernel.vmlinuz, &initrd);
     cfg.tpm = None;
     cfg.append = append();

@@ -466,6 +466,65 @@ fn judge(k: Kernel) {
     );
 }
 
+/// The same cases with Secure Boot on (OVMF's snakeoil keys, `db` the test keys and
+/// Debian's Secure Boot CA, so OVMF starts Debian's signed kernel): the kernel is locked
+/// down from the start, so every pass enforces; its verdict on each case, the ones whose
+/// verdict depends on trust (`db` keys in the platform keyring, untrusted and revoked
+/// signers) included, equals the gate's (or the documented disagreement).
+#[test]
+fn kernel_6_1_agrees_with_the_gate_under_secure_boot() {
+    let k = Kernel::K61;
+    let set = sigcases::set(k);
+    let (gate, _) = sigrules::gate(set).unwrap();
+    let boot = sigrules::boot_with(set, true).unwrap();
+    assert!(boot.ended, "{}", boot.outcome.describe());
+    for want in [
+        "Secure boot enabled",
+        "Kernel is locked down from EFI Secure Boot",
+    ] {
+        assert!(
+            boot.outcome.console.contains(want),
+            "{want}: {}",
+            boot.outcome.describe()
+        );
+    }
+    let mut failures = Vec::new();
+    let mut compared = 0;
+    for c in &set.cases {
+        let mode = if c.lockdown {
+            Mode::Lockdown
+        } else {
+            Mode::Enforce
+        };
+        let Some(ge) = boot.answer(mode, &c.id) else {
+            failures.push(format!("{}: no answer in {mode:?}", c.id));
+            continue;
+        };
+        let v = sigrules::verdict(&gate, c).unwrap();
+        let disagree = DISAGREE
+            .iter()
+            .find(|d| d.0 == c.id && d.2.is_none_or(|o| o == k))
+            .map(|d| d.1);
+        compared += 1;
+        match (!ge.loaded(), v.pass, disagree) {
+            (true, false, None) | (false, true, None) => {}
+            (true, true, Some(true)) | (false, false, Some(false)) => {}
+            _ => failures.push(format!(
+                "{}: kernel {} under Secure Boot, gate {}; documented disagreement {disagree:?}",
+                c.id,
+                short(ge),
+                if v.pass {
+                    "passes".to_string()
+                } else {
+                    v.summary()
+                }
+            )),
+        }
+    }
+    assert_eq!(compared, set.cases.len());
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
 #[test]
 fn kernel_6_1_judges_every_case_as_the_table_says() {
     judge(Kernel::K61);
