@@ -357,6 +357,14 @@ pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
                     crate::efivars::NV_BS,
                     &crate::efivars::db(&[der]),
                 )?;
+                if two.mok_untrusted {
+                    store.add(
+                        "MokListTrusted",
+                        crate::efivars::SHIM_LOCK,
+                        crate::efivars::NV_BS,
+                        &[1],
+                    )?;
+                }
                 store.write(&ovmf.vars)?;
             }
             VmConfig::uefi(ovmf)
@@ -566,6 +574,7 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
         | Name::SbUnsignedBUnchecked
         | Name::SbFleetDb
         | Name::SbFleetMok
+        | Name::SbFleetMokUntrusted
         | Name::SbFleetUnenrolled
         | Name::SbRequiredOff
         | Name::AbImageFaultReboot
@@ -586,6 +595,7 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
                     | Name::SbUnsignedBUnchecked
                     | Name::SbFleetDb
                     | Name::SbFleetMok
+                    | Name::SbFleetMokUntrusted
                     | Name::SbFleetUnenrolled
             );
             let path = if sb {
@@ -606,17 +616,24 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
                     Name::AbImageFault | Name::AbImageFaultReboot | Name::SbFallback => {
                         two.a.tampered_modules.push("crc16".into());
                     }
-                    Name::SbFleetDb | Name::SbFleetMok | Name::SbFleetUnenrolled => {
+                    Name::SbFleetDb
+                    | Name::SbFleetMok
+                    | Name::SbFleetMokUntrusted
+                    | Name::SbFleetUnenrolled => {
                         // Slot A loads crc8 signed by the fleet's key (OVMF's snakeoil
                         // key stands for it), which its BOM trusts; the firmware's db
                         // holds that certificate (sb-fleet-db) or not.
                         two.db_snakeoil = name == Name::SbFleetDb;
-                        two.mok_snakeoil = name == Name::SbFleetMok;
+                        two.mok_snakeoil =
+                            matches!(name, Name::SbFleetMok | Name::SbFleetMokUntrusted);
+                        two.mok_untrusted = name == Name::SbFleetMokUntrusted;
                         two.a.bom.modules.load.push(vbom::ModuleName("crc8".into()));
                         two.a.bom.policy.trust.push("snake.pem".into());
                         two.a.snakeoil_signed.push(("crc8".into(), "sha256".into()));
-                        two.a.root_extra =
-                            "echo CRC8-STATE $(cat /sys/module/crc8/initstate)".into();
+                        two.a.root_extra = "echo CRC8-STATE $(cat /sys/module/crc8/initstate); \
+                             echo MOK-TRUSTED-RT $(ls /sys/firmware/efi/mok-variables | \
+                             grep -c MokListTrustedRT)"
+                            .into();
                         // The kernel's own verdict on the same module, from B's root.
                         two.b.root_snakeoil_modules.push("crc8".into());
                         two.b.root_extra = "insmod /fleet-modules/crc8.ko; \

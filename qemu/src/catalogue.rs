@@ -54,6 +54,7 @@ impl Scenario {
             | Name::SbUnsignedBUnchecked
             | Name::SbFleetDb
             | Name::SbFleetMok
+            | Name::SbFleetMokUntrusted
             | Name::SbFleetUnenrolled
             | Name::SbRequiredOff
             | Name::SdbootGood

@@ -227,16 +227,22 @@ fn secure_boot_unsigned_b_kernel_is_refused_by_the_kernel_then_by_shim() {
 /// A fleet-signed module under Secure Boot (crc8 signed by OVMF's snakeoil key, standing
 /// for the fleet's; the BOM trusts its certificate in the initramfs): with the certificate
 /// enrolled in `db` (`sb-fleet-db`) or as a machine owner key (`sb-fleet-mok`: `MokList`,
-/// which shim hands the kernel as `MokListRT`) the kernel loads it into a keyring, the
-/// gate passes it and the kernel loads it under lockdown; with it only in the initramfs (`sb-fleet-unenrolled`) the gate refuses it
+/// which shim hands the kernel as `MokListRT`, with `MokListTrustedRT`; and
+/// `sb-fleet-mok-untrusted`, without it) the kernel loads it into a keyring, the gate
+/// passes it and the kernel loads it under lockdown; with it only in the initramfs (`sb-fleet-unenrolled`) the gate refuses it
 /// (the kernel trusts only its built-in keys, `db` and MOK) and so does the kernel, asked
 /// directly by slot B's root (`insmod`: "Loading of module with unavailable key is
 /// rejected").
 #[test]
 fn secure_boot_fleet_key_counts_only_where_the_kernel_takes_it() {
-    for (name, from) in [
-        (Name::SbFleetDb, "3 from db, 1 from MokListRT"),
-        (Name::SbFleetMok, "2 from db, 2 from MokListRT"),
+    for (name, from, trusted_rt) in [
+        (Name::SbFleetDb, "3 from db, 1 from MokListRT", None),
+        (Name::SbFleetMok, "2 from db, 2 from MokListRT", Some(1)),
+        (
+            Name::SbFleetMokUntrusted,
+            "2 from db, 2 from MokListRT",
+            Some(0),
+        ),
     ] {
         let run = bed(name).boot().unwrap();
         no_kernel_panic(&run);
@@ -249,6 +255,12 @@ fn secure_boot_fleet_key_counts_only_where_the_kernel_takes_it() {
             o.console.contains("integrity: Loaded X.509 cert 'SnakeOil"),
             "{name}"
         );
+        // shim's MokListTrustedRT: set by default (the kernel's machine keyring), not after
+        // `mokutil --untrust-mok` (the platform keyring); Debian's kernel trusts both.
+        if let Some(n) = trusted_rt {
+            let want = format!("MOK-TRUSTED-RT {n}");
+            assert!(o.console.contains(&want), "{name}: {want}");
+        }
     }
 
     let run = bed(Name::SbFleetUnenrolled).boot().unwrap();

@@ -150,6 +150,10 @@ pub struct TwoSlots {
     /// (`MokList`, as MokManager leaves it after `mokutil --import`), which shim hands
     /// the kernel as `MokListRT`.
     pub mok_snakeoil: bool,
+    /// With [`TwoSlots::mok_snakeoil`]: the `MokListTrusted` variable `mokutil
+    /// --untrust-mok` leaves, so shim does not set `MokListTrustedRT` and the kernel keeps
+    /// the MOK list in its platform keyring instead of its machine keyring.
+    pub mok_untrusted: bool,
 }
 
 /// The slot's BOM made from `base`: `image_id` suffixed with `-<slot>`, the FAT modules
@@ -219,6 +223,7 @@ impl TwoSlots {
             esp: EspCondition::Present,
             db_snakeoil: false,
             mok_snakeoil: false,
+            mok_untrusted: false,
         }
     }
 

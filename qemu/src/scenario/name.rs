@@ -63,6 +63,7 @@ pub enum Name {
     SbUnsignedBUnchecked,
     SbFleetDb,
     SbFleetMok,
+    SbFleetMokUntrusted,
     SbFleetUnenrolled,
     SbRequiredOff,
 }
@@ -125,6 +126,7 @@ impl Name {
         Name::SbUnsignedBUnchecked,
         Name::SbFleetDb,
         Name::SbFleetMok,
+        Name::SbFleetMokUntrusted,
         Name::SbFleetUnenrolled,
         Name::SbRequiredOff,
     ];
@@ -186,6 +188,7 @@ impl Name {
             Name::SbUnsignedBUnchecked => "sb-unsigned-b-unchecked",
             Name::SbFleetDb => "sb-fleet-db",
             Name::SbFleetMok => "sb-fleet-mok",
+            Name::SbFleetMokUntrusted => "sb-fleet-mok-untrusted",
             Name::SbFleetUnenrolled => "sb-fleet-unenrolled",
             Name::SbRequiredOff => "sb-required-off",
         }
