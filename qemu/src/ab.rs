@@ -114,19 +114,12 @@ fn build_slot(
     }
     crate::rootfs::build(&rootdir, &extra)?;
     if !img.root_snakeoil_modules.is_empty() {
-        let tree = mkinitramfs::closure::KernelTree::open(&img.kernel.root)
-            .map_err(|e| HarnessError::Setup(e.to_string()))?;
         let key = sigcases::keys::snakeoil(&sdir.join("root-keys"));
         let to = rootdir.join("fleet-modules");
         std::fs::create_dir_all(&to).map_err(|e| HarnessError::io(&to, e))?;
         for m in &img.root_snakeoil_modules {
-            let rel = tree
-                .files
-                .get(m)
-                .ok_or_else(|| HarnessError::Setup(format!("no module {m} in the kernel")))?;
-            let src = tree.moddir.join(rel);
-            let bytes = std::fs::read(&src).map_err(|e| HarnessError::io(&src, e))?;
-            sigcases::cases::resign(&bytes, &key, "sha256", &to.join(format!("{m}.ko")));
+            let out = to.join(format!("{m}.ko"));
+            crate::initramfs::resign_module(&img.kernel, m, &key, "sha256", &out)?;
         }
     }
     let slot_file = rootdir.join("etc/slot");

@@ -24,6 +24,26 @@ pub struct Extras {
     pub snakeoil_signed: Vec<(String, String)>,
 }
 
+/// Writes `kernel`'s module `name` re-signed by `key` (`sign-file <hash>`) to `out`.
+pub fn resign_module(
+    kernel: &Kernel,
+    name: &str,
+    key: &sigcases::keys::Key,
+    hash: &str,
+    out: &Path,
+) -> Result<(), HarnessError> {
+    let tree = mkinitramfs::closure::KernelTree::open(&kernel.root)
+        .map_err(|e| HarnessError::Setup(e.to_string()))?;
+    let rel = tree
+        .files
+        .get(name)
+        .ok_or_else(|| HarnessError::Setup(format!("no module {name} in the kernel")))?;
+    let src = tree.moddir.join(rel);
+    let bytes = std::fs::read(&src).map_err(|e| HarnessError::io(&src, e))?;
+    sigcases::cases::resign(&bytes, key, hash, out);
+    Ok(())
+}
+
 /// Builds the initramfs for `kernel` and the BOM at `bom_path` into `out`; tampered
 /// module copies go to `scratch`.
 pub fn build(
@@ -37,18 +57,10 @@ pub fn build(
     // The build-time gate would refuse a tampered module; the boot-time gate is tested.
     let gate = overrides.is_empty() && extras.tampered_modules.is_empty();
     if !extras.snakeoil_signed.is_empty() {
-        let tree = mkinitramfs::closure::KernelTree::open(&kernel.root)
-            .map_err(|e| HarnessError::Setup(e.to_string()))?;
         let key = sigcases::keys::snakeoil(scratch);
         for (m, hash) in &extras.snakeoil_signed {
-            let rel = tree
-                .files
-                .get(m)
-                .ok_or_else(|| HarnessError::Setup(format!("no module {m} in the kernel")))?;
-            let src = tree.moddir.join(rel);
-            let bytes = std::fs::read(&src).map_err(|e| HarnessError::io(&src, e))?;
             let signed = scratch.join(format!("{m}-{hash}.ko"));
-            sigcases::cases::resign(&bytes, &key, hash, &signed);
+            resign_module(kernel, m, &key, hash, &signed)?;
             overrides.push((m.clone(), signed));
         }
     }
