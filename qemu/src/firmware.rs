@@ -10,6 +10,9 @@
 //!   first thing after formatting, so its clusters are contiguous and GRUB's `save_env`
 //!   can rewrite them in place), `/EFI/BOOT/node.cfg` (`set CMDLINE="..."`), and
 //!   `/<slot>/vmlinuz`, `/<slot>/initrd.img`;
+//! - Debian's signed chain ([`Loader::ShimGrub`]): shim as `/EFI/BOOT/BOOTX64.EFI`, the
+//!   signed GRUB as `/EFI/BOOT/grubx64.efi`, the same `grub.cfg` and layout as above;
+//!   booted through [`Ovmf::secure_boot`] (Secure Boot on, Microsoft's keys);
 //! - systemd-boot ([`Loader::SystemdBoot`]): `/EFI/BOOT/BOOTX64.EFI` is Debian's
 //!   `systemd-bootx64.efi`, `/loader/loader.conf` (`timeout 0`), and one Boot Loader
 //!   Specification type #1 entry per slot, `/loader/entries/slot-<a|b>+<tries>.conf`
