@@ -188,7 +188,7 @@ fn read(path: &Path, limit: u64) -> Result<Vec<u8>, BuildError> {
 }
 
 /// The module of the EFI variable filesystem, packed whenever the kernel has it as one.
-pub const EFIVARFS: &str = "efivarfs";
+pub use validator::sys::EFIVARFS;
 
 /// Builds the archive described by `spec`.
 pub fn build(spec: &Spec) -> Result<Built, BuildError> {
@@ -307,7 +307,7 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
         .enumerate()
         .map(|(i, der)| {
             (
-                format!("kernel-builtin-{i}.der"),
+                format!("{}{i}.der", layout::BUILTIN_CERT_PREFIX),
                 vmlinuz.clone(),
                 der.clone(),
             )

@@ -17,8 +17,9 @@
 //! keeps that disk for several power-ons and for reading the ESP back on the host
 //! ([`Bed::esp`]); `Scenario::run` boots once and removes the images.
 //!
-//! The A/B set-ups live here too: [`Scenario::two_slots`], [`Scenario::ab_gate`] and
-//! [`setup`] (the catalogue's A/B scenarios); the slot readers ([`root_slot`],
+//! The A/B set-ups live here too: [`Scenario::two_slots`], [`Scenario::ab_gate`],
+//! [`Scenario::node`] and [`setup`] (the catalogue's A/B scenarios; the Secure Boot ones,
+//! their firmware and their slots' kernels are [`crate::secureboot`]'s); the slot readers ([`root_slot`],
 //! [`grub_slot`], [`cmdline_slot`]) tell from a boot's console which slot ran. The A/B
 //! benchmarks are in [`crate::bench`].
 //!
@@ -174,56 +175,6 @@ fn build_slot(
     Ok(BuiltSlot { parts, initrd })
 }
 
-/// The slot's kernel as it goes on the ESP: Debian's signed `vmlinuz`, or a copy whose
-/// signature is removed (`sbattach --remove`) or replaced by one of a key made for the run
-/// (`sbsign`), which nothing trusts.
-fn slot_kernel(
-    img: &crate::scenario::SlotImage,
-    slot: Slot,
-    dir: &Path,
-) -> Result<PathBuf, HarnessError> {
-    use crate::scenario::KernelSignature;
-    let shipped = img.kernel.vmlinuz.clone();
-    if img.kernel_signature == KernelSignature::AsShipped {
-        return Ok(shipped);
-    }
-    let out = dir.join(format!("slot-{slot}/vmlinuz"));
-    std::fs::copy(&shipped, &out).map_err(|e| HarnessError::io(&shipped, e))?;
-    disk::run(
-        std::process::Command::new("sbattach")
-            .arg("--remove")
-            .arg(&out),
-    )?;
-    if img.kernel_signature == KernelSignature::Untrusted {
-        let key = dir.join(format!("slot-{slot}/untrusted-pe.key"));
-        let cert = dir.join(format!("slot-{slot}/untrusted-pe.pem"));
-        disk::run(
-            std::process::Command::new("openssl")
-                .args([
-                    "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
-                ])
-                .args(["-subj", "/CN=untrusted kernel signer"])
-                .arg("-keyout")
-                .arg(&key)
-                .arg("-out")
-                .arg(&cert),
-        )?;
-        let signed = dir.join(format!("slot-{slot}/vmlinuz.signed"));
-        disk::run(
-            std::process::Command::new("sbsign")
-                .arg("--key")
-                .arg(&key)
-                .arg("--cert")
-                .arg(&cert)
-                .arg("--output")
-                .arg(&signed)
-                .arg(&out),
-        )?;
-        std::fs::rename(&signed, &out).map_err(|e| HarnessError::io(&signed, e))?;
-    }
-    Ok(out)
-}
-
 /// The scenario's A/B layout (the default one for a firmware path without one).
 fn layout(s: &Scenario) -> TwoSlots {
     s.boot
@@ -265,7 +216,7 @@ pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
         let b = build_slot(s, &two, slot, dir)?;
         esp_slots.push(EspSlot {
             slot,
-            vmlinuz: slot_kernel(two.slot(slot), slot, dir)?,
+            vmlinuz: crate::secureboot::slot_kernel(two.slot(slot), slot, dir)?,
             initrd: b.initrd.clone(),
             options: if loader.is_grub() {
                 two.slot(slot).options.clone()
@@ -334,34 +285,7 @@ pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
             c
         }
         BootPath::Grub | BootPath::SystemdBoot => VmConfig::uefi(Ovmf::fresh(dir)?),
-        BootPath::SecureBoot => {
-            let extra = if two.db_snakeoil {
-                vec![sigcases::keys::snakeoil(&dir.join("db-keys")).cert_der()]
-            } else {
-                Vec::new()
-            };
-            let ovmf = Ovmf::secure_boot_with_db(dir, &extra)?;
-            if two.mok_snakeoil {
-                let der = sigcases::keys::snakeoil(&dir.join("mok-keys")).cert_der();
-                let mut store = crate::efivars::VarStore::open(&ovmf.vars)?;
-                store.add(
-                    "MokList",
-                    crate::efivars::SHIM_LOCK,
-                    crate::efivars::NV_BS,
-                    &crate::efivars::db(&[der]),
-                )?;
-                if two.mok_untrusted {
-                    store.add(
-                        "MokListTrusted",
-                        crate::efivars::SHIM_LOCK,
-                        crate::efivars::NV_BS,
-                        &[1],
-                    )?;
-                }
-                store.write(&ovmf.vars)?;
-            }
-            VmConfig::uefi(ovmf)
-        }
+        BootPath::SecureBoot => VmConfig::uefi(crate::secureboot::node_firmware(&two, dir)?),
     };
     cfg.disks.push(disk_img);
     if let Some(d) = esp_disk {
@@ -520,6 +444,17 @@ impl Bed {
 }
 
 impl Scenario {
+    /// The real node booted by `path`: the gate's A/B node ([`Scenario::ab_gate`]) with
+    /// signed verity roots, and the TPM's view and our log shown by slot A's root.
+    pub fn node(path: BootPath) -> Result<Scenario, HarnessError> {
+        let mut s = Scenario::ab_gate(
+            path,
+            Roots::Verity(validator::config::bom::RootHashSource::Signature),
+        )?;
+        s.root_tpm_tools = true;
+        Ok(s)
+    }
+
     /// The A/B node with the gate's slot handling on ([`gate_config`]): plain roots for
     /// speed, the other scenario settings as [`Scenario::two_slots`].
     pub fn ab_gate(path: BootPath, roots: Roots) -> Result<Scenario, HarnessError> {
@@ -561,15 +496,6 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
     match name {
         Name::AbGood
         | Name::AbImageFault
-        | Name::SbFallback
-        | Name::SbUnsignedB
-        | Name::SbUntrustedB
-        | Name::SbUnsignedBUnchecked
-        | Name::SbFleetDb
-        | Name::SbFleetMok
-        | Name::SbFleetMokUntrusted
-        | Name::SbFleetUnenrolled
-        | Name::SbRequiredOff
         | Name::AbImageFaultReboot
         | Name::AbCorruptRoot
         | Name::AbBothBad
@@ -580,67 +506,13 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
             } else {
                 Roots::Plain
             };
-            let sb = matches!(
-                name,
-                Name::SbFallback
-                    | Name::SbUnsignedB
-                    | Name::SbUntrustedB
-                    | Name::SbUnsignedBUnchecked
-                    | Name::SbFleetDb
-                    | Name::SbFleetMok
-                    | Name::SbFleetMokUntrusted
-                    | Name::SbFleetUnenrolled
-            );
-            let path = if sb {
-                BootPath::SecureBoot
-            } else {
-                BootPath::Grub
-            };
-            *s = Scenario::ab_gate(path, roots)?;
+            *s = Scenario::ab_gate(BootPath::Grub, roots)?;
             s.name = name.as_str().into();
             s.boot.follow_reboots = Some(3);
             if let Some(two) = s.boot.slots.as_mut() {
-                if sb || name == Name::SbRequiredOff {
-                    // The production BOM: Secure Boot required.
-                    two.a.bom.hardware.secure_boot = Some(true);
-                    two.b.bom.hardware.secure_boot = Some(true);
-                }
                 match name {
-                    Name::AbImageFault | Name::AbImageFaultReboot | Name::SbFallback => {
+                    Name::AbImageFault | Name::AbImageFaultReboot => {
                         two.a.tampered_modules.push("crc16".into());
-                    }
-                    Name::SbFleetDb
-                    | Name::SbFleetMok
-                    | Name::SbFleetMokUntrusted
-                    | Name::SbFleetUnenrolled => {
-                        // Slot A loads crc8 signed by the fleet's key (OVMF's snakeoil
-                        // key stands for it), which its BOM trusts; the firmware's db
-                        // holds that certificate (sb-fleet-db) or not.
-                        two.db_snakeoil = name == Name::SbFleetDb;
-                        two.mok_snakeoil =
-                            matches!(name, Name::SbFleetMok | Name::SbFleetMokUntrusted);
-                        two.mok_untrusted = name == Name::SbFleetMokUntrusted;
-                        two.a.bom.modules.load.push(vbom::ModuleName("crc8".into()));
-                        two.a.bom.policy.trust.push("snake.pem".into());
-                        two.a.snakeoil_signed.push(("crc8".into(), "sha256".into()));
-                        two.a.root_extra = "echo CRC8-STATE $(cat /sys/module/crc8/initstate); \
-                             echo MOK-TRUSTED-RT $(ls /sys/firmware/efi/mok-variables | \
-                             grep -c MokListTrustedRT)"
-                            .into();
-                        // The kernel's own verdict on the same module, from B's root.
-                        two.b.root_snakeoil_modules.push("crc8".into());
-                        two.b.root_extra = "insmod /fleet-modules/crc8.ko; \
-                             echo FLEET-INSMOD-RC $?; \
-                             echo CRC8-STATE $(cat /sys/module/crc8/initstate 2>/dev/null)"
-                            .into();
-                    }
-                    Name::SbUnsignedB | Name::SbUntrustedB | Name::SbUnsignedBUnchecked => {
-                        two.a.tampered_modules.push("crc16".into());
-                        two.b.kernel_signature = if name != Name::SbUntrustedB {
-                            crate::scenario::KernelSignature::Stripped
-                        } else {
-                            crate::scenario::KernelSignature::Untrusted
-                        };
                     }
                     Name::AbBothBad => {
                         two.a.tampered_modules.push("crc16".into());
@@ -667,35 +539,14 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
             if name == Name::AbNoTpm {
                 s.tpm_banks = None;
             }
-            if name == Name::SbUnsignedBUnchecked {
-                // What the kernel and the boot chain do without the gate's check.
-                s.cmdline.push_str(" validator.test_skip_kernel_check");
-            }
             // The slot that takes over by kexec shows its TPM's view and our log.
-            s.root_tpm_tools = matches!(name, Name::AbImageFault | Name::SbFallback);
+            s.root_tpm_tools = name == Name::AbImageFault;
         }
-        Name::Node | Name::SbNode => {
+        Name::Node => {
             // The real node: OVMF + GRUB, slot A, signed verity roots, the module
-            // gate, the TPM with tpm2-tools in the root; under Secure Boot through
-            // Debian's signed shim and GRUB (sb-node).
-            let path = if name == Name::SbNode {
-                BootPath::SecureBoot
-            } else {
-                BootPath::Grub
-            };
-            *s = Scenario::ab_gate(
-                path,
-                Roots::Verity(validator::config::bom::RootHashSource::Signature),
-            )?;
+            // gate, the TPM with tpm2-tools in the root.
+            *s = Scenario::node(BootPath::Grub)?;
             s.name = name.as_str().into();
-            if name == Name::SbNode {
-                if let Some(two) = s.boot.slots.as_mut() {
-                    // The production BOM: Secure Boot required.
-                    two.a.bom.hardware.secure_boot = Some(true);
-                    two.b.bom.hardware.secure_boot = Some(true);
-                }
-            }
-            s.root_tpm_tools = true;
         }
         Name::SdbootGood | Name::SdbootImageFault => {
             *s = Scenario::ab_gate(BootPath::SystemdBoot, Roots::Plain)?;

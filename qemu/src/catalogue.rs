@@ -47,7 +47,9 @@ impl Scenario {
             | Name::AbNoTpm
             | Name::AbHardwareFault
             | Name::Node
-            | Name::SbNode
+            | Name::SdbootGood
+            | Name::SdbootImageFault => crate::ab::setup(&mut s, name)?,
+            Name::SbNode
             | Name::SbFallback
             | Name::SbUnsignedB
             | Name::SbUntrustedB
@@ -56,9 +58,7 @@ impl Scenario {
             | Name::SbFleetMok
             | Name::SbFleetMokUntrusted
             | Name::SbFleetUnenrolled
-            | Name::SbRequiredOff
-            | Name::SdbootGood
-            | Name::SdbootImageFault => crate::ab::setup(&mut s, name)?,
+            | Name::SbRequiredOff => crate::secureboot::setup(&mut s, name)?,
             Name::PreflightNvidia | Name::PreflightNvidiaOpen | Name::PreflightPcie => {
                 crate::preflight::setup(&mut s, name)?
             }

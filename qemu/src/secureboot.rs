@@ -1,6 +1,11 @@
-//! The firmware as the judge of a signed boot chain: OVMF with Secure Boot on and a `db` of
-//! our choosing starts, or refuses, Debian's signed shim from an ESP (shim then starts
-//! Debian's signed GRUB, which finds no bootable slot and halts).
+//! The production chain under Secure Boot in the test bed: the `sb-*` scenarios
+//! ([`setup`]: the A/B node through [`BootPath::SecureBoot`], the BOM requiring Secure
+//! Boot), the node's firmware ([`node_firmware`]: Microsoft's store, with the fleet's
+//! certificate in `db` or as a MOK when the layout asks), the slots' kernels as they go on
+//! the ESP ([`slot_kernel`]: Debian's signed one, stripped or re-signed), and the firmware
+//! as the judge of a signed boot chain: OVMF with Secure Boot on and a `db` of our choosing
+//! starts, or refuses, Debian's signed shim from an ESP (shim then starts Debian's signed
+//! GRUB, which finds no bootable slot and halts).
 //!
 //! Contract: [`firmware_starts_shim`] builds the ESP of [`crate::firmware::Loader::ShimGrub`]
 //! with no slots, a variable store made from [`crate::firmware::OVMF_VARS_MS`] (Microsoft's
@@ -11,13 +16,167 @@
 //!
 //! Limits: `dbx` is the store's own; only the removable-media path is offered.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use validator::config::bom as vbom;
+
 use crate::disk::{self, Content, PartitionSpec};
-use crate::firmware::{self, EspSpec, Loader, Ovmf};
+use crate::firmware::{self, EspSpec, Loader, Ovmf, Slot};
+use crate::scenario::{BootPath, KernelSignature, Name, Roots, Scenario, SlotImage, TwoSlots};
 use crate::vm::{self, KillAt, VmConfig};
 use crate::HarnessError;
+
+/// Sets up the Secure Boot scenario `name` on `s`: the A/B node through Debian's signed
+/// chain with Secure Boot on (`sb-required-off`: through the GRUB node with it off), both
+/// slots' BOMs requiring Secure Boot, and what the name says.
+pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
+    *s = match name {
+        Name::SbNode => Scenario::node(BootPath::SecureBoot)?,
+        Name::SbRequiredOff => Scenario::ab_gate(BootPath::Grub, Roots::Plain)?,
+        _ => Scenario::ab_gate(BootPath::SecureBoot, Roots::Plain)?,
+    };
+    s.name = name.as_str().into();
+    if name != Name::SbNode {
+        s.boot.follow_reboots = Some(3);
+    }
+    let two = s
+        .boot
+        .slots
+        .as_mut()
+        .ok_or_else(|| HarnessError::Setup(format!("{name}: no A/B layout")))?;
+    // The production BOM: Secure Boot required.
+    two.a.bom.hardware.secure_boot = Some(true);
+    two.b.bom.hardware.secure_boot = Some(true);
+    match name {
+        Name::SbNode | Name::SbRequiredOff => {}
+        Name::SbFallback => {
+            two.a.tampered_modules.push("crc16".into());
+        }
+        Name::SbFleetDb
+        | Name::SbFleetMok
+        | Name::SbFleetMokUntrusted
+        | Name::SbFleetUnenrolled => {
+            // Slot A loads crc8 signed by the fleet's key (OVMF's snakeoil
+            // key stands for it), which its BOM trusts; the firmware's db
+            // holds that certificate (sb-fleet-db) or not.
+            two.db_snakeoil = name == Name::SbFleetDb;
+            two.mok_snakeoil = matches!(name, Name::SbFleetMok | Name::SbFleetMokUntrusted);
+            two.mok_untrusted = name == Name::SbFleetMokUntrusted;
+            two.a.bom.modules.load.push(vbom::ModuleName("crc8".into()));
+            two.a.bom.policy.trust.push("snake.pem".into());
+            two.a.snakeoil_signed.push(("crc8".into(), "sha256".into()));
+            two.a.root_extra = "echo CRC8-STATE $(cat /sys/module/crc8/initstate); \
+                         echo MOK-TRUSTED-RT $(ls /sys/firmware/efi/mok-variables | \
+                         grep -c MokListTrustedRT)"
+                .into();
+            // The kernel's own verdict on the same module, from B's root.
+            two.b.root_snakeoil_modules.push("crc8".into());
+            two.b.root_extra = "insmod /fleet-modules/crc8.ko; \
+                         echo FLEET-INSMOD-RC $?; \
+                         echo CRC8-STATE $(cat /sys/module/crc8/initstate 2>/dev/null)"
+                .into();
+        }
+        Name::SbUnsignedB | Name::SbUntrustedB | Name::SbUnsignedBUnchecked => {
+            two.a.tampered_modules.push("crc16".into());
+            two.b.kernel_signature = if name != Name::SbUntrustedB {
+                KernelSignature::Stripped
+            } else {
+                KernelSignature::Untrusted
+            };
+        }
+        other => {
+            return Err(HarnessError::Setup(format!(
+                "{other} is not a Secure Boot scenario"
+            )))
+        }
+    }
+    if name == Name::SbUnsignedBUnchecked {
+        // What the kernel and the boot chain do without the gate's check.
+        s.cmdline.push_str(" validator.test_skip_kernel_check");
+    }
+    // The slot that takes over by kexec shows its TPM's view and our log.
+    if name == Name::SbFallback {
+        s.root_tpm_tools = true;
+    }
+    Ok(())
+}
+
+/// The Secure Boot node's firmware in `dir`: [`Ovmf::secure_boot`], with OVMF's snakeoil
+/// certificate (the fleet's, in these scenarios) added to `db`, or enrolled as a MOK
+/// (`MokList`, as MokManager leaves it; with `MokListTrusted` as `mokutil --untrust-mok`
+/// leaves it), as `two` says.
+pub fn node_firmware(two: &TwoSlots, dir: &Path) -> Result<Ovmf, HarnessError> {
+    let extra = if two.db_snakeoil {
+        vec![sigcases::keys::snakeoil(&dir.join("db-keys")).cert_der()]
+    } else {
+        Vec::new()
+    };
+    let ovmf = Ovmf::secure_boot_with_db(dir, &extra)?;
+    if two.mok_snakeoil {
+        let der = sigcases::keys::snakeoil(&dir.join("mok-keys")).cert_der();
+        let mut store = crate::efivars::VarStore::open(&ovmf.vars)?;
+        store.add(
+            "MokList",
+            crate::efivars::SHIM_LOCK,
+            crate::efivars::NV_BS,
+            &crate::efivars::db(&[der]),
+        )?;
+        if two.mok_untrusted {
+            store.add(
+                "MokListTrusted",
+                crate::efivars::SHIM_LOCK,
+                crate::efivars::NV_BS,
+                &[1],
+            )?;
+        }
+        store.write(&ovmf.vars)?;
+    }
+    Ok(ovmf)
+}
+
+/// The slot's kernel as it goes on the ESP: Debian's signed `vmlinuz`, or a copy whose
+/// signature is removed (`sbattach --remove`) or replaced by one of a key made for the run
+/// (`sbsign`), which nothing trusts.
+pub(crate) fn slot_kernel(
+    img: &SlotImage,
+    slot: Slot,
+    dir: &Path,
+) -> Result<PathBuf, HarnessError> {
+    let shipped = img.kernel.vmlinuz.clone();
+    if img.kernel_signature == KernelSignature::AsShipped {
+        return Ok(shipped);
+    }
+    let out = dir.join(format!("slot-{slot}/vmlinuz"));
+    std::fs::copy(&shipped, &out).map_err(|e| HarnessError::io(&shipped, e))?;
+    disk::run(
+        std::process::Command::new("sbattach")
+            .arg("--remove")
+            .arg(&out),
+    )?;
+    if img.kernel_signature == KernelSignature::Untrusted {
+        let signer = sigcases::keys::self_signed(
+            &dir.join(format!("slot-{slot}")),
+            "untrusted-pe",
+            &["rsa:2048"],
+            &[],
+        );
+        let (key, cert) = (signer.key, signer.cert);
+        let signed = dir.join(format!("slot-{slot}/vmlinuz.signed"));
+        disk::run(
+            std::process::Command::new("sbsign")
+                .arg("--key")
+                .arg(&key)
+                .arg("--cert")
+                .arg(&cert)
+                .arg("--output")
+                .arg(&signed)
+                .arg(&out),
+        )?;
+        std::fs::rename(&signed, &out).map_err(|e| HarnessError::io(&signed, e))?;
+    }
+    Ok(out)
+}
 
 /// What the firmware did with shim.
 #[derive(Debug, Clone, PartialEq, Eq)]

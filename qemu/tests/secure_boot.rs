@@ -11,7 +11,6 @@
 )]
 
 use std::path::Path;
-use std::process::Command;
 
 use qemu::secureboot::firmware_starts_shim;
 use validator::trust::authenticode::{self, Rule};
@@ -23,21 +22,7 @@ fn shim() -> Vec<u8> {
 
 /// A self-signed certificate nothing trusts, as DER.
 fn unrelated(dir: &Path) -> Vec<u8> {
-    let key = dir.join("unrelated.key");
-    let der = dir.join("unrelated.der");
-    let st = Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
-        ])
-        .args(["-subj", "/CN=unrelated", "-outform", "der"])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&der)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    std::fs::read(&der).unwrap()
+    sigcases::keys::self_signed(dir, "unrelated", &["rsa:2048"], &[]).cert_der()
 }
 
 #[test]

@@ -72,7 +72,9 @@ pub struct Keys {
     pub big: Key,
 }
 
-fn self_signed(dir: &Path, name: &'static str, newkey: &[&str], extra: &[&str]) -> Key {
+/// A self-signed key pair `name` made in `dir` (`openssl req -newkey <newkey>`, subject
+/// `CN=sigcases <name>`, a leaf for digital signatures), with `extra` arguments.
+pub fn self_signed(dir: &Path, name: &'static str, newkey: &[&str], extra: &[&str]) -> Key {
     let key = dir.join(format!("{name}.key"));
     let cert = dir.join(format!("{name}.pem"));
     run(Command::new("openssl")

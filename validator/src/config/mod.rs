@@ -16,6 +16,9 @@ pub const PHASE_PCR: u32 = 11;
 pub mod layout {
     /// Trusted certificates (`*.der`, `*.pem`): the kernel's built-in keys and the BOM's.
     pub const TRUST_DIR: &str = "etc/validator/trust";
+    /// How the kernel's built-in certificates are named there (`<prefix><n>.der`), apart
+    /// from the BOM's.
+    pub const BUILTIN_CERT_PREFIX: &str = "kernel-builtin-";
     /// Exported symbol CRCs of the kernel and the packed modules, `Module.symvers` format.
     pub const SYMVERS: &str = "etc/validator/Module.symvers";
     /// The kernel's module vermagic string.

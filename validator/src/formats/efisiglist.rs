@@ -87,8 +87,7 @@ impl Database {
 }
 
 fn le32(b: &[u8], at: usize) -> Option<usize> {
-    let v = u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?);
-    usize::try_from(v).ok()
+    usize::try_from(crate::util::le::u32_le(b, at)?).ok()
 }
 
 /// Parses a database value (without efivarfs' attribute bytes).

@@ -37,6 +37,7 @@
 use std::ops::Range;
 
 use crate::formats::pkcs7::HashAlg;
+use crate::util::le::{u16_le as le16, u32_le as le32};
 
 /// A PE image the kernel or the firmware would not take, or one not signed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -117,18 +118,6 @@ const SECTION_HEADER_LEN: usize = 40;
 const DOS_HEADER_LEN: usize = 64;
 /// The PE signature and the COFF header.
 const PE_HEADER_LEN: usize = 24;
-
-fn le16(b: &[u8], at: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(
-        b.get(at..at.checked_add(2)?)?.try_into().ok()?,
-    ))
-}
-
-fn le32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(
-        b.get(at..at.checked_add(4)?)?.try_into().ok()?,
-    ))
-}
 
 fn usize_of(v: u32) -> usize {
     usize::try_from(v).unwrap_or(usize::MAX)

@@ -10,7 +10,7 @@
 //! read or parsed is left out and named in [`UefiKeys::notes`]; without efivarfs mounted
 //! Secure Boot is `None` and the databases are empty. [`kernel_builtin`] reads the
 //! kernel's built-in certificates that mkinitramfs put in the initramfs's trust directory
-//! (`kernel-builtin-*.der`). [`module_trust`] is the rule the module gate and the fallback
+//! (`kernel-builtin-*.der`, [`layout::BUILTIN_CERT_PREFIX`]). [`module_trust`] is the rule the module gate and the fallback
 //! check share: under Secure Boot (lockdown enforces module and kexec signatures) only
 //! what the kernel trusts (built-in, `db`, MOK); otherwise the initramfs's store plus `db`
 //! and MOK (the kernel would load anything, tainted; the gate keeps the fleet's
@@ -27,14 +27,15 @@ use crate::formats::efisiglist;
 use crate::trust::{Cert, TrustStore};
 use crate::util::fs::read_limited;
 
-/// The EFI global variable vendor, the image security database's and shim's.
-const GLOBAL: &str = "8be4df61-93ca-11d2-aa0d-00e098032b8c";
+/// The `SecureBoot` variable under `/sys` (EFI global vendor): four attribute bytes, then
+/// the value.
+pub const SECURE_BOOT_VAR: &str =
+    "firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
+/// The image security database's vendor and shim's.
 const IMAGE_SECURITY: &str = "d719b2cb-3d3a-4596-a3bc-dad00e67656f";
 const SHIM_LOCK: &str = "605dab50-e046-4300-abb6-3dd810dd8b23";
 /// The largest signature database read.
 pub const DB_MAX: u64 = 1 << 20;
-/// The name mkinitramfs gives the kernel's built-in certificates in the trust directory.
-pub const BUILTIN_PREFIX: &str = "kernel-builtin-";
 
 /// What the firmware and shim hand the kernel.
 #[derive(Debug, Clone, Default)]
@@ -67,8 +68,7 @@ impl UefiKeys {
 
 /// Secure Boot as efivarfs says under `sys_root`: `Some(true)` on.
 pub fn secure_boot(sys_root: &Path) -> Option<bool> {
-    let var = sys_root.join(format!("firmware/efi/efivars/SecureBoot-{GLOBAL}"));
-    let b = read_limited(&var, 64).ok()?;
+    let b = read_limited(&sys_root.join(SECURE_BOOT_VAR), 64).ok()?;
     crate::formats::sysfs::efi_bool(&b).ok()
 }
 
@@ -147,7 +147,7 @@ pub fn kernel_builtin(root: &Path) -> (Vec<Cert>, Vec<String>) {
         .filter(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(BUILTIN_PREFIX))
+                .is_some_and(|n| n.starts_with(layout::BUILTIN_CERT_PREFIX))
         })
         .collect();
     names.sort();
@@ -169,7 +169,7 @@ pub fn is_builtin(c: &Cert) -> bool {
     Path::new(&c.origin)
         .file_name()
         .and_then(|n| n.to_str())
-        .is_some_and(|n| n.starts_with(BUILTIN_PREFIX))
+        .is_some_and(|n| n.starts_with(layout::BUILTIN_CERT_PREFIX))
 }
 
 /// The module trust store: under Secure Boot the kernel's (the built-in certificates of
@@ -222,11 +222,7 @@ mod tests {
             [7, 0, 0, 0, 1, 2, 3],
         )
         .unwrap();
-        std::fs::write(
-            d.join(format!("firmware/efi/efivars/SecureBoot-{GLOBAL}")),
-            [6, 0, 0, 0, 1],
-        )
-        .unwrap();
+        std::fs::write(d.join(SECURE_BOOT_VAR), [6, 0, 0, 0, 1]).unwrap();
         let k = read(&d);
         assert_eq!(k.secure_boot, Some(true));
         assert_eq!(k.notes.len(), 1, "{:?}", k.notes);

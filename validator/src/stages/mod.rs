@@ -232,6 +232,10 @@ pub struct Context {
     /// and the kernel's built-in ones), reused by the verity stage for the root hash
     /// signature; the module gate's own is narrower under Secure Boot.
     pub trust: Option<TrustStore>,
+    /// Secure Boot and the firmware's keys (`db`, `dbx`, `MokListRT`), read once: by the
+    /// modules stage right after it mounted efivarfs, else by the first
+    /// [`Context::uefi_keys`].
+    pub uefi: std::cell::OnceCell<crate::runtime::uefi_keys::UefiKeys>,
     pub verity_parts: Option<Parts>,
     /// The A/B state, when the BOM has a `[slot]` section and it could be read.
     pub slot: Option<slot::Runtime>,
@@ -249,10 +253,18 @@ impl Context {
             release: String::new(),
             measurer: None,
             trust: None,
+            uefi: std::cell::OnceCell::new(),
             verity_parts: None,
             slot: None,
             facts: Facts::default(),
         }
+    }
+
+    /// Secure Boot and the firmware's keys ([`Context::uefi`]), read under `/sys` on the
+    /// first call when the modules stage has not read them.
+    pub fn uefi_keys(&self) -> &crate::runtime::uefi_keys::UefiKeys {
+        self.uefi
+            .get_or_init(|| crate::runtime::uefi_keys::read(&self.roots.sys))
     }
 
     /// Measures one event into the BOM's PCR with this boot's measurer, if any (see

@@ -33,9 +33,14 @@ use nix::fcntl::{AtFlags, OFlag};
 use nix::mount::MsFlags;
 use nix::sys::stat::{Mode, SFlag};
 
+/// The EFI variable filesystem, and its module's name (Debian 6.1 builds it as one, which
+/// mkinitramfs packs and the modules stage loads first on a UEFI boot).
+pub const EFIVARFS: &str = "efivarfs";
+
 /// Mounts efivarfs on `sys_root`'s `firmware/efi/efivars` when that directory exists
-/// (booted through UEFI; already mounted is fine; other failures are logged, and the
-/// preflight then reports Secure Boot unknown). `nosuid,nodev,noexec`, as systemd mounts
+/// (booted through UEFI; already mounted is fine, and so is a kernel that does not have
+/// the filesystem yet, before the modules stage loaded its module; other failures are
+/// logged, and the preflight then reports Secure Boot unknown). `nosuid,nodev,noexec`, as systemd mounts
 /// it, so the root's own tools find it as they expect after `switch_root`.
 pub fn mount_efivarfs(sys_root: &Path) {
     let d = sys_root.join("firmware/efi/efivars");
@@ -47,7 +52,7 @@ pub fn mount_efivarfs(sys_root: &Path) {
             MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
             None,
         ) {
-            if e.errno != Errno::EBUSY {
+            if e.errno != Errno::EBUSY && e.errno != Errno::ENODEV {
                 log::warn!("{e}");
             }
         }

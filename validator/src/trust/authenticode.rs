@@ -101,11 +101,13 @@ pub fn verify(
         digests.push((alg, d.clone()));
         d
     };
-    let sha256 = digest(HashAlg::Sha256);
-    if forbidden.iter().any(|f| f.as_slice() == sha256.as_slice()) {
-        return Err(AuthenticodeError::Forbidden {
-            sha256: crate::util::hex(&sha256),
-        });
+    if !forbidden.is_empty() {
+        let sha256 = digest(HashAlg::Sha256);
+        if forbidden.iter().any(|f| f.as_slice() == sha256.as_slice()) {
+            return Err(AuthenticodeError::Forbidden {
+                sha256: crate::util::hex(&sha256),
+            });
+        }
     }
     let considered: Vec<&pe::Signature> = match rule {
         Rule::Kernel => {

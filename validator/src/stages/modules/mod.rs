@@ -18,6 +18,7 @@ use crate::gate::{self, Gate};
 use crate::runtime::measure::MeasureError;
 use crate::runtime::modload::{load_index, IndexLoadError, Loader, ModStatus, ModuleReport};
 use crate::runtime::taint;
+use crate::sys::EFIVARFS;
 
 /// Why the modules stage failed.
 #[derive(Debug, thiserror::Error)]
@@ -86,12 +87,13 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
     let allowed = b.bom.policy.taint_allowed.0.clone();
     let dir = ctx.roots.modules.join(&ctx.release);
     let index = load_index(&dir)?;
-    // On a UEFI boot, efivarfs too when the initramfs has it (mkinitramfs packs it): the
-    // EFI variables (the firmware's keys for the gate below, Secure Boot for the
+    // On a UEFI boot, efivarfs first when the initramfs has it (mkinitramfs packs it):
+    // the EFI variables (the firmware's keys for the gate below, Secure Boot for the
     // preflight, the boot counting of systemd-boot for the slot stage).
     let efi = ctx.roots.sys.join("firmware/efi").is_dir();
-    if efi && index.entries.contains_key("efivarfs") && !names.iter().any(|n| n == "efivarfs") {
-        names.push("efivarfs".into());
+    let efivarfs_first = efi && index.entries.contains_key(EFIVARFS);
+    if efivarfs_first {
+        names.retain(|n| n != EFIVARFS);
     }
     let mut loader = Loader::new(&dir, index, &ctx.roots.sys);
     loader.proc_root = Some(ctx.roots.proc.clone());
@@ -103,23 +105,24 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
         g.symvers.as_ref().map_or(0, |s| s.map.len()),
         g.policy.kernel_vermagic.as_deref().unwrap_or("")
     );
-    // The initramfs's store as loaded, for the root hash signature (the verity stage): a
-    // userspace check of our own, which the kernel's keyrings do not bound.
-    let initramfs_trust = g.trust.clone();
     loader.gate = Some(g);
     // On a UEFI boot: efivarfs first (Debian-signed, judged with the built-in keys), then
     // the firmware's keys decide the gate's trust as they decide the kernel's
-    // (`runtime::uefi_keys::module_trust`), then the rest.
+    // (`runtime::uefi_keys::module_trust`), then the rest. The initramfs's store as loaded
+    // stays for the root hash signature (the verity stage): a userspace check of our own,
+    // which the kernel's keyrings do not bound.
     let mut results = Vec::new();
+    let mut initramfs_trust = None;
     if efi {
-        if names.iter().any(|n| n == "efivarfs") {
-            results = loader.load_all(&["efivarfs".to_string()]);
-            names.retain(|n| n != "efivarfs");
+        if efivarfs_first {
+            results = loader.load_all(&[EFIVARFS.to_string()]);
         }
         crate::sys::mount_efivarfs(&ctx.roots.sys);
-        let keys = crate::runtime::uefi_keys::read(&ctx.roots.sys);
+        ctx.uefi = crate::runtime::uefi_keys::read(&ctx.roots.sys).into();
+        let keys = ctx.uefi_keys();
         if let Some(g) = loader.gate.as_mut() {
-            g.trust = crate::runtime::uefi_keys::module_trust_logged(&g.trust, &keys);
+            let narrowed = crate::runtime::uefi_keys::module_trust_logged(&g.trust, keys);
+            initramfs_trust = Some(std::mem::replace(&mut g.trust, narrowed));
             log::info!(
                 "module gate: Secure Boot {}; trusted: {} certificate(s) ({})",
                 match keys.secure_boot {
@@ -133,8 +136,8 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
         }
     }
     results.extend(loader.load_all(&names));
-    loader.gate = None;
-    ctx.trust = Some(initramfs_trust);
+    let gate_trust = loader.gate.take().map(|g| g.trust);
+    ctx.trust = initramfs_trust.or(gate_trust);
     for r in &results {
         match r.status {
             ModStatus::Failed | ModStatus::Skipped | ModStatus::Rejected => log::error!(

@@ -204,8 +204,7 @@ pub fn load_root_modules(ctx: &mut Context, bom: &Bom, report: &mut PreflightRep
     };
     // The firmware's keys decide what the kernel trusts for modules (efivarfs is mounted
     // by now on a UEFI boot): the gate follows (`runtime::uefi_keys::module_trust`).
-    let keys = crate::runtime::uefi_keys::read(&ctx.roots.sys);
-    gate.trust = crate::runtime::uefi_keys::module_trust_logged(&gate.trust, &keys);
+    gate.trust = crate::runtime::uefi_keys::module_trust_logged(&gate.trust, ctx.uefi_keys());
     let all = closure(&index, &names);
     let exporters = add_root_exports(&mut gate, &dir, &index, &all);
     log::info!(

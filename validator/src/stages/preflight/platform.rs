@@ -27,8 +27,7 @@ use crate::runtime::taint;
 use crate::stages::Fault;
 
 /// `SecureBoot` in the EFI global variable namespace.
-pub const SECURE_BOOT_VAR: &str =
-    "firmware/efi/efivars/SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c";
+pub use crate::runtime::uefi_keys::SECURE_BOOT_VAR;
 
 /// Whether efivarfs lists at least one variable under `sys_root` (it is mounted).
 fn efivars_listed(sys_root: &std::path::Path) -> bool {

@@ -151,7 +151,6 @@ impl BootLoader for Bls {
     }
 
     fn firmware_view(&self, sys_root: &Path) -> BTreeMap<String, String> {
-        crate::sys::mount_efivarfs(sys_root);
         loader_boot_count_path(sys_root)
             .map(|p| ("LoaderBootCountPath".to_string(), p))
             .into_iter()

@@ -6,7 +6,7 @@
 //! is then stop, with a reason naming that kernel, instead of a kexec the kernel refuses
 //! and a reboot into a slot that cannot start.
 //!
-//! Contract: [`check`] reads Secure Boot and the firmware's keys under the given `/sys`
+//! Contract: [`check`] takes Secure Boot and the firmware's keys as the boot read them
 //! ([`crate::runtime::uefi_keys`]); when Secure Boot is not on (off, no UEFI, or
 //! unreadable), nothing is checked (without lockdown the kernel does not check a kexec'd
 //! kernel's signature). When it is on, the trusted keys are the kernel's built-in
@@ -20,7 +20,7 @@
 
 use std::path::Path;
 
-use crate::runtime::uefi_keys;
+use crate::runtime::uefi_keys::{self, UefiKeys};
 use crate::trust::authenticode::{self, Rule};
 use crate::trust::TrustStore;
 use crate::util::fs::read_limited;
@@ -37,34 +37,31 @@ pub struct Verdict {
     pub note: String,
 }
 
-/// Checks the kernel at `kernel` as [`crate::stages::slot::bootable`] says.
-pub fn check(sys_root: &Path, initramfs_root: &Path, kernel: &Path) -> Verdict {
-    let keys = uefi_keys::read(sys_root);
+/// Checks the kernel at `kernel` as [`crate::stages::slot::bootable`] says, with the
+/// firmware's `keys` and the kernel's built-in certificates from the initramfs at
+/// `initramfs_root`.
+pub fn check(keys: &UefiKeys, initramfs_root: &Path, kernel: &Path) -> Verdict {
     if keys.secure_boot != Some(true) {
         return Verdict {
             refused: None,
             note: "Secure Boot is not on: the kernel does not check a kexec'd kernel".into(),
         };
     }
-    let (builtin, mut notes) = uefi_keys::kernel_builtin(initramfs_root);
+    let (builtin, builtin_notes) = uefi_keys::kernel_builtin(initramfs_root);
+    let mut note = format!("keys: {} built-in, {}", builtin.len(), keys.describe());
+    if !builtin_notes.is_empty() {
+        note.push_str(&format!(
+            " (built-in left out: {})",
+            builtin_notes.join("; ")
+        ));
+    }
     let mut store = TrustStore::new();
-    let n_builtin = builtin.len();
     for c in builtin
         .into_iter()
         .chain(keys.db.iter().cloned())
         .chain(keys.mok.iter().cloned())
     {
         store.add(c);
-    }
-    notes.extend(keys.notes.iter().cloned());
-    let mut note = format!(
-        "keys: {n_builtin} built-in, {} from db, {} from MokListRT, {} dbx digests",
-        keys.db.len(),
-        keys.mok.len(),
-        keys.dbx_sha256.len()
-    );
-    if !notes.is_empty() {
-        note.push_str(&format!(" (left out: {})", notes.join("; ")));
     }
     let image = match read_limited(kernel, KERNEL_MAX) {
         Ok(b) => b,

@@ -21,8 +21,8 @@ pub trait BootLoader: std::fmt::Debug + Send + Sync {
     /// file names).
     fn view(&self) -> BTreeMap<String, String>;
 
-    /// What the loader left in EFI variables under `sys_root` for this boot (mounting
-    /// efivarfs when the loader needs it); added to the view before this boot's writes.
+    /// What the loader left in EFI variables under `sys_root` for this boot (efivarfs is
+    /// mounted by then on a UEFI boot); added to the view before this boot's writes.
     fn firmware_view(&self, _sys_root: &Path) -> BTreeMap<String, String> {
         BTreeMap::new()
     }

@@ -437,7 +437,7 @@ fn target_kernel<'a>(ctx: &Context, rt: &'a Runtime, y: SlotName) -> &'a bootabl
             log::warn!("slot: slot {y}'s kernel not checked (validator.test_skip_kernel_check)");
             return bootable::Verdict::default();
         }
-        let v = bootable::check(&ctx.roots.sys, &ctx.roots.initramfs, &kernel);
+        let v = bootable::check(ctx.uefi_keys(), &ctx.roots.initramfs, &kernel);
         match &v.refused {
             None => log::info!("slot: slot {y}'s kernel: {}", v.note),
             Some(why) => log::error!("slot: slot {y}'s kernel: {why} ({})", v.note),
