@@ -52,6 +52,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("verity_sig", verity_sig),
     ("gpt", gpt),
     ("tpm_response", tpm_response),
+    ("tpm_attest", tpm_attest),
     ("eventlog", eventlog),
     ("cel", cel),
     ("grubenv", grubenv),
@@ -90,6 +91,7 @@ pub const PARSERS: &[(&str, &str)] = &[
     ("slotstate", "slotstate"),
     ("sysfs", "sysfs"),
     ("tpm", "tpm_response"),
+    ("tpm::attest", "tpm_attest"),
     ("tpm::cel", "cel"),
     ("tpm::eventlog", "eventlog"),
     ("tpm::wire", "tpm_response"),
@@ -458,6 +460,62 @@ pub fn gpt(data: &[u8]) {
                     p.first_lba,
                     p.last_lba
                 );
+            }
+        }
+    }
+}
+
+/// `[selector][rest]`: the attestation structures a verifier reads from a node: 0 a
+/// `TPMT_PUBLIC`, 1 a `TPM2B_PUBLIC`, 2 a `TPMS_ATTEST`, 3 a `TPMT_SIGNATURE`; 4 a
+/// `[u16 big-endian length][TPM2B_PUBLIC][TPMT_SIGNATURE][TPMS_ATTEST]` checked as a
+/// quote. A public area written back parses to the same; a signature too; a quote keeps
+/// exactly its bytes; a quote's signature never verifies under a key that is no AK.
+pub fn tpm_attest(data: &[u8]) {
+    use formats::tpm::attest::{Attest, Public, Signature};
+    let Some((&sel, rest)) = data.split_first() else {
+        return;
+    };
+    match sel % 5 {
+        0 => {
+            if let Ok(p) = Public::parse(rest) {
+                assert_eq!(p.bytes, rest, "a public area keeps its bytes");
+                assert_eq!(Public::parse_2b(&p.to_2b()).ok(), Some(p.clone()));
+                let _ = p.name();
+            }
+        }
+        1 => {
+            if let Ok(p) = Public::parse_2b(rest) {
+                assert_eq!(p.to_2b(), rest, "a TPM2B_PUBLIC writes back the same");
+            }
+        }
+        2 => {
+            if let Ok(a) = Attest::parse(rest) {
+                assert_eq!(a.bytes, rest, "a quote keeps its bytes");
+            }
+        }
+        3 => {
+            if let Ok(s) = Signature::parse(rest) {
+                assert_eq!(s.to_bytes(), rest, "a signature writes back the same");
+            }
+        }
+        _ => {
+            let Some((len, rest)) = rest.split_first_chunk::<2>() else {
+                return;
+            };
+            let n = usize::from(u16::from_be_bytes(*len)).min(rest.len());
+            let (public, rest) = rest.split_at(n);
+            let Ok(ak) = Public::parse_2b(public) else {
+                return;
+            };
+            for cut in 0..rest.len().min(600) {
+                let (sig, msg) = rest.split_at(cut);
+                if let Ok(sig) = Signature::parse(sig) {
+                    let r = validator::trust::quote::verify_signature(&ak, msg, &sig);
+                    if !ak.is_attestation_key() {
+                        assert!(r.is_err(), "only an AK's signature verifies");
+                    }
+                    let _ = Attest::parse(msg);
+                }
             }
         }
     }

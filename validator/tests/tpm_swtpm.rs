@@ -9,16 +9,16 @@
 #![expect(
     clippy::unwrap_used,
     clippy::expect_used,
-    clippy::panic,
     reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
 mod common;
 
+use common::swtpm::{have_tools, setup_state, Swtpm};
+
 use std::collections::BTreeMap;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -27,151 +27,31 @@ use nix::unistd::Pid;
 use validator::formats::tpm::cel::{self, CelRecord};
 use validator::formats::tpm::eventlog::EventLog;
 use validator::formats::tpm::{from_hex, to_hex, HashAlg, PcrValues};
-use validator::sys::tpm::{TcpTransport, Tpm};
-
-fn have_tools() -> bool {
-    let ok = |cmd: &str, arg: &str| {
-        Command::new(cmd)
-            .arg(arg)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    let all = ok("swtpm", "--version")
-        && ok("swtpm_setup", "--print-capabilities")
-        && ok("tpm2_pcrread", "--version")
-        && ok("tpm2_eventlog", "--version");
-    // The tools are part of the test bed (scripts/provision installs them): a missing one
-    // is a failure, never a silent pass.
-    assert!(
-        all,
-        "swtpm, swtpm_setup or tpm2-tools missing: run scripts/provision"
-    );
-    all
-}
 
 /// A fresh directory `target/test-tmp/tpm-swtpm-<name>-<pid>`.
 fn work_dir(name: &str) -> PathBuf {
     common::tmpdir(&format!("tpm-swtpm-{name}"))
 }
 
-/// Manufactures a TPM 2.0 state with exactly these PCR banks active.
-fn setup_state(dir: &Path, banks: &str) {
-    let out = Command::new("swtpm_setup")
-        .arg("--tpm2")
-        .arg("--tpmstate")
-        .arg(dir)
-        .args(["--pcr-banks", banks, "--overwrite"])
+/// `tpm2_pcrread` through the swtpm TCTI.
+fn tpm2_pcrread(swtpm: &Swtpm, banks: &[HashAlg], pcrs: &[u32]) -> PcrValues {
+    let list: Vec<String> = pcrs.iter().map(|p| p.to_string()).collect();
+    let sel: Vec<String> = banks
+        .iter()
+        .map(|b| format!("{}:{}", b.name(), list.join(",")))
+        .collect();
+    let out = Command::new("tpm2_pcrread")
+        .arg(sel.join("+"))
+        .env("TPM2TOOLS_TCTI", swtpm.tcti())
         .output()
         .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "swtpm_setup failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
+        "tpm2_pcrread: {text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// A running swtpm, killed when dropped (also when a test fails).
-struct Swtpm {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Swtpm {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Swtpm {
-    /// Starts `swtpm socket` on free 127.0.0.1 ports with `--flags <flags>`.
-    fn start(dir: &Path, flags: &str) -> Swtpm {
-        for _ in 0..5 {
-            // The swtpm TCTI of tpm2-tools expects the control port right after the data
-            // port.
-            let port = free_port_pair();
-            let ctrl = port + 1;
-            let log = std::fs::File::create(dir.join("swtpm.log")).unwrap();
-            let child = Command::new("swtpm")
-                .args(["socket", "--tpm2", "--tpmstate"])
-                .arg(format!("dir={}", dir.display()))
-                .arg("--server")
-                .arg(format!("type=tcp,port={port},bindaddr=127.0.0.1"))
-                .arg("--ctrl")
-                .arg(format!("type=tcp,port={ctrl},bindaddr=127.0.0.1"))
-                .args(["--flags", flags])
-                .stdout(log.try_clone().unwrap())
-                .stderr(log)
-                .spawn()
-                .unwrap();
-            let mut tpm = Swtpm { child, port };
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while Instant::now() < deadline {
-                if tpm.child.try_wait().unwrap().is_some() {
-                    break; // port taken meanwhile: try others
-                }
-                if TcpStream::connect(tpm.addr()).is_ok() {
-                    return tpm;
-                }
-                thread::sleep(Duration::from_millis(20));
-            }
-            let _ = tpm.child.kill();
-        }
-        panic!(
-            "swtpm did not start: {}",
-            std::fs::read_to_string(dir.join("swtpm.log")).unwrap_or_default()
-        );
-    }
-
-    fn addr(&self) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.port))
-    }
-
-    fn connect(&self) -> Tpm<TcpTransport> {
-        Tpm::new(TcpTransport::connect(self.addr(), Duration::from_secs(2)).unwrap())
-    }
-
-    fn signal(&self, sig: Signal) {
-        kill(Pid::from_raw(self.child.id().cast_signed()), sig).unwrap();
-    }
-
-    /// `tpm2_pcrread` through the swtpm TCTI.
-    fn tpm2_pcrread(&self, banks: &[HashAlg], pcrs: &[u32]) -> PcrValues {
-        let list: Vec<String> = pcrs.iter().map(|p| p.to_string()).collect();
-        let sel: Vec<String> = banks
-            .iter()
-            .map(|b| format!("{}:{}", b.name(), list.join(",")))
-            .collect();
-        let out = Command::new("tpm2_pcrread")
-            .arg(sel.join("+"))
-            .env(
-                "TPM2TOOLS_TCTI",
-                format!("swtpm:host=127.0.0.1,port={}", self.port),
-            )
-            .output()
-            .unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "tpm2_pcrread: {text}{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        parse_pcr_listing(&text)
-    }
-}
-
-/// A free port P with P+1 free too.
-fn free_port_pair() -> u16 {
-    loop {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let p = l.local_addr().unwrap().port();
-        if p < u16::MAX && TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
-            return p;
-        }
-    }
+    parse_pcr_listing(&text)
 }
 
 /// Parses the `  sha256:\n    9 : 0x...` listing of `tpm2_pcrread` and of the `pcrs:`
@@ -235,7 +115,7 @@ fn show(values: &PcrValues) -> String {
 /// The whole flow for one bank set: banks, extends logged in both log formats, replay
 /// against our PCR_Read, `tpm2_pcrread` and `tpm2_eventlog`.
 fn bank_set(banks: &[HashAlg], name: &str) {
-    if !have_tools() {
+    if !have_tools(&["tpm2_pcrread", "tpm2_eventlog"]) {
         return;
     }
     let names: Vec<&str> = banks.iter().map(|b| b.name()).collect();
@@ -302,7 +182,7 @@ fn bank_set(banks: &[HashAlg], name: &str) {
     // swtpm serves one connection at a time: hand it over to tpm2-tools.
     drop(tpm);
 
-    let theirs = swtpm.tpm2_pcrread(&got, &[9, 11, 15]);
+    let theirs = tpm2_pcrread(&swtpm, &got, &[9, 11, 15]);
     assert_eq!(theirs, expected, "tpm2_pcrread vs replay");
 
     let path = dir.join("eventlog.bin");
@@ -342,7 +222,7 @@ fn sha256_sha384_banks() {
 
 #[test]
 fn startup_on_a_fresh_tpm() {
-    if !have_tools() {
+    if !have_tools(&["tpm2_pcrread", "tpm2_eventlog"]) {
         return;
     }
     let dir = work_dir("startup");
@@ -374,7 +254,7 @@ fn startup_on_a_fresh_tpm() {
 
 #[test]
 fn hung_then_killed_tpm_gives_errors_not_hangs() {
-    if !have_tools() {
+    if !have_tools(&["tpm2_pcrread", "tpm2_eventlog"]) {
         return;
     }
     let dir = work_dir("killed");

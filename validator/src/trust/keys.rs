@@ -119,8 +119,14 @@ impl RsaKey {
     /// From a PKCS#1 `RSAPublicKey` (the SPKI's bit string).
     pub fn from_pkcs1(der_bytes: &[u8]) -> Result<RsaKey, KeyError> {
         let key = pkcs1::RsaPublicKey::from_der(der_bytes).map_err(KeyError::Pkcs1)?;
-        let n = strip_zeros(key.modulus.as_bytes());
-        let e = strip_zeros(key.public_exponent.as_bytes());
+        RsaKey::from_components(key.modulus.as_bytes(), key.public_exponent.as_bytes())
+    }
+
+    /// From the modulus and public exponent as big-endian bytes (leading zeros allowed),
+    /// as a TPM's public area holds them.
+    pub fn from_components(modulus: &[u8], exponent: &[u8]) -> Result<RsaKey, KeyError> {
+        let n = strip_zeros(modulus);
+        let e = strip_zeros(exponent);
         // Saturates for a modulus beyond 4 Gbit, which the range check below refuses.
         let n_bits = u32::try_from(n.len())
             .ok()
@@ -293,6 +299,37 @@ impl EcKey {
     pub fn verify(&self, digest: &[u8], sig_der: &[u8]) -> Result<(), EcdsaRefusal> {
         // SAFETY: `sig_der` is valid for its length; the result is ours and freed below.
         let sig = unsafe { lc::ECDSA_SIG_from_bytes(sig_der.as_ptr(), sig_der.len()) };
+        self.verify_sig(digest, sig)
+    }
+
+    /// ECDSA verification of a signature given as its two numbers `r` and `s`
+    /// (big-endian, as a TPM's `TPMS_SIGNATURE_ECDSA` holds them) over `digest`.
+    pub fn verify_rs(&self, digest: &[u8], r: &[u8], s: &[u8]) -> Result<(), EcdsaRefusal> {
+        let (Some(rb), Some(sb)) = (Bn::from_be(r), Bn::from_be(s)) else {
+            clear_errors();
+            return Err(EcdsaRefusal::Malformed);
+        };
+        // SAFETY: a new, empty signature, ours (freed by `verify_sig`, or below).
+        let sig = unsafe { lc::ECDSA_SIG_new() };
+        if sig.is_null() {
+            clear_errors();
+            return Err(EcdsaRefusal::Malformed);
+        }
+        // SAFETY: `sig` is live; `ECDSA_SIG_set0` takes ownership of both numbers on
+        // success, so they are released from their guards only then.
+        if unsafe { lc::ECDSA_SIG_set0(sig, rb.0.as_ptr(), sb.0.as_ptr()) } != 1 {
+            clear_errors();
+            // SAFETY: frees the signature made above, once; the numbers stay ours.
+            unsafe { lc::ECDSA_SIG_free(sig) };
+            return Err(EcdsaRefusal::Malformed);
+        }
+        std::mem::forget(rb);
+        std::mem::forget(sb);
+        self.verify_sig(digest, sig)
+    }
+
+    /// Verifies and frees `sig` (null: malformed).
+    fn verify_sig(&self, digest: &[u8], sig: *mut lc::ECDSA_SIG) -> Result<(), EcdsaRefusal> {
         if sig.is_null() {
             clear_errors();
             return Err(EcdsaRefusal::Malformed);

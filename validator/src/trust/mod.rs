@@ -19,6 +19,7 @@ pub use crate::util::colon_hex;
 pub mod authenticode;
 pub mod keys;
 pub mod pkcs7;
+pub mod quote;
 pub mod rootsig;
 
 pub use keys::{Curve, EcKey, RsaKey};

@@ -14,6 +14,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod swtpm;
+
 /// An unpacked kernel package fetched by `scripts/provision` (`default`, `k612`, `cloud`).
 pub fn kernel_root(name: &str) -> PathBuf {
     let p = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -26,6 +26,7 @@ use std::time::Duration;
 
 use sha2::Digest;
 
+pub mod attest;
 pub mod cel;
 pub mod eventlog;
 pub mod wire;
@@ -65,6 +66,10 @@ pub enum TpmError {
     /// The response is not a well-formed answer to the command.
     #[error("{command}: malformed response: {why}")]
     BadResponse { command: &'static str, why: String },
+    /// A TPM structure read from a file or another party (a quote, a signature, a public
+    /// area) is not well formed.
+    #[error("{what}: malformed: {why}")]
+    Malformed { what: &'static str, why: String },
     /// The TPM refused the command.
     #[error("{command} failed: {rc}")]
     Rc {

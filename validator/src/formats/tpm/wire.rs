@@ -54,9 +54,32 @@ impl CommandBuf {
         }
     }
 
+    /// A builder for a structure on its own (no header): [`CommandBuf::into_bytes`].
+    pub fn structure() -> CommandBuf {
+        CommandBuf { buf: Vec::new() }
+    }
+
+    /// The bytes of a [`CommandBuf::structure`].
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.buf
+    }
+
     pub fn u8(&mut self, v: u8) -> &mut Self {
         self.buf.push(v);
         self
+    }
+
+    #[cfg(test)]
+    pub fn u64(&mut self, v: u64) -> &mut Self {
+        self.buf.extend_from_slice(&v.to_be_bytes());
+        self
+    }
+
+    /// A `TPM2B_*`: u16 size, then the bytes. The callers' buffers are TPM-sized (a
+    /// few KiB at most); a longer one saturates the size and fails at the TPM.
+    pub fn tpm2b(&mut self, v: &[u8]) -> &mut Self {
+        self.u16(u16::try_from(v.len()).unwrap_or(u16::MAX));
+        self.bytes(v)
     }
 
     pub fn u16(&mut self, v: u16) -> &mut Self {
@@ -139,6 +162,12 @@ pub(crate) struct Reader<'a> {
     command: &'static str,
     buf: &'a [u8],
     pos: usize,
+    /// Added to offsets in messages: the header's length for a response, 0 for a
+    /// structure read on its own ([`Reader::structure`]).
+    base: usize,
+    /// Whether errors are [`TpmError::BadResponse`] (a response) or
+    /// [`TpmError::Malformed`] (a structure from a file or another party).
+    response: bool,
 }
 
 impl<'a> Reader<'a> {
@@ -148,6 +177,35 @@ impl<'a> Reader<'a> {
             command,
             buf: body,
             pos: 0,
+            base: HEADER_LEN,
+            response: true,
+        }
+    }
+
+    /// Reads a structure on its own (a quote, a public area from a file): offsets count
+    /// from its first byte and errors are [`TpmError::Malformed`] naming `what`.
+    pub fn structure(what: &'static str, bytes: &'a [u8]) -> Reader<'a> {
+        Reader {
+            command: what,
+            buf: bytes,
+            pos: 0,
+            base: 0,
+            response: false,
+        }
+    }
+
+    /// The error for this reader's input.
+    pub fn error(&self, why: String) -> TpmError {
+        if self.response {
+            TpmError::BadResponse {
+                command: self.command,
+                why,
+            }
+        } else {
+            TpmError::Malformed {
+                what: self.command,
+                why,
+            }
         }
     }
 
@@ -158,13 +216,10 @@ impl<'a> Reader<'a> {
             .checked_add(n)
             .and_then(|end| self.buf.get(self.pos..end))
         else {
-            return Err(TpmError::BadResponse {
-                command: self.command,
-                why: format!(
-                    "truncated at byte {}: {what} needs {n} bytes, {left} left",
-                    self.pos + HEADER_LEN
-                ),
-            });
+            return Err(self.error(format!(
+                "truncated at byte {}: {what} needs {n} bytes, {left} left",
+                self.offset()
+            )));
         };
         self.pos += n;
         Ok(s)
@@ -189,25 +244,36 @@ impl<'a> Reader<'a> {
         Ok(u32::from_be_bytes(self.array(what)?))
     }
 
+    pub fn u64(&mut self, what: &str) -> Result<u64, TpmError> {
+        Ok(u64::from_be_bytes(self.array(what)?))
+    }
+
     /// A `TPM2B_*`: u16 size, then the bytes.
     pub fn tpm2b(&mut self, what: &str) -> Result<&'a [u8], TpmError> {
         let n = self.u16(what)?;
         self.bytes(usize::from(n), what)
     }
 
-    /// Offset from the response start, for messages.
+    /// Offset from the response's (or the structure's) start, for messages.
     pub fn offset(&self) -> usize {
-        self.pos + HEADER_LEN
+        self.pos + self.base
+    }
+
+    /// The bytes not read yet.
+    pub fn rest(&self) -> &'a [u8] {
+        self.buf.get(self.pos..).unwrap_or_default()
+    }
+
+    /// Bytes read so far.
+    pub fn consumed(&self) -> &'a [u8] {
+        self.buf.get(..self.pos).unwrap_or_default()
     }
 
     /// Every byte must have been consumed.
     pub fn finish(&self) -> Result<(), TpmError> {
         let left = self.buf.len() - self.pos;
         if left != 0 {
-            return Err(TpmError::BadResponse {
-                command: self.command,
-                why: format!("{left} unexpected bytes at byte {}", self.offset()),
-            });
+            return Err(self.error(format!("{left} unexpected bytes at byte {}", self.offset())));
         }
         Ok(())
     }

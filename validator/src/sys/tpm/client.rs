@@ -259,7 +259,7 @@ impl<T: Transport> Tpm<T> {
 
     /// Sends one command, retrying "busy" codes with a bounded backoff; returns the whole
     /// response once it checked as a success.
-    fn execute(
+    pub(super) fn execute(
         &mut self,
         command: &'static str,
         expect_tag: u16,

@@ -17,15 +17,22 @@
 //!   once) and `startup_clear` are one command each; `pcr_read` is one command unless the
 //!   TPM returns fewer banks than asked for.
 //!
-//! Current limits: only the commands the gate needs (Startup, GetCapability for the PCR
-//! banks, PCR_Extend with the empty password session, PCR_Read); no HMAC or policy
-//! sessions, no locality control (commands go out at the locality the kernel or swtpm
-//! uses, normally 0, which can extend PCRs 0-16 and 23). PCRs are numbered 0..32. On
+//! - Attestation: CreatePrimary (the AK and EK from templates under the
+//!   endorsement hierarchy), ReadPublic, Quote, FlushContext, NV_ReadPublic and NV_Read
+//!   (the EK certificate), one command each (NV_Read one per 512 bytes).
+//!
+//! Current limits: only the commands the gate and attestation need (Startup,
+//! GetCapability for the PCR banks, PCR_Extend and the others with the empty password
+//! session, PCR_Read, the attestation commands above); no HMAC or policy sessions, no
+//! locality control (commands go out at the locality the kernel or swtpm uses, normally
+//! 0, which can extend PCRs 0-16 and 23). PCRs are numbered 0..32. On
 //! kernels without non-blocking TPM I/O (before 4.20) the write itself waits for the
 //! TPM, so the timeout only bounds the wait after it.
 
+mod attest;
 mod client;
 mod transport;
 
+pub use attest::{LoadedKey, NvPublic, RH_ENDORSEMENT, RH_OWNER};
 pub use client::{Tpm, TpmStats, DEFAULT_TIMEOUT};
 pub use transport::{DeviceTransport, TcpTransport, Transport};

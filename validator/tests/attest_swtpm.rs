@@ -1,0 +1,319 @@
+//! Attestation against a real TPM (swtpm) judged by tpm2-tools: our AK and quotes are
+//! accepted by `tpm2_checkquote`, quotes made by `tpm2_createak` + `tpm2_quote` are
+//! accepted by our check, and one changed byte is refused by both. The EK template gives
+//! the key in the EK certificate `swtpm_setup --create-ek-cert` wrote.
+//!
+//! Needs swtpm and tpm2-tools (scripts/provision installs them). Temporary files go under
+//! `target/test-tmp/`.
+#![expect(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
+)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Instant;
+
+use common::swtpm::{have_tools, setup_state, Swtpm};
+use validator::formats::tpm::attest::{
+    ak_template, ek_template, parse_selection, pcr_digest, selected_values, Attest, KeyKind,
+    Public, PublicKey, Signature, EK_CERT_NV_RSA,
+};
+use validator::formats::tpm::{to_hex, HashAlg, PcrValues};
+use validator::sys::tpm::{Tpm, Transport, RH_ENDORSEMENT};
+use validator::trust::quote::{verify_signature, QuoteSigError};
+
+const TOOLS: &[&str] = &[
+    "tpm2_checkquote",
+    "tpm2_createek",
+    "tpm2_createak",
+    "tpm2_quote",
+    "tpm2_flushcontext",
+];
+
+fn work_dir(name: &str) -> PathBuf {
+    common::tmpdir(&format!("attest-swtpm-{name}"))
+}
+
+fn tool(swtpm: &Swtpm, dir: &Path, args: &[&str]) -> Output {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .current_dir(dir)
+        .env("TPM2TOOLS_TCTI", swtpm.tcti())
+        .output()
+        .unwrap();
+    out
+}
+
+fn ok(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A fresh TPM with SHA-1 and SHA-256 banks, started, PCR 13 extended once.
+fn fresh(dir: &Path, ek_cert: bool) -> Swtpm {
+    if ek_cert {
+        let out = Command::new("swtpm_setup")
+            .args(["--tpm2", "--tpmstate"])
+            .arg(dir)
+            .args([
+                "--pcr-banks",
+                "sha1,sha256",
+                "--create-ek-cert",
+                "--overwrite",
+            ])
+            .output()
+            .unwrap();
+        ok(&out, "swtpm_setup --create-ek-cert");
+    } else {
+        setup_state(dir, "sha1,sha256");
+    }
+    let swtpm = Swtpm::start(dir, "not-need-init,startup-clear");
+    let mut tpm = swtpm.connect();
+    let banks = tpm.get_pcr_banks().unwrap();
+    let digests: Vec<(HashAlg, Vec<u8>)> = banks.iter().map(|b| (*b, b.digest(b"x"))).collect();
+    tpm.pcr_extend(13, &digests).unwrap();
+    swtpm
+}
+
+/// The selected PCRs, read over `tpm` (swtpm serves one connection at a time).
+fn read<T: Transport>(tpm: &mut Tpm<T>, sel: &[(HashAlg, Vec<u32>)]) -> PcrValues {
+    let mut v = PcrValues::new();
+    for (bank, pcrs) in sel {
+        for p in pcrs {
+            for (b, d) in tpm.pcr_read(*p, &[*bank]).unwrap() {
+                v.entry(b).or_default().insert(*p, d);
+            }
+        }
+    }
+    v
+}
+
+/// Our AK and quote, then `tpm2_checkquote` on the files we write.
+fn ours_judged_by_checkquote(kind: KeyKind) {
+    if !have_tools(TOOLS) {
+        return;
+    }
+    let dir = work_dir(&format!("ours-{}", kind.name()));
+    let swtpm = fresh(&dir, false);
+    let mut tpm = swtpm.connect();
+    let t0 = Instant::now();
+    let ak = tpm
+        .create_primary(RH_ENDORSEMENT, &ak_template(kind))
+        .unwrap();
+    let made = t0.elapsed();
+    let (public, name, qualified) = tpm.read_public(ak.handle).unwrap();
+    assert_eq!(public, ak.public);
+    assert_eq!(name, ak.public.name());
+    // The same template under the same seed: the same key, nothing stored.
+    let again = tpm
+        .create_primary(RH_ENDORSEMENT, &ak_template(kind))
+        .unwrap();
+    assert_eq!(again.public, ak.public);
+    tpm.flush_context(again.handle).unwrap();
+
+    let sel = parse_selection("sha256:0,7,13+sha1:13").unwrap();
+    let nonce = b"verifier's nonce 0123456789abcdef";
+    let (attest, sig) = tpm.quote(ak.handle, nonce, &sel).unwrap();
+    tpm.flush_context(ak.handle).unwrap();
+    let values = read(&mut tpm, &sel);
+    drop(tpm);
+    eprintln!("{kind:?}: AK made in {made:?}");
+    assert_eq!(attest.extra_data, nonce);
+    assert_eq!(attest.qualified_signer, qualified);
+    assert_eq!(attest.pcr_select, sel);
+    assert_eq!(
+        attest.pcr_digest,
+        pcr_digest(sig.hash(), &sel, &values).unwrap()
+    );
+    verify_signature(&ak.public, &attest.bytes, &sig).unwrap();
+
+    std::fs::write(dir.join("ak.pub"), ak.public.to_2b()).unwrap();
+    std::fs::write(dir.join("quote.msg"), &attest.bytes).unwrap();
+    std::fs::write(dir.join("quote.sig"), sig.to_bytes()).unwrap();
+    std::fs::write(
+        dir.join("quote.pcrs"),
+        selected_values(&sel, &values).unwrap(),
+    )
+    .unwrap();
+    let check = |msg: &str, q: &str| {
+        tool(
+            &swtpm,
+            &dir,
+            &[
+                "tpm2_checkquote",
+                "-u",
+                "ak.pub",
+                "-m",
+                msg,
+                "-s",
+                "quote.sig",
+                "-f",
+                "quote.pcrs",
+                "-l",
+                "sha256:0,7,13+sha1:13",
+                "-g",
+                "sha256",
+                "-q",
+                q,
+            ],
+        )
+    };
+    let hex_nonce = to_hex(nonce);
+    ok(
+        &check("quote.msg", &hex_nonce),
+        "tpm2_checkquote of our quote",
+    );
+    // Another nonce: refused by tpm2_checkquote.
+    assert!(!check("quote.msg", "00").status.success());
+    // One byte of the message changed: refused by both.
+    let mut bad = attest.bytes.clone();
+    let last = bad.len() - 1;
+    bad[last] ^= 1;
+    std::fs::write(dir.join("bad.msg"), &bad).unwrap();
+    assert!(!check("bad.msg", &hex_nonce).status.success());
+    assert_eq!(
+        verify_signature(&ak.public, &bad, &sig),
+        Err(QuoteSigError::Mismatch)
+    );
+}
+
+#[test]
+fn our_ecc_quote_is_accepted_by_tpm2_checkquote() {
+    ours_judged_by_checkquote(KeyKind::EccP256);
+}
+
+#[test]
+fn our_rsa_quote_is_accepted_by_tpm2_checkquote() {
+    ours_judged_by_checkquote(KeyKind::Rsa2048);
+}
+
+/// `tpm2_createek`, `tpm2_createak`, `tpm2_quote`; then our parsers and check.
+#[test]
+fn tpm2_quote_is_accepted_by_our_check_and_a_changed_byte_is_not() {
+    if !have_tools(TOOLS) {
+        return;
+    }
+    let dir = work_dir("theirs");
+    let swtpm = fresh(&dir, false);
+    // No resource manager between tpm2-tools and swtpm: each tool's objects and sessions
+    // stay loaded unless flushed.
+    let t = |args: &[&str]| {
+        let out = tool(&swtpm, &dir, args);
+        ok(&out, args[0]);
+        for f in ["-t", "-s"] {
+            ok(
+                &tool(&swtpm, &dir, &["tpm2_flushcontext", f]),
+                "tpm2_flushcontext",
+            );
+        }
+    };
+    t(&["tpm2_createek", "-c", "ek.ctx", "-G", "rsa", "-u", "ek.pub"]);
+    t(&[
+        "tpm2_createak",
+        "-C",
+        "ek.ctx",
+        "-c",
+        "ak.ctx",
+        "-G",
+        "ecc",
+        "-g",
+        "sha256",
+        "-s",
+        "ecdsa",
+        "-u",
+        "ak.pub",
+        "-n",
+        "ak.name",
+    ]);
+    t(&[
+        "tpm2_quote",
+        "-c",
+        "ak.ctx",
+        "-l",
+        "sha256:0,13",
+        "-q",
+        "abcdef01",
+        "-m",
+        "q.msg",
+        "-s",
+        "q.sig",
+        "-g",
+        "sha256",
+    ]);
+    let ak = Public::parse_2b(&std::fs::read(dir.join("ak.pub")).unwrap()).unwrap();
+    assert_eq!(ak.name(), std::fs::read(dir.join("ak.name")).unwrap());
+    let msg = std::fs::read(dir.join("q.msg")).unwrap();
+    let sig = Signature::parse(&std::fs::read(dir.join("q.sig")).unwrap()).unwrap();
+    let attest = Attest::parse(&msg).unwrap();
+    assert_eq!(attest.extra_data, [0xab, 0xcd, 0xef, 0x01]);
+    let sel = parse_selection("sha256:0,13").unwrap();
+    assert_eq!(attest.pcr_select, sel);
+    assert_eq!(
+        attest.pcr_digest,
+        pcr_digest(HashAlg::Sha256, &sel, &read(&mut swtpm.connect(), &sel)).unwrap()
+    );
+    verify_signature(&ak, &msg, &sig).unwrap();
+    for i in [0, 7, msg.len() / 2, msg.len() - 1] {
+        let mut bad = msg.clone();
+        bad[i] ^= 0x80;
+        assert_eq!(
+            verify_signature(&ak, &bad, &sig),
+            Err(QuoteSigError::Mismatch),
+            "byte {i}"
+        );
+    }
+    let mut bad_sig = sig.to_bytes();
+    let last = bad_sig.len() - 1;
+    bad_sig[last] ^= 1;
+    assert!(verify_signature(&ak, &msg, &Signature::parse(&bad_sig).unwrap()).is_err());
+    // The EK is no attestation key: its "quote" is refused before any arithmetic.
+    let ek = Public::parse_2b(&std::fs::read(dir.join("ek.pub")).unwrap()).unwrap();
+    assert!(matches!(
+        verify_signature(&ek, &msg, &sig),
+        Err(QuoteSigError::NotAnAk(_))
+    ));
+    // And tpm2_createek made the key our EK template makes.
+    let mut tpm = swtpm.connect();
+    let ours = tpm
+        .create_primary(RH_ENDORSEMENT, &ek_template(KeyKind::Rsa2048))
+        .unwrap();
+    tpm.flush_context(ours.handle).unwrap();
+    assert_eq!(ours.public, ek);
+}
+
+/// The EK certificate in NV, read by us, holds the key our EK template makes.
+#[test]
+fn the_ek_certificate_holds_the_key_our_template_makes() {
+    if !have_tools(TOOLS) {
+        return;
+    }
+    let dir = work_dir("ekcert");
+    let swtpm = fresh(&dir, true);
+    let mut tpm = swtpm.connect();
+    let cert = tpm.nv_read(EK_CERT_NV_RSA).unwrap();
+    let ek = tpm
+        .create_primary(RH_ENDORSEMENT, &ek_template(KeyKind::Rsa2048))
+        .unwrap();
+    tpm.flush_context(ek.handle).unwrap();
+    let PublicKey::Rsa { modulus, .. } = &ek.public.key else {
+        panic!("RSA EK expected");
+    };
+    use der::Decode;
+    let c = x509_cert::Certificate::from_der(&cert).unwrap();
+    let spki = c
+        .tbs_certificate
+        .subject_public_key_info
+        .subject_public_key
+        .raw_bytes();
+    let key = pkcs1::RsaPublicKey::from_der(spki).unwrap();
+    let n = key.modulus.as_bytes();
+    assert_eq!(n.strip_prefix(&[0]).unwrap_or(n), modulus.as_slice());
+}
