@@ -44,6 +44,10 @@ pub(crate) enum Cmd {
     /// The TPM and measurement logs.
     #[command(subcommand)]
     Tpm(TpmCmd),
+    /// Attestation: the node's key and quotes, the prediction of a good boot, the
+    /// verifier.
+    #[command(subcommand)]
+    Attest(crate::attest::AttestCmd),
     /// The image's bill of materials.
     #[command(subcommand)]
     Bom(BomCmd),

@@ -15,6 +15,7 @@
 //! Layout: the command tree in `cli.rs`, each command group in its own file; this file
 //! parses, dispatches and turns the verdict into the exit status.
 
+mod attest;
 mod bom;
 mod cli;
 mod cmdline;
@@ -73,6 +74,7 @@ fn run(cmd: Cmd, out: &mut Out) -> Res {
         Cmd::Verity(VerityCmd::Verify(a)) => verity::verify(a, out),
         Cmd::Tpm(TpmCmd::Pcrs { tcp, json }) => tpm::pcrs(tcp, json, out),
         Cmd::Tpm(TpmCmd::Replay { log, json }) => tpm::replay(&log, json, out),
+        Cmd::Attest(c) => attest::run(c, out),
         Cmd::Bom(BomCmd::Check { file }) => bom::check(&file, out),
         Cmd::Slot(c) => slot::run(c, out),
         Cmd::Preflight(a) => preflight::run(a, out),

@@ -156,7 +156,7 @@ pub fn run_pid1() -> ! {
         &report.to_json(),
     );
     report.absorb(&ctx.facts);
-    publish::emit(&ctx, &mut report);
+    publish::emit(&mut ctx, &mut report);
     match (decision, plan) {
         (Decision::Pass | Decision::Quarantine, _) => {
             let err = stages::handover::switch_root(
@@ -167,7 +167,7 @@ pub fn run_pid1() -> ! {
             // Past this point the old root may be gone; say what happened and stop.
             report.fail(err.fault(), format!("{}: {err}", Stage::Handover.name()));
             report.decision = Decision::Stop;
-            publish::emit(&ctx, &mut report);
+            publish::emit(&mut ctx, &mut report);
         }
         (Decision::Fallback, Some(plan)) => {
             stages::slot::fall_back(&mut ctx, &plan, &report.to_json())

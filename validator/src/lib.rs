@@ -21,7 +21,10 @@
 //!    each stage's error carries its fault class (image, hardware, platform) in its type;
 //!    no stage uses another;
 //! 9. [`report`]: the health report's schema and its renderings;
-//! 10. [`boot`]: the order of the stages and the decision, nothing else.
+//! 10. [`attest`]: for a verifier, not PID 1 - the measurements of a good boot predicted
+//!     from an image (the reference file) and the check of a node's report, quote and
+//!     event log against them;
+//! 11. [`boot`]: the order of the stages and the decision, nothing else.
 //!
 //! Every check takes its roots (`/sys`, `/proc`, `/dev`, the new root) as parameters, so it
 //! runs against fixture trees as well as on a live node. Errors carry the path, device or
@@ -50,5 +53,7 @@ pub mod runtime;
 pub mod stages;
 
 pub mod report;
+
+pub mod attest;
 
 pub mod boot;

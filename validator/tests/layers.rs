@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 
 /// The layers, bottom first.
 const LAYERS: &[&str] = &[
-    "util", "formats", "trust", "sys", "config", "gate", "runtime", "stages", "report", "boot",
+    "util", "formats", "trust", "sys", "config", "gate", "runtime", "stages", "report", "attest",
+    "boot",
 ];
 
 /// The source tree checked: this crate's `src`, or `LAYERS_SRC`.

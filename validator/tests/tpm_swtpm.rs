@@ -28,6 +28,11 @@ use validator::formats::tpm::cel::{self, CelRecord};
 use validator::formats::tpm::eventlog::EventLog;
 use validator::formats::tpm::{from_hex, to_hex, HashAlg, PcrValues};
 
+/// Sends `sig` to the swtpm (stop it, let it go on).
+fn signal(swtpm: &Swtpm, sig: Signal) {
+    kill(Pid::from_raw(swtpm.child.id().cast_signed()), sig).unwrap();
+}
+
 /// A fresh directory `target/test-tmp/tpm-swtpm-<name>-<pid>`.
 fn work_dir(name: &str) -> PathBuf {
     common::tmpdir(&format!("tpm-swtpm-{name}"))
@@ -264,7 +269,7 @@ fn hung_then_killed_tpm_gives_errors_not_hangs() {
     let swtpm = Swtpm::start(&dir, "not-need-init,startup-clear");
     let mut tpm = swtpm.connect().with_timeout(Duration::from_millis(500));
     assert_eq!(tpm.get_pcr_banks().unwrap(), vec![HashAlg::Sha256]);
-    swtpm.signal(Signal::SIGSTOP);
+    signal(&swtpm, Signal::SIGSTOP);
     let start = Instant::now();
     let e = tpm.pcr_read(9, &[HashAlg::Sha256]).unwrap_err();
     let took = start.elapsed();
@@ -283,7 +288,7 @@ fn hung_then_killed_tpm_gives_errors_not_hangs() {
     let swtpm = Swtpm::start(&dir, "not-need-init,startup-clear");
     let mut tpm = swtpm.connect();
     assert_eq!(tpm.get_pcr_banks().unwrap(), vec![HashAlg::Sha256]);
-    swtpm.signal(Signal::SIGSTOP);
+    signal(&swtpm, Signal::SIGSTOP);
     let pid = Pid::from_raw(swtpm.child.id().cast_signed());
     let killer = thread::spawn(move || {
         thread::sleep(Duration::from_millis(300));

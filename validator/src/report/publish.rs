@@ -4,8 +4,12 @@
 //!    features file, each written by rename into its `[report]` directory of the new
 //!    root ([`place`] says where that is before `switch_root`); a file that cannot be
 //!    written is a warning in the report, never a failed boot;
-//! 2. the JSON, by rename, to `/run/validator/report.json`, which the new root inherits;
-//! 3. the console line, one write, with the digest of that file. The test bed's init
+//! 2. the quote of the finished report (`[measure] quote`: [`crate::runtime::attest`],
+//!    qualifying data [`json::quoted_digest`]) into its `attestation`;
+//! 3. the JSON, by rename, to `/run/validator/report.json`, which the new root inherits,
+//!    and, when quoted, into the slot record (so the next boot and a verifier reading the
+//!    ESP get the quoted report);
+//! 4. the console line, one write, with the digest of that file. The test bed's init
 //!    (`test-hooks`) first prints the whole JSON after [`super::console::FULL_PREFIX`].
 //!
 //! The root is normally mounted read-only, so an image that wants the files keeps the
@@ -95,6 +99,38 @@ pub fn seal(report: &mut Report, proc: &Path) {
     }
 }
 
+/// The quote of the finished report (`[measure] quote`, when the TPM works): its
+/// qualifying data is [`json::quoted_digest`] of the report as it is about to be written.
+fn attest(ctx: &mut Context, report: &mut Report) {
+    let m = ctx
+        .bom
+        .as_ref()
+        .map(|b| b.bom.measure.clone())
+        .unwrap_or_default();
+    let Some(measurer) = ctx.measurer.as_mut() else {
+        return;
+    };
+    if !m.quote {
+        return;
+    }
+    report.attestation = None;
+    let kind = match m.ak {
+        crate::config::bom::AkKind::Ecc => crate::formats::tpm::attest::KeyKind::EccP256,
+        crate::config::bom::AkKind::Rsa => crate::formats::tpm::attest::KeyKind::Rsa2048,
+    };
+    let a = match json::quoted_digest(report) {
+        Ok(d) => crate::runtime::attest::quote(measurer, kind, &d),
+        Err(e) => crate::runtime::attest::Attestation {
+            failure: Some(format!("the report does not serialise: {e}")),
+            ..Default::default()
+        },
+    };
+    if let Some(f) = &a.failure {
+        log::warn!("no quote: {f}");
+    }
+    report.attestation = Some(a);
+}
+
 /// The metrics and node-label files, for a boot that goes on.
 fn fleet_files(ctx: &Context, report: &mut Report) {
     let cfg = ctx
@@ -139,15 +175,23 @@ fn fleet_files(ctx: &Context, report: &mut Report) {
 
 /// Writes the outputs of the report (see the module's documentation) and logs the
 /// decision.
-pub fn emit(ctx: &Context, report: &mut Report) {
+pub fn emit(ctx: &mut Context, report: &mut Report) {
     if report.decision.hands_over() {
         fleet_files(ctx, report);
     }
     seal(report, &ctx.roots.proc);
+    attest(ctx, report);
     let bytes = json::file_bytes(report);
     let path = ctx.roots.run.join(json::RUN_PATH);
     if let Err(e) = crate::util::fs::write_atomic(&path, &bytes) {
         log::error!("cannot write {}: {e}", path.display());
+    }
+    if report
+        .attestation
+        .as_ref()
+        .is_some_and(|a| a.quote.is_some())
+    {
+        crate::stages::slot::keep_report(ctx, &report.to_json());
     }
     let mut text = String::new();
     #[cfg(feature = "test-hooks")]

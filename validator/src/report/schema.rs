@@ -168,6 +168,10 @@ pub struct Report {
     #[serde(default)]
     pub gpus: Option<GpuCounts>,
     pub warnings: Vec<String>,
+    /// The TPM quote of this boot, bound to this report (the report's canonical JSON
+    /// without this field is what the quote's qualifying data digests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attestation: Option<crate::runtime::attest::Attestation>,
 }
 
 impl Report {
@@ -197,6 +201,7 @@ impl Report {
             preflight: None,
             gpus: None,
             warnings: Vec::new(),
+            attestation: None,
         }
     }
 

@@ -181,6 +181,18 @@ impl Measurer {
         note_stats(&mut self.report, tpm);
     }
 
+    /// The TPM client, its active banks and the PCRs this boot extended, while the TPM
+    /// works (for the quote, [`super::attest`]).
+    pub(crate) fn client(
+        &mut self,
+    ) -> Option<(&mut Tpm<DeviceTransport>, &[HashAlg], &BTreeSet<u32>)> {
+        if self.report.failure.is_some() {
+            return None;
+        }
+        let tpm = self.tpm.as_mut()?;
+        Some((tpm, &self.banks, &self.touched))
+    }
+
     /// Whether measuring works (a TPM answered and has not failed).
     pub fn ok(&self) -> bool {
         self.tpm.is_some() && self.report.failure.is_none()

@@ -1,5 +1,5 @@
 //! Layer 6: what the boot stages share at run time, so that no stage uses another: the
-//! TPM measurer ([`measure`]), finding and waiting for block devices ([`devices`]) and the
+//! TPM measurer ([`measure`]) and the quote at the end of a boot ([`attest`]), finding and waiting for block devices ([`devices`]) and the
 //! verity root's partitions ([`verity_parts`]), reading critical files in full
 //! ([`critical`]), loading gated modules ([`modload`]) and reading the kernel's taint
 //! ([`taint`]), resolving a path inside the new root ([`rootpath`]), the node's
@@ -12,6 +12,7 @@
 //!
 //! Current limits: x86-64 partition types; one TPM.
 
+pub mod attest;
 pub mod critical;
 pub mod devices;
 pub mod measure;

@@ -7,8 +7,6 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{kill, Signal};
-use nix::unistd::Pid;
 use validator::sys::tpm::{TcpTransport, Tpm};
 
 /// Whether swtpm, swtpm_setup and the tpm2-tools in `tools` run; a missing one fails
@@ -110,10 +108,6 @@ impl Swtpm {
 
     pub fn connect(&self) -> Tpm<TcpTransport> {
         Tpm::new(TcpTransport::connect(self.addr(), Duration::from_secs(2)).unwrap())
-    }
-
-    pub fn signal(&self, sig: Signal) {
-        kill(Pid::from_raw(self.child.id().cast_signed()), sig).unwrap();
     }
 
     /// The `TPM2TOOLS_TCTI` value that reaches this swtpm.

@@ -46,7 +46,7 @@ pub use components::Components;
 /// The hardware the image expects on the node (`[hardware]`, see [`hardware`]).
 pub use hardware::Hardware;
 pub use kernel::Kernel;
-pub use measure::{Measure, TpmPolicy};
+pub use measure::{AkKind, Measure, TpmPolicy};
 pub use modules::{is_module_name, ModuleName, Modules};
 pub use nvidia::{Flavour, Nvidia};
 pub use policy::{Policy, Sha256Hex, TaintLetters, VermagicMode};

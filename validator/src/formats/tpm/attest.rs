@@ -359,7 +359,9 @@ fn read_scheme(r: &mut Reader<'_>, what: &'static str) -> Result<Scheme, TpmErro
 
 /// `TPMS_CLOCK_INFO`: the TPM's clock (ms, not reset by a reboot), how often it was reset
 /// (`TPM2_Startup(CLEAR)`, every boot) and restarted, and whether the clock is safe.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
 pub struct ClockInfo {
     pub clock: u64,
     pub reset_count: u32,

@@ -110,6 +110,12 @@ impl Loader {
     /// Loads each named module (and what it needs); returns one report per module touched,
     /// in plan order (each module after what it waits for), whatever the timing was.
     pub fn load_all(&mut self, names: &[String]) -> Vec<ModuleReport> {
+        self.plan_names(names);
+        self.execute()
+    }
+
+    /// A fresh plan of `names` and what they need.
+    fn plan_names(&mut self, names: &[String]) {
         self.nodes.clear();
         self.by_name.clear();
         let mut visiting = Vec::new();
@@ -121,7 +127,25 @@ impl Loader {
                 &mut visiting,
             );
         }
-        self.execute()
+    }
+
+    /// The plan [`Loader::load_all`] would run for `names`, in the order its reports
+    /// come back, without loading anything: each module's name, its path in the module
+    /// directory (empty for a module decided without loading) and, for those, the status
+    /// the plan gives it (built in, not in the index, a cycle). Used to predict a boot's
+    /// measurements from an image.
+    pub fn plan_only(&mut self, names: &[String]) -> Vec<(String, String, Option<ModStatus>)> {
+        self.plan_names(names);
+        self.nodes
+            .iter()
+            .map(|n| {
+                (
+                    n.name.clone(),
+                    n.path.clone(),
+                    n.preset.as_ref().map(|r| r.status),
+                )
+            })
+            .collect()
     }
 
     fn push(&mut self, mut node: Node) -> usize {

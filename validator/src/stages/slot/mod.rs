@@ -548,6 +548,23 @@ pub fn act(
     plan
 }
 
+/// Replaces the report in this slot's record with `report_json` (the finished, quoted
+/// report) and writes the record again; a failure is logged (the record keeps the
+/// report [`act`] wrote).
+pub fn keep_report(ctx: &mut Context, report_json: &str) {
+    let Some(rt) = ctx.slot.as_mut() else {
+        return;
+    };
+    let Ok(v) = serde_json::from_str::<serde_json::Value>(report_json) else {
+        return;
+    };
+    let x = rt.slot.as_str().to_string();
+    rt.record.state.slots.entry(x).or_default().last_report = Some(v);
+    if let Err(e) = rt.record.write() {
+        log::warn!("slot: keeping the quoted report: {e}");
+    }
+}
+
 /// Falls back to the plan's slot: the report and the TPM event log go along in an archive
 /// appended to its initramfs ([`kexec::stage`]), the ESP is unmounted, then kexec; when
 /// the kernel refuses the kexec, the try of the slot used for it is given back (where the

@@ -1,0 +1,444 @@
+//! `validator attest`: the node's attestation key and quotes (`ak`, `quote`), the
+//! prediction of a good boot from an image (`predict`), and the verifier (`verify`).
+//!
+//! Contract: `ak` and `quote` talk to the TPM device (or a swtpm port) and write their
+//! files all or none in tpm2-tools' formats (`TPM2B_PUBLIC`, `TPMS_ATTEST`,
+//! `TPMT_SIGNATURE`, the PCR values concatenated as `tpm2_pcrread -o` writes them), so
+//! `tpm2_checkquote` reads them. `predict` writes one reference file
+//! (`validator.reference/v1`). `verify` exits 0 when the report (or the quote) is
+//! verified, 1 when it is refused (the reason on stdout, or in `--json`), 2 when an input
+//! is unusable. Inputs are read with the library's bounded readers.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, Subcommand, ValueEnum};
+use validator::attest::predict::{self, DirTree, Inputs, MemTree, SlotInput};
+use validator::attest::reference::Reference;
+use validator::attest::verify::{self, Policy, VerifyError};
+use validator::formats::tpm::attest::{
+    ak_template, format_selection, parse_selection, selected_values, KeyKind, Public,
+};
+use validator::formats::tpm::eventlog::EventLog;
+use validator::formats::tpm::PcrValues;
+use validator::sys::tpm::{DeviceTransport, TcpTransport, Tpm, Transport, RH_ENDORSEMENT};
+use validator::util::fs::{read_limited, write_output};
+use validator::util::out::Out;
+
+use crate::{Res, Usage};
+
+/// Largest report, quote, key or reference file read.
+const SMALL_MAX: u64 = 4 << 20;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum AttestCmd {
+    /// Write the TPM's attestation key (the public area, TPM2B_PUBLIC) and print its
+    /// name: what a fleet enrolls. The TPM derives the same key every time.
+    Ak(AkArgs),
+    /// Answer a verifier's challenge: quote PCRs with the nonce, write ak.pub,
+    /// quote.msg, quote.sig and quote.pcrs into DIR (tpm2_checkquote's inputs).
+    Quote(QuoteArgs),
+    /// Predict the measurements of a good boot of an image (the reference file).
+    Predict(PredictArgs),
+    /// Verify a boot's report (its quote, its event log, the accepted images), or a
+    /// quote answering a nonce. Exit 0 verified, 1 refused, 2 unusable input.
+    #[command(after_help = crate::cli::EXIT_CODES)]
+    Verify(VerifyArgs),
+}
+
+/// The attestation key's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Kind {
+    /// ECC NIST P-256, ECDSA-SHA256 (fast to make on every TPM).
+    Ecc,
+    /// RSA 2048, RSASSA-SHA256 (seconds to make on discrete TPMs).
+    Rsa,
+}
+
+impl Kind {
+    fn key(self) -> KeyKind {
+        match self {
+            Kind::Ecc => KeyKind::EccP256,
+            Kind::Rsa => KeyKind::Rsa2048,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TpmArgs {
+    /// A swtpm data port (HOST:PORT) instead of /dev/tpmrm0.
+    #[arg(long, value_name = "HOST:PORT")]
+    tcp: Option<std::net::SocketAddr>,
+    /// The attestation key's type (as the BOM's [measure] ak).
+    #[arg(long, value_enum, default_value_t = Kind::Ecc)]
+    kind: Kind,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AkArgs {
+    #[command(flatten)]
+    tpm: TpmArgs,
+    /// Where to write the TPM2B_PUBLIC.
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct QuoteArgs {
+    #[command(flatten)]
+    tpm: TpmArgs,
+    /// The verifier's nonce, hex (at most 64 bytes).
+    #[arg(long, value_name = "HEX")]
+    nonce: String,
+    /// The PCRs to quote, as tpm2-tools writes them.
+    #[arg(
+        long,
+        value_name = "SELECTION",
+        default_value = "sha256:0,1,2,3,4,5,6,7,8,9,11,13"
+    )]
+    pcrs: String,
+    /// The directory to write into (created if its parent exists).
+    #[arg(long, value_name = "DIR")]
+    out_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PredictArgs {
+    /// The built initramfs.
+    #[arg(long, value_name = "FILE")]
+    initramfs: PathBuf,
+    /// The BOM (default: the one packed in the initramfs, etc/validator/bom.toml).
+    #[arg(long, value_name = "FILE")]
+    bom: Option<PathBuf>,
+    /// The root filesystem tree (needed when the BOM names root modules).
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// The verity root hash, hex (default: the BOM's).
+    #[arg(long, value_name = "HEX")]
+    root_hash: Option<String>,
+    /// Predict a BIOS boot (no efivarfs first).
+    #[arg(long)]
+    bios: bool,
+    /// A slot and its kernel command line as /proc/cmdline will show it:
+    /// `A=BOOT_IMAGE=/A/vmlinuz root=...` (repeat for each slot).
+    #[arg(long = "slot", value_name = "SLOT=CMDLINE", required = true)]
+    slots: Vec<String>,
+    /// A file the boot loader measures for a slot: `A:9:/A/vmlinuz=LOCAL_FILE` (slot,
+    /// PCR, the path it logs, the file's copy here).
+    #[arg(long = "file", value_name = "SLOT:PCR:PATH=FILE")]
+    files: Vec<String>,
+    /// Where to write the reference file.
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct VerifyArgs {
+    /// The enrolled attestation key (TPM2B_PUBLIC, as `validator attest ak` writes it).
+    #[arg(long, value_name = "FILE")]
+    ak: PathBuf,
+    /// A reference file of an accepted image (repeat for each).
+    #[arg(long = "reference", value_name = "FILE")]
+    references: Vec<PathBuf>,
+    /// The boot's report (report.json); its quote is checked against its digest.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["message", "signature", "nonce"])]
+    report: Option<PathBuf>,
+    /// The boot's binary event log (/run/validator/tpm-eventlog.bin).
+    #[arg(long, value_name = "FILE")]
+    eventlog: Option<PathBuf>,
+    /// A challenge's quote message (TPMS_ATTEST), with --signature and --nonce.
+    #[arg(long, value_name = "FILE", requires_all = ["signature", "nonce"])]
+    message: Option<PathBuf>,
+    /// A challenge's signature (TPMT_SIGNATURE).
+    #[arg(long, value_name = "FILE")]
+    signature: Option<PathBuf>,
+    /// The nonce the challenge sent, hex.
+    #[arg(long, value_name = "HEX")]
+    nonce: Option<String>,
+    /// Decisions accepted for the reported boot (comma-separated).
+    #[arg(
+        long,
+        value_name = "DECISIONS",
+        default_value = "pass",
+        value_delimiter = ','
+    )]
+    accept: Vec<String>,
+    /// Refuse a log in which an earlier boot fell back.
+    #[arg(long)]
+    no_fallback: bool,
+    /// The node's last accepted quote's clock, `RESET_COUNT:CLOCK_MS`: a quote not newer
+    /// is refused as replayed.
+    #[arg(long, value_name = "RESET:CLOCK")]
+    after: Option<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn connect(tcp: Option<std::net::SocketAddr>) -> Result<Tpm<Box<dyn Transport>>, Usage> {
+    let t: Box<dyn Transport> = match tcp {
+        Some(sa) => Box::new(TcpTransport::connect(sa, Duration::from_secs(2))?),
+        None => Box::new(DeviceTransport::open(Path::new("/dev"))?),
+    };
+    Ok(Tpm::new(t))
+}
+
+pub(crate) fn run(cmd: AttestCmd, out: &mut Out) -> Res {
+    match cmd {
+        AttestCmd::Ak(a) => ak(a, out),
+        AttestCmd::Quote(a) => quote(a, out),
+        AttestCmd::Predict(a) => predict_cmd(a, out),
+        AttestCmd::Verify(a) => verify_cmd(a, out),
+    }
+}
+
+fn ak(a: AkArgs, out: &mut Out) -> Res {
+    let mut tpm = connect(a.tpm.tcp)?;
+    let key = tpm.create_primary(RH_ENDORSEMENT, &ak_template(a.tpm.kind.key()))?;
+    tpm.flush_context(key.handle)?;
+    write_output(&a.out, &key.public.to_2b())?;
+    out.line(&format!(
+        "{}: {} attestation key, name {}",
+        a.out.display(),
+        a.tpm.kind.key().name(),
+        validator::util::hex(&key.public.name())
+    ))?;
+    Ok(true)
+}
+
+fn quote(a: QuoteArgs, out: &mut Out) -> Res {
+    let nonce = validator::util::unhex(&a.nonce)
+        .filter(|n| !n.is_empty() && n.len() <= 64)
+        .ok_or_else(|| Usage(format!("--nonce {:?}: not 1 to 64 bytes of hex", a.nonce)))?;
+    let sel = parse_selection(&a.pcrs).map_err(|e| Usage(format!("--pcrs: {e}")))?;
+    let mut tpm = connect(a.tpm.tcp)?;
+    let key = tpm.create_primary(RH_ENDORSEMENT, &ak_template(a.tpm.kind.key()))?;
+    let q = tpm.quote(key.handle, &nonce, &sel);
+    tpm.flush_context(key.handle)?;
+    let (attest, sig) = q?;
+    let mut values = PcrValues::new();
+    for (bank, pcrs) in &sel {
+        for p in pcrs {
+            for (b, v) in tpm.pcr_read(*p, &[*bank])? {
+                values.entry(b).or_default().insert(*p, v);
+            }
+        }
+    }
+    let pcr_bytes = selected_values(&sel, &values).map_err(Usage)?;
+    let files: Vec<(String, Vec<u8>)> = vec![
+        ("ak.pub".into(), key.public.to_2b()),
+        ("quote.msg".into(), attest.bytes.clone()),
+        ("quote.sig".into(), sig.to_bytes()),
+        ("quote.pcrs".into(), pcr_bytes),
+    ];
+    let refs: Vec<(String, &[u8])> = files
+        .iter()
+        .map(|(n, b)| (n.clone(), b.as_slice()))
+        .collect();
+    crate::files::write_all_or_nothing(&a.out_dir, &refs)?;
+    out.line(&format!(
+        "{}: quote of {} by AK {}, reset count {}, clock {} ms (tpm2_checkquote -u ak.pub -m quote.msg -s quote.sig -f quote.pcrs -l {} -g sha256 -q {})",
+        a.out_dir.display(),
+        format_selection(&sel),
+        validator::util::hex(&key.public.name()),
+        attest.clock.reset_count,
+        attest.clock.clock,
+        format_selection(&sel),
+        a.nonce
+    ))?;
+    Ok(true)
+}
+
+fn predict_cmd(a: PredictArgs, out: &mut Out) -> Res {
+    let bytes = read_limited(&a.initramfs, validator::formats::newc::INITRAMFS_MAX)?;
+    let entries = mkinitramfs::unpack::unpack(&bytes, mkinitramfs::limits::UNPACKED_MAX)
+        .map_err(|e| Usage(format!("{}: {e}", a.initramfs.display())))?;
+    let mut tree = MemTree {
+        name: a.initramfs.display().to_string(),
+        ..MemTree::default()
+    };
+    for e in entries {
+        if e.mode & 0o170_000 == 0o100_000 {
+            let p = e
+                .path
+                .trim_start_matches("./")
+                .trim_start_matches('/')
+                .to_string();
+            tree.files.insert(p, e.data);
+        }
+    }
+    let bom = match &a.bom {
+        Some(p) => read_limited(p, SMALL_MAX)?,
+        None => tree
+            .files
+            .get("etc/validator/bom.toml")
+            .cloned()
+            .ok_or_else(|| {
+                Usage(format!(
+                    "{}: no etc/validator/bom.toml in it; give --bom",
+                    a.initramfs.display()
+                ))
+            })?,
+    };
+    let mut slots: Vec<SlotInput> = Vec::new();
+    for s in &a.slots {
+        let (name, cmdline) = s
+            .split_once('=')
+            .ok_or_else(|| Usage(format!("--slot {s:?}: not SLOT=CMDLINE")))?;
+        if !matches!(name, "A" | "B") {
+            return Err(Usage(format!("--slot {s:?}: the slot is A or B")));
+        }
+        if slots.iter().any(|x| x.slot == name) {
+            return Err(Usage(format!("--slot {name} given twice")));
+        }
+        slots.push(SlotInput {
+            slot: name.into(),
+            cmdline: cmdline.into(),
+            files: Vec::new(),
+        });
+    }
+    for f in &a.files {
+        let bad = || Usage(format!("--file {f:?}: not SLOT:PCR:PATH=FILE"));
+        let (spec, local) = f.split_once('=').ok_or_else(bad)?;
+        let mut parts = spec.splitn(3, ':');
+        let (Some(slot), Some(pcr), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            return Err(bad());
+        };
+        let pcr: u32 = pcr.parse().map_err(|_| bad())?;
+        let s = slots
+            .iter_mut()
+            .find(|s| s.slot == slot)
+            .ok_or_else(|| Usage(format!("--file {f:?}: no --slot {slot}")))?;
+        let bytes = read_limited(Path::new(local), crate::pe::PE_MAX)?;
+        s.files.push((pcr, path.into(), bytes));
+    }
+    let root = a.root.clone().map(DirTree);
+    let r = predict::predict(&Inputs {
+        bom: &bom,
+        initramfs: &tree,
+        root: root.as_ref().map(|t| t as &dyn predict::Tree),
+        root_hash: a.root_hash.clone(),
+        uefi: !a.bios,
+        slots,
+    })?;
+    write_output(&a.out, r.to_text().as_bytes())?;
+    let events: Vec<String> = r
+        .slots
+        .iter()
+        .map(|s| {
+            format!(
+                "slot {}: {} events, {} files",
+                s.slot,
+                s.events.len(),
+                s.files.len()
+            )
+        })
+        .collect();
+    out.line(&format!(
+        "{}: image {} ({}), {}",
+        a.out.display(),
+        r.image_id,
+        r.kernel_release,
+        events.join("; ")
+    ))?;
+    Ok(true)
+}
+
+fn read_ak(p: &Path) -> Result<Public, Usage> {
+    Public::parse_2b(&read_limited(p, SMALL_MAX)?)
+        .map_err(|e| Usage(format!("{}: {e}", p.display())))
+}
+
+fn verify_cmd(a: VerifyArgs, out: &mut Out) -> Res {
+    let ak = read_ak(&a.ak)?;
+    let log = match &a.eventlog {
+        Some(p) => Some(read_limited(p, validator::runtime::measure::EVENT_LOG_MAX)?),
+        None => None,
+    };
+    let result = if let Some(report) = &a.report {
+        let json = read_limited(report, SMALL_MAX)?;
+        let log = log.ok_or_else(|| Usage("--report needs --eventlog".into()))?;
+        if a.references.is_empty() {
+            return Err(Usage("--report needs at least one --reference".into()));
+        }
+        let mut refs = Vec::new();
+        for p in &a.references {
+            let text = String::from_utf8(read_limited(p, SMALL_MAX)?)
+                .map_err(|_| Usage(format!("{}: not UTF-8", p.display())))?;
+            refs.push(Reference::parse(&text).map_err(|e| Usage(format!("{}: {e}", p.display())))?);
+        }
+        let last = match &a.after {
+            Some(s) => {
+                let (r, c) = s
+                    .split_once(':')
+                    .and_then(|(r, c)| Some((r.parse().ok()?, c.parse().ok()?)))
+                    .ok_or_else(|| Usage(format!("--after {s:?}: not RESET_COUNT:CLOCK_MS")))?;
+                Some(validator::formats::tpm::attest::ClockInfo {
+                    clock: c,
+                    reset_count: r,
+                    restart_count: 0,
+                    safe: true,
+                })
+            }
+            None => None,
+        };
+        let policy = Policy {
+            accept: a.accept.clone(),
+            allow_fallback: !a.no_fallback,
+            last,
+        };
+        verify::verify_report(&ak, &refs, &json, &log, &policy)
+            .map(|v| serde_json::to_value(v).unwrap_or_default())
+    } else {
+        let (Some(m), Some(s), Some(n)) = (&a.message, &a.signature, &a.nonce) else {
+            return Err(Usage(
+                "give --report, or --message, --signature and --nonce".into(),
+            ));
+        };
+        let nonce =
+            validator::util::unhex(n).ok_or_else(|| Usage(format!("--nonce {n:?}: not hex")))?;
+        let log = match &log {
+            Some(b) => Some(EventLog::parse(b).map_err(|e| Usage(format!("--eventlog: {e}")))?),
+            None => None,
+        };
+        verify::verify_quote(
+            &ak,
+            &read_limited(m, SMALL_MAX)?,
+            &read_limited(s, SMALL_MAX)?,
+            &nonce,
+            "the nonce",
+            log.as_ref(),
+        )
+        .map(|q| {
+            serde_json::json!({
+                "ak_name": validator::util::hex(&ak.name()),
+                "pcrs": format_selection(&q.pcr_select),
+                "clock": q.clock,
+                "log_checked": log.is_some(),
+            })
+        })
+    };
+    match result {
+        Ok(v) => {
+            if a.json {
+                out.line(&serde_json::json!({"verified": true, "result": v}).to_string())?;
+            } else {
+                out.line(&format!("verified: {v}"))?;
+            }
+            Ok(true)
+        }
+        Err(e @ (VerifyError::Report(_) | VerifyError::Malformed(_))) if !a.json => {
+            Err(Usage(e.to_string()))
+        }
+        Err(e) => {
+            if a.json {
+                out.line(
+                    &serde_json::json!({"verified": false, "reason": e.to_string()}).to_string(),
+                )?;
+            } else {
+                out.line(&format!("refused: {e}"))?;
+            }
+            Ok(false)
+        }
+    }
+}

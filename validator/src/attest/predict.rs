@@ -1,0 +1,419 @@
+//! Predicting a good boot's measurements from the image, at build time: the same events
+//! the init makes (`stages::measure`, `stages::modules`, `stages::verity`, the
+//! preflight's root drivers), computed from the BOM, the built initramfs, the root hash,
+//! each slot's kernel command line and the files the boot loader reads.
+//!
+//! Contract: [`predict`] reads the initramfs's module index and plans the loads with the
+//! init's own planner ([`crate::runtime::modload::Loader::plan_only`]): on a UEFI boot
+//! `efivarfs` first when the initramfs has it, then the BOM's `modules.load` with their
+//! dependencies, each module's event `module:<name> sha256:<SHA-256 of the image the
+//! kernel gets>` (decompressed when the file is compressed, signature included), built-in
+//! modules and modules already loaded left out as the init leaves them out. The BOM's
+//! `modules.root` are planned the same way over the root's index and are optional (the
+//! init loads a driver only when the kernel accepts it for a device). Every event gets
+//! its digest in the four banks a TPM may have (SHA-1, SHA-256, SHA-384, SHA-512): the
+//! BOM and the command line are extended as their bytes, the root hash as its hex text
+//! (what was signed), every other event as its own text.
+//!
+//! Current limits: a module the kernel would refuse, or one whose load fails for want
+//! of a device, is predicted as loaded (only root drivers are optional); the PCR values
+//! are predicted for a boot that measured every event (`pass`, `quarantine`), not for a
+//! fallback, whose first boot stops wherever its image failed (the verifier follows the
+//! events instead).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use super::reference::{
+    Digests, ExpectedEvent, ExpectedFile, Pcrs, Reference, SlotReference, SCHEMA,
+};
+use crate::config::PHASE_PCR;
+use crate::formats::kmod::index::Index;
+use crate::formats::kmod::modinfo::{self, Compression};
+use crate::formats::tpm::HashAlg;
+use crate::gate::batch::MODULE_FILE_MAX;
+use crate::runtime::modload::{Loader, INDEX_FILE_MAX};
+use crate::sys::EFIVARFS;
+
+/// A tree of files the prediction reads (the initramfs, the root filesystem).
+pub trait Tree {
+    /// The bytes of `rel` (a path relative to the tree's root, `/`-separated), at most
+    /// `limit` bytes; `Ok(None)` when there is no such file.
+    fn read(&self, rel: &str, limit: u64) -> Result<Option<Vec<u8>>, String>;
+    /// How to name the tree in messages.
+    fn name(&self) -> String;
+}
+
+/// A directory on disk.
+#[derive(Debug, Clone)]
+pub struct DirTree(pub PathBuf);
+
+impl Tree for DirTree {
+    fn read(&self, rel: &str, limit: u64) -> Result<Option<Vec<u8>>, String> {
+        match crate::util::fs::read_limited(&self.0.join(rel), limit) {
+            Ok(b) => Ok(Some(b)),
+            Err(crate::util::fs::InputError::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e.to_string()),
+        }
+    }
+    fn name(&self) -> String {
+        self.0.display().to_string()
+    }
+}
+
+/// Files held in memory (an unpacked initramfs): path without a leading `/` to bytes.
+#[derive(Debug, Clone, Default)]
+pub struct MemTree {
+    pub name: String,
+    pub files: BTreeMap<String, Vec<u8>>,
+}
+
+impl Tree for MemTree {
+    fn read(&self, rel: &str, limit: u64) -> Result<Option<Vec<u8>>, String> {
+        match self.files.get(rel.trim_start_matches('/')) {
+            Some(b) if b.len() as u64 > limit => {
+                Err(format!("{rel}: {} bytes, more than {limit}", b.len()))
+            }
+            Some(b) => Ok(Some(b.clone())),
+            None => Ok(None),
+        }
+    }
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+}
+
+/// One slot's boot entry.
+#[derive(Debug, Clone)]
+pub struct SlotInput {
+    /// `A` or `B`.
+    pub slot: String,
+    /// The kernel command line the slot's entry gives (as `/proc/cmdline` shows it).
+    pub cmdline: String,
+    /// Files the boot loader measures (PCR, logged path, bytes): the slot's kernel and
+    /// initramfs for GRUB.
+    pub files: Vec<(u32, String, Vec<u8>)>,
+}
+
+/// What a prediction is made from.
+#[expect(
+    missing_debug_implementations,
+    reason = "holds trait objects of file trees"
+)]
+pub struct Inputs<'a> {
+    /// The BOM's bytes, as packed in the initramfs.
+    pub bom: &'a [u8],
+    /// The built initramfs.
+    pub initramfs: &'a dyn Tree,
+    /// The root filesystem (needed when the BOM names `modules.root`).
+    pub root: Option<&'a dyn Tree>,
+    /// The verity root hash (hex) when the BOM has `[verity]`: the BOM's own when absent.
+    pub root_hash: Option<String>,
+    /// A UEFI boot.
+    pub uefi: bool,
+    pub slots: Vec<SlotInput>,
+}
+
+/// Why no prediction could be made.
+#[derive(Debug, thiserror::Error)]
+pub enum PredictError {
+    #[error("BOM: {0}")]
+    Bom(#[from] crate::config::bom::BomError),
+    #[error("{tree}: {why}")]
+    Read { tree: String, why: String },
+    #[error("{tree}: {path} is missing")]
+    Missing { tree: String, path: String },
+    #[error("{tree}: module index: {0}", tree = .1)]
+    Index(crate::formats::kmod::index::IndexError, String),
+    #[error("{tree}: module {name}: {why}")]
+    Module {
+        tree: String,
+        name: String,
+        why: String,
+    },
+    #[error("the BOM names root modules ({0}): give the root filesystem")]
+    NoRoot(String),
+    #[error("the BOM has [verity] with no root hash: give the root hash")]
+    NoRootHash,
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Digests of `data` in every bank.
+fn digests(data: &[u8]) -> Digests {
+    HashAlg::ALL
+        .iter()
+        .map(|a| (a.name().to_string(), crate::util::hex(&a.digest(data))))
+        .collect()
+}
+
+fn event(pcr: u32, text: &str, data: &[u8], optional: bool) -> ExpectedEvent {
+    ExpectedEvent {
+        pcr,
+        data: text.to_string(),
+        digests: digests(data),
+        optional,
+    }
+}
+
+/// The text event the init makes (its digest is of the text itself).
+fn text_event(pcr: u32, text: &str, optional: bool) -> ExpectedEvent {
+    event(pcr, text, text.as_bytes(), optional)
+}
+
+fn read_required(tree: &dyn Tree, rel: &str, limit: u64) -> Result<Vec<u8>, PredictError> {
+    tree.read(rel, limit)
+        .map_err(|why| PredictError::Read {
+            tree: tree.name(),
+            why,
+        })?
+        .ok_or_else(|| PredictError::Missing {
+            tree: tree.name(),
+            path: rel.to_string(),
+        })
+}
+
+fn read_text(tree: &dyn Tree, rel: &str, required: bool) -> Result<String, PredictError> {
+    let bytes = match tree.read(rel, INDEX_FILE_MAX) {
+        Ok(Some(b)) => b,
+        Ok(None) if !required => return Ok(String::new()),
+        Ok(None) => {
+            return Err(PredictError::Missing {
+                tree: tree.name(),
+                path: rel.into(),
+            })
+        }
+        Err(why) => {
+            return Err(PredictError::Read {
+                tree: tree.name(),
+                why,
+            })
+        }
+    };
+    String::from_utf8(bytes).map_err(|_| PredictError::Read {
+        tree: tree.name(),
+        why: format!("{rel} is not UTF-8"),
+    })
+}
+
+/// The module directory `lib/modules/<release>` of `tree`: its loader (for planning).
+fn loader(tree: &dyn Tree, release: &str) -> Result<(String, Loader), PredictError> {
+    let dir = format!("lib/modules/{release}");
+    let index = Index::from_texts(
+        Path::new(&dir),
+        &read_text(tree, &format!("{dir}/modules.dep"), true)?,
+        &read_text(tree, &format!("{dir}/modules.softdep"), false)?,
+        &read_text(tree, &format!("{dir}/modules.builtin"), false)?,
+    )
+    .map_err(|e| PredictError::Index(e, tree.name()))?;
+    Ok((
+        dir.clone(),
+        Loader::new(Path::new(&dir), index, Path::new("/sys")),
+    ))
+}
+
+/// Plans `names` (after `loaded`, which are live by then) and returns the module events
+/// in plan order, adding what loads to `loaded`.
+fn module_events(
+    tree: &dyn Tree,
+    dir: &str,
+    loader: &mut Loader,
+    names: &[String],
+    loaded: &mut BTreeSet<String>,
+    pcr: u32,
+    optional: bool,
+) -> Result<Vec<ExpectedEvent>, PredictError> {
+    let mut out = Vec::new();
+    for (name, path, preset) in loader.plan_only(names) {
+        if preset.is_some() || loaded.contains(&name) {
+            continue;
+        }
+        let rel = format!("{dir}/{path}");
+        let bytes = read_required(tree, &rel, MODULE_FILE_MAX)?;
+        let image = match Compression::from_name(&path) {
+            Compression::None => bytes,
+            c => modinfo::decompress(&bytes, c).map_err(|e| PredictError::Module {
+                tree: tree.name(),
+                name: name.clone(),
+                why: e.to_string(),
+            })?,
+        };
+        let sha = crate::util::hex(&HashAlg::Sha256.digest(&image));
+        out.push(text_event(
+            pcr,
+            &format!("module:{name} sha256:{sha}"),
+            optional,
+        ));
+        loaded.insert(name);
+    }
+    Ok(out)
+}
+
+/// Replays `events` from zeros into PCR 11 and `pcr` in every bank.
+fn replay(events: &[ExpectedEvent], pcr: u32) -> Result<Pcrs, PredictError> {
+    let mut out = Pcrs::new();
+    for a in HashAlg::ALL {
+        let bank = out.entry(a.name().to_string()).or_default();
+        for p in [PHASE_PCR, pcr] {
+            let mut v = vec![0u8; a.size()];
+            for e in events.iter().filter(|e| e.pcr == p) {
+                let d = e
+                    .digests
+                    .get(a.name())
+                    .and_then(|h| crate::util::unhex(h))
+                    .ok_or_else(|| {
+                        PredictError::Invalid(format!("no {a} digest of {:?}", e.data))
+                    })?;
+                v = a.extend(&v, &d);
+            }
+            bank.insert(p, crate::util::hex(&v));
+        }
+    }
+    Ok(out)
+}
+
+/// The events that end a boot with `decision`: the word into our PCR, then
+/// `leave-initrd` into PCR 11 when the boot goes on into the root.
+pub fn decision_events(decision: &str, pcr: u32) -> Vec<ExpectedEvent> {
+    let mut v = vec![text_event(pcr, &format!("decision:{decision}"), false)];
+    if matches!(decision, "pass" | "quarantine") {
+        v.push(text_event(PHASE_PCR, "leave-initrd", false));
+    }
+    v
+}
+
+/// Predicts the measurements of a good boot of the image, per slot.
+pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
+    let loaded_bom = crate::config::bom::parse(i.bom, Path::new("bom.toml"))?;
+    let bom = &loaded_bom.bom;
+    let pcr = bom.measure.pcr;
+    let release = bom.kernel.release.as_str().to_string();
+    // The initramfs's modules: efivarfs first on UEFI, then the BOM's.
+    let (dir, mut l) = loader(i.initramfs, &release)?;
+    let mut loaded = BTreeSet::new();
+    let mut modules = Vec::new();
+    let mut names: Vec<String> = bom.modules.load.iter().map(|m| m.0.clone()).collect();
+    if i.uefi && l.index.entries.contains_key(EFIVARFS) {
+        names.retain(|n| n != EFIVARFS);
+        modules.extend(module_events(
+            i.initramfs,
+            &dir,
+            &mut l,
+            &[EFIVARFS.to_string()],
+            &mut loaded,
+            pcr,
+            false,
+        )?);
+    }
+    modules.extend(module_events(
+        i.initramfs,
+        &dir,
+        &mut l,
+        &names,
+        &mut loaded,
+        pcr,
+        false,
+    )?);
+    // The verified root's hash.
+    let mut root_events = Vec::new();
+    if let Some(v) = &bom.verity {
+        let rh = i
+            .root_hash
+            .clone()
+            .or_else(|| v.root_hash.as_ref().map(|h| h.as_str().to_string()))
+            .ok_or(PredictError::NoRootHash)?
+            .to_ascii_lowercase();
+        if crate::util::unhex(&rh).is_none_or(|b| b.is_empty()) {
+            return Err(PredictError::Invalid(format!(
+                "root hash {rh:?} is not hex"
+            )));
+        }
+        // The digest is of the hex text alone (what was signed), the data names it.
+        root_events.push(event(
+            pcr,
+            &format!("verity-root-hash:{rh}"),
+            rh.as_bytes(),
+            false,
+        ));
+    }
+    // The root's drivers: optional (loaded only when there is a device for them).
+    let root_names: Vec<String> = bom.modules.root.iter().map(|m| m.normalized()).collect();
+    if !root_names.is_empty() {
+        let root = i
+            .root
+            .ok_or_else(|| PredictError::NoRoot(root_names.join(", ")))?;
+        let (rdir, mut rl) = loader(root, &release)?;
+        root_events.extend(module_events(
+            root,
+            &rdir,
+            &mut rl,
+            &root_names,
+            &mut loaded,
+            pcr,
+            true,
+        )?);
+    }
+    if i.slots.is_empty() {
+        return Err(PredictError::Invalid("no slot given".into()));
+    }
+    let mut slots = Vec::new();
+    for s in &i.slots {
+        if s.cmdline.contains('\n') {
+            return Err(PredictError::Invalid(format!(
+                "slot {}: the command line has a newline",
+                s.slot
+            )));
+        }
+        let mut events = vec![
+            text_event(PHASE_PCR, "enter-initrd", false),
+            event(
+                pcr,
+                &format!("bom:{} sha256:{}", bom.image_id, loaded_bom.sha256),
+                i.bom,
+                false,
+            ),
+            event(
+                pcr,
+                &format!("cmdline:{}", s.cmdline),
+                s.cmdline.as_bytes(),
+                false,
+            ),
+        ];
+        events.extend(modules.iter().cloned());
+        events.extend(root_events.iter().cloned());
+        let mut pcrs = BTreeMap::new();
+        for d in ["pass", "quarantine"] {
+            let mut all = events.clone();
+            all.extend(decision_events(d, pcr));
+            pcrs.insert(d.to_string(), replay(&all, pcr)?);
+        }
+        slots.push(SlotReference {
+            slot: s.slot.clone(),
+            cmdline: s.cmdline.clone(),
+            events,
+            files: s
+                .files
+                .iter()
+                .map(|(p, path, bytes)| ExpectedFile {
+                    pcr: *p,
+                    path: path.clone(),
+                    digests: digests(bytes),
+                })
+                .collect(),
+            pcrs,
+        });
+    }
+    Ok(Reference {
+        schema: SCHEMA.into(),
+        image_id: bom.image_id.to_string(),
+        bom_sha256: loaded_bom.sha256.clone(),
+        kernel_release: release,
+        pcr,
+        uefi: i.uefi,
+        slots,
+    })
+}

@@ -1,0 +1,176 @@
+//! The reference file (`validator.reference/v1`): what a good boot of one image measures,
+//! per slot, as the image build predicts it ([`super::predict`]) and the verifier
+//! compares a node's event log with ([`super::verify`]).
+//!
+//! Contract: one JSON object, every field required, unknown fields refused (a reference
+//! with a field this verifier does not understand could mean a check it would skip).
+//! [`Reference::parse`] names the line and column of what is wrong; the JSON Schema
+//! `docs/reference.schema.json` is generated from these types (a test keeps it so).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The schema name of the reference file.
+pub const SCHEMA: &str = "validator.reference/v1";
+
+/// Digests of one measurement, bank name (`sha1`, `sha256`, `sha384`, `sha512`) to hex.
+pub type Digests = BTreeMap<String, String>;
+
+/// PCR values: bank name, then PCR index, then hex.
+pub type Pcrs = BTreeMap<String, BTreeMap<u32, String>>;
+
+/// What a good boot of one image measures.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Reference {
+    /// [`SCHEMA`].
+    pub schema: String,
+    /// The BOM's `image_id` and the SHA-256 of its bytes.
+    pub image_id: String,
+    pub bom_sha256: String,
+    /// The kernel release the image boots.
+    pub kernel_release: String,
+    /// The BOM's `[measure] pcr` (PCR 11 gets the phase words).
+    pub pcr: u32,
+    /// Whether the prediction is for a UEFI boot (efivarfs is loaded first).
+    pub uefi: bool,
+    /// One prediction per slot the image may be installed in.
+    pub slots: Vec<SlotReference>,
+}
+
+/// The measurements of the image booted from one slot.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SlotReference {
+    /// `A` or `B`.
+    pub slot: String,
+    /// The kernel command line of the slot's boot entry, as `/proc/cmdline` shows it.
+    pub cmdline: String,
+    /// Our events before the decision, in order: `enter-initrd` (PCR 11), the BOM, the
+    /// command line, each initramfs module, the verity root hash, each root driver
+    /// (optional: it loads only when its device is there). The decision
+    /// (`decision:<word>`) and, when the boot goes on, `leave-initrd` follow.
+    pub events: Vec<ExpectedEvent>,
+    /// Files the boot loader measures for this slot (GRUB: PCR 9, the kernel and the
+    /// initramfs), by path.
+    pub files: Vec<ExpectedFile>,
+    /// The values of PCR 11 and our PCR at the end of a boot of this slot that measured
+    /// every event above, per decision (`pass`, `quarantine`).
+    pub pcrs: BTreeMap<String, Pcrs>,
+}
+
+/// One predicted event.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectedEvent {
+    pub pcr: u32,
+    /// The event data as the log holds it.
+    pub data: String,
+    /// The digests extended, per bank.
+    pub digests: Digests,
+    /// Whether a good boot may leave it out (a root driver without its device).
+    pub optional: bool,
+}
+
+/// One predicted boot-loader file measurement.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectedFile {
+    pub pcr: u32,
+    /// The path the boot loader logs (`/A/vmlinuz`).
+    pub path: String,
+    pub digests: Digests,
+}
+
+/// A reference that does not read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReferenceError {
+    #[error("line {line} column {column}: {source}")]
+    Json {
+        line: usize,
+        column: usize,
+        source: serde_json::Error,
+    },
+    #[error("schema {0:?} is not {SCHEMA}")]
+    Schema(String),
+}
+
+impl Reference {
+    /// Reads a reference from JSON text.
+    pub fn parse(text: &str) -> Result<Reference, ReferenceError> {
+        let r: Reference = serde_json::from_str(text).map_err(|source| ReferenceError::Json {
+            line: source.line(),
+            column: source.column(),
+            source,
+        })?;
+        if r.schema != SCHEMA {
+            return Err(ReferenceError::Schema(r.schema));
+        }
+        Ok(r)
+    }
+
+    /// The JSON text (pretty, with a final newline).
+    pub fn to_text(&self) -> String {
+        let mut s = serde_json::to_string_pretty(self).unwrap_or_else(|e| {
+            serde_json::json!({"schema": SCHEMA, "error": e.to_string()}).to_string()
+        });
+        s.push('\n');
+        s
+    }
+
+    /// The slot's prediction.
+    pub fn slot(&self, slot: &str) -> Option<&SlotReference> {
+        self.slots.iter().find(|s| s.slot == slot)
+    }
+}
+
+/// The JSON Schema of [`Reference`], as committed in `docs/reference.schema.json`.
+pub fn json_schema() -> String {
+    let schema = schemars::schema_for!(Reference);
+    let mut s = serde_json::to_string_pretty(&schema).unwrap_or_default();
+    s.push('\n');
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn committed_schema_is_generated_from_the_types() {
+        let path =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/reference.schema.json");
+        let want = json_schema();
+        if std::env::var_os("VALIDATOR_WRITE_SCHEMA").is_some() {
+            std::fs::write(&path, &want).unwrap();
+        }
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "{} is not what the types generate; run VALIDATOR_WRITE_SCHEMA=1 cargo test -p validator --lib attest::reference",
+            path.display()
+        );
+    }
+
+    #[test]
+    fn bad_references_are_named() {
+        let e = Reference::parse("{").unwrap_err().to_string();
+        assert!(e.starts_with("line 1 column 1"), "{e}");
+        let r = Reference {
+            schema: "validator.reference/v0".into(),
+            image_id: "i".into(),
+            bom_sha256: "00".into(),
+            kernel_release: "6.1".into(),
+            pcr: 13,
+            uefi: true,
+            slots: vec![],
+        };
+        let e = Reference::parse(&r.to_text()).unwrap_err().to_string();
+        assert!(e.contains("is not validator.reference/v1"), "{e}");
+        let mut v: serde_json::Value = serde_json::from_str(&r.to_text()).unwrap();
+        v["extra"] = 1.into();
+        let e = Reference::parse(&v.to_string()).unwrap_err().to_string();
+        assert!(e.contains("unknown field `extra`"), "{e}");
+    }
+}
