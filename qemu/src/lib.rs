@@ -48,6 +48,7 @@
 )]
 
 pub mod ab;
+pub mod attestation;
 pub mod basic;
 pub mod bench;
 pub mod bench_secure_boot;

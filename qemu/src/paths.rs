@@ -120,7 +120,8 @@ pub fn run_dir(name: &str) -> Result<PathBuf, HarnessError> {
 }
 
 /// Removes the disk and filesystem images of a run directory (and the root tree they were
-/// made from, and those of its `slot-*` directories), keeping logs.
+/// made from, and those of its `slot-*` directories), keeping logs, the initramfs, the
+/// TPM's state and the ESP's small files.
 pub fn remove_images(dir: &Path) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
@@ -134,7 +135,9 @@ pub fn remove_images(dir: &Path) {
             && name != "initrd.img";
         if image || name == "root.sig" {
             let _ = std::fs::remove_file(&p);
-        } else if name == "rootfs" || name == "tpm-state" || name == "esp-files" {
+        } else if name == "rootfs" || name == "tpm-state-served" {
+            // (The TPM's state and the ESP's small files stay: a verifier's inputs, the
+            // AK a node's TPM derives and the boot entry's command line.)
             let _ = std::fs::remove_dir_all(&p);
         } else if (name.starts_with("slot-") || name.starts_with("saved-")) && p.is_dir() {
             // An A/B node's slot directories (crate::ab).

@@ -138,6 +138,63 @@ fn secure_boot_image_fault_falls_back_by_kexec_under_lockdown() {
     let p = report(&b).preflight.clone().unwrap();
     assert_eq!(p.platform.secure_boot, Some(true), "{}", b.describe());
     assert_eq!(p.platform.lockdown.as_deref(), Some("integrity"));
+    fallback_attests_as_the_policy_says(&b);
+}
+
+/// B's report after the fallback (issue: attestation): its quote covers the carried log,
+/// in which A's boot (started by GRUB, stopped short at the module gate: a part of its
+/// image's events, then `decision:fallback`) precedes B's (started by kexec, with the
+/// line the init gave it). With both images accepted and fallbacks allowed it verifies;
+/// a policy without fallbacks, or one that accepts only B's image, refuses it, naming
+/// boot 1.
+fn fallback_attests_as_the_policy_says(b: &Outcome) {
+    use qemu::attestation::{self, Evidence};
+    use validator::attest::verify::{verify_report, Boot, Policy, VerifyError};
+    use validator::formats::tpm::attest::KeyKind;
+    let (tpm_dir, dir) = attestation::dirs(b);
+    let ev = Evidence::of(b).unwrap();
+    let kernel = qemu::paths::kernel("default").unwrap().vmlinuz;
+    let a_ref = attestation::image_inputs(&dir, "A", &kernel)
+        .unwrap()
+        .predict()
+        .unwrap();
+    let b_ref = attestation::image_inputs(&dir, "B", &kernel)
+        .unwrap()
+        .predict()
+        .unwrap();
+    let ak = attestation::enrolled_ak(&tpm_dir, KeyKind::EccP256).unwrap();
+    let both = [a_ref, b_ref.clone()];
+    let v = verify_report(&ak, &both, &ev.report, &ev.log, &Policy::default())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let boot = |image: &str, slot: &str, decision: &str| Boot {
+        image_id: image.into(),
+        slot: slot.into(),
+        decision: decision.into(),
+    };
+    assert_eq!(
+        v.boots,
+        [
+            boot(&both[0].image_id, "A", "fallback"),
+            boot(&both[1].image_id, "B", "pass")
+        ]
+    );
+    let no_fallback = Policy {
+        allow_fallback: false,
+        ..Policy::default()
+    };
+    match verify_report(&ak, &both, &ev.report, &ev.log, &no_fallback) {
+        Err(VerifyError::Decision {
+            boot: 1,
+            decision,
+            last: false,
+            ..
+        }) => {
+            assert_eq!(decision, "fallback");
+        }
+        r => panic!("{r:?}"),
+    }
+    let e = verify_report(&ak, &[b_ref], &ev.report, &ev.log, &Policy::default()).unwrap_err();
+    assert!(matches!(e, VerifyError::NotAccepted(_)), "{e}");
 }
 
 /// Under Secure Boot, slot B's kernel without a signature (`sb-unsigned-b`) or signed by

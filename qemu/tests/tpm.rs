@@ -4,6 +4,7 @@
 // (a failure should stop the test loudly); the workspace denies these outside tests.
 #![expect(
     clippy::unwrap_used,
+    clippy::panic,
     clippy::expect_used,
     clippy::indexing_slicing,
     reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
@@ -173,7 +174,7 @@ fn measured_bom_is_the_bom_in_the_initramfs(o: &qemu::vm::Outcome) {
 /// with Secure Boot on and lockdown `integrity`, shim's and GRUB's measurements come
 /// before ours in the log, and the whole log replays to the TPM (`check_agreement`).
 #[test]
-fn secure_boot_chain_passes_and_its_log_replays_with_shim_and_grub_events() {
+fn secure_boot_chain_passes_its_log_replays_with_shim_and_grub_events_and_it_attests() {
     use validator::formats::tpm::{eventlog::EventLog, HashAlg};
     let o = check_agreement(Name::SbNode, &["sha1", "sha256"]);
     let r = o.reached_root();
@@ -216,6 +217,166 @@ fn secure_boot_chain_passes_and_its_log_replays_with_shim_and_grub_events() {
     // Our events follow GRUB's.
     let first_ours = log.events().iter().position(|e| e.pcr == 13).unwrap();
     assert!(first_ours > log.events().iter().rposition(|e| e.pcr == 9).unwrap());
+    attestation_verifies_and_each_change_is_named(&o);
+}
+
+/// The boot's attestation (issue: attestation), on the production chain: the prediction
+/// made from the image equals the boot event for event in both banks (the PCR values
+/// too), the report verifies against the AK enrolled from the node's TPM, and each
+/// change is refused, naming why: the report edited, an AK of another TPM, a BOM, a
+/// module or a command line other than the accepted image's, an image not accepted, the
+/// same quote again, a decision the policy refuses. `tpm2_checkquote` accepts the quote.
+fn attestation_verifies_and_each_change_is_named(o: &qemu::vm::Outcome) {
+    use qemu::attestation::{self, Evidence};
+    use validator::attest::verify::{verify_report, Policy, VerifyError};
+    use validator::formats::tpm::attest::KeyKind;
+    let (tpm_dir, dir) = attestation::dirs(o);
+    let ev = Evidence::of(o).unwrap();
+    let kernel = qemu::paths::kernel("default").unwrap().vmlinuz;
+    let image = attestation::image_inputs(&dir, "A", &kernel).unwrap();
+    let reference = image.predict().unwrap();
+    let ak = attestation::enrolled_ak(&tpm_dir, KeyKind::EccP256).unwrap();
+    let policy = Policy::default();
+    let v = verify_report(
+        &ak,
+        std::slice::from_ref(&reference),
+        &ev.report,
+        &ev.log,
+        &policy,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(v.boots.len(), 1);
+    assert_eq!(
+        (v.boots[0].slot.as_str(), v.boots[0].decision.as_str()),
+        ("A", "pass")
+    );
+    assert_eq!(
+        v.files_checked, 2,
+        "GRUB's PCR 9 events of /A/vmlinuz and /A/initrd.img"
+    );
+    // The predicted PCR values of a pass are the TPM's (the report read them back).
+    let r = o.reached_root();
+    let tpm = r.tpm.as_ref().unwrap();
+    let predicted = &reference.slot("A").unwrap().pcrs["pass"];
+    for bank in ["sha1", "sha256"] {
+        for pcr in [11, 13] {
+            assert_eq!(
+                predicted[bank][&pcr], tpm.pcrs[bank][&pcr],
+                "{bank} PCR {pcr}"
+            );
+        }
+    }
+    // tpm2_checkquote accepts the quote, its qualifying data the report's digest.
+    let q = r.attestation.as_ref().unwrap().quote.as_ref().unwrap();
+    let b64 = |s: &str| {
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD.decode(s).unwrap()
+    };
+    let check = qemu::paths::run_dir("attest-checkquote").unwrap();
+    std::fs::write(check.join("ak.pub"), ak.to_2b()).unwrap();
+    std::fs::write(check.join("q.msg"), b64(&q.attest)).unwrap();
+    std::fs::write(check.join("q.sig"), b64(&q.signature)).unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&ev.report).unwrap();
+    let qual = validator::util::hex(&validator::report::json::quoted_digest_of(&json));
+    let out = Command::new("tpm2_checkquote")
+        .current_dir(&check)
+        .args([
+            "-u", "ak.pub", "-m", "q.msg", "-s", "q.sig", "-g", "sha256", "-q", &qual,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let refuse =
+        |ak: &validator::formats::tpm::attest::Public,
+         refs: &[validator::attest::reference::Reference],
+         report: &[u8],
+         policy: &Policy| { verify_report(ak, refs, report, &ev.log, policy).unwrap_err() };
+    // The report edited after the boot.
+    let edited = String::from_utf8(ev.report.clone())
+        .unwrap()
+        .replace("\"decision\":\"pass\"", "\"decision\":\"quarantine\"");
+    let e = refuse(
+        &ak,
+        std::slice::from_ref(&reference),
+        edited.as_bytes(),
+        &policy,
+    );
+    assert!(matches!(e, VerifyError::Qualifying { .. }), "{e}");
+    // An AK of another TPM.
+    let other = attestation::other_tpm_ak(&dir.join("other-tpm"), KeyKind::EccP256).unwrap();
+    let e = refuse(
+        &other,
+        std::slice::from_ref(&reference),
+        &ev.report,
+        &policy,
+    );
+    assert!(matches!(e, VerifyError::AkMismatch { .. }), "{e}");
+    // The accepted image has another BOM: this boot's image is not accepted.
+    let mut changed = image.clone();
+    changed.bom.extend_from_slice(b"# another build\n");
+    let e = refuse(&ak, &[changed.predict().unwrap()], &ev.report, &policy);
+    assert!(matches!(e, VerifyError::NotAccepted(_)), "{e}");
+    // The accepted image has crc16 re-signed by another trusted key (the fleet's).
+    let key = sigcases::keys::snakeoil(&dir.join("keys"));
+    let module = dir.join("crc16.ko");
+    let k = qemu::paths::kernel("default").unwrap();
+    qemu::initramfs::resign_module(&k, "crc16", &key, "sha256", &module).unwrap();
+    let mut changed = image.clone();
+    let rel = changed
+        .initramfs
+        .files
+        .keys()
+        .find(|p| p.ends_with("/crc16.ko"))
+        .unwrap()
+        .clone();
+    changed
+        .initramfs
+        .files
+        .insert(rel, std::fs::read(&module).unwrap());
+    match refuse(&ak, &[changed.predict().unwrap()], &ev.report, &policy) {
+        VerifyError::Event {
+            expected, actual, ..
+        } => {
+            assert!(expected.starts_with("module:crc16 sha256:"), "{expected}");
+            assert!(actual.starts_with("module:crc16 sha256:"), "{actual}");
+            assert_ne!(expected, actual);
+        }
+        e => panic!("{e}"),
+    }
+    // The accepted image's boot entry has another command line.
+    let mut changed = image.clone();
+    changed.slots[0].cmdline.push_str(" init=/bin/sh");
+    match refuse(&ak, &[changed.predict().unwrap()], &ev.report, &policy) {
+        VerifyError::Event {
+            expected, index, ..
+        } => {
+            assert!(expected.ends_with(" init=/bin/sh"), "{expected}");
+            assert_eq!(index, 3, "enter-initrd, the BOM, then the command line");
+        }
+        e => panic!("{e}"),
+    }
+    // Only slot B's image is accepted.
+    let b_image = attestation::image_inputs(&dir, "B", &kernel).unwrap();
+    let e = refuse(&ak, &[b_image.predict().unwrap()], &ev.report, &policy);
+    assert!(matches!(e, VerifyError::NotAccepted(_)), "{e}");
+    // The same quote again, after the verifier accepted it once.
+    let again = Policy {
+        last: Some(v.clock),
+        ..Policy::default()
+    };
+    let e = refuse(&ak, std::slice::from_ref(&reference), &ev.report, &again);
+    assert!(matches!(e, VerifyError::Stale { .. }), "{e}");
+    // A policy that accepts only quarantined boots.
+    let strict = Policy {
+        accept: vec!["quarantine".into()],
+        ..Policy::default()
+    };
+    let e = refuse(&ak, &[reference], &ev.report, &strict);
+    assert!(matches!(e, VerifyError::Decision { .. }), "{e}");
 }
 
 #[test]

@@ -119,6 +119,11 @@ pub(crate) struct PredictArgs {
     /// Predict a BIOS boot (no efivarfs first).
     #[arg(long)]
     bios: bool,
+    /// Predict no kexec entries (by default each slot also gets the line the init gives
+    /// it when the other slot falls back to it by kexec: the other slot's GRUB line with
+    /// validator.slot= naming it and BOOT_IMAGE= dropped).
+    #[arg(long)]
+    no_kexec: bool,
     /// A slot and its kernel command line as /proc/cmdline will show it:
     /// `A=BOOT_IMAGE=/A/vmlinuz root=...` (repeat for each slot).
     #[arg(long = "slot", value_name = "SLOT=CMDLINE", required = true)]
@@ -294,8 +299,22 @@ fn predict_cmd(a: PredictArgs, out: &mut Out) -> Res {
         slots.push(SlotInput {
             slot: name.into(),
             cmdline: cmdline.into(),
+            kexec_cmdline: None,
             files: Vec::new(),
         });
+    }
+    // GRUB: a slot reached by a kexec fallback gets the other slot's line, as the init
+    // rewrites it.
+    if !a.no_kexec {
+        let lines: Vec<(String, String)> = slots
+            .iter()
+            .map(|s| (s.slot.clone(), s.cmdline.clone()))
+            .collect();
+        for s in &mut slots {
+            if let Some((_, from)) = lines.iter().find(|(n, _)| *n != s.slot) {
+                s.kexec_cmdline = predict::kexec_cmdline_grub(from, &s.slot);
+            }
+        }
     }
     for f in &a.files {
         let bad = || Usage(format!("--file {f:?}: not SLOT:PCR:PATH=FILE"));

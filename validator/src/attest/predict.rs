@@ -94,6 +94,9 @@ pub struct SlotInput {
     pub slot: String,
     /// The kernel command line the slot's entry gives (as `/proc/cmdline` shows it).
     pub cmdline: String,
+    /// The command line the init gives this slot's kernel when the other slot falls back
+    /// to it by kexec (GRUB: [`kexec_cmdline_grub`]); `None`: no kexec entry predicted.
+    pub kexec_cmdline: Option<String>,
     /// Files the boot loader measures (PCR, logged path, bytes): the slot's kernel and
     /// initramfs for GRUB.
     pub files: Vec<(u32, String, Vec<u8>)>,
@@ -286,6 +289,18 @@ pub fn decision_events(decision: &str, pcr: u32) -> Vec<ExpectedEvent> {
     v
 }
 
+/// The command line the init gives slot `to`'s kernel on a kexec from a GRUB boot whose
+/// line was `from_line` (`stages::slot::kexec::same_line_for`: GRUB gives every slot the
+/// same line, so the init keeps it, naming the slot and dropping `BOOT_IMAGE=`).
+pub fn kexec_cmdline_grub(from_line: &str, to: &str) -> Option<String> {
+    let slot = match to {
+        "A" => crate::config::bom::SlotName::A,
+        "B" => crate::config::bom::SlotName::B,
+        _ => return None,
+    };
+    Some(crate::stages::slot::kexec::same_line_for(from_line, slot))
+}
+
 /// Predicts the measurements of a good boot of the image, per slot.
 pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
     let loaded_bom = crate::config::bom::parse(i.bom, Path::new("bom.toml"))?;
@@ -360,9 +375,16 @@ pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
     if i.slots.is_empty() {
         return Err(PredictError::Invalid("no slot given".into()));
     }
-    let mut slots = Vec::new();
+    let mut entries: Vec<(&SlotInput, &str, &str)> = Vec::new();
     for s in &i.slots {
-        if s.cmdline.contains('\n') {
+        entries.push((s, "boot-loader", &s.cmdline));
+        if let Some(k) = &s.kexec_cmdline {
+            entries.push((s, "kexec", k));
+        }
+    }
+    let mut slots = Vec::new();
+    for (s, entry, cmdline) in entries {
+        if cmdline.contains('\n') {
             return Err(PredictError::Invalid(format!(
                 "slot {}: the command line has a newline",
                 s.slot
@@ -378,8 +400,8 @@ pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
             ),
             event(
                 pcr,
-                &format!("cmdline:{}", s.cmdline),
-                s.cmdline.as_bytes(),
+                &format!("cmdline:{cmdline}"),
+                cmdline.as_bytes(),
                 false,
             ),
         ];
@@ -393,11 +415,14 @@ pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
         }
         slots.push(SlotReference {
             slot: s.slot.clone(),
-            cmdline: s.cmdline.clone(),
+            entry: entry.to_string(),
+            cmdline: cmdline.to_string(),
             events,
+            // The boot loader's files are read on its own entry only.
             files: s
                 .files
                 .iter()
+                .filter(|_| entry == "boot-loader")
                 .map(|(p, path, bytes)| ExpectedFile {
                     pcr: *p,
                     path: path.clone(),

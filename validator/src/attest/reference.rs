@@ -45,7 +45,10 @@ pub struct Reference {
 pub struct SlotReference {
     /// `A` or `B`.
     pub slot: String,
-    /// The kernel command line of the slot's boot entry, as `/proc/cmdline` shows it.
+    /// How the slot's kernel was started: `boot-loader` (its boot entry) or `kexec` (by
+    /// the init of the other slot, falling back; the command line is then the init's).
+    pub entry: String,
+    /// The kernel command line, as `/proc/cmdline` shows it.
     pub cmdline: String,
     /// Our events before the decision, in order: `enter-initrd` (PCR 11), the BOM, the
     /// command line, each initramfs module, the verity root hash, each root driver

@@ -10,11 +10,13 @@
 //! 3. the event log replays to the PCR values the quote signed (PCRs without events are
 //!    zero, as after a reset);
 //! 4. our events in the log (the EV_IPL records in PCR 11 and the reference's PCR), cut
-//!    into boots at each `enter-initrd`, equal a reference slot's prediction event for
-//!    event - data and every digest the log holds - up to the decision (optional events
-//!    may be missing; a pass must have measured every other one), then `decision:<word>`
-//!    and, when the boot went on, `leave-initrd`, and nothing after; the first event that
-//!    differs is named with the expected and the actual text;
+//!    into boots at each `enter-initrd` (the first started by the boot loader, each later
+//!    one by a kexec fallback, whose log is carried over), equal a reference slot entry's
+//!    prediction event for event - data and every digest the log holds - up to the
+//!    decision: a pass must have measured every event but the optional ones, a boot that
+//!    stopped short a part of them, in order; then `decision:<word>` and, when the boot
+//!    went on, `leave-initrd`, and nothing after; the first event that differs is named
+//!    with the expected and the actual text;
 //! 5. the boot loader's file events (PCR 9) naming the first boot's slot files have the
 //!    predicted digests;
 //! 6. policy: every boot but the last fell back (when the policy allows fallbacks), the
@@ -232,44 +234,55 @@ fn same(a: &Event, x: &ExpectedEvent) -> bool {
 }
 
 /// How far a boot's events follow a slot's prediction: `Ok(decision)` when all of
-/// them do, else the index of the first that does not, with the expected text.
+/// them do, else the index of the first that does not, with the expected text. A boot
+/// that passed must have measured every event but the optional ones, in order; a boot
+/// that stopped short (any other decision) measured a part of them, in order (a stage
+/// that failed measures what it did, e.g. the modules that loaded).
 fn follow(boot: &[&Event], s: &SlotReference, pcr: u32) -> Result<String, (usize, String)> {
     let exp = &s.events;
+    let Some(dpos) = boot
+        .iter()
+        .position(|a| a.pcr == pcr && a.data.starts_with(b"decision:"))
+    else {
+        let want = exp
+            .iter()
+            .find(|x| !x.optional)
+            .map_or("decision:<word>".to_string(), |x| x.data.clone());
+        return Err((
+            boot.len(),
+            format!("{want} ... decision:<word> (the boot has no decision)"),
+        ));
+    };
+    let decision = boot
+        .get(dpos)
+        .and_then(|a| a.data.strip_prefix(b"decision:"))
+        .map(|w| String::from_utf8_lossy(w).into_owned())
+        .unwrap_or_default();
+    let strict = decision == "pass";
     let mut j = 0;
-    let mut k = 0;
-    let decision = loop {
-        let Some(a) = boot.get(k) else {
-            let want = exp
-                .iter()
-                .skip(j)
-                .find(|x| !x.optional)
-                .map_or("decision:<word>".to_string(), |x| x.data.clone());
-            return Err((k, want));
-        };
-        if a.pcr == pcr {
-            if let Some(word) = a.data.strip_prefix(b"decision:") {
-                let word = String::from_utf8_lossy(word).into_owned();
-                if word == "pass" {
-                    if let Some(x) = exp.iter().skip(j).find(|x| !x.optional) {
-                        return Err((k, x.data.clone()));
-                    }
-                }
-                break word;
-            }
-        }
+    for (k, a) in boot.iter().enumerate().take(dpos) {
+        let from = j;
         loop {
             match exp.get(j) {
-                None => return Err((k, "decision:<word>".into())),
+                None => {
+                    let want = exp.get(from).map_or("decision:<word>", |x| x.data.as_str());
+                    return Err((k, want.to_string()));
+                }
                 Some(x) if same(a, x) => {
                     j += 1;
                     break;
                 }
-                Some(x) if x.optional => j += 1,
+                Some(x) if x.optional || !strict => j += 1,
                 Some(x) => return Err((k, x.data.clone())),
             }
         }
-        k += 1;
-    };
+    }
+    if strict {
+        if let Some(x) = exp.iter().skip(j).find(|x| !x.optional) {
+            return Err((dpos, x.data.clone()));
+        }
+    }
+    let mut k = dpos;
     for x in super::predict::decision_events(&decision, pcr) {
         match boot.get(k) {
             Some(a) if same(a, &x) => k += 1,
@@ -355,6 +368,9 @@ pub fn verify_report(
     let found = boots(&log, pcr)?;
     let mut out = Vec::new();
     for (n, boot) in found.iter().enumerate() {
+        // Every boot but the first was started by kexec (the log is carried over only
+        // then); the first by the boot loader.
+        let entry = if n == 0 { "boot-loader" } else { "kexec" };
         let number = n + 1;
         let bom = boot
             .iter()
@@ -363,6 +379,7 @@ pub fn verify_report(
         let candidates: Vec<(&Reference, &SlotReference)> = references
             .iter()
             .flat_map(|r| r.slots.iter().map(move |s| (r, s)))
+            .filter(|(_, s)| s.entry == entry)
             .filter(|(_, s)| {
                 bom.is_some() && s.events.iter().any(|x| Some(&x.data) == bom.as_ref())
             })

@@ -1,0 +1,248 @@
+//! Attestation in the test bed: the evidence a boot leaves (the report file as the root's
+//! init found it, the binary event log), the attestation key a verifier enrolls from the
+//! node's TPM (the swtpm state the VM used, served again over TCP after the VM is gone:
+//! the endorsement seed is in the state, so the TPM derives the same AK), and what an image
+//! build knows to predict a slot's measurements from the run directory (its initramfs
+//! with the BOM in it, the root hash, the boot entry's command line, the files GRUB
+//! reads).
+//!
+//! Limits: GRUB nodes (the command line is what the shipped `grub.cfg` gives the kernel:
+//! `BOOT_IMAGE=/<slot>/vmlinuz validator.slot=<slot> ` then `node.cfg`'s `CMDLINE`).
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use validator::attest::predict::{self, Inputs, MemTree, SlotInput};
+use validator::attest::reference::Reference;
+use validator::formats::tpm::attest::{ak_template, KeyKind, Public};
+use validator::sys::tpm::{TcpTransport, Tpm, RH_ENDORSEMENT};
+
+use crate::vm::Outcome;
+use crate::HarnessError;
+
+/// What a boot leaves for a verifier.
+#[derive(Debug, Clone)]
+pub struct Evidence {
+    /// `/run/validator/report.json` as the root's init printed it.
+    pub report: Vec<u8>,
+    /// `/run/validator/tpm-eventlog.bin` (printed in base64 by the TPM root script).
+    pub log: Vec<u8>,
+}
+
+impl Evidence {
+    /// The evidence of a boot whose root ran [`crate::scenario::TPM_ROOT_SCRIPT`].
+    pub fn of(o: &Outcome) -> Result<Evidence, HarnessError> {
+        let text = o.console.replace('\r', "");
+        let report = text
+            .lines()
+            .find_map(|l| l.strip_prefix(crate::rootfs::ROOT_REPORT))
+            .ok_or_else(|| HarnessError::Setup("the root printed no report".into()))?;
+        let log = crate::tpmcheck::base64_section(&o.console, "TPM-LOG")
+            .ok_or_else(|| HarnessError::Setup("the root printed no event log".into()))?;
+        let mut report = report.as_bytes().to_vec();
+        report.push(b'\n');
+        Ok(Evidence { report, log })
+    }
+}
+
+/// Where a boot's TPM state is (the directory of its console log) and where its node's
+/// images are (the same, or for a power-on of a test bed the bed's directory above it).
+pub fn dirs(o: &Outcome) -> (PathBuf, PathBuf) {
+    let tpm = o.log_path.parent().unwrap_or(Path::new(".")).to_path_buf();
+    let images = if tpm.join("slot-A").is_dir() {
+        tpm.clone()
+    } else {
+        tpm.parent().unwrap_or(&tpm).to_path_buf()
+    };
+    (tpm, images)
+}
+
+/// A swtpm serving `state` (copied first) on a free 127.0.0.1 port, killed when dropped.
+struct Served(std::process::Child, SocketAddr);
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn serve(state: &Path, scratch: &Path) -> Result<Served, HarnessError> {
+    let _ = std::fs::remove_dir_all(scratch);
+    std::fs::create_dir_all(scratch).map_err(|e| HarnessError::io(scratch, e))?;
+    if state.is_dir() {
+        for e in std::fs::read_dir(state).map_err(|e| HarnessError::io(state, e))? {
+            let e = e.map_err(|e| HarnessError::io(state, e))?;
+            std::fs::copy(e.path(), scratch.join(e.file_name()))
+                .map_err(|err| HarnessError::io(&e.path(), err))?;
+        }
+    } else {
+        crate::disk::run(
+            Command::new("swtpm_setup")
+                .arg("--tpm2")
+                .arg("--tpmstate")
+                .arg(scratch)
+                .args(["--pcr-banks", "sha256", "--overwrite"]),
+        )?;
+    }
+    for _ in 0..5 {
+        let port = loop {
+            let l = TcpListener::bind("127.0.0.1:0").map_err(|e| HarnessError::io(scratch, e))?;
+            let p = l
+                .local_addr()
+                .map_err(|e| HarnessError::io(scratch, e))?
+                .port();
+            if p < u16::MAX && TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
+                break p;
+            }
+        };
+        let child = Command::new("swtpm")
+            .args(["socket", "--tpm2", "--tpmstate"])
+            .arg(format!("dir={}", scratch.display()))
+            .arg("--server")
+            .arg(format!("type=tcp,port={port},bindaddr=127.0.0.1"))
+            .arg("--ctrl")
+            .arg(format!("type=tcp,port={},bindaddr=127.0.0.1", port + 1))
+            .args(["--flags", "not-need-init,startup-clear"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| HarnessError::Setup(format!("cannot start swtpm: {e}")))?;
+        let mut s = Served(child, SocketAddr::from(([127, 0, 0, 1], port)));
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_secs(5) {
+            if s.0.try_wait().ok().flatten().is_some() {
+                break;
+            }
+            if TcpStream::connect(s.1).is_ok() {
+                return Ok(s);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = s.0.kill();
+    }
+    Err(HarnessError::Setup("swtpm did not start".into()))
+}
+
+fn ak_of(served: &Served, kind: KeyKind) -> Result<Public, HarnessError> {
+    let tpm_err = |e: validator::formats::tpm::TpmError| HarnessError::Setup(e.to_string());
+    let mut tpm =
+        Tpm::new(TcpTransport::connect(served.1, Duration::from_secs(5)).map_err(tpm_err)?);
+    let key = tpm
+        .create_primary(RH_ENDORSEMENT, &ak_template(kind))
+        .map_err(tpm_err)?;
+    tpm.flush_context(key.handle).map_err(tpm_err)?;
+    Ok(key.public)
+}
+
+/// The AK a verifier enrolls from the TPM whose state is in `tpm_dir` ([`dirs`]).
+pub fn enrolled_ak(tpm_dir: &Path, kind: KeyKind) -> Result<Public, HarnessError> {
+    let s = serve(
+        &tpm_dir.join("tpm-state"),
+        &tpm_dir.join("tpm-state-served"),
+    )?;
+    ak_of(&s, kind)
+}
+
+/// The AK of another, new TPM.
+pub fn other_tpm_ak(scratch: &Path, kind: KeyKind) -> Result<Public, HarnessError> {
+    let s = serve(&scratch.join("no-such-state"), scratch)?;
+    ak_of(&s, kind)
+}
+
+/// What an image build knows of the image in `slot-<image>` of a run directory, to
+/// predict its boot from either slot: the initramfs (unpacked; the BOM is in it), the
+/// root hash (`roothash.txt`), the command line each slot's GRUB entry gives the kernel,
+/// and for the slot it was built for, the kernel and initramfs GRUB reads (`kernel` is
+/// the slot's `vmlinuz`).
+#[derive(Debug, Clone)]
+pub struct ImageInputs {
+    pub initramfs: MemTree,
+    pub bom: Vec<u8>,
+    pub root_hash: Option<String>,
+    pub slots: Vec<SlotInput>,
+}
+
+/// [`ImageInputs`] of the image in `slot-<image>` of `run_dir` (the images' directory of
+/// [`dirs`]), as booted from either slot.
+pub fn image_inputs(
+    run_dir: &Path,
+    image: &str,
+    kernel: &Path,
+) -> Result<ImageInputs, HarnessError> {
+    let slot_dir = run_dir.join(format!("slot-{image}"));
+    let initrd_path = slot_dir.join("initrd.img");
+    let initrd = std::fs::read(&initrd_path).map_err(|e| HarnessError::io(&initrd_path, e))?;
+    let entries = mkinitramfs::unpack::unpack(&initrd, mkinitramfs::limits::UNPACKED_MAX)
+        .map_err(|e| HarnessError::Setup(format!("{}: {e}", initrd_path.display())))?;
+    let mut tree = MemTree {
+        name: initrd_path.display().to_string(),
+        ..MemTree::default()
+    };
+    for e in entries {
+        if e.mode & 0o170_000 == 0o100_000 {
+            let p = e
+                .path
+                .trim_start_matches("./")
+                .trim_start_matches('/')
+                .to_string();
+            tree.files.insert(p, e.data);
+        }
+    }
+    let bom = tree
+        .files
+        .get("etc/validator/bom.toml")
+        .cloned()
+        .ok_or_else(|| HarnessError::Setup("no BOM in the initramfs".into()))?;
+    let root_hash = std::fs::read_to_string(slot_dir.join("roothash.txt"))
+        .ok()
+        .map(|s| s.trim().to_string());
+    let node_cfg = run_dir.join("esp-files/node.cfg");
+    let cfg = std::fs::read_to_string(&node_cfg).map_err(|e| HarnessError::io(&node_cfg, e))?;
+    let extra = cfg
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("set CMDLINE=\""))
+        .and_then(|l| l.strip_suffix('"'))
+        .ok_or_else(|| HarnessError::Setup(format!("{}: no CMDLINE", node_cfg.display())))?;
+    let kernel_bytes = std::fs::read(kernel).map_err(|e| HarnessError::io(kernel, e))?;
+    let line = |s: &str| format!("BOOT_IMAGE=/{s}/vmlinuz validator.slot={s} {extra}");
+    let slots = ["A", "B"]
+        .iter()
+        .map(|s| SlotInput {
+            slot: (*s).to_string(),
+            cmdline: line(s),
+            kexec_cmdline: predict::kexec_cmdline_grub(&line(if *s == "A" { "B" } else { "A" }), s),
+            files: if *s == image {
+                vec![
+                    (9, format!("/{s}/vmlinuz"), kernel_bytes.clone()),
+                    (9, format!("/{s}/initrd.img"), initrd.clone()),
+                ]
+            } else {
+                Vec::new()
+            },
+        })
+        .collect();
+    Ok(ImageInputs {
+        initramfs: tree,
+        bom,
+        root_hash,
+        slots,
+    })
+}
+
+impl ImageInputs {
+    /// The reference file of this image (a UEFI boot).
+    pub fn predict(&self) -> Result<Reference, HarnessError> {
+        predict::predict(&Inputs {
+            bom: &self.bom,
+            initramfs: &self.initramfs,
+            root: None,
+            root_hash: self.root_hash.clone(),
+            uefi: true,
+            slots: self.slots.clone(),
+        })
+        .map_err(|e| HarnessError::Setup(format!("prediction: {e}")))
+    }
+}
