@@ -177,20 +177,7 @@ pub fn image_inputs(
     let initrd = std::fs::read(&initrd_path).map_err(|e| HarnessError::io(&initrd_path, e))?;
     let entries = mkinitramfs::unpack::unpack(&initrd, mkinitramfs::limits::UNPACKED_MAX)
         .map_err(|e| HarnessError::Setup(format!("{}: {e}", initrd_path.display())))?;
-    let mut tree = MemTree {
-        name: initrd_path.display().to_string(),
-        ..MemTree::default()
-    };
-    for e in entries {
-        if e.mode & 0o170_000 == 0o100_000 {
-            let p = e
-                .path
-                .trim_start_matches("./")
-                .trim_start_matches('/')
-                .to_string();
-            tree.files.insert(p, e.data);
-        }
-    }
+    let tree = MemTree::from_listing(&initrd_path.display().to_string(), entries);
     let bom = tree
         .files
         .get("etc/validator/bom.toml")

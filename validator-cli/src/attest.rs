@@ -258,20 +258,7 @@ fn predict_cmd(a: PredictArgs, out: &mut Out) -> Res {
     let bytes = read_limited(&a.initramfs, validator::formats::newc::INITRAMFS_MAX)?;
     let entries = mkinitramfs::unpack::unpack(&bytes, mkinitramfs::limits::UNPACKED_MAX)
         .map_err(|e| Usage(format!("{}: {e}", a.initramfs.display())))?;
-    let mut tree = MemTree {
-        name: a.initramfs.display().to_string(),
-        ..MemTree::default()
-    };
-    for e in entries {
-        if e.mode & 0o170_000 == 0o100_000 {
-            let p = e
-                .path
-                .trim_start_matches("./")
-                .trim_start_matches('/')
-                .to_string();
-            tree.files.insert(p, e.data);
-        }
-    }
+    let tree = MemTree::from_listing(&a.initramfs.display().to_string(), entries);
     let bom = match &a.bom {
         Some(p) => read_limited(p, SMALL_MAX)?,
         None => tree

@@ -72,6 +72,28 @@ pub struct MemTree {
     pub files: BTreeMap<String, Vec<u8>>,
 }
 
+impl MemTree {
+    /// The regular files of an unpacked archive (`newc` entries, as `mkinitramfs`'s
+    /// reader lists them), by path without a leading `./` or `/`.
+    pub fn from_listing(name: &str, entries: Vec<crate::formats::newc::ListedEntry>) -> MemTree {
+        let mut tree = MemTree {
+            name: name.to_string(),
+            ..MemTree::default()
+        };
+        for e in entries {
+            if e.mode & 0o170_000 == 0o100_000 {
+                let p = e
+                    .path
+                    .trim_start_matches("./")
+                    .trim_start_matches('/')
+                    .to_string();
+                tree.files.insert(p, e.data);
+            }
+        }
+        tree
+    }
+}
+
 impl Tree for MemTree {
     fn read(&self, rel: &str, limit: u64) -> Result<Option<Vec<u8>>, String> {
         match self.files.get(rel.trim_start_matches('/')) {
