@@ -94,7 +94,7 @@ pub(crate) struct QuoteArgs {
     #[arg(
         long,
         value_name = "SELECTION",
-        default_value = "sha256:0,1,2,3,4,5,6,7,8,9,11,13"
+        default_value = "sha256:0,1,2,3,4,5,6,7,8,9,11,13,14"
     )]
     pcrs: String,
     /// The directory to write into (created if its parent exists).
@@ -333,8 +333,9 @@ fn predict_cmd(a: PredictArgs, out: &mut Out) -> Res {
         .iter()
         .map(|s| {
             format!(
-                "slot {}: {} events, {} files",
+                "slot {} ({}): {} events, {} files",
                 s.slot,
+                s.entry,
                 s.events.len(),
                 s.files.len()
             )

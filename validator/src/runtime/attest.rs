@@ -1,12 +1,12 @@
 //! The quote at the end of a boot: the TPM signs the PCRs this boot extended (and the
-//! firmware's and boot loader's, 0-9) together with a digest of the boot's report, with
+//! firmware's and boot loader's, 0-9, and shim's, 14) together with a digest of the boot's report, with
 //! an attestation key (AK) the TPM derives from its endorsement seed.
 //!
 //! Contract: [`quote`] sends three commands over the measurer's TPM -
 //! `TPM2_CreatePrimary` of the AK template under the endorsement hierarchy
 //! ([`crate::formats::tpm::attest::ak_template`]: the same key every boot, nothing
 //! stored), `TPM2_Quote` with the caller's qualifying data over PCRs 0-9 and the PCRs the
-//! measurer touched in every active bank, `TPM2_FlushContext` of the AK (also when the
+//! measurer touched in every active bank ([`FIRMWARE_PCRS`] adds shim's PCR 14), `TPM2_FlushContext` of the AK (also when the
 //! quote fails) - and returns what the report carries ([`Quote`]): the AK's public area
 //! and name, the `TPMS_ATTEST` and `TPMT_SIGNATURE` as tpm2-tools writes them (base64),
 //! the selection, the TPM's clock and reset counters. A TPM that failed before is not
@@ -26,8 +26,9 @@ use crate::formats::tpm::attest::{ak_template, format_selection, ClockInfo, KeyK
 use crate::sys::tpm::RH_ENDORSEMENT;
 
 /// The PCRs every quote covers besides those the boot extended: firmware, Secure Boot
-/// policy, shim and boot loader (0-9).
-pub const FIRMWARE_PCRS: std::ops::RangeInclusive<u32> = 0..=9;
+/// policy and boot loader (0-9), and shim's MOK lists (14: the keys a Secure Boot kernel
+/// trusts for modules besides its own and `db`'s).
+pub const FIRMWARE_PCRS: [u32; 11] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 14];
 
 /// What the report says about the quote of this boot.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -77,7 +78,11 @@ pub fn quote(m: &mut Measurer, kind: KeyKind, qualifying: &[u8]) -> Attestation 
     };
     let before = tpm.stats();
     let t0 = Instant::now();
-    let mut pcrs: Vec<u32> = FIRMWARE_PCRS.chain(touched.iter().copied()).collect();
+    let mut pcrs: Vec<u32> = FIRMWARE_PCRS
+        .iter()
+        .chain(touched.iter())
+        .copied()
+        .collect();
     pcrs.sort_unstable();
     pcrs.dedup();
     let sel: Vec<_> = banks.iter().map(|b| (*b, pcrs.clone())).collect();

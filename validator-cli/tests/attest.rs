@@ -1,0 +1,249 @@
+//! `validator attest` as an operator and a fleet service run it: `verify` on the evidence
+//! of a real boot (`validator/tests/fixtures/attest/`) exits 0, 1 (refused, with the
+//! reason, also as JSON) or 2 (unusable input, named); `ak` and `quote` against a swtpm
+//! write what `tpm2_checkquote` accepts and `verify --nonce` accepts; `predict` refuses
+//! what is not an initramfs and outputs it must not write, leaving nothing behind.
+#![expect(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
+)]
+
+#[path = "../../validator/tests/common/mod.rs"]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use common::swtpm::{have_tools, setup_state, Swtpm};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../validator/tests/fixtures/attest")
+        .join(name)
+}
+
+fn validator(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_validator"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn verify(report: &Path, extra: &[&str]) -> Output {
+    let mut a: Vec<&std::ffi::OsStr> = vec!["attest".as_ref(), "verify".as_ref(), "--ak".as_ref()];
+    let ak = fixture("ak.pub");
+    let reference = fixture("reference.json");
+    let log = fixture("tpm-eventlog.bin");
+    a.push(ak.as_os_str());
+    a.push("--reference".as_ref());
+    a.push(reference.as_os_str());
+    a.push("--eventlog".as_ref());
+    a.push(log.as_os_str());
+    a.push("--report".as_ref());
+    a.push(report.as_os_str());
+    for e in extra {
+        a.push(e.as_ref());
+    }
+    validator(&a)
+}
+
+#[test]
+fn verify_exits_0_1_or_2_and_says_why() {
+    let dir = common::tmpdir("attest-cli-verify");
+    let out = verify(&fixture("report.json"), &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.starts_with("verified: "), "{text}");
+    // Edited after the boot: refused (1), in JSON too.
+    let edited = dir.join("edited.json");
+    let r = std::fs::read_to_string(fixture("report.json")).unwrap();
+    std::fs::write(&edited, r.replace("\"pool\":null", "\"pool\":\"gpu\"")).unwrap();
+    let out = verify(&edited, &["--json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["verified"], false);
+    assert!(
+        v["reason"]
+            .as_str()
+            .unwrap()
+            .contains("report was changed after the boot"),
+        "{v}"
+    );
+    // A policy that does not accept the decision: refused.
+    let out = verify(&fixture("report.json"), &["--accept", "quarantine"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("which the policy does not accept"));
+    // A replay after this quote was accepted (reset count 3, later clock): refused.
+    let out = verify(&fixture("report.json"), &["--after", "3:99999999"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("stale quote"));
+    // Unusable inputs: exit 2, named.
+    let fifo = dir.join("fifo");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    let empty = dir.join("empty.json");
+    std::fs::write(&empty, b"").unwrap();
+    let missing = dir.join("missing.json");
+    for (p, says) in [
+        (&dir, "directory"),
+        (&fifo, "FIFO"),
+        (&missing, "missing.json"),
+        (&empty, "not JSON"),
+    ] {
+        let out = verify(p, &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {err}", p.display());
+        assert!(err.contains(says), "{}: {err}", p.display());
+    }
+    let out = verify(&fixture("report.json"), &["--after", "x"]);
+    assert_eq!(out.status.code(), Some(2));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn predict_refuses_bad_inputs_and_outputs_and_leaves_nothing() {
+    let dir = common::tmpdir("attest-cli-predict");
+    let not_initramfs = dir.join("not.img");
+    std::fs::write(&not_initramfs, b"hello, not a cpio archive\n").unwrap();
+    let out_file = dir.join("ref.json");
+    let run = |initramfs: &Path, out: &Path| {
+        validator(&[
+            "attest".as_ref(),
+            "predict".as_ref(),
+            "--initramfs".as_ref(),
+            initramfs.as_os_str(),
+            "--slot".as_ref(),
+            "A=validator.slot=A".as_ref(),
+            "--out".as_ref(),
+            out.as_os_str(),
+        ])
+    };
+    let out = run(&not_initramfs, &out_file);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not.img"));
+    assert!(!out_file.exists(), "nothing written");
+    // A directory where the output should go: refused and left as it is.
+    let taken = dir.join("taken");
+    std::fs::create_dir(&taken).unwrap();
+    let out = run(&not_initramfs, &taken);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(taken.is_dir());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `validator attest ak` and `quote --nonce` against a swtpm: `tpm2_checkquote` accepts
+/// the files, `verify --message --signature --nonce` accepts them and refuses another
+/// nonce.
+#[test]
+fn a_challenge_quote_is_accepted_by_tpm2_checkquote_and_by_verify() {
+    if !have_tools(&["tpm2_checkquote", "tpm2_pcrread"]) {
+        return;
+    }
+    let dir = common::tmpdir("attest-cli-quote");
+    let state = dir.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    setup_state(&state, "sha256");
+    let swtpm = Swtpm::start(&state, "not-need-init,startup-clear");
+    let addr = swtpm.addr().to_string();
+    let q = dir.join("q");
+    let nonce = "00112233445566778899aabbccddeeff";
+    let out = validator(&[
+        "attest".as_ref(),
+        "quote".as_ref(),
+        "--tcp".as_ref(),
+        addr.as_ref(),
+        "--nonce".as_ref(),
+        nonce.as_ref(),
+        "--out-dir".as_ref(),
+        q.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The PCR values as tpm2-tools serialises them (its checkquote misreads a plain
+    // values file with `-l` for such selections: tpm2-tools 5.4), from the same TPM.
+    let sel = "sha256:0,1,2,3,4,5,6,7,8,9,11,13,14";
+    let read = Command::new("tpm2_pcrread")
+        .current_dir(&q)
+        .env("TPM2TOOLS_TCTI", swtpm.tcti())
+        .args([sel, "-F", "serialized", "-o", "pcrs.serialized"])
+        .output()
+        .unwrap();
+    assert!(
+        read.status.success(),
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    let check = Command::new("tpm2_checkquote")
+        .current_dir(&q)
+        .args([
+            "-u",
+            "ak.pub",
+            "-m",
+            "quote.msg",
+            "-s",
+            "quote.sig",
+            "-f",
+            "pcrs.serialized",
+            "-g",
+            "sha256",
+            "-q",
+            nonce,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    // Our values file holds the same values, in quote order.
+    let values = std::fs::read(q.join("quote.pcrs")).unwrap();
+    assert_eq!(values.len(), 13 * 32);
+    let ours = |n: &str| {
+        validator(&[
+            "attest".as_ref(),
+            "verify".as_ref(),
+            "--ak".as_ref(),
+            q.join("ak.pub").as_os_str(),
+            "--message".as_ref(),
+            q.join("quote.msg").as_os_str(),
+            "--signature".as_ref(),
+            q.join("quote.sig").as_os_str(),
+            "--nonce".as_ref(),
+            n.as_ref(),
+        ])
+    };
+    assert_eq!(ours(nonce).status.code(), Some(0));
+    let other = ours("ff");
+    assert_eq!(other.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&other.stdout).contains("the nonce"));
+    // `ak` writes the same key the quote used.
+    let ak = dir.join("ak.pub");
+    let out = validator(&[
+        "attest".as_ref(),
+        "ak".as_ref(),
+        "--tcp".as_ref(),
+        addr.as_ref(),
+        "--out".as_ref(),
+        ak.as_os_str(),
+    ]);
+    assert!(out.status.success());
+    assert_eq!(
+        std::fs::read(&ak).unwrap(),
+        std::fs::read(q.join("ak.pub")).unwrap()
+    );
+    drop(swtpm);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
