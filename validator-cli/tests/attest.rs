@@ -5,7 +5,6 @@
 //! what is not an initramfs and outputs it must not write, leaving nothing behind.
 #![expect(
     clippy::unwrap_used,
-    clippy::indexing_slicing,
     reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
