@@ -468,14 +468,29 @@ pub fn gpt(data: &[u8]) {
 /// `[selector][rest]`: the attestation structures a verifier reads from a node: 0 a
 /// `TPMT_PUBLIC`, 1 a `TPM2B_PUBLIC`, 2 a `TPMS_ATTEST`, 3 a `TPMT_SIGNATURE`; 4 a
 /// `[u16 big-endian length][TPM2B_PUBLIC][TPMT_SIGNATURE][TPMS_ATTEST]` checked as a
-/// quote. A public area written back parses to the same; a signature too; a quote keeps
-/// exactly its bytes; a quote's signature never verifies under a key that is no AK.
+/// quote; 5 a reference file (`validator.reference/v1`). A public area written back
+/// parses to the same; a signature too; a quote keeps exactly its bytes; a quote's
+/// signature never verifies under a key that is no AK; a reference written back reads
+/// the same.
 pub fn tpm_attest(data: &[u8]) {
     use formats::tpm::attest::{Attest, Public, Signature};
     let Some((&sel, rest)) = data.split_first() else {
         return;
     };
-    match sel % 5 {
+    if sel % 6 == 5 {
+        if let Ok(r) =
+            validator::attest::reference::Reference::parse(&String::from_utf8_lossy(rest))
+        {
+            let again = validator::attest::reference::Reference::parse(&r.to_text());
+            assert_eq!(
+                again.ok().as_ref(),
+                Some(&r),
+                "a reference reads back the same"
+            );
+        }
+        return;
+    }
+    match sel % 6 {
         0 => {
             if let Ok(p) = Public::parse(rest) {
                 assert_eq!(p.bytes, rest, "a public area keeps its bytes");
