@@ -468,7 +468,8 @@ pub fn gpt(data: &[u8]) {
 /// `[selector][rest]`: the attestation structures a verifier reads from a node: 0 a
 /// `TPMT_PUBLIC`, 1 a `TPM2B_PUBLIC`, 2 a `TPMS_ATTEST`, 3 a `TPMT_SIGNATURE`; 4 a
 /// `[u16 big-endian length][TPM2B_PUBLIC][TPMT_SIGNATURE][TPMS_ATTEST]` checked as a
-/// quote; 5 a reference file (`validator.reference/v1`). A public area written back
+/// quote; 5 a reference file (`validator.reference/v1`); 6 a credential file
+/// (`tpm2_makecredential -o`, written back the same). A public area written back
 /// parses to the same; a signature too; a quote keeps exactly its bytes; a quote's
 /// signature never verifies under a key that is no AK; a reference written back reads
 /// the same.
@@ -477,7 +478,14 @@ pub fn tpm_attest(data: &[u8]) {
     let Some((&sel, rest)) = data.split_first() else {
         return;
     };
-    if sel % 6 == 5 {
+    if sel % 7 == 6 {
+        use formats::tpm::attest::CredentialFile;
+        if let Ok(c) = CredentialFile::parse(rest) {
+            assert_eq!(c.to_bytes(), rest, "a credential file writes back the same");
+        }
+        return;
+    }
+    if sel % 7 == 5 {
         if let Ok(r) =
             validator::attest::reference::Reference::parse(&String::from_utf8_lossy(rest))
         {
@@ -490,7 +498,7 @@ pub fn tpm_attest(data: &[u8]) {
         }
         return;
     }
-    match sel % 6 {
+    match sel % 7 {
         0 => {
             if let Ok(p) = Public::parse(rest) {
                 assert_eq!(p.bytes, rest, "a public area keeps its bytes");

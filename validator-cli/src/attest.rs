@@ -1,5 +1,7 @@
 //! `validator attest`: the node's attestation key and quotes (`ak`, `quote`), the
-//! prediction of a good boot from an image (`predict`), and the verifier (`verify`).
+//! enrollment of the AK through the TPM's endorsement key (`ek` and `activate` on the
+//! node, `make-credential` on the verifier), the prediction of a good boot from an image
+//! (`predict`), and the verifier (`verify`).
 //!
 //! Contract: `ak` and `quote` talk to the TPM device (or a swtpm port) and write their
 //! files all or none in tpm2-tools' formats (`TPM2B_PUBLIC`, `TPMS_ATTEST`,
@@ -38,6 +40,17 @@ pub(crate) enum AttestCmd {
     /// Answer a verifier's challenge: quote PCRs with the nonce, write ak.pub,
     /// quote.msg, quote.sig and quote.pcrs into DIR (tpm2_checkquote's inputs).
     Quote(QuoteArgs),
+    /// On the node: write the TPM's endorsement key (ek.pub, TPM2B_PUBLIC, template L-1)
+    /// and its certificate from NV (ek.der), and the AK (ak.pub), for enrollment.
+    Ek(EkArgs),
+    /// On the verifier: check the node's EK certificate against the TPM vendor's CA and
+    /// that it holds the EK, then make a credential (a random secret) that only that TPM
+    /// can activate, and only for that AK. Exit 0 made, 1 the EK or AK refused.
+    #[command(after_help = crate::cli::EXIT_CODES)]
+    MakeCredential(MakeCredentialArgs),
+    /// On the node: activate a credential (ours or tpm2_makecredential's) with the TPM's
+    /// EK and AK, writing the secret it holds: the verifier compares it with its own.
+    Activate(ActivateArgs),
     /// Predict the measurements of a good boot of an image (the reference file).
     Predict(PredictArgs),
     /// Verify a boot's report (its quote, its event log, the accepted images), or a
@@ -79,6 +92,49 @@ pub(crate) struct AkArgs {
     #[command(flatten)]
     tpm: TpmArgs,
     /// Where to write the TPM2B_PUBLIC.
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EkArgs {
+    #[command(flatten)]
+    tpm: TpmArgs,
+    /// The directory to write ek.pub, ek.der and ak.pub into.
+    #[arg(long, value_name = "DIR")]
+    out_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct MakeCredentialArgs {
+    /// The node's EK (TPM2B_PUBLIC, `validator attest ek` or `tpm2_createek -u`).
+    #[arg(long, value_name = "FILE")]
+    ek: PathBuf,
+    /// The node's EK certificate (DER, from its NV index).
+    #[arg(long, value_name = "FILE")]
+    ek_cert: PathBuf,
+    /// The TPM vendor's CA certificates (DER or PEM files, or directories of them).
+    #[arg(long = "ca", value_name = "CERT", required = true)]
+    cas: Vec<PathBuf>,
+    /// The AK to enroll (TPM2B_PUBLIC).
+    #[arg(long, value_name = "FILE")]
+    ak: PathBuf,
+    /// Where to write the credential (tpm2-tools' format).
+    #[arg(long, value_name = "FILE")]
+    out: PathBuf,
+    /// Where to write the secret it holds (keep it on the verifier).
+    #[arg(long, value_name = "FILE")]
+    secret_out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ActivateArgs {
+    #[command(flatten)]
+    tpm: TpmArgs,
+    /// The credential (tpm2-tools' format).
+    #[arg(long = "in", value_name = "FILE")]
+    input: PathBuf,
+    /// Where to write the secret.
     #[arg(long, value_name = "FILE")]
     out: PathBuf,
 }
@@ -192,6 +248,9 @@ pub(crate) fn run(cmd: AttestCmd, out: &mut Out) -> Res {
     match cmd {
         AttestCmd::Ak(a) => ak(a, out),
         AttestCmd::Quote(a) => quote(a, out),
+        AttestCmd::Ek(a) => ek(a, out),
+        AttestCmd::MakeCredential(a) => make_credential(a, out),
+        AttestCmd::Activate(a) => activate(a, out),
         AttestCmd::Predict(a) => predict_cmd(a, out),
         AttestCmd::Verify(a) => verify_cmd(a, out),
     }
@@ -209,6 +268,121 @@ fn ak(a: AkArgs, out: &mut Out) -> Res {
         validator::util::hex(&key.public.name())
     ))?;
     Ok(true)
+}
+
+/// Writes the named files into `dir`, all or none.
+fn write_files(dir: &Path, files: &[(String, Vec<u8>)]) -> Result<(), Usage> {
+    let refs: Vec<(String, &[u8])> = files
+        .iter()
+        .map(|(n, b)| (n.clone(), b.as_slice()))
+        .collect();
+    crate::files::write_all_or_nothing(dir, &refs)
+}
+
+fn ek(a: EkArgs, out: &mut Out) -> Res {
+    use validator::formats::tpm::attest::{ek_template, EK_CERT_NV_RSA};
+    let mut tpm = connect(a.tpm.tcp)?;
+    let ek = tpm.create_primary(RH_ENDORSEMENT, &ek_template(KeyKind::Rsa2048))?;
+    tpm.flush_context(ek.handle)?;
+    let ak = tpm.create_primary(RH_ENDORSEMENT, &ak_template(a.tpm.kind.key()))?;
+    tpm.flush_context(ak.handle)?;
+    let cert = tpm.nv_read(EK_CERT_NV_RSA)?;
+    let files: Vec<(String, Vec<u8>)> = vec![
+        ("ek.pub".into(), ek.public.to_2b()),
+        ("ek.der".into(), cert),
+        ("ak.pub".into(), ak.public.to_2b()),
+    ];
+    write_files(&a.out_dir, &files)?;
+    out.line(&format!(
+        "{}: ek.pub (name {}), ek.der, ak.pub (name {})",
+        a.out_dir.display(),
+        validator::util::hex(&ek.public.name()),
+        validator::util::hex(&ak.public.name())
+    ))?;
+    Ok(true)
+}
+
+fn make_credential(a: MakeCredentialArgs, out: &mut Out) -> Res {
+    use validator::formats::tpm::attest::CredentialFile;
+    use validator::trust::credential::{check_ek_cert, make_credential};
+    let ek = read_ak(&a.ek)?;
+    let ak = read_ak(&a.ak)?;
+    let cert = read_limited(&a.ek_cert, validator::trust::CERT_FILE_MAX)?;
+    let cas = crate::keys::trust_store(&a.cas)?;
+    let chain = match check_ek_cert(&cert, &ek, &cas.certs) {
+        Ok(c) => c,
+        Err(e) => {
+            out.line(&format!("refused: {e}"))?;
+            return Ok(false);
+        }
+    };
+    if !ak.is_attestation_key() {
+        out.line(&format!(
+            "refused: {}: not an attestation key (a TPM-bound restricted signing key)",
+            a.ak.display()
+        ))?;
+        return Ok(false);
+    }
+    let secret = validator::trust::keys::random_bytes(32).map_err(|e| Usage(e.to_string()))?;
+    let cred = make_credential(&ek, &ak.name(), &secret)?;
+    let file = CredentialFile {
+        id_object: cred.id_object,
+        encrypted_secret: cred.encrypted_secret,
+    };
+    write_output(&a.secret_out, &secret)?;
+    if let Err(e) = write_output(&a.out, &file.to_bytes()) {
+        let _ = std::fs::remove_file(&a.secret_out);
+        return Err(e.into());
+    }
+    out.line(&format!(
+        "{}: credential for AK {} to the EK of {} (issued by {})",
+        a.out.display(),
+        validator::util::hex(&ak.name()),
+        chain.first().map_or("?", String::as_str),
+        chain.get(1).map_or("?", String::as_str)
+    ))?;
+    Ok(true)
+}
+
+fn activate(a: ActivateArgs, out: &mut Out) -> Res {
+    use validator::formats::tpm::attest::{ek_template, CredentialFile};
+    let cred = CredentialFile::parse(&read_limited(&a.input, SMALL_MAX)?)
+        .map_err(|e| Usage(format!("{}: {e}", a.input.display())))?;
+    let mut tpm = connect(a.tpm.tcp)?;
+    let ek = tpm.create_primary(RH_ENDORSEMENT, &ek_template(KeyKind::Rsa2048))?;
+    let ak = match tpm.create_primary(RH_ENDORSEMENT, &ak_template(a.tpm.kind.key())) {
+        Ok(k) => k,
+        Err(e) => {
+            let _ = tpm.flush_context(ek.handle);
+            return Err(e.into());
+        }
+    };
+    let r = tpm.activate_credential(
+        ak.handle,
+        ek.handle,
+        &cred.id_object,
+        &cred.encrypted_secret,
+    );
+    tpm.flush_context(ak.handle)?;
+    tpm.flush_context(ek.handle)?;
+    match r {
+        Ok(secret) => {
+            write_output(&a.out, &secret)?;
+            out.line(&format!(
+                "{}: the credential's secret ({} bytes)",
+                a.out.display(),
+                secret.len()
+            ))?;
+            Ok(true)
+        }
+        Err(e) if e.response_code().is_some() => {
+            out.line(&format!(
+                "refused by the TPM: {e} (a credential for another AK or another TPM)"
+            ))?;
+            Ok(false)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn quote(a: QuoteArgs, out: &mut Out) -> Res {
@@ -236,11 +410,7 @@ fn quote(a: QuoteArgs, out: &mut Out) -> Res {
         ("quote.sig".into(), sig.to_bytes()),
         ("quote.pcrs".into(), pcr_bytes),
     ];
-    let refs: Vec<(String, &[u8])> = files
-        .iter()
-        .map(|(n, b)| (n.clone(), b.as_slice()))
-        .collect();
-    crate::files::write_all_or_nothing(&a.out_dir, &refs)?;
+    write_files(&a.out_dir, &files)?;
     out.line(&format!(
         "{}: quote of {} by AK {}, reset count {}, clock {} ms (tpm2_checkquote -u ak.pub -m quote.msg -s quote.sig -f quote.pcrs -l {} -g sha256 -q {})",
         a.out_dir.display(),

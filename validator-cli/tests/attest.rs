@@ -246,3 +246,102 @@ fn a_challenge_quote_is_accepted_by_tpm2_checkquote_and_by_verify() {
     drop(swtpm);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Enrollment as an operator runs it: `attest ek` on the node, `make-credential` on the
+/// verifier against swtpm's local CA, `activate` on the node gives back the verifier's
+/// secret; against another CA the EK certificate is refused (exit 1) and nothing is
+/// written.
+#[test]
+fn enrollment_through_the_ek_gives_the_verifier_its_secret_back() {
+    if !have_tools(&["tpm2_startup"]) {
+        return;
+    }
+    let dir = common::tmpdir("attest-cli-enroll");
+    let state = dir.join("state");
+    std::fs::create_dir_all(&state).unwrap();
+    let setup = Command::new("swtpm_setup")
+        .args(["--tpm2", "--tpmstate"])
+        .arg(&state)
+        .args(["--pcr-banks", "sha256", "--create-ek-cert", "--overwrite"])
+        .output()
+        .unwrap();
+    assert!(
+        setup.status.success(),
+        "{}",
+        String::from_utf8_lossy(&setup.stderr)
+    );
+    let swtpm = Swtpm::start(&state, "not-need-init,startup-clear");
+    let addr = swtpm.addr().to_string();
+    let node = dir.join("node");
+    let out = validator(&[
+        "attest".as_ref(),
+        "ek".as_ref(),
+        "--tcp".as_ref(),
+        addr.as_ref(),
+        "--out-dir".as_ref(),
+        node.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let make = |ca: &str, cred: &Path, secret: &Path| {
+        validator(&[
+            "attest".as_ref(),
+            "make-credential".as_ref(),
+            "--ek".as_ref(),
+            node.join("ek.pub").as_os_str(),
+            "--ek-cert".as_ref(),
+            node.join("ek.der").as_os_str(),
+            "--ca".as_ref(),
+            ca.as_ref(),
+            "--ak".as_ref(),
+            node.join("ak.pub").as_os_str(),
+            "--out".as_ref(),
+            cred.as_os_str(),
+            "--secret-out".as_ref(),
+            secret.as_os_str(),
+        ])
+    };
+    let (cred, secret) = (dir.join("cred.bin"), dir.join("secret.bin"));
+    let out = make("/var/lib/swtpm-localca/issuercert.pem", &cred, &secret);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let got = dir.join("activated.bin");
+    let out = validator(&[
+        "attest".as_ref(),
+        "activate".as_ref(),
+        "--tcp".as_ref(),
+        addr.as_ref(),
+        "--in".as_ref(),
+        cred.as_os_str(),
+        "--out".as_ref(),
+        got.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read(&got).unwrap(),
+        std::fs::read(&secret).unwrap()
+    );
+    assert_eq!(std::fs::read(&secret).unwrap().len(), 32);
+    // Another CA: refused, nothing written.
+    let (cred2, secret2) = (dir.join("cred2.bin"), dir.join("secret2.bin"));
+    let out = make(
+        "/var/lib/swtpm-localca/swtpm-localca-rootca-cert.pem",
+        &cred2,
+        &secret2,
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("none of the CAs given issued"));
+    assert!(!cred2.exists() && !secret2.exists());
+    drop(swtpm);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -19,11 +19,12 @@ use std::time::Instant;
 
 use common::swtpm::{have_tools, setup_state, Swtpm};
 use validator::formats::tpm::attest::{
-    ak_template, ek_template, parse_selection, pcr_digest, selected_values, Attest, KeyKind,
-    Public, PublicKey, Signature, EK_CERT_NV_RSA,
+    ak_template, ek_template, parse_selection, pcr_digest, selected_values, Attest, CredentialFile,
+    KeyKind, Public, PublicKey, Signature, EK_CERT_NV_RSA,
 };
 use validator::formats::tpm::{to_hex, HashAlg, PcrValues};
 use validator::sys::tpm::{Tpm, Transport, RH_ENDORSEMENT};
+use validator::trust::credential::{check_ek_cert, make_credential};
 use validator::trust::quote::{verify_signature, QuoteSigError};
 
 const TOOLS: &[&str] = &[
@@ -32,6 +33,10 @@ const TOOLS: &[&str] = &[
     "tpm2_createak",
     "tpm2_quote",
     "tpm2_flushcontext",
+    "tpm2_makecredential",
+    "tpm2_activatecredential",
+    "tpm2_startauthsession",
+    "tpm2_policysecret",
 ];
 
 fn work_dir(name: &str) -> PathBuf {
@@ -54,6 +59,49 @@ fn ok(out: &Output, what: &str) {
         "{what}: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs a tool, then flushes transient objects and sessions: there is no resource
+/// manager between tpm2-tools and swtpm, so each tool's objects would stay loaded.
+fn flushed(swtpm: &Swtpm, dir: &Path, args: &[&str]) {
+    ok(&tool(swtpm, dir, args), args[0]);
+    for f in ["-t", "-s"] {
+        ok(
+            &tool(swtpm, dir, &["tpm2_flushcontext", f]),
+            "tpm2_flushcontext",
+        );
+    }
+}
+
+/// tpm2-tools' EK (RSA) in `ek.ctx` and an ECC AK under it in `ak.ctx`, with their
+/// public areas and the AK's name written to the files named.
+fn tpm2_tools_ek_and_ak(swtpm: &Swtpm, dir: &Path, ek_pub: &str, ak_pub: &str, ak_name: &str) {
+    flushed(
+        swtpm,
+        dir,
+        &["tpm2_createek", "-c", "ek.ctx", "-G", "rsa", "-u", ek_pub],
+    );
+    flushed(
+        swtpm,
+        dir,
+        &[
+            "tpm2_createak",
+            "-C",
+            "ek.ctx",
+            "-c",
+            "ak.ctx",
+            "-G",
+            "ecc",
+            "-g",
+            "sha256",
+            "-s",
+            "ecdsa",
+            "-u",
+            ak_pub,
+            "-n",
+            ak_name,
+        ],
     );
 }
 
@@ -203,36 +251,8 @@ fn tpm2_quote_is_accepted_by_our_check_and_a_changed_byte_is_not() {
     }
     let dir = work_dir("theirs");
     let swtpm = fresh(&dir, false);
-    // No resource manager between tpm2-tools and swtpm: each tool's objects and sessions
-    // stay loaded unless flushed.
-    let t = |args: &[&str]| {
-        let out = tool(&swtpm, &dir, args);
-        ok(&out, args[0]);
-        for f in ["-t", "-s"] {
-            ok(
-                &tool(&swtpm, &dir, &["tpm2_flushcontext", f]),
-                "tpm2_flushcontext",
-            );
-        }
-    };
-    t(&["tpm2_createek", "-c", "ek.ctx", "-G", "rsa", "-u", "ek.pub"]);
-    t(&[
-        "tpm2_createak",
-        "-C",
-        "ek.ctx",
-        "-c",
-        "ak.ctx",
-        "-G",
-        "ecc",
-        "-g",
-        "sha256",
-        "-s",
-        "ecdsa",
-        "-u",
-        "ak.pub",
-        "-n",
-        "ak.name",
-    ]);
+    let t = |args: &[&str]| flushed(&swtpm, &dir, args);
+    tpm2_tools_ek_and_ak(&swtpm, &dir, "ek.pub", "ak.pub", "ak.name");
     t(&[
         "tpm2_quote",
         "-c",
@@ -316,4 +336,144 @@ fn the_ek_certificate_holds_the_key_our_template_makes() {
     let key = pkcs1::RsaPublicKey::from_der(spki).unwrap();
     let n = key.modulus.as_bytes();
     assert_eq!(n.strip_prefix(&[0]).unwrap_or(n), modulus.as_slice());
+}
+
+/// Enrollment through the EK: a credential we make (in software) for our AK is
+/// activated by our node side and returns the secret; one made for another name is
+/// refused by the TPM; `tpm2_activatecredential` activates ours and we activate
+/// `tpm2_makecredential`'s. The EK certificate swtpm's CA wrote is accepted against that
+/// CA and refused against another.
+#[test]
+fn credentials_made_by_us_or_tpm2_tools_are_activated_by_either() {
+    if !have_tools(TOOLS) {
+        return;
+    }
+    let dir = work_dir("credential");
+    let swtpm = fresh(&dir, true);
+    let secret = b"fleet enrollment secret 12345678";
+    let mut tpm = swtpm.connect();
+    let ek = tpm
+        .create_primary(RH_ENDORSEMENT, &ek_template(KeyKind::Rsa2048))
+        .unwrap();
+    let ak = tpm
+        .create_primary(RH_ENDORSEMENT, &ak_template(KeyKind::EccP256))
+        .unwrap();
+    let cred = make_credential(&ek.public, &ak.public.name(), secret).unwrap();
+    let got = tpm
+        .activate_credential(
+            ak.handle,
+            ek.handle,
+            &cred.id_object,
+            &cred.encrypted_secret,
+        )
+        .unwrap();
+    assert_eq!(got, secret);
+    // Made for another key's name: the TPM refuses (TPM_RC_INTEGRITY).
+    let mut other = ak.public.name();
+    other[5] ^= 1;
+    let bad = make_credential(&ek.public, &other, secret).unwrap();
+    let e = tpm
+        .activate_credential(ak.handle, ek.handle, &bad.id_object, &bad.encrypted_secret)
+        .unwrap_err();
+    assert!(e.to_string().contains("TPM_RC_INTEGRITY"), "{e}");
+    // The EK certificate: issued by swtpm's local CA, holding the EK's key.
+    let cert = tpm.nv_read(EK_CERT_NV_RSA).unwrap();
+    let mut ca = validator::trust::TrustStore::default();
+    ca.add_bytes(
+        &std::fs::read("/var/lib/swtpm-localca/issuercert.pem").unwrap(),
+        "swtpm-localca",
+    )
+    .unwrap();
+    let chain = check_ek_cert(&cert, &ek.public, &ca.certs).unwrap();
+    assert_eq!(chain.len(), 2);
+    let mut root = validator::trust::TrustStore::default();
+    root.add_bytes(
+        &std::fs::read("/var/lib/swtpm-localca/swtpm-localca-rootca-cert.pem").unwrap(),
+        "root",
+    )
+    .unwrap();
+    let e = check_ek_cert(&cert, &ek.public, &root.certs).unwrap_err();
+    assert!(
+        e.to_string().contains("none of the CAs given issued"),
+        "{e}"
+    );
+    let e = check_ek_cert(&cert, &ak.public, &ca.certs).unwrap_err();
+    assert!(
+        e.to_string().contains("RSA") || e.to_string().contains("ECC"),
+        "{e}"
+    );
+    // tpm2-tools' credential for our AK: activated by us.
+    std::fs::write(dir.join("ek.pub"), ek.public.to_2b()).unwrap();
+    std::fs::write(dir.join("secret.bin"), secret).unwrap();
+    let name = to_hex(&ak.public.name());
+    let (ek_h, ak_h) = (ek.handle, ak.handle);
+    drop(tpm);
+    let out = tool(
+        &swtpm,
+        &dir,
+        &[
+            "tpm2_makecredential",
+            "-T",
+            "none",
+            "-e",
+            "ek.pub",
+            "-s",
+            "secret.bin",
+            "-n",
+            &name,
+            "-o",
+            "theirs.cred",
+        ],
+    );
+    ok(&out, "tpm2_makecredential");
+    let theirs = CredentialFile::parse(&std::fs::read(dir.join("theirs.cred")).unwrap()).unwrap();
+    assert_eq!(CredentialFile::parse(&theirs.to_bytes()).unwrap(), theirs);
+    let mut tpm = swtpm.connect();
+    let got = tpm
+        .activate_credential(ak_h, ek_h, &theirs.id_object, &theirs.encrypted_secret)
+        .unwrap();
+    assert_eq!(got, secret);
+    tpm.flush_context(ak_h).unwrap();
+    tpm.flush_context(ek_h).unwrap();
+    drop(tpm);
+    // Our credential for tpm2-tools' AK: activated by tpm2_activatecredential.
+    tpm2_tools_ek_and_ak(&swtpm, &dir, "ek2.pub", "ak2.pub", "ak2.name");
+    let ek2 = Public::parse_2b(&std::fs::read(dir.join("ek2.pub")).unwrap()).unwrap();
+    let cred =
+        make_credential(&ek2, &std::fs::read(dir.join("ak2.name")).unwrap(), secret).unwrap();
+    std::fs::write(
+        dir.join("ours.cred"),
+        CredentialFile {
+            id_object: cred.id_object,
+            encrypted_secret: cred.encrypted_secret,
+        }
+        .to_bytes(),
+    )
+    .unwrap();
+    // The EK's policy: PolicySecret of the endorsement hierarchy, in a policy session.
+    for args in [
+        &[
+            "tpm2_startauthsession",
+            "--policy-session",
+            "-S",
+            "session.ctx",
+        ][..],
+        &["tpm2_policysecret", "-S", "session.ctx", "-c", "e"][..],
+        &[
+            "tpm2_activatecredential",
+            "-c",
+            "ak.ctx",
+            "-C",
+            "ek.ctx",
+            "-i",
+            "ours.cred",
+            "-o",
+            "activated.bin",
+            "-P",
+            "session:session.ctx",
+        ][..],
+    ] {
+        ok(&tool(&swtpm, &dir, args), args[0]);
+    }
+    assert_eq!(std::fs::read(dir.join("activated.bin")).unwrap(), secret);
 }

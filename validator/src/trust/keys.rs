@@ -188,6 +188,103 @@ impl RsaKey {
     }
 }
 
+impl RsaKey {
+    /// RSAES-OAEP encryption of `msg` with SHA-256 (and MGF1-SHA-256) and `label`, as a
+    /// TPM's `TPM2_ActivateCredential` expects a credential's seed (label `IDENTITY\0`):
+    /// AWS-LC pads (`RSA_padding_add_PKCS1_OAEP_mgf1`) and encrypts.
+    pub fn encrypt_oaep_sha256(&self, label: &[u8], msg: &[u8]) -> Result<Vec<u8>, KeyError> {
+        let mut padded = vec![0u8; self.k];
+        // SAFETY: `padded` is writable for its length, `msg` and `label` readable for
+        // theirs; the digests are AWS-LC's static method tables.
+        let ok = unsafe {
+            lc::RSA_padding_add_PKCS1_OAEP_mgf1(
+                padded.as_mut_ptr(),
+                padded.len(),
+                msg.as_ptr(),
+                msg.len(),
+                label.as_ptr(),
+                label.len(),
+                lc::EVP_sha256(),
+                lc::EVP_sha256(),
+            )
+        };
+        if ok != 1 {
+            clear_errors();
+            return Err(KeyError::Backend("OAEP padding refused the message"));
+        }
+        let mut out = vec![0u8; self.k];
+        // SAFETY: `padded` holds exactly the key's size in bytes, `out` has room for it,
+        // `self.rsa` is a live public key; the call only reads the key.
+        let n = unsafe {
+            lc::RSA_public_encrypt(
+                padded.len(),
+                padded.as_ptr(),
+                out.as_mut_ptr(),
+                self.rsa.as_ptr(),
+                lc::RSA_NO_PADDING,
+            )
+        };
+        if usize::try_from(n).ok() != Some(self.k) {
+            clear_errors();
+            return Err(KeyError::Backend("RSA encryption failed"));
+        }
+        Ok(out)
+    }
+}
+
+/// HMAC-SHA-256 of `data` under `key` (AWS-LC).
+pub fn hmac_sha256(key: &[u8], data: &[u8]) -> [u8; 32] {
+    let mut out = [0u8; 32];
+    let mut len: std::os::raw::c_uint = 0;
+    // SAFETY: every pointer is valid for the length given with it; `out` has room for a
+    // SHA-256 output, which is all HMAC-SHA-256 writes.
+    unsafe {
+        lc::HMAC(
+            lc::EVP_sha256(),
+            key.as_ptr().cast(),
+            key.len(),
+            data.as_ptr(),
+            data.len(),
+            out.as_mut_ptr(),
+            &mut len,
+        )
+    };
+    out
+}
+
+/// AES-128 in CFB mode with a zero IV, encrypting `data` in place (AWS-LC): the TPM's
+/// parameter and credential encryption (TPM 2.0 Part 1, 11.4.6.3).
+pub fn aes128_cfb_encrypt(key: &[u8; 16], data: &mut [u8]) -> Result<(), KeyError> {
+    let mut k = lc::AES_KEY {
+        rd_key: [0; 60],
+        rounds: 0,
+    };
+    // SAFETY: `key` is 16 bytes (128 bits), `k` is ours to fill.
+    if unsafe { lc::AES_set_encrypt_key(key.as_ptr(), 128, &mut k) } != 0 {
+        clear_errors();
+        return Err(KeyError::Backend("AES key setup failed"));
+    }
+    let mut iv = [0u8; 16];
+    let mut num: std::os::raw::c_int = 0;
+    let len = data.len();
+    let p = data.as_mut_ptr();
+    // SAFETY: in and out are the same buffer of `len` bytes (AES-CFB works in place),
+    // `k` was set up above, `iv` is the 16-byte IV and `num` the block offset.
+    unsafe { lc::AES_cfb128_encrypt(p, p, len, &k, iv.as_mut_ptr(), &mut num, lc::AES_ENCRYPT) };
+    Ok(())
+}
+
+/// `n` random bytes from AWS-LC's generator.
+pub fn random_bytes(n: usize) -> Result<Vec<u8>, KeyError> {
+    let mut v = vec![0u8; n];
+    // SAFETY: `v` is writable for `n` bytes.
+    if unsafe { lc::RAND_bytes(v.as_mut_ptr(), v.len()) } != 1 {
+        clear_errors();
+        return Err(KeyError::Backend("no random bytes"));
+    }
+    Ok(v)
+}
+
 /// Leading zero bytes removed (a DER INTEGER's sign byte).
 fn strip_zeros(mut v: &[u8]) -> &[u8] {
     while let [0, rest @ ..] = v {

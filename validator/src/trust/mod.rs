@@ -17,6 +17,7 @@ pub use crate::formats::pkcs7::{common_name, HashAlg};
 pub use crate::util::colon_hex;
 
 pub mod authenticode;
+pub mod credential;
 pub mod keys;
 pub mod pkcs7;
 pub mod quote;

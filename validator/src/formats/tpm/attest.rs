@@ -553,6 +553,53 @@ pub fn selected_values(sel: &[(HashAlg, Vec<u32>)], values: &PcrValues) -> Resul
     Ok(cat)
 }
 
+/// The magic of tpm2-tools' credential file (`tpm2_makecredential -o`).
+pub const CREDENTIAL_MAGIC: u32 = 0xBADC_C0DE;
+
+/// A credential as `tpm2_makecredential -o` writes it and `tpm2_activatecredential -i`
+/// reads it: magic, version 1, the `TPM2B_ID_OBJECT`, the `TPM2B_ENCRYPTED_SECRET`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CredentialFile {
+    /// The `TPM2B_ID_OBJECT`'s contents (integrity HMAC and encrypted identity).
+    pub id_object: Vec<u8>,
+    /// The `TPM2B_ENCRYPTED_SECRET`'s contents (the seed, encrypted to the EK).
+    pub encrypted_secret: Vec<u8>,
+}
+
+impl CredentialFile {
+    /// Parses the file (every byte).
+    pub fn parse(bytes: &[u8]) -> Result<CredentialFile, TpmError> {
+        let mut r = Reader::structure("credential file", bytes);
+        let magic = r.u32("magic")?;
+        if magic != CREDENTIAL_MAGIC {
+            return Err(r.error(format!(
+                "magic {magic:#010x} is not {CREDENTIAL_MAGIC:#010x}: not a tpm2-tools credential file"
+            )));
+        }
+        let version = r.u32("version")?;
+        if version != 1 {
+            return Err(r.error(format!("version {version}, only 1 is known")));
+        }
+        let id_object = r.tpm2b("TPM2B_ID_OBJECT")?.to_vec();
+        let encrypted_secret = r.tpm2b("TPM2B_ENCRYPTED_SECRET")?.to_vec();
+        r.finish()?;
+        Ok(CredentialFile {
+            id_object,
+            encrypted_secret,
+        })
+    }
+
+    /// The file's bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut c = CommandBuf::structure();
+        c.u32(CREDENTIAL_MAGIC)
+            .u32(1)
+            .tpm2b(&self.id_object)
+            .tpm2b(&self.encrypted_secret);
+        c.into_bytes()
+    }
+}
+
 /// A parsed `TPMT_SIGNATURE`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Signature {

@@ -1,6 +1,8 @@
 //! The TPM 2.0 commands of attestation: keys from templates (`TPM2_CreatePrimary`),
 //! their public areas (`TPM2_ReadPublic`), quotes (`TPM2_Quote`), the EK certificate
-//! (`TPM2_NV_ReadPublic`, `TPM2_NV_Read`), and `TPM2_FlushContext`.
+//! (`TPM2_NV_ReadPublic`, `TPM2_NV_Read`), the enrollment of the AK through the EK
+//! (`TPM2_StartAuthSession`, `TPM2_PolicySecret`, `TPM2_ActivateCredential`), and
+//! `TPM2_FlushContext`.
 //!
 //! Every command uses the empty password session where it needs authorization: the
 //! endorsement hierarchy of a fleet node has no password (the TPM's default, and what
@@ -14,6 +16,13 @@ use crate::formats::tpm::wire::{CommandBuf, Reader, HEADER_LEN, ST_NO_SESSIONS, 
 use crate::formats::tpm::{HashAlg, TpmError};
 
 const CC_CREATE_PRIMARY: u32 = 0x0000_0131;
+const CC_ACTIVATE_CREDENTIAL: u32 = 0x0000_0147;
+const CC_POLICY_SECRET: u32 = 0x0000_0151;
+const CC_START_AUTH_SESSION: u32 = 0x0000_0176;
+/// `TPM_RH_NULL`.
+const RH_NULL: u32 = 0x4000_0007;
+/// `TPM_SE_POLICY`.
+const SE_POLICY: u8 = 0x01;
 const CC_NV_READ: u32 = 0x0000_014E;
 const CC_QUOTE: u32 = 0x0000_0158;
 const CC_FLUSH_CONTEXT: u32 = 0x0000_0165;
@@ -46,17 +55,28 @@ fn password_session(c: &mut CommandBuf) {
     c.u32(9).u32(TPM_RS_PW).u16(0).u8(0).u16(0);
 }
 
-/// A response of a command with sessions: the parameters (by `parameterSize`) and the
-/// one session's response after them, checked and skipped.
+/// A response of a command with one session: the parameters (by `parameterSize`) and
+/// the session's response after them, checked and skipped.
 fn params_with_session<'a>(
     command: &'static str,
     r: &mut Reader<'a>,
 ) -> Result<&'a [u8], TpmError> {
+    params_with_sessions(command, r, 1)
+}
+
+/// [`params_with_session`] for a command with `sessions` sessions.
+fn params_with_sessions<'a>(
+    command: &'static str,
+    r: &mut Reader<'a>,
+    sessions: usize,
+) -> Result<&'a [u8], TpmError> {
     let n = r.u32("parameterSize")?;
     let params = r.bytes(n as usize, "parameters")?;
-    r.tpm2b("session nonce")?;
-    r.u8("session attributes")?;
-    r.tpm2b("session hmac")?;
+    for _ in 0..sessions {
+        r.tpm2b("session nonce")?;
+        r.u8("session attributes")?;
+        r.tpm2b("session hmac")?;
+    }
     r.finish().map_err(|e| match e {
         TpmError::BadResponse { why, .. } => TpmError::BadResponse { command, why },
         e => e,
@@ -162,6 +182,93 @@ impl<T: Transport> Tpm<T> {
             why: e.to_string(),
         })?;
         Ok((attest, sig))
+    }
+
+    /// `TPM2_StartAuthSession` of a policy session (unbound, unsalted, no parameter
+    /// encryption, SHA-256): its handle.
+    pub fn start_policy_session(&mut self) -> Result<u32, TpmError> {
+        const CMD: &str = "TPM2_StartAuthSession";
+        let mut c = CommandBuf::new(ST_NO_SESSIONS, CC_START_AUTH_SESSION);
+        c.u32(RH_NULL).u32(RH_NULL); // tpmKey, bind
+        c.tpm2b(&[0u8; 32]); // nonceCaller: any value of the hash's size
+        c.tpm2b(&[]); // encryptedSalt
+        c.u8(SE_POLICY);
+        c.u16(crate::formats::tpm::attest::alg::NULL); // symmetric
+        c.u16(HashAlg::Sha256.alg_id());
+        let resp = self.execute(CMD, ST_NO_SESSIONS, &c.finish())?;
+        let mut r = Reader::new(CMD, resp.get(HEADER_LEN..).unwrap_or_default());
+        let handle = r.u32("sessionHandle")?;
+        r.tpm2b("nonceTPM")?;
+        r.finish()?;
+        Ok(handle)
+    }
+
+    /// `TPM2_PolicySecret(TPM_RH_ENDORSEMENT)` into the policy session: what the EK's
+    /// policy asks for (the endorsement hierarchy's empty password).
+    pub fn policy_secret_endorsement(&mut self, session: u32) -> Result<(), TpmError> {
+        const CMD: &str = "TPM2_PolicySecret";
+        let mut c = CommandBuf::new(ST_SESSIONS, CC_POLICY_SECRET);
+        c.u32(RH_ENDORSEMENT).u32(session);
+        password_session(&mut c);
+        c.tpm2b(&[]).tpm2b(&[]).tpm2b(&[]).u32(0); // nonceTPM, cpHashA, policyRef, expiration
+        let resp = self.execute(CMD, ST_SESSIONS, &c.finish())?;
+        let mut r = Reader::new(CMD, resp.get(HEADER_LEN..).unwrap_or_default());
+        let params = params_with_session(CMD, &mut r)?;
+        let mut p = Reader::new(CMD, params);
+        p.tpm2b("timeout")?;
+        p.u16("policyTicket.tag")?;
+        p.u32("policyTicket.hierarchy")?;
+        p.tpm2b("policyTicket.digest")?;
+        p.finish()
+    }
+
+    /// `TPM2_ActivateCredential`: the secret of a credential made for the key `ak` in
+    /// this TPM (its name) to the EK `ek`. The EK is authorized by a policy session with
+    /// `PolicySecret(TPM_RH_ENDORSEMENT)`, started here and ended by the command (also
+    /// flushed when it fails). `TPM_RC_INTEGRITY` means the credential is not for this AK
+    /// or not to this EK.
+    pub fn activate_credential(
+        &mut self,
+        ak: u32,
+        ek: u32,
+        id_object: &[u8],
+        encrypted_secret: &[u8],
+    ) -> Result<Vec<u8>, TpmError> {
+        let session = self.start_policy_session()?;
+        let r = self
+            .policy_secret_endorsement(session)
+            .and_then(|()| self.activate_with(session, ak, ek, id_object, encrypted_secret));
+        if r.is_err() {
+            // A failed command leaves the session loaded; a TPM holds only a few.
+            let _ = self.flush_context(session);
+        }
+        r
+    }
+
+    fn activate_with(
+        &mut self,
+        session: u32,
+        ak: u32,
+        ek: u32,
+        id_object: &[u8],
+        encrypted_secret: &[u8],
+    ) -> Result<Vec<u8>, TpmError> {
+        const CMD: &str = "TPM2_ActivateCredential";
+        let mut c = CommandBuf::new(ST_SESSIONS, CC_ACTIVATE_CREDENTIAL);
+        c.u32(ak).u32(ek);
+        // Two sessions: the AK's empty password, then the policy session (no nonce, not
+        // continued, no HMAC: a policy session without bind or salt needs none).
+        c.u32(9 + 9);
+        c.u32(TPM_RS_PW).u16(0).u8(0).u16(0);
+        c.u32(session).u16(0).u8(0).u16(0);
+        c.tpm2b(id_object).tpm2b(encrypted_secret);
+        let resp = self.execute(CMD, ST_SESSIONS, &c.finish())?;
+        let mut r = Reader::new(CMD, resp.get(HEADER_LEN..).unwrap_or_default());
+        let params = params_with_sessions(CMD, &mut r, 2)?;
+        let mut p = Reader::new(CMD, params);
+        let cert_info = p.tpm2b("certInfo")?.to_vec();
+        p.finish()?;
+        Ok(cert_info)
     }
 
     /// `TPM2_FlushContext` of a transient object.
