@@ -11,6 +11,7 @@
 //! attest`). Needs swtpm and tpm2-tools. Not a test.
 #![expect(
     clippy::unwrap_used,
+    clippy::panic,
     clippy::indexing_slicing,
     reason = "benchmark code: a failed setup step should stop the run loudly"
 )]
