@@ -232,7 +232,7 @@ pub(crate) enum TpmCmd {
         #[arg(long)]
         json: bool,
     },
-    /// Replay a binary (TCG crypto-agile) or CEL-JSON log; print the PCR values it
+    /// Replay a binary (TCG crypto-agile or legacy SHA-1) or CEL-JSON log; print the PCR values it
     /// predicts, in `tpm2_eventlog`'s `pcrs:` layout.
     Replay {
         log: PathBuf,

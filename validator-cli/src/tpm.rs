@@ -1,5 +1,5 @@
 //! `validator tpm pcrs` and `validator tpm replay`: the TPM's PCRs (device or swtpm
-//! port), and the PCR values a binary (TCG crypto-agile) or CEL-JSON event log predicts,
+//! port), and the PCR values a binary (TCG crypto-agile or legacy SHA-1) or CEL-JSON event log predicts,
 //! in `tpm2_eventlog`'s `pcrs:` layout.
 //!
 //! Contract: the log is read up to the library's event-log limit; an unparsable log is

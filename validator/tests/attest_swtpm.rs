@@ -477,3 +477,61 @@ fn credentials_made_by_us_or_tpm2_tools_are_activated_by_either() {
     }
     assert_eq!(std::fs::read(dir.join("activated.bin")).unwrap(), secret);
 }
+
+/// A quote checked against a legacy SHA-1 log: over the SHA-1 bank it verifies; over
+/// SHA-256 too it cannot (the log holds no SHA-256 digest) and is refused, naming the
+/// replay.
+#[test]
+fn a_legacy_sha1_log_proves_the_sha1_bank_alone() {
+    use validator::attest::verify::{verify_quote, VerifyError};
+    use validator::formats::tpm::eventlog::EventLog;
+    if !have_tools(TOOLS) {
+        return;
+    }
+    let dir = work_dir("legacy-quote");
+    let swtpm = fresh(&dir, false);
+    let mut tpm = swtpm.connect();
+    let banks = tpm.get_pcr_banks().unwrap();
+    // `fresh` extended PCR 13 with "x": the firmware's first record, as a legacy log.
+    let mut first = 13u32.to_le_bytes().to_vec();
+    first.extend_from_slice(&13u32.to_le_bytes());
+    first.extend_from_slice(&HashAlg::Sha1.digest(b"x"));
+    first.extend_from_slice(&1u32.to_le_bytes());
+    first.push(b'x');
+    let mut log = EventLog::parse(&first).unwrap();
+    assert!(log.is_legacy());
+    log.measure(13, b"decision:pass").unwrap();
+    let digests: Vec<(HashAlg, Vec<u8>)> = banks
+        .iter()
+        .map(|b| (*b, b.digest(b"decision:pass")))
+        .collect();
+    tpm.pcr_extend(13, &digests).unwrap();
+    let ak = tpm
+        .create_primary(RH_ENDORSEMENT, &ak_template(KeyKind::EccP256))
+        .unwrap();
+    let nonce = b"legacy";
+    let sha1 = parse_selection("sha1:0,13").unwrap();
+    let (a, s) = tpm.quote(ak.handle, nonce, &sha1).unwrap();
+    verify_quote(
+        &ak.public,
+        &a.bytes,
+        &s.to_bytes(),
+        nonce,
+        "the nonce",
+        Some(&log),
+    )
+    .unwrap();
+    let both = parse_selection("sha1:13+sha256:13").unwrap();
+    let (a, s) = tpm.quote(ak.handle, nonce, &both).unwrap();
+    let e = verify_quote(
+        &ak.public,
+        &a.bytes,
+        &s.to_bytes(),
+        nonce,
+        "the nonce",
+        Some(&log),
+    )
+    .unwrap_err();
+    assert!(matches!(e, VerifyError::PcrDigest { .. }), "{e}");
+    tpm.flush_context(ak.handle).unwrap();
+}

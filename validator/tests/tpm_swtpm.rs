@@ -313,3 +313,69 @@ fn hung_then_killed_tpm_gives_errors_not_hangs() {
     drop(swtpm);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A legacy SHA-1 log (older firmware on TPM 2.0 machines): the real firmware, shim, GRUB
+/// and gate events of an `sb-node` boot (`tests/fixtures/attest/tpm-eventlog.bin`)
+/// rewritten as `TCG_PCR_EVENT` records. `tpm2_eventlog` and we replay it to the same
+/// SHA-1 values, which are those of the crypto-agile original; continued by us, it stays
+/// a legacy log `tpm2_eventlog` reads, with our event's extend in it.
+#[test]
+fn a_legacy_sha1_log_replays_as_tpm2_eventlog_replays_it() {
+    if !have_tools(&["tpm2_eventlog"]) {
+        return;
+    }
+    let dir = work_dir("legacy");
+    let agile_bytes = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/attest/tpm-eventlog.bin"),
+    )
+    .unwrap();
+    let agile = EventLog::parse(&agile_bytes).unwrap();
+    let mut legacy = Vec::new();
+    for e in agile.events() {
+        let d = &e
+            .digests
+            .iter()
+            .find(|(id, _)| *id == HashAlg::Sha1.alg_id())
+            .unwrap()
+            .1;
+        legacy.extend_from_slice(&e.pcr.to_le_bytes());
+        legacy.extend_from_slice(&e.event_type.to_le_bytes());
+        legacy.extend_from_slice(d);
+        legacy.extend_from_slice(&u32::try_from(e.data.len()).unwrap().to_le_bytes());
+        legacy.extend_from_slice(&e.data);
+    }
+    let theirs = |bytes: &[u8], name: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        let out = Command::new("tpm2_eventlog").arg(&path).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "tpm2_eventlog {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let pcrs = text
+            .split_once("\npcrs:\n")
+            .map(|(_, p)| p.to_string())
+            .unwrap();
+        parse_pcr_listing(&pcrs)
+    };
+    let mut log = EventLog::parse(&legacy).unwrap();
+    assert!(log.is_legacy());
+    let ours = log.replay();
+    assert_eq!(ours.keys().copied().collect::<Vec<_>>(), [HashAlg::Sha1]);
+    assert_eq!(ours[&HashAlg::Sha1], agile.replay()[&HashAlg::Sha1]);
+    assert_eq!(
+        theirs(&legacy, "legacy.bin")[&HashAlg::Sha1],
+        ours[&HashAlg::Sha1]
+    );
+    log.measure(13, b"decision:pass").unwrap();
+    let continued = log.to_bytes();
+    assert_eq!(&continued[..legacy.len()], &legacy[..]);
+    assert_eq!(
+        theirs(&continued, "continued.bin")[&HashAlg::Sha1],
+        log.replay()[&HashAlg::Sha1]
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

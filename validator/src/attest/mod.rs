@@ -7,8 +7,7 @@
 //! in PID 1. A fleet service calls [`verify::verify_report`] as `validator attest verify`
 //! does.
 //!
-//! Current limits: see each module (the firmware's PCRs are not predicted; crypto-agile
-//! logs only).
+//! Current limits: see each module (the firmware's PCRs are not predicted).
 
 pub mod predict;
 pub mod reference;

@@ -29,7 +29,8 @@
 //!
 //! Current limits: the firmware's PCRs (0-7) are checked only as far as the log replays
 //! to them (they are not predicted; pin them per hardware model in the policy of the
-//! fleet); logs in the crypto-agile format only.
+//! fleet); a legacy SHA-1 log proves the SHA-1 bank alone (the quote covers only the banks
+//! the log records).
 
 use base64::Engine as _;
 

@@ -6,7 +6,8 @@
 //! `TPM2_CreatePrimary` of the AK template under the endorsement hierarchy
 //! ([`crate::formats::tpm::attest::ak_template`]: the same key every boot, nothing
 //! stored), `TPM2_Quote` with the caller's qualifying data over PCRs 0-9 and the PCRs the
-//! measurer touched in every active bank ([`FIRMWARE_PCRS`] adds shim's PCR 14), `TPM2_FlushContext` of the AK (also when the
+//! measurer touched in every active bank its event log records (a legacy SHA-1 firmware
+//! log: the SHA-1 bank alone, the only one a verifier can replay) ([`FIRMWARE_PCRS`] adds shim's PCR 14), `TPM2_FlushContext` of the AK (also when the
 //! quote fails) - and returns what the report carries ([`Quote`]): the AK's public area
 //! and name, the `TPMS_ATTEST` and `TPMT_SIGNATURE` as tpm2-tools writes them (base64),
 //! the selection, the TPM's clock and reset counters. A TPM that failed before is not

@@ -183,14 +183,23 @@ impl Measurer {
 
     /// The TPM client, its active banks and the PCRs this boot extended, while the TPM
     /// works (for the quote, [`super::attest`]).
+    /// The banks a verifier can check against the log: the active banks the log records
+    /// digests for (a legacy SHA-1 firmware log: SHA-1 alone).
     pub(crate) fn client(
         &mut self,
-    ) -> Option<(&mut Tpm<DeviceTransport>, &[HashAlg], &BTreeSet<u32>)> {
+    ) -> Option<(&mut Tpm<DeviceTransport>, Vec<HashAlg>, &BTreeSet<u32>)> {
         if self.report.failure.is_some() {
             return None;
         }
+        let logged = self.log.as_ref().map(|l| l.spec_id().banks());
+        let banks: Vec<HashAlg> = self
+            .banks
+            .iter()
+            .copied()
+            .filter(|b| logged.as_ref().is_none_or(|l| l.contains(b)))
+            .collect();
         let tpm = self.tpm.as_mut()?;
-        Some((tpm, &self.banks, &self.touched))
+        Some((tpm, banks, &self.touched))
     }
 
     /// Whether measuring works (a TPM answered and has not failed).

@@ -1,6 +1,10 @@
-//! The TCG PC Client crypto-agile event log (TCG PC Client Platform Firmware Profile
-//! §10): the format of `/sys/kernel/security/tpm0/binary_bios_measurements`, and of the
-//! log the gate writes for the PCRs it extends.
+//! The TCG PC Client event log (TCG PC Client Platform Firmware Profile §10): the format
+//! of `/sys/kernel/security/tpm0/binary_bios_measurements`, and of the log the gate
+//! writes for the PCRs it extends. Crypto-agile logs (below) and the legacy SHA-1 format
+//! older firmware still writes on TPM 2.0 machines (`TCG_PCR_EVENT` records only: PCR,
+//! type, SHA-1 digest, size, data; no Spec ID event) are both read, replayed and
+//! continued in their own format: a legacy log records the SHA-1 digest alone, so only
+//! the SHA-1 bank can be checked against it.
 //!
 //! Layout, all integers LITTLE-endian (unlike the TPM wire protocol):
 //! - first record, `TCG_PCClientPCREvent` (SHA-1 format): pcrIndex 0, eventType
@@ -79,6 +83,9 @@ pub struct Event {
 pub struct EventLog {
     spec: SpecIdEvent,
     events: Vec<Event>,
+    /// The legacy SHA-1 format (`TCG_PCR_EVENT` records only, no Spec ID event), as
+    /// older firmware writes it on TPM 2.0 machines: `spec` then lists SHA-1 alone.
+    legacy: bool,
 }
 
 /// Little-endian reader over the log, reporting offsets.
@@ -192,19 +199,48 @@ impl EventLog {
         EventLog {
             spec: SpecIdEvent::for_banks(banks),
             events: Vec::new(),
+            legacy: false,
         }
     }
 
-    /// Parses a whole log. Every record must fit exactly; a malformed or truncated log is
-    /// an error naming the byte offset.
+    /// Parses a whole log, crypto-agile (its first record is the "Spec ID Event03"
+    /// event) or else the legacy SHA-1 format. Every record must fit exactly; a
+    /// malformed or truncated log is an error naming the byte offset.
     pub fn parse(bytes: &[u8]) -> Result<EventLog, EventLogError> {
+        if !is_crypto_agile(bytes) {
+            let mut c = Cursor { buf: bytes, pos: 0 };
+            let mut events = Vec::new();
+            while c.left() > 0 {
+                events.push(parse_sha1_event(&mut c)?);
+            }
+            if events.is_empty() {
+                return Err(EventLogError::Invalid {
+                    offset: 0,
+                    why: "empty: no record".into(),
+                });
+            }
+            return Ok(EventLog {
+                spec: SpecIdEvent::for_banks(&[HashAlg::Sha1]),
+                events,
+                legacy: true,
+            });
+        }
         let mut c = Cursor { buf: bytes, pos: 0 };
         let spec = parse_spec_id(&mut c)?;
         let mut events = Vec::new();
         while c.left() > 0 {
             events.push(parse_event2(&mut c, &spec)?);
         }
-        Ok(EventLog { spec, events })
+        Ok(EventLog {
+            spec,
+            events,
+            legacy: false,
+        })
+    }
+
+    /// Whether the log is in the legacy SHA-1 format (a continued one stays in it).
+    pub fn is_legacy(&self) -> bool {
+        self.legacy
     }
 
     /// The Spec ID event.
@@ -287,8 +323,25 @@ impl EventLog {
         Ok(())
     }
 
-    /// The log as bytes: the Spec ID event, then every record.
+    /// The log as bytes: the Spec ID event, then every record (a legacy log: every
+    /// record as `TCG_PCR_EVENT`).
     pub fn to_bytes(&self) -> Vec<u8> {
+        if self.legacy {
+            let mut v = Vec::with_capacity(64 * self.events.len());
+            for e in &self.events {
+                v.extend_from_slice(&e.pcr.to_le_bytes());
+                v.extend_from_slice(&e.event_type.to_le_bytes());
+                // `append` and the parser keep exactly one SHA-1 digest per record.
+                let d = e
+                    .digests
+                    .first()
+                    .map_or(&[0u8; 20][..], |(_, d)| d.as_slice());
+                v.extend_from_slice(d);
+                v.extend_from_slice(&len_u32(e.data.len()).to_le_bytes());
+                v.extend_from_slice(&e.data);
+            }
+            return v;
+        }
         let spec = self.spec.to_bytes();
         let mut v = Vec::with_capacity(SHA1_EVENT_HEADER + spec.len() + 128 * self.events.len());
         v.extend_from_slice(&0u32.to_le_bytes());
@@ -366,6 +419,39 @@ fn startup_locality(data: &[u8]) -> Option<u8> {
     data.strip_prefix(STARTUP_LOCALITY_SIGNATURE)?
         .first()
         .copied()
+}
+
+/// Whether `bytes` starts with a crypto-agile log's Spec ID event (PCR 0,
+/// `EV_NO_ACTION`, the "Spec ID Event03" signature); anything else is read as the legacy
+/// SHA-1 format (TPM 1.2's "Spec ID Event00" logs included).
+fn is_crypto_agile(bytes: &[u8]) -> bool {
+    let ty = bytes
+        .get(4..8)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+    let sig = bytes.get(SHA1_EVENT_HEADER..SHA1_EVENT_HEADER + SPEC_ID_SIGNATURE.len());
+    ty == Some(EV_NO_ACTION) && sig == Some(&SPEC_ID_SIGNATURE[..])
+}
+
+/// One `TCG_PCR_EVENT` (the legacy format): PCR, type, SHA-1 digest, size, data.
+fn parse_sha1_event(c: &mut Cursor<'_>) -> Result<Event, EventLogError> {
+    let pcr_at = c.pos;
+    let pcr = c.u32("TCG_PCR_EVENT pcrIndex")?;
+    if pcr >= PCR_COUNT {
+        return Err(EventLogError::Invalid {
+            offset: pcr_at,
+            why: format!("PCR index {pcr} does not exist (0-{})", PCR_COUNT - 1),
+        });
+    }
+    let event_type = c.u32("TCG_PCR_EVENT eventType")?;
+    let digest = c.bytes(20, "TCG_PCR_EVENT digest")?.to_vec();
+    let n = c.u32("TCG_PCR_EVENT eventDataSize")? as usize;
+    let data = c.bytes(n, "event data")?.to_vec();
+    Ok(Event {
+        pcr,
+        event_type,
+        digests: vec![(HashAlg::Sha1.alg_id(), digest)],
+        data,
+    })
 }
 
 fn parse_spec_id(c: &mut Cursor<'_>) -> Result<SpecIdEvent, EventLogError> {

@@ -7,8 +7,8 @@
 //! - [`wire`] builds commands (TCG TPM 2.0 Part 2/3, big-endian) and reads responses with
 //!   checked access: tag, size field against the bytes received, response code (decoded
 //!   by [`ResponseCode`], always with its hex value), exact parameter lengths.
-//! - [`eventlog`] parses, builds, extends and replays the TCG PC Client crypto-agile
-//!   binary log (little-endian, as in `/sys/kernel/security/tpm0/binary_bios_measurements`);
+//! - [`eventlog`] parses, builds, extends and replays the TCG PC Client binary log,
+//!   crypto-agile or legacy SHA-1 (little-endian, as in `/sys/kernel/security/tpm0/binary_bios_measurements`);
 //!   our records are `EV_IPL` events. [`cel`] writes, parses and replays systemd's CEL-JSON
 //!   measurement log (`/run/log/systemd/tpm2-measure.log`). Parsers are pure functions
 //!   over bytes; malformed input gives an error naming the byte offset, never a panic.

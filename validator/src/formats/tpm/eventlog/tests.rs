@@ -97,19 +97,16 @@ fn malformed_logs() {
         b[at..at + v.len()].copy_from_slice(v);
         EventLog::parse(&b).unwrap_err()
     };
-    // SHA-1 format log (first record not EV_NO_ACTION).
+    // Not a Spec ID event first (another type, another signature): read as the legacy
+    // SHA-1 format, where these bytes are records that do not fit.
     let e = with(4, &[4, 0, 0, 0]);
-    assert!(
-        e.to_string()
-            .contains("byte 4: first record has eventType 0x4"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("truncated at byte"), "{e}");
     // Spec ID digest not zero.
     assert!(with(8, &[1]).to_string().contains("digest is not zero"));
     // Signature.
     assert!(with(32, b"Spec ID Event02")
         .to_string()
-        .contains("signature"));
+        .contains("truncated at byte"));
     // Wrong digest size for sha256 in the Spec ID event.
     let e = with(66, &[31]);
     assert_eq!(
@@ -318,4 +315,48 @@ fn replay_hcrtm_starts_pcr0_at_locality_4() {
         log.replay()[&HashAlg::Sha1][&0],
         HashAlg::Sha1.extend(&start, &d)
     );
+}
+
+/// The legacy SHA-1 format: a log of `TCG_PCR_EVENT` records reads, replays in the SHA-1
+/// bank as the crypto-agile log of the same events does, writes back the same bytes and
+/// is continued in its own format.
+#[test]
+fn legacy_sha1_logs_read_replay_and_continue() {
+    let agile = sample();
+    let mut legacy = Vec::new();
+    for e in agile.events() {
+        let d = &e
+            .digests
+            .iter()
+            .find(|(id, _)| *id == HashAlg::Sha1.alg_id())
+            .unwrap()
+            .1;
+        legacy.extend_from_slice(&e.pcr.to_le_bytes());
+        legacy.extend_from_slice(&e.event_type.to_le_bytes());
+        legacy.extend_from_slice(d);
+        legacy.extend_from_slice(&(e.data.len() as u32).to_le_bytes());
+        legacy.extend_from_slice(&e.data);
+    }
+    let mut log = EventLog::parse(&legacy).unwrap();
+    assert!(log.is_legacy());
+    assert_eq!(log.events().len(), agile.events().len());
+    assert_eq!(log.to_bytes(), legacy);
+    assert_eq!(log.replay()[&HashAlg::Sha1], agile.replay()[&HashAlg::Sha1]);
+    assert!(!log.replay().contains_key(&HashAlg::Sha256));
+    // Continued: one SHA-1 digest per record, in the legacy layout.
+    let d = log.measure(13, b"decision:pass").unwrap();
+    assert_eq!(
+        d,
+        vec![(HashAlg::Sha1, HashAlg::Sha1.digest(b"decision:pass"))]
+    );
+    let again = EventLog::parse(&log.to_bytes()).unwrap();
+    assert!(again.is_legacy());
+    assert_eq!(again, log);
+    // Cut anywhere inside a record: an error naming the byte.
+    for n in 1..legacy.len() {
+        if let Err(e) = EventLog::parse(&legacy[..n]) {
+            assert!(e.to_string().contains("byte"), "{e}");
+        }
+    }
+    assert!(EventLog::parse(b"").is_err());
 }
