@@ -427,7 +427,8 @@ fn startup_locality(data: &[u8]) -> Option<u8> {
 fn is_crypto_agile(bytes: &[u8]) -> bool {
     let ty = bytes
         .get(4..8)
-        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(u32::from_le_bytes);
     let sig = bytes.get(SHA1_EVENT_HEADER..SHA1_EVENT_HEADER + SPEC_ID_SIGNATURE.len());
     ty == Some(EV_NO_ACTION) && sig == Some(&SPEC_ID_SIGNATURE[..])
 }
