@@ -334,7 +334,7 @@ fn legacy_sha1_logs_read_replay_and_continue() {
         legacy.extend_from_slice(&e.pcr.to_le_bytes());
         legacy.extend_from_slice(&e.event_type.to_le_bytes());
         legacy.extend_from_slice(d);
-        legacy.extend_from_slice(&(e.data.len() as u32).to_le_bytes());
+        legacy.extend_from_slice(&u32::try_from(e.data.len()).unwrap().to_le_bytes());
         legacy.extend_from_slice(&e.data);
     }
     let mut log = EventLog::parse(&legacy).unwrap();
