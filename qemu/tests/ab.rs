@@ -195,6 +195,15 @@ fn fallback_attests_as_the_policy_says(b: &Outcome) {
     }
     let e = verify_report(&ak, &[b_ref], &ev.report, &ev.log, &Policy::default()).unwrap_err();
     assert!(matches!(e, VerifyError::NotAccepted(_)), "{e}");
+    // A's report came along, with A's own quote (same AK, an earlier clock).
+    let prev = report(b).slot.as_ref().unwrap().previous.clone().unwrap();
+    let a_report = prev.report.unwrap();
+    let a_quote = &a_report["attestation"]["quote"];
+    assert_eq!(
+        a_quote["ak_name"].as_str(),
+        Some(validator::util::hex(&ak.name()).as_str())
+    );
+    assert!(a_quote["clock"]["clock"].as_u64().unwrap() <= v.clock.clock);
 }
 
 /// Under Secure Boot, slot B's kernel without a signature (`sb-unsigned-b`) or signed by
