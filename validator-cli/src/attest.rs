@@ -11,10 +11,9 @@
 //! verified, 1 when it is refused (the reason on stdout, or in `--json`), 2 when an input
 //! is unusable. Inputs are read with the library's bounded readers.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use clap::{Args, Subcommand, ValueEnum};
 use validator::attest::predict::{self, DirTree, Inputs, MemTree, SlotInput};
 use validator::attest::reference::Reference;
 use validator::attest::verify::{self, Policy, VerifyError};
@@ -27,213 +26,20 @@ use validator::sys::tpm::{DeviceTransport, TcpTransport, Tpm, Transport, RH_ENDO
 use validator::util::fs::{read_limited, write_output};
 use validator::util::out::Out;
 
+use crate::cli::{
+    ActivateArgs, AkArgs, AttestCmd, EkArgs, Kind, MakeCredentialArgs, PredictArgs, QuoteArgs,
+    VerifyArgs,
+};
 use crate::{Res, Usage};
 
 /// Largest report, quote, key or reference file read.
 const SMALL_MAX: u64 = 4 << 20;
 
-#[derive(Debug, Subcommand)]
-pub(crate) enum AttestCmd {
-    /// Write the TPM's attestation key (the public area, TPM2B_PUBLIC) and print its
-    /// name: what a fleet enrolls. The TPM derives the same key every time.
-    Ak(AkArgs),
-    /// Answer a verifier's challenge: quote PCRs with the nonce, write ak.pub,
-    /// quote.msg, quote.sig and quote.pcrs into DIR (tpm2_checkquote's inputs).
-    Quote(QuoteArgs),
-    /// On the node: write the TPM's endorsement key (ek.pub, TPM2B_PUBLIC, template L-1)
-    /// and its certificate from NV (ek.der), and the AK (ak.pub), for enrollment.
-    Ek(EkArgs),
-    /// On the verifier: check the node's EK certificate against the TPM vendor's CA and
-    /// that it holds the EK, then make a credential (a random secret) that only that TPM
-    /// can activate, and only for that AK. Exit 0 made, 1 the EK or AK refused.
-    #[command(after_help = crate::cli::EXIT_CODES)]
-    MakeCredential(MakeCredentialArgs),
-    /// On the node: activate a credential (ours or tpm2_makecredential's) with the TPM's
-    /// EK and AK, writing the secret it holds: the verifier compares it with its own.
-    Activate(ActivateArgs),
-    /// Predict the measurements of a good boot of an image (the reference file).
-    Predict(PredictArgs),
-    /// Verify a boot's report (its quote, its event log, the accepted images), or a
-    /// quote answering a nonce. Exit 0 verified, 1 refused, 2 unusable input.
-    #[command(after_help = crate::cli::EXIT_CODES)]
-    Verify(VerifyArgs),
-}
-
-/// The attestation key's type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum Kind {
-    /// ECC NIST P-256, ECDSA-SHA256 (fast to make on every TPM).
-    Ecc,
-    /// RSA 2048, RSASSA-SHA256 (seconds to make on discrete TPMs).
-    Rsa,
-}
-
-impl Kind {
-    fn key(self) -> KeyKind {
-        match self {
-            Kind::Ecc => KeyKind::EccP256,
-            Kind::Rsa => KeyKind::Rsa2048,
-        }
+fn key_kind(k: Kind) -> KeyKind {
+    match k {
+        Kind::Ecc => KeyKind::EccP256,
+        Kind::Rsa => KeyKind::Rsa2048,
     }
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct TpmArgs {
-    /// A swtpm data port (HOST:PORT) instead of /dev/tpmrm0.
-    #[arg(long, value_name = "HOST:PORT")]
-    tcp: Option<std::net::SocketAddr>,
-    /// The attestation key's type (as the BOM's [measure] ak).
-    #[arg(long, value_enum, default_value_t = Kind::Ecc)]
-    kind: Kind,
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct AkArgs {
-    #[command(flatten)]
-    tpm: TpmArgs,
-    /// Where to write the TPM2B_PUBLIC.
-    #[arg(long, value_name = "FILE")]
-    out: PathBuf,
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct EkArgs {
-    #[command(flatten)]
-    tpm: TpmArgs,
-    /// The directory to write ek.pub, ek.der and ak.pub into.
-    #[arg(long, value_name = "DIR")]
-    out_dir: PathBuf,
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct MakeCredentialArgs {
-    /// The node's EK (TPM2B_PUBLIC, `validator attest ek` or `tpm2_createek -u`).
-    #[arg(long, value_name = "FILE")]
-    ek: PathBuf,
-    /// The node's EK certificate (DER, from its NV index).
-    #[arg(long, value_name = "FILE")]
-    ek_cert: PathBuf,
-    /// The TPM vendor's CA certificates (DER or PEM files, or directories of them).
-    #[arg(long = "ca", value_name = "CERT", required = true)]
-    cas: Vec<PathBuf>,
-    /// The AK to enroll (TPM2B_PUBLIC).
-    #[arg(long, value_name = "FILE")]
-    ak: PathBuf,
-    /// Where to write the credential (tpm2-tools' format).
-    #[arg(long, value_name = "FILE")]
-    out: PathBuf,
-    /// Where to write the secret it holds (keep it on the verifier).
-    #[arg(long, value_name = "FILE")]
-    secret_out: PathBuf,
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct ActivateArgs {
-    #[command(flatten)]
-    tpm: TpmArgs,
-    /// The credential (tpm2-tools' format).
-    #[arg(long = "in", value_name = "FILE")]
-    input: PathBuf,
-    /// Where to write the secret.
-    #[arg(long, value_name = "FILE")]
-    out: PathBuf,
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct QuoteArgs {
-    #[command(flatten)]
-    tpm: TpmArgs,
-    /// The verifier's nonce, hex (at most 64 bytes).
-    #[arg(long, value_name = "HEX")]
-    nonce: String,
-    /// The PCRs to quote, as tpm2-tools writes them.
-    #[arg(
-        long,
-        value_name = "SELECTION",
-        default_value = "sha256:0,1,2,3,4,5,6,7,8,9,11,13,14"
-    )]
-    pcrs: String,
-    /// The directory to write into (created if its parent exists).
-    #[arg(long, value_name = "DIR")]
-    out_dir: PathBuf,
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct PredictArgs {
-    /// The built initramfs.
-    #[arg(long, value_name = "FILE")]
-    initramfs: PathBuf,
-    /// The BOM (default: the one packed in the initramfs, etc/validator/bom.toml).
-    #[arg(long, value_name = "FILE")]
-    bom: Option<PathBuf>,
-    /// The root filesystem tree (needed when the BOM names root modules).
-    #[arg(long, value_name = "DIR")]
-    root: Option<PathBuf>,
-    /// The verity root hash, hex (default: the BOM's).
-    #[arg(long, value_name = "HEX")]
-    root_hash: Option<String>,
-    /// Predict a BIOS boot (no efivarfs first).
-    #[arg(long)]
-    bios: bool,
-    /// Predict no kexec entries (by default each slot also gets the line the init gives
-    /// it when the other slot falls back to it by kexec: the other slot's GRUB line with
-    /// validator.slot= naming it and BOOT_IMAGE= dropped).
-    #[arg(long)]
-    no_kexec: bool,
-    /// A slot and its kernel command line as /proc/cmdline will show it:
-    /// `A=BOOT_IMAGE=/A/vmlinuz root=...` (repeat for each slot).
-    #[arg(long = "slot", value_name = "SLOT=CMDLINE", required = true)]
-    slots: Vec<String>,
-    /// A file the boot loader measures for a slot: `A:9:/A/vmlinuz=LOCAL_FILE` (slot,
-    /// PCR, the path it logs, the file's copy here).
-    #[arg(long = "file", value_name = "SLOT:PCR:PATH=FILE")]
-    files: Vec<String>,
-    /// Where to write the reference file.
-    #[arg(long, value_name = "FILE")]
-    out: PathBuf,
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct VerifyArgs {
-    /// The enrolled attestation key (TPM2B_PUBLIC, as `validator attest ak` writes it).
-    #[arg(long, value_name = "FILE")]
-    ak: PathBuf,
-    /// A reference file of an accepted image (repeat for each).
-    #[arg(long = "reference", value_name = "FILE")]
-    references: Vec<PathBuf>,
-    /// The boot's report (report.json); its quote is checked against its digest.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["message", "signature", "nonce"])]
-    report: Option<PathBuf>,
-    /// The boot's binary event log (/run/validator/tpm-eventlog.bin).
-    #[arg(long, value_name = "FILE")]
-    eventlog: Option<PathBuf>,
-    /// A challenge's quote message (TPMS_ATTEST), with --signature and --nonce.
-    #[arg(long, value_name = "FILE", requires_all = ["signature", "nonce"])]
-    message: Option<PathBuf>,
-    /// A challenge's signature (TPMT_SIGNATURE).
-    #[arg(long, value_name = "FILE")]
-    signature: Option<PathBuf>,
-    /// The nonce the challenge sent, hex.
-    #[arg(long, value_name = "HEX")]
-    nonce: Option<String>,
-    /// Decisions accepted for the reported boot (comma-separated).
-    #[arg(
-        long,
-        value_name = "DECISIONS",
-        default_value = "pass",
-        value_delimiter = ','
-    )]
-    accept: Vec<String>,
-    /// Refuse a log in which an earlier boot fell back.
-    #[arg(long)]
-    no_fallback: bool,
-    /// The node's last accepted quote's clock, `RESET_COUNT:CLOCK_MS`: a quote not newer
-    /// is refused as replayed.
-    #[arg(long, value_name = "RESET:CLOCK")]
-    after: Option<String>,
-    /// Print the result as JSON.
-    #[arg(long)]
-    json: bool,
 }
 
 fn connect(tcp: Option<std::net::SocketAddr>) -> Result<Tpm<Box<dyn Transport>>, Usage> {
@@ -258,13 +64,13 @@ pub(crate) fn run(cmd: AttestCmd, out: &mut Out) -> Res {
 
 fn ak(a: AkArgs, out: &mut Out) -> Res {
     let mut tpm = connect(a.tpm.tcp)?;
-    let key = tpm.create_primary(RH_ENDORSEMENT, &ak_template(a.tpm.kind.key()))?;
+    let key = tpm.create_primary(RH_ENDORSEMENT, &ak_template(key_kind(a.tpm.kind)))?;
     tpm.flush_context(key.handle)?;
     write_output(&a.out, &key.public.to_2b())?;
     out.line(&format!(
         "{}: {} attestation key, name {}",
         a.out.display(),
-        a.tpm.kind.key().name(),
+        key_kind(a.tpm.kind).name(),
         validator::util::hex(&key.public.name())
     ))?;
     Ok(true)
@@ -284,7 +90,7 @@ fn ek(a: EkArgs, out: &mut Out) -> Res {
     let mut tpm = connect(a.tpm.tcp)?;
     let ek = tpm.create_primary(RH_ENDORSEMENT, &ek_template(KeyKind::Rsa2048))?;
     tpm.flush_context(ek.handle)?;
-    let ak = tpm.create_primary(RH_ENDORSEMENT, &ak_template(a.tpm.kind.key()))?;
+    let ak = tpm.create_primary(RH_ENDORSEMENT, &ak_template(key_kind(a.tpm.kind)))?;
     tpm.flush_context(ak.handle)?;
     let cert = tpm.nv_read(EK_CERT_NV_RSA)?;
     let files: Vec<(String, Vec<u8>)> = vec![
@@ -350,7 +156,7 @@ fn activate(a: ActivateArgs, out: &mut Out) -> Res {
         .map_err(|e| Usage(format!("{}: {e}", a.input.display())))?;
     let mut tpm = connect(a.tpm.tcp)?;
     let ek = tpm.create_primary(RH_ENDORSEMENT, &ek_template(KeyKind::Rsa2048))?;
-    let ak = match tpm.create_primary(RH_ENDORSEMENT, &ak_template(a.tpm.kind.key())) {
+    let ak = match tpm.create_primary(RH_ENDORSEMENT, &ak_template(key_kind(a.tpm.kind))) {
         Ok(k) => k,
         Err(e) => {
             let _ = tpm.flush_context(ek.handle);
@@ -391,7 +197,7 @@ fn quote(a: QuoteArgs, out: &mut Out) -> Res {
         .ok_or_else(|| Usage(format!("--nonce {:?}: not 1 to 64 bytes of hex", a.nonce)))?;
     let sel = parse_selection(&a.pcrs).map_err(|e| Usage(format!("--pcrs: {e}")))?;
     let mut tpm = connect(a.tpm.tcp)?;
-    let key = tpm.create_primary(RH_ENDORSEMENT, &ak_template(a.tpm.kind.key()))?;
+    let key = tpm.create_primary(RH_ENDORSEMENT, &ak_template(key_kind(a.tpm.kind)))?;
     let q = tpm.quote(key.handle, &nonce, &sel);
     tpm.flush_context(key.handle)?;
     let (attest, sig) = q?;

@@ -47,7 +47,7 @@ pub(crate) enum Cmd {
     /// Attestation: the node's key and quotes, the prediction of a good boot, the
     /// verifier.
     #[command(subcommand)]
-    Attest(crate::attest::AttestCmd),
+    Attest(AttestCmd),
     /// The image's bill of materials.
     #[command(subcommand)]
     Bom(BomCmd),
@@ -296,4 +296,199 @@ pub(crate) enum BomCmd {
     /// Parse a BOM strictly, with every check the init makes; print its image id and
     /// digest.
     Check { file: PathBuf },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum AttestCmd {
+    /// Write the TPM's attestation key (the public area, TPM2B_PUBLIC) and print its
+    /// name: what a fleet enrolls. The TPM derives the same key every time.
+    Ak(AkArgs),
+    /// Answer a verifier's challenge: quote PCRs with the nonce, write ak.pub,
+    /// quote.msg, quote.sig and quote.pcrs into DIR (tpm2_checkquote's inputs).
+    Quote(QuoteArgs),
+    /// On the node: write the TPM's endorsement key (ek.pub, TPM2B_PUBLIC, template L-1)
+    /// and its certificate from NV (ek.der), and the AK (ak.pub), for enrollment.
+    Ek(EkArgs),
+    /// On the verifier: check the node's EK certificate against the TPM vendor's CA and
+    /// that it holds the EK, then make a credential (a random secret) that only that TPM
+    /// can activate, and only for that AK. Exit 0 made, 1 the EK or AK refused.
+    #[command(after_help = EXIT_CODES)]
+    MakeCredential(MakeCredentialArgs),
+    /// On the node: activate a credential (ours or tpm2_makecredential's) with the TPM's
+    /// EK and AK, writing the secret it holds: the verifier compares it with its own.
+    Activate(ActivateArgs),
+    /// Predict the measurements of a good boot of an image (the reference file).
+    Predict(PredictArgs),
+    /// Verify a boot's report (its quote, its event log, the accepted images), or a
+    /// quote answering a nonce. Exit 0 verified, 1 refused, 2 unusable input.
+    #[command(after_help = EXIT_CODES)]
+    Verify(VerifyArgs),
+}
+
+/// The attestation key's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Kind {
+    /// ECC NIST P-256, ECDSA-SHA256 (fast to make on every TPM).
+    Ecc,
+    /// RSA 2048, RSASSA-SHA256 (seconds to make on discrete TPMs).
+    Rsa,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct TpmArgs {
+    /// A swtpm data port (HOST:PORT) instead of /dev/tpmrm0.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) tcp: Option<std::net::SocketAddr>,
+    /// The attestation key's type (as the BOM's [measure] ak).
+    #[arg(long, value_enum, default_value_t = Kind::Ecc)]
+    pub(crate) kind: Kind,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AkArgs {
+    #[command(flatten)]
+    pub(crate) tpm: TpmArgs,
+    /// Where to write the TPM2B_PUBLIC.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EkArgs {
+    #[command(flatten)]
+    pub(crate) tpm: TpmArgs,
+    /// The directory to write ek.pub, ek.der and ak.pub into.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct MakeCredentialArgs {
+    /// The node's EK (TPM2B_PUBLIC, `validator attest ek` or `tpm2_createek -u`).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) ek: PathBuf,
+    /// The node's EK certificate (DER, from its NV index).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) ek_cert: PathBuf,
+    /// The TPM vendor's CA certificates (DER or PEM files, or directories of them).
+    #[arg(long = "ca", value_name = "CERT", required = true)]
+    pub(crate) cas: Vec<PathBuf>,
+    /// The AK to enroll (TPM2B_PUBLIC).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) ak: PathBuf,
+    /// Where to write the credential (tpm2-tools' format).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: PathBuf,
+    /// Where to write the secret it holds (keep it on the verifier).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) secret_out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ActivateArgs {
+    #[command(flatten)]
+    pub(crate) tpm: TpmArgs,
+    /// The credential (tpm2-tools' format).
+    #[arg(long = "in", value_name = "FILE")]
+    pub(crate) input: PathBuf,
+    /// Where to write the secret.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct QuoteArgs {
+    #[command(flatten)]
+    pub(crate) tpm: TpmArgs,
+    /// The verifier's nonce, hex (at most 64 bytes).
+    #[arg(long, value_name = "HEX")]
+    pub(crate) nonce: String,
+    /// The PCRs to quote, as tpm2-tools writes them.
+    #[arg(
+        long,
+        value_name = "SELECTION",
+        default_value = "sha256:0,1,2,3,4,5,6,7,8,9,11,13,14"
+    )]
+    pub(crate) pcrs: String,
+    /// The directory to write into (created if its parent exists).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) out_dir: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PredictArgs {
+    /// The built initramfs.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) initramfs: PathBuf,
+    /// The BOM (default: the one packed in the initramfs, etc/validator/bom.toml).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) bom: Option<PathBuf>,
+    /// The root filesystem tree (needed when the BOM names root modules).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) root: Option<PathBuf>,
+    /// The verity root hash, hex (default: the BOM's).
+    #[arg(long, value_name = "HEX")]
+    pub(crate) root_hash: Option<String>,
+    /// Predict a BIOS boot (no efivarfs first).
+    #[arg(long)]
+    pub(crate) bios: bool,
+    /// Predict no kexec entries (by default each slot also gets the line the init gives
+    /// it when the other slot falls back to it by kexec: the other slot's GRUB line with
+    /// validator.slot= naming it and BOOT_IMAGE= dropped).
+    #[arg(long)]
+    pub(crate) no_kexec: bool,
+    /// A slot and its kernel command line as /proc/cmdline will show it:
+    /// `A=BOOT_IMAGE=/A/vmlinuz root=...` (repeat for each slot).
+    #[arg(long = "slot", value_name = "SLOT=CMDLINE", required = true)]
+    pub(crate) slots: Vec<String>,
+    /// A file the boot loader measures for a slot: `A:9:/A/vmlinuz=LOCAL_FILE` (slot,
+    /// PCR, the path it logs, the file's copy here).
+    #[arg(long = "file", value_name = "SLOT:PCR:PATH=FILE")]
+    pub(crate) files: Vec<String>,
+    /// Where to write the reference file.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) out: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct VerifyArgs {
+    /// The enrolled attestation key (TPM2B_PUBLIC, as `validator attest ak` writes it).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) ak: PathBuf,
+    /// A reference file of an accepted image (repeat for each).
+    #[arg(long = "reference", value_name = "FILE")]
+    pub(crate) references: Vec<PathBuf>,
+    /// The boot's report (report.json); its quote is checked against its digest.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["message", "signature", "nonce"])]
+    pub(crate) report: Option<PathBuf>,
+    /// The boot's binary event log (/run/validator/tpm-eventlog.bin).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) eventlog: Option<PathBuf>,
+    /// A challenge's quote message (TPMS_ATTEST), with --signature and --nonce.
+    #[arg(long, value_name = "FILE", requires_all = ["signature", "nonce"])]
+    pub(crate) message: Option<PathBuf>,
+    /// A challenge's signature (TPMT_SIGNATURE).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) signature: Option<PathBuf>,
+    /// The nonce the challenge sent, hex.
+    #[arg(long, value_name = "HEX")]
+    pub(crate) nonce: Option<String>,
+    /// Decisions accepted for the reported boot (comma-separated).
+    #[arg(
+        long,
+        value_name = "DECISIONS",
+        default_value = "pass",
+        value_delimiter = ','
+    )]
+    pub(crate) accept: Vec<String>,
+    /// Refuse a log in which an earlier boot fell back.
+    #[arg(long)]
+    pub(crate) no_fallback: bool,
+    /// The node's last accepted quote's clock, `RESET_COUNT:CLOCK_MS`: a quote not newer
+    /// is refused as replayed.
+    #[arg(long, value_name = "RESET:CLOCK")]
+    pub(crate) after: Option<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
