@@ -191,7 +191,10 @@ pub fn emit(ctx: &mut Context, report: &mut Report) {
         .as_ref()
         .is_some_and(|a| a.quote.is_some())
     {
-        crate::stages::slot::keep_report(ctx, &report.to_json());
+        match serde_json::to_value(&*report) {
+            Ok(v) => crate::stages::slot::keep_report(ctx, v),
+            Err(e) => log::warn!("slot: the quoted report does not serialise: {e}"),
+        }
     }
     let mut text = String::new();
     #[cfg(feature = "test-hooks")]

@@ -548,14 +548,11 @@ pub fn act(
     plan
 }
 
-/// Replaces the report in this slot's record with `report_json` (the finished, quoted
+/// Replaces the report in this slot's record with `report` (the finished, quoted
 /// report) and writes the record again; a failure is logged (the record keeps the
 /// report [`act`] wrote).
-pub fn keep_report(ctx: &mut Context, report_json: &str) {
+pub fn keep_report(ctx: &mut Context, v: serde_json::Value) {
     let Some(rt) = ctx.slot.as_mut() else {
-        return;
-    };
-    let Ok(v) = serde_json::from_str::<serde_json::Value>(report_json) else {
         return;
     };
     let x = rt.slot.as_str().to_string();
