@@ -44,7 +44,7 @@ use crate::disk::{self, Content, PartitionSpec};
 use crate::firmware::{self, Esp, EspSlot, EspSpec, Loader, Ovmf};
 use crate::paths;
 use crate::scenario::{
-    gate_config, BootPath, EspCondition, Name, Roots, Scenario, TwoSlots, ESP_DISK,
+    gate_config, BootPath, EspCondition, Name, RootSystem, Roots, Scenario, TwoSlots, ESP_DISK,
 };
 use crate::vm::{self, Outcome, Run, VmConfig};
 use crate::HarnessError;
@@ -113,7 +113,12 @@ fn build_slot(
         extra.push_str(crate::scenario::TPM_ROOT_SCRIPT);
         extra.push('\n');
     }
-    crate::rootfs::build(&rootdir, &extra)?;
+    let debian = two.system == RootSystem::Debian;
+    if debian {
+        crate::debroot::build(&rootdir, &extra)?;
+    } else {
+        crate::rootfs::build(&rootdir, &extra)?;
+    }
     if !img.root_snakeoil_modules.is_empty() {
         let key = sigcases::keys::snakeoil(&sdir.join("root-keys"));
         let to = rootdir.join("fleet-modules");
@@ -125,7 +130,7 @@ fn build_slot(
     }
     let slot_file = rootdir.join("etc/slot");
     std::fs::write(&slot_file, format!("{slot}\n")).map_err(|e| HarnessError::io(&slot_file, e))?;
-    if s.root_tpm_tools {
+    if s.root_tpm_tools && !debian {
         crate::rootfs::add_host_programs(
             &rootdir,
             &["/usr/bin/tpm2"],

@@ -59,6 +59,7 @@ impl Scenario {
             | Name::SbFleetMokUntrusted
             | Name::SbFleetUnenrolled
             | Name::SbRequiredOff => crate::secureboot::setup(&mut s, name)?,
+            Name::RealNode => crate::debroot::setup(&mut s)?,
             Name::PreflightNvidia | Name::PreflightNvidiaOpen | Name::PreflightPcie => {
                 crate::preflight::setup(&mut s, name)?
             }

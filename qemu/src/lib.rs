@@ -53,6 +53,7 @@ pub mod basic;
 pub mod bench;
 pub mod bench_secure_boot;
 pub mod catalogue;
+pub mod debroot;
 pub mod disk;
 pub mod efivars;
 pub mod faults;

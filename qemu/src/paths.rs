@@ -47,6 +47,7 @@ pub fn kernel(name: &str) -> Result<Kernel, HarnessError> {
 
 static BUILD: Mutex<Option<PathBuf>> = Mutex::new(None);
 static PRODUCTION: Mutex<Option<PathBuf>> = Mutex::new(None);
+static CLI: Mutex<Option<PathBuf>> = Mutex::new(None);
 
 /// The static init, built for `x86_64-unknown-linux-musl` in release mode with the
 /// `test-hooks` feature (the production init has none). `VALIDATOR_INIT` names a
@@ -65,9 +66,26 @@ pub fn production_init() -> Result<PathBuf, HarnessError> {
     build_init(&PRODUCTION, "production", &[])
 }
 
+/// The operator's CLI (`validator`) as a node image carries it: static
+/// (`x86_64-unknown-linux-musl`, release), built once per process into the init's target
+/// directory (the two share their dependencies' builds).
+pub fn validator_cli() -> Result<PathBuf, HarnessError> {
+    build_static(&CLI, "harness", "validator-cli", "validator", &[])
+}
+
 fn build_init(
     cache: &Mutex<Option<PathBuf>>,
     dir: &str,
+    extra: &[&str],
+) -> Result<PathBuf, HarnessError> {
+    build_static(cache, dir, "init", "init", extra)
+}
+
+fn build_static(
+    cache: &Mutex<Option<PathBuf>>,
+    dir: &str,
+    package: &str,
+    bin: &str,
     extra: &[&str],
 ) -> Result<PathBuf, HarnessError> {
     let mut guard = cache.lock().unwrap_or_else(|p| p.into_inner());
@@ -85,7 +103,9 @@ fn build_init(
             "--locked",
             "-q",
             "-p",
-            "init",
+            package,
+            "--bin",
+            bin,
             "--target",
             "x86_64-unknown-linux-musl",
         ])
@@ -93,14 +113,16 @@ fn build_init(
         .arg("--target-dir")
         .arg(&target_dir)
         .output()
-        .map_err(|e| HarnessError::Setup(format!("cannot run cargo to build the init: {e}")))?;
+        .map_err(|e| HarnessError::Setup(format!("cannot run cargo to build {bin}: {e}")))?;
     if !out.status.success() {
         return Err(HarnessError::Setup(format!(
-            "building the init failed:\n{}",
+            "building {bin} failed:\n{}",
             String::from_utf8_lossy(&out.stderr)
         )));
     }
-    let p = target_dir.join("x86_64-unknown-linux-musl/release/init");
+    let p = target_dir
+        .join("x86_64-unknown-linux-musl/release")
+        .join(bin);
     *guard = Some(p.clone());
     Ok(p)
 }

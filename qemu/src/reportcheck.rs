@@ -240,3 +240,70 @@ mod tests {
         assert!(std::panic::catch_unwind(|| read(&wrong)).is_err());
     }
 }
+
+/// The samples of a Prometheus text exposition as `name{labels sorted} value`, the value
+/// as a number (so a file and a scrape of it compare equal: node_exporter sorts labels and
+/// prints numbers its own way). Comments and blank lines are left out; a line that does
+/// not parse is kept whole, so it never compares equal by accident.
+pub fn prometheus_samples(text: &str) -> std::collections::BTreeSet<String> {
+    text.lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+        .map(|l| normalize_sample(l).unwrap_or_else(|| format!("unparsed: {l}")))
+        .collect()
+}
+
+fn normalize_sample(line: &str) -> Option<String> {
+    let (head, value) = line.trim_end().rsplit_once(' ')?;
+    let value: f64 = value.parse().ok()?;
+    let (name, labels) = match head.split_once('{') {
+        None => (head, Vec::new()),
+        Some((name, rest)) => {
+            let body = rest.strip_suffix('}')?;
+            let mut labels = Vec::new();
+            let mut chars = body.chars().peekable();
+            loop {
+                let key: String = chars.by_ref().take_while(|c| *c != '=').collect();
+                if key.is_empty() {
+                    break;
+                }
+                if chars.next() != Some('"') {
+                    return None;
+                }
+                let mut val = String::new();
+                loop {
+                    match chars.next()? {
+                        '\\' => {
+                            val.push('\\');
+                            val.push(chars.next()?);
+                        }
+                        '"' => break,
+                        c => val.push(c),
+                    }
+                }
+                labels.push(format!("{}=\"{val}\"", key.trim_start_matches(',')));
+                if chars.peek() == Some(&',') {
+                    chars.next();
+                }
+            }
+            labels.sort();
+            (name, labels)
+        }
+    };
+    Some(format!("{name}{{{}}} {value}", labels.join(",")))
+}
+
+#[cfg(test)]
+mod prometheus_tests {
+    /// Label order and number spelling do not matter; names, labels and values do.
+    #[test]
+    fn samples_compare_as_values() {
+        let a = super::prometheus_samples("# HELP x y\nm{b=\"2\",a=\"1,\\\"q\"} 1\nn 0.50\n");
+        let b = super::prometheus_samples("m{a=\"1,\\\"q\",b=\"2\"} 1e0\nn 0.5\n");
+        assert_eq!(a, b);
+        let c = super::prometheus_samples("m{a=\"1,\\\"q\",b=\"3\"} 1\nn 0.5\n");
+        assert_ne!(a, c);
+        assert!(super::prometheus_samples("m{a=1} 2\n")
+            .iter()
+            .all(|s| s.starts_with("unparsed")));
+    }
+}

@@ -93,6 +93,16 @@ pub struct SlotImage {
     pub root_snakeoil_modules: Vec<String>,
 }
 
+/// What runs in the slots' roots after the gate's `switch_root`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RootSystem {
+    /// The busybox script of [`crate::rootfs`]: prints what it sees, powers off (fast).
+    #[default]
+    Busybox,
+    /// A Debian 12 system with systemd as PID 1 ([`crate::debroot`]).
+    Debian,
+}
+
 /// The slot kernel's Authenticode signature on the ESP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KernelSignature {
@@ -130,6 +140,8 @@ pub const ESP_DISK: &str = "esp-disk.img";
 #[derive(Debug, Clone)]
 pub struct TwoSlots {
     pub roots: Roots,
+    /// What the roots run after the handover.
+    pub system: RootSystem,
     pub a: SlotImage,
     pub b: SlotImage,
     /// GRUB's initial `grubenv` variables (default: both good, none tried, A first).
@@ -214,6 +226,7 @@ impl TwoSlots {
         };
         TwoSlots {
             roots,
+            system: RootSystem::Busybox,
             a: image(Slot::A),
             b: image(Slot::B),
             grubenv: firmware::default_grubenv(),

@@ -66,6 +66,7 @@ pub enum Name {
     SbFleetMokUntrusted,
     SbFleetUnenrolled,
     SbRequiredOff,
+    RealNode,
 }
 
 impl Name {
@@ -129,6 +130,7 @@ impl Name {
         Name::SbFleetMokUntrusted,
         Name::SbFleetUnenrolled,
         Name::SbRequiredOff,
+        Name::RealNode,
     ];
 
     /// The name on the command line and in run directories.
@@ -191,6 +193,7 @@ impl Name {
             Name::SbFleetMokUntrusted => "sb-fleet-mok-untrusted",
             Name::SbFleetUnenrolled => "sb-fleet-unenrolled",
             Name::SbRequiredOff => "sb-required-off",
+            Name::RealNode => "real-node",
         }
     }
 

@@ -1,0 +1,325 @@
+//! The real node's root: a Debian 12 system made by `mmdebstrap` (minbase plus systemd,
+//! node_exporter, RAUC, tpm2-tools and the tools a GPU node image carries that Debian
+//! has), which the gate hands over to; systemd then runs as PID 1 and reaches
+//! `multi-user.target`.
+//!
+//! Contract: [`base_tar`] builds the system once per recipe ([`RECIPE`] and
+//! [`PACKAGES`]: the cache key) into `target/debian-root/<key>.tar` and reuses it after;
+//! [`build`] unpacks it into a slot's root tree and adds what a node of this test bed
+//! carries: the slot's name (`/etc/slot`), the validator CLI (`/usr/local/bin/validator`,
+//! static), the shipped `examples/systemd/validator-mark-good.service` with a health check
+//! that stands for the fleet's (node_exporter serves our metrics), and `node-check.service`,
+//! which after `multi-user.target` (and after the mark-good unit) prints on the console
+//! what the root sees, in the markers of the busybox root ([`crate::rootfs`]) plus
+//! [`SYSTEM`], [`SCRAPE`] and the slot state, then powers the node off.
+//!
+//! The image is read-only (a verity root): `/etc/fstab` puts tmpfs on `/tmp`, `/var/tmp`,
+//! `/var/log`, `/var/cache` and `/var/lib/systemd`, mounts the ESP at `/boot/efi` (as
+//! Debian does) and `/etc/machine-id` is empty (systemd makes one for the boot); the
+//! textfile and NFD directories are links into `/run/validator`, where the gate wrote.
+//!
+//! Limits: needs root (mmdebstrap's root mode, ownership kept through `tar`) and the
+//! Debian package registry on the first build; x86-64; the recipe is Debian 12 only.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+use validator::config::bom as vbom;
+
+use crate::scenario::{BootPath, Name, RootSystem, Scenario};
+use crate::HarnessError;
+
+/// The suite and mirrors (the cache key includes them).
+pub const RECIPE: &[&str] = &[
+    "--variant=minbase",
+    "--mode=root",
+    "--format=tar",
+    "--aptopt=Acquire::Languages \"none\"",
+    "--dpkgopt=path-exclude=/usr/share/man/*",
+    "--dpkgopt=path-exclude=/usr/share/locale/*",
+    "--dpkgopt=path-exclude=/usr/share/doc/*",
+    "--dpkgopt=path-include=/usr/share/doc/*/copyright",
+    "bookworm",
+];
+
+/// Mirrors of the root's packages.
+pub const MIRRORS: &[&str] = &[
+    "deb http://deb.debian.org/debian bookworm main",
+    "deb http://deb.debian.org/debian bookworm-updates main",
+    "deb http://deb.debian.org/debian-security bookworm-security main",
+];
+
+/// The packages beyond minbase.
+pub const PACKAGES: &[&str] = &[
+    "systemd",
+    "systemd-sysv",
+    "udev",
+    "dbus",
+    "kmod",
+    "iproute2",
+    "curl",
+    "prometheus-node-exporter",
+    "rauc",
+    "tpm2-tools",
+    "pciutils",
+    "nvme-cli",
+    "ethtool",
+    "dmidecode",
+    "rdma-core",
+    "ibverbs-utils",
+    "numactl",
+];
+
+/// The hook run in the new root before it is packed (its path is `$1`).
+const CUSTOMIZE: &str = r#"set -e
+: > "$1/etc/machine-id"
+echo node > "$1/etc/hostname"
+cat > "$1/etc/fstab" <<'EOF'
+# The root is a read-only dm-verity image: what must be writable is tmpfs.
+tmpfs /tmp tmpfs mode=1777,nosuid,nodev 0 0
+tmpfs /var/tmp tmpfs mode=1777,nosuid,nodev 0 0
+tmpfs /var/log tmpfs mode=0755,nosuid,nodev 0 0
+tmpfs /var/cache tmpfs mode=0755,nosuid,nodev 0 0
+tmpfs /var/lib/systemd tmpfs mode=0755,nosuid,nodev 0 0
+PARTLABEL=esp /boot/efi vfat umask=0077,nofail 0 0
+EOF
+mkdir -p "$1/boot/efi"
+rm -rf "$1/var/lib/prometheus/node-exporter"
+ln -s /run/validator/textfile "$1/var/lib/prometheus/node-exporter"
+mkdir -p "$1/etc/kubernetes/node-feature-discovery"
+ln -s /run/validator/nfd "$1/etc/kubernetes/node-feature-discovery/features.d"
+for u in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer \
+         e2scrub_reap.service nvmf-autoconnect.service; do
+    ln -sf /dev/null "$1/etc/systemd/system/$u"
+done
+"#;
+
+/// Printed by `node-check`: `ROOT-SYSTEM pid1=systemd multi-user=active at_us=<when it
+/// became active, microseconds since the kernel started> node_exporter=active`.
+pub const SYSTEM: &str = "ROOT-SYSTEM ";
+/// The section (`ROOT-SCRAPE-BEGIN` .. `END`) holding our lines of node_exporter's answer
+/// over HTTP (`# HELP`, `# TYPE` and samples of `validator_*`).
+pub const SCRAPE: &str = "SCRAPE";
+/// Written to `/dev/kmsg` by `node-check` once `multi-user.target` is active, so the
+/// kernel log timestamps it (kernel start to `multi-user.target`).
+pub const KMSG_MULTI_USER: &str = "node-check: multi-user.target active";
+/// The section holding `validator slot status --esp /boot/efi` after the mark-good unit.
+pub const SLOT_STATUS: &str = "SLOT-STATUS";
+/// Printed by `node-check`: the mark-good unit's result (`success`, `exit-code`, ...).
+pub const MARK_GOOD: &str = "ROOT-MARK-GOOD ";
+
+static BUILD: Mutex<()> = Mutex::new(());
+
+/// The cache key of the recipe: SHA-256 over its arguments, mirrors, packages and hook.
+fn key() -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for part in RECIPE.iter().chain(MIRRORS).chain(PACKAGES) {
+        h.update(part.as_bytes());
+        h.update([0]);
+    }
+    h.update(CUSTOMIZE.as_bytes());
+    validator::util::hex(&h.finalize()[..8])
+}
+
+/// The Debian root as a tar archive, built by `mmdebstrap` when the recipe changed
+/// (about 30 s and 250 MB with a reachable mirror).
+pub fn base_tar() -> Result<PathBuf, HarnessError> {
+    let _g = BUILD.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = crate::paths::workspace().join("target/debian-root");
+    let tar = dir.join(format!("{}.tar", key()));
+    if tar.is_file() {
+        return Ok(tar);
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| HarnessError::io(&dir, e))?;
+    let hook = dir.join("customize.sh");
+    std::fs::write(&hook, CUSTOMIZE).map_err(|e| HarnessError::io(&hook, e))?;
+    let part = dir.join(format!("{}.tar.part", key()));
+    let _ = std::fs::remove_file(&part);
+    let mut c = Command::new("mmdebstrap");
+    c.args(RECIPE)
+        .arg(format!("--include={}", PACKAGES.join(",")))
+        .arg(format!("--customize-hook=sh {} \"$1\"", hook.display()))
+        .arg(&part)
+        .args(MIRRORS)
+        .env("SOURCE_DATE_EPOCH", "1700000000");
+    crate::disk::run(&mut c).map_err(|e| {
+        HarnessError::Setup(format!(
+            "mmdebstrap (install it with scripts/provision; it needs the Debian registry): {e}"
+        ))
+    })?;
+    std::fs::rename(&part, &tar).map_err(|e| HarnessError::io(&tar, e))?;
+    Ok(tar)
+}
+
+/// Builds the slot's root tree at `dir` from [`base_tar`]; `extra` is shell that
+/// `node-check` runs after it printed what it sees (before the power-off).
+pub fn build(dir: &Path, extra: &str) -> Result<(), HarnessError> {
+    let io = |p: &Path, e| HarnessError::io(p, e);
+    let tar = base_tar()?;
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    crate::disk::run(
+        Command::new("tar")
+            .args(["--numeric-owner", "-xpf"])
+            .arg(&tar)
+            .arg("-C")
+            .arg(dir),
+    )?;
+    let write = |rel: &str, text: &str, mode: u32| -> Result<(), HarnessError> {
+        use std::os::unix::fs::PermissionsExt;
+        let p = dir.join(rel);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+        }
+        std::fs::write(&p, text).map_err(|e| io(&p, e))?;
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).map_err(|e| io(&p, e))
+    };
+    let cli = crate::paths::validator_cli()?;
+    let to = dir.join("usr/local/bin/validator");
+    std::fs::copy(&cli, &to).map_err(|e| io(&cli, e))?;
+    let unit = crate::paths::workspace().join("examples/systemd/validator-mark-good.service");
+    let shipped = std::fs::read_to_string(&unit).map_err(|e| io(&unit, e))?;
+    write(
+        "etc/systemd/system/validator-mark-good.service",
+        &shipped,
+        0o644,
+    )?;
+    // The fleet's readiness check, in the test bed: node_exporter serves our metrics.
+    write(
+        "etc/systemd/system/validator-mark-good.service.d/health.conf",
+        "[Service]\nExecStartPre=\nExecStartPre=/bin/sh -c 'for i in $(seq 20); do \
+         curl -sf http://127.0.0.1:9100/metrics | grep -q \"^validator_\" && exit 0; sleep 1; \
+         done; echo \"node not healthy: node_exporter does not serve validator_ metrics\"; \
+         exit 1'\n",
+        0o644,
+    )?;
+    write(
+        "etc/systemd/system/node-check.service",
+        NODE_CHECK_UNIT,
+        0o644,
+    )?;
+    let wants = dir.join("etc/systemd/system/multi-user.target.wants");
+    std::fs::create_dir_all(&wants).map_err(|e| io(&wants, e))?;
+    for u in ["validator-mark-good.service", "node-check.service"] {
+        let l = wants.join(u);
+        std::os::unix::fs::symlink(format!("/etc/systemd/system/{u}"), &l)
+            .map_err(|e| io(&l, e))?;
+    }
+    // The serial console carries the checks' lines: no login prompt in between.
+    let l = dir.join("etc/systemd/system/serial-getty@ttyS0.service");
+    std::os::unix::fs::symlink("/dev/null", &l).map_err(|e| io(&l, e))?;
+    let script = format!(
+        "#!/bin/sh\n\
+         export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n\
+         echo \"{KMSG_MULTI_USER}\" > /dev/kmsg\n\
+         echo \"{marker} uptime=$(cut -d' ' -f1 /proc/uptime) pid=$$\"\n\
+         echo \"{SYSTEM}pid1=$(cat /proc/1/comm) multi-user=$(systemctl is-active multi-user.target) at_us=$(systemctl show -P ActiveEnterTimestampMonotonic multi-user.target) node_exporter=$(systemctl is-active prometheus-node-exporter.service)\"\n\
+         echo \"{slot}$(cat /etc/slot)\"\n\
+         echo \"{report}$(cat /run/validator/report.json 2>/dev/null)\"\n\
+         for i in $(seq 30); do curl -sf http://127.0.0.1:9100/metrics > /tmp/scrape && grep -q '^validator_' /tmp/scrape && break; sleep 1; done\n\
+         echo ROOT-{SCRAPE}-BEGIN; grep -E '^(# (HELP|TYPE) )?validator_' /tmp/scrape; echo ROOT-{SCRAPE}-END\n\
+         echo ROOT-METRICS-BEGIN; cat /{textfile}/validator.prom; echo ROOT-METRICS-END\n\
+         echo ROOT-NFD-BEGIN; cat /{nfd}/validator; echo ROOT-NFD-END\n\
+         echo ROOT-LINKS-BEGIN; readlink /{textfile}; readlink /{nfd}; echo ROOT-LINKS-END\n\
+         echo ROOT-RUN-BEGIN; ls -1 /run/validator; echo ROOT-RUN-END\n\
+         echo \"{MARK_GOOD}$(systemctl show -P Result validator-mark-good.service)\"\n\
+         echo ROOT-{SLOT_STATUS}-BEGIN; validator slot status --esp /boot/efi; echo ROOT-{SLOT_STATUS}-END\n\
+         {extra}\n\
+         sync\n\
+         systemctl --no-block poweroff\n",
+        marker = crate::rootfs::MARKER,
+        slot = crate::ab::ROOT_SLOT,
+        report = crate::rootfs::ROOT_REPORT,
+        nfd = crate::rootfs::NFD_DIR,
+        textfile = crate::rootfs::TEXTFILE_DIR,
+        extra = extra,
+    );
+    write("usr/local/sbin/node-check", &script, 0o755)
+}
+
+/// The test bed's unit that shows what the root sees once `multi-user.target` is reached
+/// and the mark-good unit has run, then powers the node off.
+const NODE_CHECK_UNIT: &str = "[Unit]\n\
+Description=Test bed: show what the node sees, then power off\n\
+After=multi-user.target validator-mark-good.service prometheus-node-exporter.service\n\
+\n\
+[Service]\n\
+Type=oneshot\n\
+ExecStart=/usr/local/sbin/node-check\n\
+StandardOutput=tty\n\
+StandardError=tty\n\
+TTYPath=/dev/console\n\
+\n\
+[Install]\n\
+WantedBy=multi-user.target\n";
+
+/// Sets up `real-node` on `s`: the Secure Boot node ([`Scenario::node`] through
+/// [`BootPath::SecureBoot`]: Debian's signed shim, GRUB and kernels, signed verity roots,
+/// the TPM) whose slots are Debian systems ([`RootSystem::Debian`]), with the BOMs a
+/// fleet ships: Secure Boot required and `mark_good = "later"` (the shipped unit marks
+/// the slot good once the node is healthy).
+pub fn setup(s: &mut Scenario) -> Result<(), HarnessError> {
+    *s = Scenario::node(BootPath::SecureBoot)?;
+    s.name = Name::RealNode.as_str().into();
+    // As Debian's boot entries: the root is mounted read-only (systemd leaves it so).
+    s.cmdline = format!("ro {}", s.cmdline);
+    let two = s
+        .boot
+        .slots
+        .as_mut()
+        .ok_or_else(|| HarnessError::Setup("real-node: no A/B layout".into()))?;
+    two.system = RootSystem::Debian;
+    for slot in [&mut two.a, &mut two.b] {
+        let bom = &mut slot.bom;
+        bom.hardware.secure_boot = Some(true);
+        if let Some(c) = bom.slot.as_mut() {
+            c.mark_good = vbom::MarkGood::Later;
+        }
+        if let Some(v) = bom.verity.as_mut() {
+            v.critical = [SYSTEMD, "/usr/local/bin/validator"]
+                .iter()
+                .map(|p| vbom::RootPath((*p).into()))
+                .collect();
+        }
+    }
+    Ok(())
+}
+
+/// systemd, which the gate hands over to (`/sbin/init` links to it).
+pub const SYSTEMD: &str = "/usr/lib/systemd/systemd";
+
+/// The kernel command-line word that keeps node_exporter from starting (systemd's
+/// `systemd.mask=`): the node never gets healthy.
+pub const UNHEALTHY: &str = "systemd.mask=prometheus-node-exporter.service";
+
+/// Adds `word` to the command line GRUB gives both slots (`node.cfg` on the bed's ESP) for
+/// the power-ons that follow, or takes it away (`on` false).
+pub fn set_cmdline_word(bed: &crate::ab::Bed, word: &str, on: bool) -> Result<(), HarnessError> {
+    let esp = bed.esp()?;
+    let path = crate::firmware::NODE_CFG_PATH;
+    let text = String::from_utf8(esp.read(path)?)
+        .map_err(|e| HarnessError::Setup(format!("ESP {path}: {e}")))?;
+    let mut out = String::new();
+    for line in text.lines() {
+        let line = match line
+            .strip_prefix("set CMDLINE=\"")
+            .and_then(|l| l.strip_suffix('"'))
+        {
+            Some(words) => {
+                let mut w: Vec<&str> = words.split(' ').filter(|x| *x != word).collect();
+                if on {
+                    w.push(word);
+                }
+                format!("set CMDLINE=\"{}\"", w.join(" "))
+            }
+            None => line.to_string(),
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    let tmp = bed.dir.join("node.cfg.new");
+    std::fs::write(&tmp, out).map_err(|e| HarnessError::io(&tmp, e))?;
+    esp.write_new(path, &tmp)
+}

@@ -1,0 +1,149 @@
+//! The real node: Debian 12 with systemd behind the gate (scenario `real-node`, under
+//! Secure Boot with Debian's signed shim, GRUB and kernel, signed verity roots, the TPM),
+//! `mark_good = "later"` done by the shipped unit, and the rollback of a node that never
+//! gets healthy. Three power-ons of one node.
+#![expect(
+    clippy::unwrap_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
+)]
+
+use qemu::ab::{self, Slot};
+use qemu::debroot;
+use qemu::rootfs::section;
+use qemu::scenario::{Name, Scenario};
+use qemu::tpmcheck;
+use qemu::vm::Outcome;
+use validator::report::Decision;
+
+fn grubenv(bed: &ab::Bed) -> String {
+    let vars = bed.esp().unwrap().grubenv(&bed.dir).unwrap();
+    ["A_OK", "A_TRY", "B_OK", "B_TRY"]
+        .iter()
+        .map(|k| {
+            let v = vars.iter().find(|(n, _)| n == k).map_or("?", |(_, v)| v);
+            format!("{k}={v}")
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The `ROOT-SYSTEM` line's `key=value` words.
+fn system(o: &Outcome) -> std::collections::BTreeMap<String, String> {
+    let line = o
+        .console
+        .lines()
+        .find_map(|l| l.strip_prefix(debroot::SYSTEM))
+        .unwrap_or_else(|| panic!("no {} line: {}", debroot::SYSTEM, o.describe()));
+    line.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+        .collect()
+}
+
+fn mark_good(o: &Outcome) -> String {
+    o.console
+        .lines()
+        .find_map(|l| l.strip_prefix(debroot::MARK_GOOD))
+        .unwrap_or_else(|| panic!("no mark-good result: {}", o.describe()))
+        .trim()
+        .to_string()
+}
+
+/// One power-on: exactly one boot, which reached the root and passed.
+fn power_on(bed: &ab::Bed) -> Outcome {
+    let run = bed.boot().unwrap();
+    assert_eq!(run.boots.len(), 1, "{}", run.log_path.display());
+    let o = run.boots.into_iter().next().unwrap();
+    let r = o.reached_root();
+    assert_eq!(r.decision, Decision::Pass, "{}", o.describe());
+    let sys = system(&o);
+    assert_eq!(sys["pid1"], "systemd", "{}", o.describe());
+    assert_eq!(sys["multi-user"], "active", "{}", o.describe());
+    // systemd's own word for it, on the console (its status line, in colour).
+    assert!(
+        o.console.lines().any(|l| l.contains("Reached target")
+            && l.contains("multi-user.target")
+            && l.contains("Multi-User System")),
+        "{}",
+        o.describe()
+    );
+    o
+}
+
+#[test]
+fn real_root_reaches_multi_user_serves_our_metrics_marks_good_and_rolls_back_when_unhealthy() {
+    let bed = Scenario::named(Name::RealNode).unwrap().bed().unwrap();
+
+    // Power-on 1: slot A, healthy.
+    let o = power_on(&bed);
+    let r = o.report.as_ref().unwrap();
+    assert_eq!(ab::root_slot(&o), Some(Slot::A));
+    assert_eq!(system(&o)["node_exporter"], "active");
+    // node_exporter serves, over HTTP, every sample of the textfile the gate wrote.
+    let file = section(&o.console, "METRICS").expect("the textfile");
+    let scrape = section(&o.console, debroot::SCRAPE).expect("the scrape");
+    let samples = qemu::reportcheck::prometheus_samples(&file);
+    let served = qemu::reportcheck::prometheus_samples(&scrape);
+    assert!(samples.len() > 20, "{file}");
+    let missing: Vec<_> = samples.difference(&served).collect();
+    assert!(missing.is_empty(), "not served: {missing:?}\n{scrape}");
+    assert!(
+        scrape.contains("validator_decision{decision=\"pass\"} 1"),
+        "{scrape}"
+    );
+    // The NFD features file is where NFD's local source reads it, and the report in /run.
+    let nfd = section(&o.console, "NFD").expect("features");
+    let f = validator::formats::nfd::parse(&nfd).unwrap();
+    let get = |n: &str| f.iter().find(|x| x.name == n).map(|x| x.value.clone());
+    assert_eq!(get("decision").as_deref(), Some("pass"));
+    assert_eq!(get("image"), r.image_id.clone());
+    let run = section(&o.console, "RUN").unwrap();
+    assert!(run.lines().any(|l| l == "report.json"), "{run}");
+    // The gate left A's try consumed; the shipped unit marked it good once healthy.
+    let slot = r.slot.as_ref().unwrap();
+    assert_eq!(slot.after.get("A_TRY").map(String::as_str), Some("1"));
+    assert_eq!(mark_good(&o), "success");
+    let status = section(&o.console, debroot::SLOT_STATUS).unwrap();
+    assert!(
+        status.contains("A_OK=1") && status.contains("A_TRY=0"),
+        "{status}"
+    );
+    assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
+    // After systemd ran, the TPM still equals the replay of our log (systemd 252 measures
+    // nothing outside a UKI, and nothing else extended): every PCR the log touches.
+    let tpm = tpmcheck::parse_listing(&tpmcheck::section(&o.console, "TPM-PCRREAD").unwrap());
+    let el = tpmcheck::section(&o.console, "TPM-EVENTLOG").unwrap();
+    assert!(el.contains("TPM-EVENTLOG-RC 0"), "{el}");
+    let replay = tpmcheck::eventlog_pcrs(&el);
+    for bank in ["sha1", "sha256"] {
+        assert!(replay[bank].contains_key(&11) && replay[bank].contains_key(&13));
+        for (pcr, v) in &replay[bank] {
+            assert_eq!(tpm[bank].get(pcr), Some(v), "{bank} PCR {pcr}");
+        }
+        let ours = &r.tpm.as_ref().unwrap().pcrs[bank];
+        assert_eq!(ours[&11], tpm[bank][&11]);
+        assert_eq!(ours[&13], tpm[bank][&13]);
+    }
+
+    // Power-on 2: node_exporter never starts: A passes the gate, the unit fails, A's
+    // try stays consumed.
+    debroot::set_cmdline_word(&bed, debroot::UNHEALTHY, true).unwrap();
+    let o = power_on(&bed);
+    assert_eq!(ab::root_slot(&o), Some(Slot::A));
+    assert_ne!(system(&o)["node_exporter"], "active");
+    assert_eq!(mark_good(&o), "exit-code");
+    assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=1 B_OK=1 B_TRY=0");
+
+    // Power-on 3 (healthy again): GRUB passes over A (tried, never confirmed) to B,
+    // which the unit marks good.
+    debroot::set_cmdline_word(&bed, debroot::UNHEALTHY, false).unwrap();
+    let o = power_on(&bed);
+    assert_eq!(ab::grub_slot(&o), Some(Slot::B));
+    assert_eq!(ab::root_slot(&o), Some(Slot::B));
+    assert_eq!(mark_good(&o), "success");
+    assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=1 B_OK=1 B_TRY=0");
+    let status = section(&o.console, debroot::SLOT_STATUS).unwrap();
+    assert!(status.contains("B_TRY=0"), "{status}");
+}
