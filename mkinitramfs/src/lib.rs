@@ -19,6 +19,9 @@
 //! as its `pre:` soft dependency, so the init loads it first; the build-time gate counts
 //! that digest as present, as it will be when the init gets there.
 //!
+//! [`slot`] builds a whole A/B slot image around such an initramfs (`mkinitramfs slot`):
+//! the root image, its dm-verity tree, the signed root hash and the boot entries.
+//!
 //! Every error names the file it is about (an input, the BOM, a certificate, a module
 //! file, the `--file` source whose entry clashes); only a compression failure of the
 //! archive in memory names none. Every input is read through [`validator::util::fs::read_limited`] (no FIFO, directory
@@ -32,6 +35,7 @@
 
 pub mod closure;
 pub mod cpio;
+pub mod slot;
 pub mod unpack;
 
 /// The largest input of each kind that mkinitramfs reads (a larger one is an error
@@ -147,6 +151,9 @@ pub struct Spec {
     pub module_overrides: Vec<(String, PathBuf)>,
     /// Run the module gate over the packed modules and refuse to build if one fails.
     pub gate: bool,
+    /// The BOM's text in place of `bom`'s (a BOM derived from it, [`slot`]); its
+    /// `policy.trust` certificates are still found next to `bom`.
+    pub bom_bytes: Option<Vec<u8>>,
 }
 
 impl Spec {
@@ -162,6 +169,7 @@ impl Spec {
             mtime: source_date_epoch(),
             module_overrides: Vec::new(),
             gate: true,
+            bom_bytes: None,
         }
     }
 }
@@ -192,7 +200,10 @@ pub use validator::sys::EFIVARFS;
 
 /// Builds the archive described by `spec`.
 pub fn build(spec: &Spec) -> Result<Built, BuildError> {
-    let bom = validator::config::bom::load(&spec.bom)?;
+    let bom = match &spec.bom_bytes {
+        Some(b) => validator::config::bom::parse(b, &spec.bom)?,
+        None => validator::config::bom::load(&spec.bom)?,
+    };
     let tree = KernelTree::open(&spec.kernel)?;
     if bom.bom.kernel.release.as_str() != tree.release {
         return Err(BuildError::ReleaseMismatch {

@@ -36,6 +36,21 @@ enum Compression {
     Zstd,
 }
 
+/// What every initramfs is made of.
+#[derive(Debug, clap::Args)]
+struct Inputs {
+    /// An unpacked kernel package (lib/modules/<release>, boot/vmlinuz-<release>) or
+    /// a module directory.
+    #[arg(long, value_name = "DIR")]
+    kernel: PathBuf,
+    /// The BOM.
+    #[arg(long, value_name = "FILE")]
+    bom: PathBuf,
+    /// The static init binary.
+    #[arg(long, value_name = "FILE")]
+    init: PathBuf,
+}
+
 #[derive(Debug, Subcommand)]
 enum Cmd {
     /// Build an initramfs: the init, the BOM, the BOM's module closure and the gate's
@@ -43,15 +58,8 @@ enum Cmd {
     /// built-in keys and the BOM's policy.trust certificates. Entry mtimes come from
     /// SOURCE_DATE_EPOCH (default 0).
     Build {
-        /// An unpacked kernel package (lib/modules/<release>, boot/vmlinuz-<release>) or
-        /// a module directory.
-        #[arg(long, value_name = "DIR")]
-        kernel: PathBuf,
-        #[arg(long, value_name = "FILE")]
-        bom: PathBuf,
-        /// The static init binary.
-        #[arg(long, value_name = "FILE")]
-        init: PathBuf,
+        #[command(flatten)]
+        inputs: Inputs,
         #[arg(short = 'o', long = "output", value_name = "OUT")]
         output: PathBuf,
         #[arg(long, value_enum, default_value = "gzip")]
@@ -68,6 +76,34 @@ enum Cmd {
         /// Skip the module gate (for tests).
         #[arg(long)]
         no_gate: bool,
+    },
+    /// Build one A/B slot's image into a new directory: the root image (from an ext4,
+    /// erofs or squashfs image, or a directory made into erofs), its dm-verity tree
+    /// (veritysetup's format), the signed root hash (root-verity-sig JSON), the BOM, the
+    /// kernel and initramfs where the shipped grub.cfg loads them, the systemd-boot entry
+    /// and SHA256SUMS. Timestamps from SOURCE_DATE_EPOCH (default 0); the same inputs give
+    /// the same bytes (with an RSA key).
+    Slot {
+        /// The root filesystem: an ext4, erofs or squashfs image, or a directory.
+        #[arg(long, value_name = "IMAGE|DIR")]
+        root: PathBuf,
+        #[command(flatten)]
+        inputs: Inputs,
+        /// The root-hash signing key (PEM).
+        #[arg(long, value_name = "FILE")]
+        key: PathBuf,
+        /// Its certificate (PEM), the one the BOM's policy.trust names.
+        #[arg(long, value_name = "FILE")]
+        cert: PathBuf,
+        /// The slot: A or B.
+        #[arg(long, value_name = "A|B", value_parser = ["A", "B"])]
+        slot: String,
+        /// Kernel command-line words for the slot's systemd-boot entry.
+        #[arg(long, value_name = "WORDS", default_value = "")]
+        options: String,
+        /// The new directory.
+        #[arg(short = 'o', long = "output", value_name = "DIR")]
+        output: PathBuf,
     },
     /// List the entries of an initramfs (plain cpio parts and gzip, zstd or xz parts,
     /// as the kernel unpacks them).
@@ -111,9 +147,7 @@ fn run(cmd: Cmd, out: &mut Out) -> Result<(), String> {
     let io = |e: std::io::Error| e.to_string();
     match cmd {
         Cmd::Build {
-            kernel,
-            bom,
-            init,
+            inputs: Inputs { kernel, bom, init },
             output,
             compress,
             modules,
@@ -151,6 +185,7 @@ fn run(cmd: Cmd, out: &mut Out) -> Result<(), String> {
                 mtime: mkinitramfs::source_date_epoch(),
                 module_overrides,
                 gate: !no_gate,
+                bom_bytes: None,
             };
             // Refuse an output that will not be written before the build, not after it.
             validator::util::fs::check_output_dir(validator::util::fs::output_dir(&output))
@@ -169,6 +204,40 @@ fn run(cmd: Cmd, out: &mut Out) -> Result<(), String> {
                 built.release,
                 built.modules.len(),
                 built.modules.join(" ")
+            ))
+            .map_err(io)
+        }
+        Cmd::Slot {
+            root,
+            inputs: Inputs { kernel, bom, init },
+            key,
+            cert,
+            slot,
+            options,
+            output,
+        } => {
+            let spec = mkinitramfs::slot::SlotSpec {
+                root,
+                kernel,
+                bom,
+                init,
+                key,
+                cert,
+                slot,
+                options,
+                out: output.clone(),
+                epoch: mkinitramfs::source_date_epoch(),
+            };
+            let b = mkinitramfs::slot::build(&spec).map_err(|e| e.to_string())?;
+            out.line(&format!(
+                "{}: slot {}, {} root ({} blocks), root hash {}, kernel {}, {} modules",
+                output.display(),
+                spec.slot,
+                b.filesystem,
+                b.data_blocks,
+                b.root_hash,
+                b.release,
+                b.modules
             ))
             .map_err(io)
         }

@@ -139,6 +139,20 @@ fn build_slot(
         )?;
     }
     let mut bom = img.bom.clone();
+    let bom_path = sdir.join("bom.toml");
+    let write_bom = |bom: &vbom::Bom| {
+        let text = bom
+            .to_toml()
+            .map_err(|e| HarnessError::Setup(format!("slot {slot} BOM as TOML: {e}")))?;
+        std::fs::write(&bom_path, text).map_err(|e| HarnessError::io(&bom_path, e))
+    };
+    if debian && matches!(two.roots, Roots::Verity(_)) {
+        // As an operator builds a slot: `mkinitramfs slot` from an ext4 image of the root.
+        write_bom(&bom)?;
+        let (parts, initrd) =
+            crate::debroot::slot_image(&img.kernel, &rootdir, &bom_path, slot, &sdir)?;
+        return Ok(BuiltSlot { parts, initrd });
+    }
     let parts = match two.roots {
         Roots::Plain => {
             let size = crate::rootfs::image_size_mib(&rootdir);
@@ -162,13 +176,7 @@ fn build_slot(
             parts
         }
     };
-    let bom_path = sdir.join("bom.toml");
-    std::fs::write(
-        &bom_path,
-        bom.to_toml()
-            .map_err(|e| HarnessError::Setup(format!("slot {slot} BOM as TOML: {e}")))?,
-    )
-    .map_err(|e| HarnessError::io(&bom_path, e))?;
+    write_bom(&bom)?;
     let initrd = sdir.join("initrd.img");
     let extras = crate::initramfs::Extras {
         files: s.extra_initramfs_files.clone(),
@@ -218,6 +226,14 @@ pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
     let mut esp_slots = Vec::new();
     let mut built = Vec::new();
     for slot in Slot::ALL {
+        crate::progress(&format!(
+            "slot {slot}: root filesystem{}, BOM and initramfs (seconds)",
+            if matches!(two.roots, Roots::Verity(_)) {
+                ", verity tree and signed root hash"
+            } else {
+                ""
+            }
+        ));
         let b = build_slot(s, &two, slot, dir)?;
         esp_slots.push(EspSlot {
             slot,
@@ -277,6 +293,9 @@ pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
         parts.extend(b.parts.iter().cloned());
     }
     let disk_img = dir.join("disk.img");
+    crate::progress(
+        "the node's disk: ESP with both slots' kernels and the boot loader, then the slots",
+    );
     disk::build_disk(&disk_img, &parts, dir)?;
     let mut cfg = match s.boot.path {
         BootPath::Direct => {
@@ -399,6 +418,36 @@ impl Bed {
             v.push(fw.vars.clone());
         }
         v
+    }
+
+    /// Adds `word` to the command line GRUB gives both slots (`node.cfg` on the ESP) for
+    /// the power-ons that follow, or takes it away (`on` false).
+    pub fn set_cmdline_word(&self, word: &str, on: bool) -> Result<(), HarnessError> {
+        let esp = self.esp()?;
+        let path = crate::firmware::NODE_CFG_PATH;
+        let text = String::from_utf8(esp.read(path)?)
+            .map_err(|e| HarnessError::Setup(format!("ESP {path}: {e}")))?;
+        let mut out = String::new();
+        for line in text.lines() {
+            let line = match line
+                .strip_prefix("set CMDLINE=\"")
+                .and_then(|l| l.strip_suffix('"'))
+            {
+                Some(words) => {
+                    let mut w: Vec<&str> = words.split(' ').filter(|x| *x != word).collect();
+                    if on {
+                        w.push(word);
+                    }
+                    format!("set CMDLINE=\"{}\"", w.join(" "))
+                }
+                None => line.to_string(),
+            };
+            out.push_str(&line);
+            out.push('\n');
+        }
+        let tmp = self.dir.join("node.cfg.new");
+        std::fs::write(&tmp, out).map_err(|e| HarnessError::io(&tmp, e))?;
+        esp.write_new(path, &tmp)
     }
 
     /// Powers the node on (the disk and the firmware's variables as the last power-on

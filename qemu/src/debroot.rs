@@ -133,6 +133,10 @@ pub fn base_tar() -> Result<PathBuf, HarnessError> {
         return Ok(tar);
     }
     std::fs::create_dir_all(&dir).map_err(|e| HarnessError::io(&dir, e))?;
+    crate::progress(&format!(
+        "building the Debian root with mmdebstrap (about 30 s; kept as {})",
+        tar.display()
+    ));
     let hook = dir.join("customize.sh");
     std::fs::write(&hook, CUSTOMIZE).map_err(|e| HarnessError::io(&hook, e))?;
     let part = dir.join(format!("{}.tar.part", key()));
@@ -216,7 +220,6 @@ pub fn build(dir: &Path, extra: &str) -> Result<(), HarnessError> {
          echo \"{KMSG_MULTI_USER}\" > /dev/kmsg\n\
          echo \"{marker} uptime=$(cut -d' ' -f1 /proc/uptime) pid=$$\"\n\
          echo \"{SYSTEM}pid1=$(cat /proc/1/comm) multi-user=$(systemctl is-active multi-user.target) at_us=$(systemctl show -P ActiveEnterTimestampMonotonic multi-user.target) node_exporter=$(systemctl is-active prometheus-node-exporter.service)\"\n\
-         echo \"{slot}$(cat /etc/slot)\"\n\
          echo \"{report}$(cat /run/validator/report.json 2>/dev/null)\"\n\
          for i in $(seq 30); do curl -sf http://127.0.0.1:9100/metrics > /tmp/scrape && grep -q '^validator_' /tmp/scrape && break; sleep 1; done\n\
          echo ROOT-{SCRAPE}-BEGIN; grep -E '^(# (HELP|TYPE) )?validator_' /tmp/scrape; echo ROOT-{SCRAPE}-END\n\
@@ -230,7 +233,6 @@ pub fn build(dir: &Path, extra: &str) -> Result<(), HarnessError> {
          sync\n\
          systemctl --no-block poweroff\n",
         marker = crate::rootfs::MARKER,
-        slot = crate::ab::ROOT_SLOT,
         report = crate::rootfs::ROOT_REPORT,
         nfd = crate::rootfs::NFD_DIR,
         textfile = crate::rootfs::TEXTFILE_DIR,
@@ -294,32 +296,64 @@ pub const SYSTEMD: &str = "/usr/lib/systemd/systemd";
 /// `systemd.mask=`): the node never gets healthy.
 pub const UNHEALTHY: &str = "systemd.mask=prometheus-node-exporter.service";
 
-/// Adds `word` to the command line GRUB gives both slots (`node.cfg` on the bed's ESP) for
-/// the power-ons that follow, or takes it away (`on` false).
-pub fn set_cmdline_word(bed: &crate::ab::Bed, word: &str, on: bool) -> Result<(), HarnessError> {
-    let esp = bed.esp()?;
-    let path = crate::firmware::NODE_CFG_PATH;
-    let text = String::from_utf8(esp.read(path)?)
-        .map_err(|e| HarnessError::Setup(format!("ESP {path}: {e}")))?;
-    let mut out = String::new();
-    for line in text.lines() {
-        let line = match line
-            .strip_prefix("set CMDLINE=\"")
-            .and_then(|l| l.strip_suffix('"'))
-        {
-            Some(words) => {
-                let mut w: Vec<&str> = words.split(' ').filter(|x| *x != word).collect();
-                if on {
-                    w.push(word);
-                }
-                format!("set CMDLINE=\"{}\"", w.join(" "))
-            }
-            None => line.to_string(),
-        };
-        out.push_str(&line);
-        out.push('\n');
-    }
-    let tmp = bed.dir.join("node.cfg.new");
-    std::fs::write(&tmp, out).map_err(|e| HarnessError::io(&tmp, e))?;
-    esp.write_new(path, &tmp)
+/// The slot's image made as an operator makes it, by `mkinitramfs slot` (the library):
+/// an ext4 image of `rootdir`, the BOM at `bom` (whose `policy.trust` names
+/// `trusted.pem` next to it), a signing key made for the run (`trusted.key` and
+/// `trusted.pem` in `sdir`), into `sdir/image`. Returns the slot's three DPS partitions
+/// (labels `root-<slot>`, `-verity`, `-sig`) and its initramfs.
+pub fn slot_image(
+    kernel: &crate::paths::Kernel,
+    rootdir: &Path,
+    bom: &Path,
+    slot: crate::firmware::Slot,
+    sdir: &Path,
+) -> Result<(Vec<crate::disk::PartitionSpec>, PathBuf), HarnessError> {
+    use crate::disk::{Content, PartitionSpec};
+    let ext4 = sdir.join("root.ext4");
+    crate::rootfs::ext4_image(rootdir, &ext4)?;
+    let (key, cert) = crate::verity::make_key(sdir, "trusted")?;
+    let out = sdir.join("image");
+    let spec = mkinitramfs::slot::SlotSpec {
+        root: ext4.clone(),
+        kernel: kernel.root.clone(),
+        bom: bom.to_path_buf(),
+        init: crate::paths::init_binary()?,
+        key,
+        cert,
+        slot: slot.as_str().into(),
+        options: String::new(),
+        out: out.clone(),
+        epoch: 0,
+    };
+    let built = mkinitramfs::slot::build(&spec)
+        .map_err(|e| HarnessError::Setup(format!("mkinitramfs slot {slot}: {e}")))?;
+    let _ = std::fs::remove_file(&ext4);
+    let raw = validator::util::unhex(&built.root_hash).unwrap_or_default();
+    let uuid = |b: &[u8]| validator::formats::verity::uuid_from_hash(b).unwrap_or_default();
+    let part = |suffix: &str, type_uuid: &str, uuid: Option<String>, file: &str| PartitionSpec {
+        label: format!("root-{slot}{suffix}"),
+        type_uuid: type_uuid.into(),
+        uuid,
+        content: Content::Raw(out.join(file)),
+    };
+    use validator::formats::verity as v;
+    let parts = vec![
+        part("", v::DPS_ROOT_X86_64, raw.get(..16).map(uuid), "root.img"),
+        part(
+            "-verity",
+            v::DPS_ROOT_VERITY_X86_64,
+            raw.len()
+                .checked_sub(16)
+                .and_then(|i| raw.get(i..))
+                .map(uuid),
+            "root.verity",
+        ),
+        part(
+            "-sig",
+            v::DPS_ROOT_VERITY_SIG_X86_64,
+            None,
+            "root.verity-sig",
+        ),
+    ];
+    Ok((parts, out.join(format!("esp/{slot}/initrd.img"))))
 }

@@ -47,10 +47,26 @@
     reason = "test harness: a failed step panics the test that called it"
 )]
 
+static PROGRESS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// From now on [`progress`] prints (the harness's `run` command, for the demo).
+pub fn show_progress() {
+    PROGRESS.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// One line on stderr saying what the test bed does now and about how long it takes,
+/// when [`show_progress`] was called (tests stay quiet).
+pub fn progress(what: &str) {
+    if PROGRESS.load(std::sync::atomic::Ordering::Relaxed) {
+        eprintln!("... {what}");
+    }
+}
+
 pub mod ab;
 pub mod attestation;
 pub mod basic;
 pub mod bench;
+pub mod bench_real_root;
 pub mod bench_secure_boot;
 pub mod catalogue;
 pub mod debroot;

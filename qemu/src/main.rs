@@ -46,7 +46,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Boot a scenario and print its report (JSON on stdout, the outcome on stderr).
+    /// Boot a scenario (progress on stderr) and print its report for a person, the
+    /// console line and where the report's JSON, its timeline (SVG) and the console log are.
     #[command(after_help = after_help())]
     Run {
         /// The scenario.
@@ -97,6 +98,13 @@ enum Command {
         #[arg(value_name = "RUNS", default_value_t = 3)]
         runs: usize,
     },
+    /// The real root (Debian 12, systemd) against the busybox root on the Secure Boot
+    /// node, side by side: kernel start to the handover and to the root being up.
+    BenchRealRoot {
+        /// Boots of each scenario.
+        #[arg(value_name = "RUNS", default_value_t = 3)]
+        runs: usize,
+    },
 }
 
 /// A test-bed error: printed, exit status 2.
@@ -137,6 +145,10 @@ fn main() -> ExitCode {
             Ok(_) => ExitCode::SUCCESS,
             Err(e) => harness_error(e),
         },
+        Command::BenchRealRoot { runs } => match qemu::bench_real_root::bench_real_root(runs) {
+            Ok(_) => ExitCode::SUCCESS,
+            Err(e) => harness_error(e),
+        },
         Command::BenchSecureBoot { runs } => {
             match qemu::bench_secure_boot::bench_secure_boot(runs) {
                 Ok(_) => ExitCode::SUCCESS,
@@ -146,34 +158,97 @@ fn main() -> ExitCode {
     }
 }
 
-/// `run`: boots scenario `name`, prints its report and outcome.
+/// `run`: boots scenario `name` with progress on stderr; writes its report (JSON) and
+/// the boot's timeline (SVG) into the run directory; prints the report for a person
+/// (`validator report --brief`, the operator's CLI), the console line and where the
+/// files are.
 fn run(name: Name) -> ExitCode {
+    qemu::show_progress();
+    let t = std::time::Instant::now();
     let outcome = match Scenario::named(name).and_then(|s| s.run()) {
         Ok(o) => o,
         Err(e) => return harness_error(e),
     };
+    qemu::progress(&format!(
+        "{name}: {:?}, {:.0} s in all",
+        outcome.verdict,
+        t.elapsed().as_secs_f64()
+    ));
+    let dir = outcome
+        .log_path
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_default();
     match &outcome.report {
-        Some(r) => println!("{}", serde_json::to_string_pretty(r).unwrap_or_default()),
+        Some(r) => {
+            if let Err(e) = show_report(r, &dir) {
+                return harness_error(e);
+            }
+        }
         None => println!("(no report printed)"),
     }
-    eprintln!("scenario {name}: {}", outcome.describe());
-    if let Some(t) = outcome.report.as_ref().and_then(|r| r.tpm.as_ref()) {
-        eprintln!(
-            "tpm: {} measured events, {} TPM commands, {:.1} ms in the TPM (banks {})",
-            t.events,
-            t.commands,
-            validator::util::as_f64(t.time_us) / 1000.0,
-            t.banks.join(", ")
-        );
+    if let Some(l) = outcome
+        .console
+        .lines()
+        .find(|l| l.starts_with("VALIDATOR: "))
+    {
+        println!("console   {}", l.trim_end());
     }
-    if let Some(m) = &outcome.marker {
-        eprintln!("root: {m}");
+    let line = |prefix: &str| {
+        outcome
+            .console
+            .lines()
+            .find_map(|l| l.strip_prefix(prefix))
+            .map(|s| s.trim().to_string())
+    };
+    match line(qemu::debroot::SYSTEM) {
+        Some(sys) => println!(
+            "root      systemd: {sys}; mark-good unit: {}",
+            line(qemu::debroot::MARK_GOOD).unwrap_or_else(|| "-".into())
+        ),
+        None => {
+            if let Some(m) = &outcome.marker {
+                println!("root      {m}");
+            }
+        }
+    }
+    println!("console log    {}", outcome.log_path.display());
+    if name != Name::SbFallback {
+        println!("a fallback     scripts/demo fallback (slot A's image is bad: B takes over by kexec, then by reboot)");
     }
     match outcome.verdict {
         Verdict::RootInitReached => ExitCode::SUCCESS,
         Verdict::Decision(_) => ExitCode::from(1),
         _ => ExitCode::from(3),
     }
+}
+
+/// Writes `report.json` into `dir` and has the operator's CLI print it for a person and
+/// draw `timeline.svg`.
+fn show_report(r: &validator::report::Report, dir: &std::path::Path) -> Result<(), String> {
+    let json = dir.join("report.json");
+    let text = serde_json::to_string_pretty(r).map_err(|e| e.to_string())?;
+    std::fs::write(&json, text).map_err(|e| format!("{}: {e}", json.display()))?;
+    let svg = dir.join("timeline.svg");
+    let cli = qemu::paths::validator_cli().map_err(|e| e.to_string())?;
+    let out = std::process::Command::new(&cli)
+        .args(["report", "--brief", "--svg"])
+        .arg(&svg)
+        .arg(&json)
+        .output()
+        .map_err(|e| format!("{}: {e}", cli.display()))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    println!();
+    for l in text.lines().filter(|l| !l.starts_with("wrote ")) {
+        println!("{l}");
+    }
+    if !out.stderr.is_empty() {
+        eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    }
+    println!();
+    println!("report JSON    {}", json.display());
+    println!("timeline SVG   {}", svg.display());
+    Ok(())
 }
 
 #[cfg(test)]

@@ -94,6 +94,9 @@ fn build_static(
     }
     let ws = workspace();
     let target_dir = ws.join("target").join(dir);
+    crate::progress(&format!(
+        "building {bin} (static musl release build: minutes the first time, seconds after)"
+    ));
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let out = std::process::Command::new(cargo)
         .current_dir(&ws)
@@ -157,7 +160,7 @@ pub fn remove_images(dir: &Path) {
             && name != "initrd.img";
         if image || name == "root.sig" {
             let _ = std::fs::remove_file(&p);
-        } else if name == "rootfs" || name == "tpm-state-served" {
+        } else if name == "rootfs" || name == "tpm-state-served" || name == "image" {
             // (The TPM's state and the ESP's small files stay: a verifier's inputs, the
             // AK a node's TPM derives and the boot entry's command line.)
             let _ = std::fs::remove_dir_all(&p);

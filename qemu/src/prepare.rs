@@ -123,6 +123,11 @@ impl Scenario {
     pub fn run(&self) -> Result<Outcome, HarnessError> {
         let dir = paths::run_dir(&self.name)?;
         let cfg = self.prepare(&dir)?;
+        crate::progress(&format!(
+            "booting {} in QEMU ({:?}; a Debian root with systemd takes about a minute, \
+             a busybox root 10-30 s)",
+            self.name, cfg.accel
+        ));
         let out = vm::run(&cfg, &dir);
         if std::env::var_os("VALIDATOR_KEEP_RUNS").is_none() {
             paths::remove_images(&dir);

@@ -107,6 +107,29 @@ pub fn build(dir: &Path, extra: &str) -> Result<(), HarnessError> {
     Ok(())
 }
 
+/// An ext4 image of `dir` at `out` (4096-byte blocks, label `root`, owned by root, sized
+/// by [`image_size_mib`]), as `mkfs.ext4 -d` makes it.
+pub fn ext4_image(dir: &Path, out: &Path) -> Result<(), HarnessError> {
+    crate::disk::run(
+        std::process::Command::new("mkfs.ext4")
+            .args([
+                "-q",
+                "-F",
+                "-b",
+                "4096",
+                "-L",
+                "root",
+                "-E",
+                "root_owner=0:0",
+                "-d",
+            ])
+            .arg(dir)
+            .arg(out)
+            .arg(format!("{}M", image_size_mib(dir))),
+    )?;
+    Ok(())
+}
+
 /// Copies host programs into the root with the shared libraries `ldd` names (and the
 /// dynamic loader), plus `extra_libs` that are loaded at run time (`dlopen`), and makes
 /// `links` (name in /usr/bin -> program file name).

@@ -96,21 +96,7 @@ pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, Harn
             .arg(&data)
             .arg(rootdir))?;
     } else {
-        run(Command::new("mkfs.ext4")
-            .args([
-                "-q",
-                "-F",
-                "-b",
-                "4096",
-                "-L",
-                "root",
-                "-E",
-                "root_owner=0:0",
-                "-d",
-            ])
-            .arg(rootdir)
-            .arg(&data)
-            .arg(format!("{}M", crate::rootfs::image_size_mib(rootdir))))?;
+        crate::rootfs::ext4_image(rootdir, &data)?;
     }
     let hash = dir.join("root.verity");
     let _ = std::fs::remove_file(&hash);

@@ -129,7 +129,7 @@ fn real_root_reaches_multi_user_serves_our_metrics_marks_good_and_rolls_back_whe
 
     // Power-on 2: node_exporter never starts: A passes the gate, the unit fails, A's
     // try stays consumed.
-    debroot::set_cmdline_word(&bed, debroot::UNHEALTHY, true).unwrap();
+    bed.set_cmdline_word(debroot::UNHEALTHY, true).unwrap();
     let o = power_on(&bed);
     assert_eq!(ab::root_slot(&o), Some(Slot::A));
     assert_ne!(system(&o)["node_exporter"], "active");
@@ -138,7 +138,7 @@ fn real_root_reaches_multi_user_serves_our_metrics_marks_good_and_rolls_back_whe
 
     // Power-on 3 (healthy again): GRUB passes over A (tried, never confirmed) to B,
     // which the unit marks good.
-    debroot::set_cmdline_word(&bed, debroot::UNHEALTHY, false).unwrap();
+    bed.set_cmdline_word(debroot::UNHEALTHY, false).unwrap();
     let o = power_on(&bed);
     assert_eq!(ab::grub_slot(&o), Some(Slot::B));
     assert_eq!(ab::root_slot(&o), Some(Slot::B));

@@ -4,7 +4,9 @@
 //! `/run/validator/report.json`), read up to [`REPORT_MAX`]. Without options the report is
 //! printed as text: the decision first, then the node, image and slot, a table of checks
 //! with status and fault class, the stage timings and the slowest modules, and the
-//! warnings. `--previous` does the same for the report of the boot this one fell back from
+//! warnings; `--brief` sums the checks up per stage instead and lists only those that
+//! warned or failed (printed even with the file options below). The attestation is one
+//! line (the AK, the PCRs quoted, or why there is no quote). `--previous` does the same for the report of the boot this one fell back from
 //! (carried in `slot.previous.report`). A report of another schema (a newer
 //! `validator.report/v3`) is refused, exit 2: its fields may not mean what this version
 //! would show. `--svg OUT` draws the boot as a timeline,
@@ -36,6 +38,10 @@ pub struct ReportArgs {
     /// Render the report of the boot this one fell back from instead.
     #[arg(long)]
     pub previous: bool,
+    /// Short: one line per stage (its time and its checks counted), then only the
+    /// checks that warned or failed.
+    #[arg(long)]
+    pub brief: bool,
     /// Draw the boot as an SVG timeline into OUT.
     #[arg(long, value_name = "OUT")]
     pub svg: Option<PathBuf>,
@@ -89,8 +95,20 @@ pub fn load(path: &Path) -> Result<Report, Usage> {
     Ok(r)
 }
 
-/// The report as text for a person.
+/// The report as text for a person: every check in a table ([`render_brief`] sums them
+/// up per stage).
 pub fn render(r: &Report) -> String {
+    render_as(r, false)
+}
+
+/// The report as text for a person, short: the header, one line per stage with its
+/// time and its checks counted, the checks that warned or failed, the slowest modules in
+/// one line and the warnings.
+pub fn render_brief(r: &Report) -> String {
+    render_as(r, true)
+}
+
+fn render_as(r: &Report, brief: bool) -> String {
     let mut o = String::new();
     let mut line = |s: String| {
         o.push_str(&s);
@@ -163,7 +181,121 @@ pub fn render(r: &Report) -> String {
             f(g.driver)
         ));
     }
+    if let Some(a) = &r.attestation {
+        line(match &a.quote {
+            Some(q) => format!(
+                "attest    quote by the {} AK {} over {}; {} TPM command(s), {}",
+                printable(&q.ak),
+                cut(&q.ak_name, 20),
+                printable(&q.pcrs),
+                a.commands,
+                human_us(a.time_us)
+            ),
+            None => format!("attest    no quote: {}", or_dash(a.failure.as_deref())),
+        });
+    }
     line(String::new());
+    if brief {
+        brief_checks(r, &mut line);
+    } else {
+        full_checks(r, &mut line);
+    }
+    if !r.warnings.is_empty() {
+        line(String::new());
+        line("warnings".into());
+        for w in &r.warnings {
+            line(format!("  - {}", printable(w)));
+        }
+    }
+    o
+}
+
+/// The checks counted by status in `checks` of stage `stage` (`3 pass, 1 skip`).
+fn counted(checks: &[&validator::report::Check]) -> String {
+    let all = [
+        CheckStatus::Pass,
+        CheckStatus::Warn,
+        CheckStatus::Fail,
+        CheckStatus::Skip,
+    ];
+    let parts: Vec<String> = all
+        .iter()
+        .filter_map(|s| {
+            let n = checks.iter().filter(|c| c.status == *s).count();
+            (n > 0).then(|| format!("{n} {}", s.as_str()))
+        })
+        .collect();
+    if parts.is_empty() {
+        "-".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// A stage's row of the timings table: name, status, start, time.
+fn stage_row(s: &validator::report::StageReport) -> String {
+    format!(
+        "  {:<9} {:<7} {:>10} {:>10}",
+        s.name.name(),
+        s.status.as_str(),
+        if s.start_us > 0 {
+            format!("{:.3} s", as_f64(s.start_us) / 1e6)
+        } else {
+            "-".into()
+        },
+        human_us(s.duration_us)
+    )
+}
+
+fn brief_checks(r: &Report, line: &mut impl FnMut(String)) {
+    let all: Vec<_> = r.checks.iter().collect();
+    line(format!(
+        "stages    init {} from start to report; checks {}",
+        human_us(r.boottime_report_us.saturating_sub(r.boottime_start_us)),
+        counted(&all)
+    ));
+    line(format!(
+        "  {:<9} {:<7} {:>10} {:>10}  CHECKS",
+        "STAGE", "STATUS", "START", "TIME"
+    ));
+    for s in &r.stages {
+        let of: Vec<_> = r.checks.iter().filter(|c| c.stage == s.name).collect();
+        line(format!("{}  {}", stage_row(s), counted(&of)));
+    }
+    let mut slow: Vec<_> = r.modules.iter().filter(|m| m.duration_us > 0).collect();
+    slow.sort_by_key(|m| std::cmp::Reverse(m.duration_us));
+    if !slow.is_empty() {
+        let top: Vec<String> = slow
+            .iter()
+            .take(3)
+            .map(|m| format!("{} {}", cut(&m.name, 24), human_us(m.duration_us)))
+            .collect();
+        line(format!(
+            "  slowest modules (gate + load): {}",
+            top.join(", ")
+        ));
+    }
+    let bad: Vec<_> = r
+        .checks
+        .iter()
+        .filter(|c| matches!(c.status, CheckStatus::Warn | CheckStatus::Fail))
+        .collect();
+    if !bad.is_empty() {
+        line(String::new());
+        line("checks that warned or failed".into());
+        for c in bad {
+            line(format!(
+                "  {:<4} {:<9} {}: {}",
+                c.status.as_str(),
+                c.fault.map_or("-", |f| f.as_str()),
+                cut(&c.name, 40),
+                cut(c.detail.as_deref().unwrap_or(""), 90)
+            ));
+        }
+    }
+}
+
+fn full_checks(r: &Report, line: &mut impl FnMut(String)) {
     let count = |s| r.checks.iter().filter(|c| c.status == s).count();
     line(format!(
         "checks    {} pass, {} warn, {} fail, {} skip",
@@ -204,17 +336,7 @@ pub fn render(r: &Report) -> String {
         "STAGE", "STATUS", "START", "TIME"
     ));
     for s in &r.stages {
-        line(format!(
-            "  {:<9} {:<7} {:>10} {:>10}",
-            s.name.name(),
-            s.status.as_str(),
-            if s.start_us > 0 {
-                format!("{:.3} s", as_f64(s.start_us) / 1e6)
-            } else {
-                "-".into()
-            },
-            human_us(s.duration_us)
-        ));
+        line(stage_row(s));
     }
     let mut slow: Vec<_> = r.modules.iter().filter(|m| m.duration_us > 0).collect();
     slow.sort_by_key(|m| std::cmp::Reverse(m.duration_us));
@@ -229,14 +351,6 @@ pub fn render(r: &Report) -> String {
             ));
         }
     }
-    if !r.warnings.is_empty() {
-        line(String::new());
-        line("warnings".into());
-        for w in &r.warnings {
-            line(format!("  - {}", printable(w)));
-        }
-    }
-    o
 }
 
 fn write_out(path: &Path, bytes: &[u8], out: &mut Out) -> Result<(), Usage> {
@@ -279,7 +393,9 @@ pub fn run(a: ReportArgs, out: &mut Out) -> Res {
         write_out(p, nfd::render(&r, &ns).as_bytes(), out)?;
         wrote = true;
     }
-    if !wrote {
+    if a.brief {
+        out.bytes(render_brief(&r).as_bytes())?;
+    } else if !wrote {
         out.bytes(render(&r).as_bytes())?;
     }
     Ok(r.decision == validator::report::Decision::Pass)

@@ -78,6 +78,59 @@ fn examples_render_decision_first_then_checks_and_timings() {
     assert!(row.trim_start().starts_with("fail   image"), "{row}");
 }
 
+/// `--brief`: one line per stage with its checks counted (the counts add up to the
+/// report's), only the checks that warned or failed by name, and much shorter.
+#[test]
+fn brief_counts_checks_per_stage_and_names_only_the_bad_ones() {
+    for file in [
+        "report-good.json",
+        "report-image-fault.json",
+        "report-hardware-fault.json",
+    ] {
+        let (c_full, full, _) = validator(&["report", &example(file)]);
+        let (c, out, err) = validator(&["report", "--brief", &example(file)]);
+        assert_eq!(c, c_full, "{file}: {err}");
+        assert_eq!(out.lines().next(), full.lines().next(), "{file}");
+        assert!(
+            out.lines().count() * 2 < full.lines().count(),
+            "{file}: {out}"
+        );
+        let r: validator::report::Report =
+            serde_json::from_str(&std::fs::read_to_string(example(file)).unwrap()).unwrap();
+        let mut counted = 0;
+        for s in &r.stages {
+            let row = out
+                .lines()
+                .find(|l| l.split_whitespace().next() == Some(s.name.name()))
+                .unwrap_or_else(|| panic!("{file}: no row for {:?}:\n{out}", s.name));
+            let words: Vec<&str> = row.split("  ").filter(|w| !w.trim().is_empty()).collect();
+            let checks = words.last().unwrap().trim();
+            counted += checks
+                .split(", ")
+                .filter_map(|p| p.split_once(' ').and_then(|(n, _)| n.parse::<usize>().ok()))
+                .sum::<usize>();
+        }
+        let in_stages = r
+            .checks
+            .iter()
+            .filter(|c| r.stages.iter().any(|s| s.name == c.stage))
+            .count();
+        assert_eq!(counted, in_stages, "{file}: {out}");
+        for c in &r.checks {
+            let bad = matches!(
+                c.status,
+                validator::report::CheckStatus::Warn | validator::report::CheckStatus::Fail
+            );
+            let named = out.contains(&format!(" {}: ", c.name));
+            assert_eq!(
+                bad, named,
+                "{file}: check {} ({:?})\n{out}",
+                c.name, c.status
+            );
+        }
+    }
+}
+
 #[test]
 fn previous_renders_the_failed_slots_report() {
     let (c, out, err) = validator(&["report", "--previous", &example("report-fallback.json")]);

@@ -428,18 +428,27 @@ pub fn top_matches<H: FileExt>(hash: &H, g: &Geometry, root: &[u8]) -> Result<bo
 /// Builds a whole tree in memory (for tests and small images): returns the hash area
 /// (without superblock, starting at `hash_start`) and the root.
 pub fn build(p: &Params, data: &[u8]) -> (Vec<u8>, Vec<u8>) {
-    let g = match Geometry::new(p, 0, false) {
-        Ok(g) => g,
-        Err(_) => return (Vec::new(), Vec::new()),
-    };
     let dbs = p.data_block_size as usize;
-    let hbs = p.hash_block_size as usize;
-    let per = 1usize << g.bits;
-    let mut below: Vec<Vec<u8>> = data
+    let below: Vec<Vec<u8>> = data
         .chunks(dbs)
         .take(usize::try_from(p.data_blocks).unwrap_or(usize::MAX))
         .map(|b| block_digest(p, b))
         .collect();
+    build_from_digests(p, below)
+}
+
+/// Builds the tree above the data blocks' digests (`level0`: one [`block_digest`] per
+/// data block, in order, `p.data_blocks` of them), so a caller can hash the data
+/// streaming: returns the hash area (without superblock, starting at `hash_start`) and
+/// the root. Empty vectors when `p` has no valid geometry.
+pub fn build_from_digests(p: &Params, level0: Vec<Vec<u8>>) -> (Vec<u8>, Vec<u8>) {
+    let g = match Geometry::new(p, 0, false) {
+        Ok(g) => g,
+        Err(_) => return (Vec::new(), Vec::new()),
+    };
+    let hbs = p.hash_block_size as usize;
+    let per = 1usize << g.bits;
+    let mut below = level0;
     if g.levels == 0 {
         return (Vec::new(), below.into_iter().next().unwrap_or_default());
     }
