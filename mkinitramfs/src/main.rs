@@ -81,7 +81,7 @@ enum Cmd {
     /// erofs or squashfs image, or a directory made into erofs), its dm-verity tree
     /// (veritysetup's format), the signed root hash (root-verity-sig JSON), the BOM, the
     /// kernel and initramfs where the shipped grub.cfg loads them, the systemd-boot entry
-    /// and SHA256SUMS. Timestamps from SOURCE_DATE_EPOCH (default 0); the same inputs give
+    /// and SHA256SUMS, and a RAUC bundle when asked. Timestamps from SOURCE_DATE_EPOCH; the same inputs give
     /// the same bytes (with an RSA key).
     Slot {
         /// The root filesystem: an ext4, erofs or squashfs image, or a directory.
@@ -101,6 +101,16 @@ enum Cmd {
         /// Kernel command-line words for the slot's systemd-boot entry.
         #[arg(long, value_name = "WORDS", default_value = "")]
         options: String,
+        /// Also package the slot as a RAUC bundle (bundle.raucb) for nodes whose RAUC
+        /// system.conf says compatible=COMPATIBLE (examples/rauc/system.conf).
+        #[arg(long, value_name = "COMPATIBLE", requires_all = ["rauc_key", "rauc_cert"])]
+        rauc_bundle: Option<String>,
+        /// The RAUC bundle's signing key (PEM).
+        #[arg(long, value_name = "FILE", requires = "rauc_bundle")]
+        rauc_key: Option<PathBuf>,
+        /// The RAUC bundle's signing certificate (PEM), in the nodes' RAUC keyring.
+        #[arg(long, value_name = "FILE", requires = "rauc_bundle")]
+        rauc_cert: Option<PathBuf>,
         /// The new directory.
         #[arg(short = 'o', long = "output", value_name = "DIR")]
         output: PathBuf,
@@ -214,8 +224,19 @@ fn run(cmd: Cmd, out: &mut Out) -> Result<(), String> {
             cert,
             slot,
             options,
+            rauc_bundle,
+            rauc_key,
+            rauc_cert,
             output,
         } => {
+            let rauc = match (rauc_bundle, rauc_key, rauc_cert) {
+                (Some(compatible), Some(key), Some(cert)) => Some(mkinitramfs::slot::RaucBundle {
+                    compatible,
+                    key,
+                    cert,
+                }),
+                _ => None,
+            };
             let spec = mkinitramfs::slot::SlotSpec {
                 root,
                 kernel,
@@ -227,6 +248,7 @@ fn run(cmd: Cmd, out: &mut Out) -> Result<(), String> {
                 options,
                 out: output.clone(),
                 epoch: mkinitramfs::source_date_epoch(),
+                rauc,
             };
             let b = mkinitramfs::slot::build(&spec).map_err(|e| e.to_string())?;
             out.line(&format!(

@@ -24,7 +24,13 @@
 //! - `esp/<SLOT>/vmlinuz`, `esp/<SLOT>/initrd.img`: the kernel and the initramfs (the
 //!   library's [`crate::build`], the module gate on) where the shipped `grub.cfg` loads
 //!   them, and `esp/loader/entries/slot-<slot>.conf`, the slot's systemd-boot entry;
-//! - `SHA256SUMS` of all of them (`sha256sum -c` reads it).
+//! - `SHA256SUMS` of all of them (`sha256sum -c` reads it);
+//! - with [`SlotSpec::rauc`], `bundle.raucb`: a RAUC bundle (verity format, made and
+//!   signed by `rauc bundle`) whose images `rootfs`, `rootfs-verity` and `rootfs-sig` are
+//!   the three partitions (the slot classes of `examples/rauc/system.conf`), with an
+//!   install hook that writes the root image and puts the kernel and initramfs on the ESP
+//!   at `/<bootname>/`. The bundle is not byte-reproducible (its CMS signature carries
+//!   the signing time); what it holds is.
 //!
 //! The signature is checked after it is made, with the gate's own code, against the
 //! certificate given (a key that does not belong to the certificate is refused by
@@ -36,8 +42,9 @@
 //! Current limits: SHA-256 and 4096-byte blocks only; the root is read twice (the salt,
 //! then the tree) and the level-0 digests are held in memory (32 bytes per 4 KiB block);
 //! signing shells out to `openssl` (no reviewed Rust crate writes the CMS structure the
-//! kernel reads); no RAUC bundle yet; no reference measurements (`validator attest
-//! predict` makes them from the initramfs written here).
+//! kernel reads); no reference measurements (`validator attest predict` makes them from
+//! the initramfs written here); the bundle's install into a running node by RAUC is not
+//! yet exercised by the test bed (RAUC itself verifies the bundle in the tests).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -92,6 +99,17 @@ pub struct SlotSpec {
     pub out: PathBuf,
     /// Every timestamp (`SOURCE_DATE_EPOCH`).
     pub epoch: u32,
+    /// Also package it as a RAUC bundle (`bundle.raucb`).
+    pub rauc: Option<RaucBundle>,
+}
+
+/// A RAUC bundle of the slot image: its `compatible` string (the nodes' system.conf's) and
+/// the bundle signing key and certificate (PEM).
+#[derive(Debug, Clone)]
+pub struct RaucBundle {
+    pub compatible: String,
+    pub key: PathBuf,
+    pub cert: PathBuf,
 }
 
 /// What was built.
@@ -356,6 +374,75 @@ fn signature(spec: &SlotSpec, tmp: &Path, root_hex: &str) -> Result<String, Slot
     Ok(json)
 }
 
+/// RAUC's install hook of the `rootfs` image in the bundle: writes the root image to the
+/// slot's partition, then the slot's kernel and initramfs onto the ESP where the shipped
+/// grub.cfg loads them (`/<bootname>/`), each under a temporary name, synced, renamed.
+const RAUC_HOOK: &str = r#"#!/bin/sh
+# RAUC slot-install hook of a validator slot bundle: the root image onto the slot's
+# partition, the kernel and initramfs onto the ESP (VALIDATOR_ESP, default /boot/efi)
+# where grub.cfg loads them.
+set -eu
+[ "${1:-}" = slot-install ] || exit 0
+dd if="$RAUC_IMAGE_NAME" of="$RAUC_SLOT_DEVICE" bs=4M conv=fsync status=none
+esp=${VALIDATOR_ESP:-/boot/efi}
+mkdir -p "$esp/$RAUC_SLOT_BOOTNAME"
+for f in vmlinuz initrd.img; do
+    cp "$RAUC_BUNDLE_MOUNT_POINT/$f" "$esp/$RAUC_SLOT_BOOTNAME/$f.new"
+    sync "$esp/$RAUC_SLOT_BOOTNAME/$f.new"
+    mv "$esp/$RAUC_SLOT_BOOTNAME/$f.new" "$esp/$RAUC_SLOT_BOOTNAME/$f"
+done
+sync
+echo "validator slot bundle: slot $RAUC_SLOT_BOOTNAME written, its kernel and initramfs on $esp"
+"#;
+
+/// `bundle.raucb` in `tmp`: the slot image's three partitions as images of the slot
+/// classes `rootfs`, `rootfs-verity`, `rootfs-sig` (examples/rauc/system.conf), the kernel
+/// and initramfs for [`RAUC_HOOK`], in RAUC's verity format, signed by `r`'s key.
+fn rauc_bundle(
+    r: &RaucBundle,
+    tmp: &Path,
+    slot: &str,
+    version: &str,
+    root_hex: &str,
+) -> Result<(), SlotError> {
+    let content = tmp.join(".rauc-content");
+    std::fs::create_dir(&content).map_err(io(&content))?;
+    let link = |from: &Path, name: &str| -> Result<(), SlotError> {
+        let to = content.join(name);
+        std::fs::hard_link(from, &to)
+            .or_else(|_| std::fs::copy(from, &to).map(|_| ()))
+            .map_err(io(&to))
+    };
+    for (from, name) in [
+        (tmp.join("root.img"), "root.img"),
+        (tmp.join("root.verity"), "root.verity"),
+        (tmp.join("root.verity-sig"), "root.verity-sig"),
+        (tmp.join(format!("esp/{slot}/vmlinuz")), "vmlinuz"),
+        (tmp.join(format!("esp/{slot}/initrd.img")), "initrd.img"),
+    ] {
+        link(&from, name)?;
+    }
+    let hook = content.join("hook.sh");
+    std::fs::write(&hook, RAUC_HOOK).map_err(io(&hook))?;
+    let manifest = format!(
+        "[update]\ncompatible={}\nversion={version}\ndescription=validator slot image {version}, root hash {root_hex}\n\n\
+         [bundle]\nformat=verity\n\n[hooks]\nfilename=hook.sh\n\n\
+         [image.rootfs]\nfilename=root.img\nhooks=install\n\n[image.rootfs-verity]\nfilename=root.verity\n\n\
+         [image.rootfs-sig]\nfilename=root.verity-sig\n",
+        r.compatible
+    );
+    let m = content.join("manifest.raucm");
+    std::fs::write(&m, manifest).map_err(io(&m))?;
+    let out = run(Command::new("rauc")
+        .arg("bundle")
+        .arg(format!("--cert={}", r.cert.display()))
+        .arg(format!("--key={}", r.key.display()))
+        .arg(&content)
+        .arg(tmp.join("bundle.raucb")));
+    let _ = std::fs::remove_dir_all(&content);
+    out.map(|_| ())
+}
+
 /// `text` with `root_hash = "<hex>"` on the line after its `[verity]` header.
 fn pin(text: &str, hex: &str) -> String {
     let mut out = String::with_capacity(text.len() + 90);
@@ -477,6 +564,9 @@ fn build_into(spec: &SlotSpec, tmp: &Path) -> Result<SlotBuilt, SlotError> {
         sums.push_str(&format!("{}  {rel}\n", validator::util::hex(&h.finalize())));
     }
     write("SHA256SUMS", sums.as_bytes())?;
+    if let Some(r) = &spec.rauc {
+        rauc_bundle(r, tmp, slot, &bom.image_id.to_string(), &root_hex)?;
+    }
     Ok(SlotBuilt {
         root_hash: root_hex,
         filesystem,

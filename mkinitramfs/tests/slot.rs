@@ -64,6 +64,17 @@ fn inputs(d: &Path) {
 }
 
 fn slot(d: &Path, root: &str, bom: &str, key: &str, out: &str) -> (bool, String) {
+    slot_with(d, root, bom, key, out, &[])
+}
+
+fn slot_with(
+    d: &Path,
+    root: &str,
+    bom: &str,
+    key: &str,
+    out: &str,
+    more: &[&str],
+) -> (bool, String) {
     let o = Command::new(env!("CARGO_BIN_EXE_mkinitramfs"))
         .current_dir(d)
         .env("SOURCE_DATE_EPOCH", "1700000000")
@@ -82,6 +93,7 @@ fn slot(d: &Path, root: &str, bom: &str, key: &str, out: &str) -> (bool, String)
         ])
         .arg("--kernel")
         .arg(workspace().join("target/kernels/default"))
+        .args(more)
         .output()
         .unwrap();
     (
@@ -187,6 +199,72 @@ fn slot_image_verifies_reproduces_and_carries_its_signed_root_hash() {
     let (ok, err) = slot(&d, "root.ext4", "bom.toml", "key.pem", "ext4");
     assert!(ok, "{err}");
     assert!(veritysetup_verify(&d.join("ext4")));
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// `--rauc-bundle`: RAUC itself (with the example system.conf) verifies the bundle's
+/// signature against the certificate and lists the three images with the checksums of
+/// SHA256SUMS; against another keyring it refuses the bundle.
+#[test]
+fn rauc_bundle_is_verified_by_rauc_with_the_images_of_the_slot() {
+    let d = scratch("rauc");
+    inputs(&d);
+    let (ok, err) = slot_with(
+        &d,
+        "root",
+        "bom.toml",
+        "key.pem",
+        "bundled",
+        &[
+            "--rauc-bundle",
+            "gpu-node",
+            "--rauc-key",
+            "key.pem",
+            "--rauc-cert",
+            "cert.pem",
+        ],
+    );
+    assert!(ok, "{err}");
+    let out = d.join("bundled");
+    let sums = std::fs::read_to_string(out.join("SHA256SUMS")).unwrap();
+    let conf = workspace().join("examples/rauc/system.conf");
+    let info = |keyring: &str| {
+        Command::new("rauc")
+            .arg("-c")
+            .arg(&conf)
+            .arg("info")
+            .arg(format!("--keyring={}", d.join(keyring).display()))
+            .arg(out.join("bundle.raucb"))
+            .output()
+            .unwrap()
+    };
+    let o = info("cert.pem");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(text.contains("Compatible: \t'gpu-node'"), "{text}");
+    for (class, file) in [
+        ("rootfs", "root.img"),
+        ("rootfs-verity", "root.verity"),
+        ("rootfs-sig", "root.verity-sig"),
+    ] {
+        let sum = sums
+            .lines()
+            .find_map(|l| l.strip_suffix(&format!("  {file}")))
+            .unwrap();
+        let at = text.find(&format!("[{class}]")).unwrap();
+        let rest = &text[at..];
+        assert!(
+            rest.lines()
+                .take(4)
+                .any(|l| l.contains(&format!("Checksum:  {sum}"))),
+            "{class}: {rest}"
+        );
+    }
+    assert!(!info("other-cert.pem").status.success());
     let _ = std::fs::remove_dir_all(&d);
 }
 

@@ -324,6 +324,7 @@ pub fn slot_image(
         options: String::new(),
         out: out.clone(),
         epoch: 0,
+        rauc: None,
     };
     let built = mkinitramfs::slot::build(&spec)
         .map_err(|e| HarnessError::Setup(format!("mkinitramfs slot {slot}: {e}")))?;
