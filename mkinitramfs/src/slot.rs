@@ -28,8 +28,9 @@
 //! - with [`SlotSpec::rauc`], `bundle.raucb`: a RAUC bundle (verity format, made and
 //!   signed by `rauc bundle`) whose images `rootfs`, `rootfs-verity` and `rootfs-sig` are
 //!   the three partitions (the slot classes of `examples/rauc/system.conf`), with an
-//!   install hook that writes the root image and puts the kernel and initramfs on the ESP
-//!   at `/<bootname>/`. The bundle is not byte-reproducible (its CMS signature carries
+//!   install hook that writes the root image and its hash tree, gives both partitions the
+//!   PARTUUIDs the new root hash names (so the gate finds them, as after
+//!   systemd-sysupdate), and puts the kernel and initramfs on the ESP at `/<bootname>/`. The bundle is not byte-reproducible (its CMS signature carries
 //!   the signing time); what it holds is.
 //!
 //! The signature is checked after it is made, with the gate's own code, against the
@@ -374,16 +375,29 @@ fn signature(spec: &SlotSpec, tmp: &Path, root_hex: &str) -> Result<String, Slot
     Ok(json)
 }
 
-/// RAUC's install hook of the `rootfs` image in the bundle: writes the root image to the
-/// slot's partition, then the slot's kernel and initramfs onto the ESP where the shipped
-/// grub.cfg loads them (`/<bootname>/`), each under a temporary name, synced, renamed.
+/// RAUC's install hook of the `rootfs` and `rootfs-verity` images in the bundle: writes
+/// the image to the slot's partition and gives the partition the PARTUUID the
+/// Discoverable Partitions convention derives from the new root hash (data: its first
+/// 128 bits, hash tree: its last; as systemd-sysupdate does), which is how the gate finds
+/// a slot's verity partitions; for `rootfs` it then puts the slot's kernel and initramfs
+/// on the ESP where the shipped grub.cfg loads them (`/<bootname>/`), each under a
+/// temporary name, synced, renamed.
 const RAUC_HOOK: &str = r#"#!/bin/sh
-# RAUC slot-install hook of a validator slot bundle: the root image onto the slot's
-# partition, the kernel and initramfs onto the ESP (VALIDATOR_ESP, default /boot/efi)
-# where grub.cfg loads them.
+# RAUC slot-install hook of a validator slot bundle (rootfs and rootfs-verity images).
 set -eu
 [ "${1:-}" = slot-install ] || exit 0
 dd if="$RAUC_IMAGE_NAME" of="$RAUC_SLOT_DEVICE" bs=4M conv=fsync status=none
+hex=$(cat "$RAUC_BUNDLE_MOUNT_POINT/root.roothash")
+case "$RAUC_SLOT_CLASS" in
+rootfs) half=$(echo "$hex" | cut -c1-32) ;;
+*) half=$(echo "$hex" | cut -c33-64) ;;
+esac
+uuid=$(echo "$half" | sed 's/^\(.\{8\}\)\(.\{4\}\)\(.\{4\}\)\(.\{4\}\)\(.\{12\}\)$/\1-\2-\3-\4-\5/')
+name=$(basename "$(readlink -f "$RAUC_SLOT_DEVICE")")
+disk=/dev/$(basename "$(readlink -f "/sys/class/block/$name/..")")
+sfdisk --quiet --lock=no --no-reread --no-tell-kernel --part-uuid "$disk" \
+    "$(cat "/sys/class/block/$name/partition")" "$uuid"
+[ "$RAUC_SLOT_CLASS" = rootfs ] || exit 0
 esp=${VALIDATOR_ESP:-/boot/efi}
 mkdir -p "$esp/$RAUC_SLOT_BOOTNAME"
 for f in vmlinuz initrd.img; do
@@ -415,20 +429,27 @@ fn rauc_bundle(
     };
     for (from, name) in [
         (tmp.join("root.img"), "root.img"),
-        (tmp.join("root.verity"), "root.verity"),
-        (tmp.join("root.verity-sig"), "root.verity-sig"),
+        // RAUC picks its update handler by the file name: `.img` for a raw slot.
+        (tmp.join("root.verity"), "root-verity.img"),
+        (tmp.join("root.verity-sig"), "root-verity-sig.img"),
         (tmp.join(format!("esp/{slot}/vmlinuz")), "vmlinuz"),
         (tmp.join(format!("esp/{slot}/initrd.img")), "initrd.img"),
+        (tmp.join("root.roothash"), "root.roothash"),
     ] {
         link(&from, name)?;
     }
     let hook = content.join("hook.sh");
     std::fs::write(&hook, RAUC_HOOK).map_err(io(&hook))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755))
+            .map_err(io(&hook))?;
+    }
     let manifest = format!(
         "[update]\ncompatible={}\nversion={version}\ndescription=validator slot image {version}, root hash {root_hex}\n\n\
          [bundle]\nformat=verity\n\n[hooks]\nfilename=hook.sh\n\n\
-         [image.rootfs]\nfilename=root.img\nhooks=install\n\n[image.rootfs-verity]\nfilename=root.verity\n\n\
-         [image.rootfs-sig]\nfilename=root.verity-sig\n",
+         [image.rootfs]\nfilename=root.img\nhooks=install\n\n[image.rootfs-verity]\nfilename=root-verity.img\nhooks=install\n\n\
+         [image.rootfs-sig]\nfilename=root-verity-sig.img\n",
         r.compatible
     );
     let m = content.join("manifest.raucm");
@@ -574,4 +595,40 @@ fn build_into(spec: &SlotSpec, tmp: &Path) -> Result<SlotBuilt, SlotError> {
         release: initrd.release,
         modules: initrd.modules.len(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The bundle's hook gives the data and hash partitions the PARTUUIDs the gate looks
+    /// for (`validator::formats::verity::uuid_from_hash` of each half of the root hash).
+    #[test]
+    fn hook_names_the_partitions_as_the_gate_finds_them() {
+        let hex = "4ab7ce0cd8f638db42cb5c4a98bbf567567f2014f3e0493ee0eb3c72c36812d2";
+        let raw = validator::util::unhex(hex).unwrap_or_default();
+        let lines: Vec<&str> = RAUC_HOOK.lines().collect();
+        let from = lines
+            .iter()
+            .position(|l| l.starts_with("case "))
+            .unwrap_or(0);
+        let to = lines
+            .iter()
+            .position(|l| l.starts_with("uuid="))
+            .unwrap_or(0);
+        assert!(from > 0 && to > from, "{RAUC_HOOK}");
+        let body = lines.get(from..=to).unwrap_or_default().join("\n");
+        for (class, half) in [("rootfs", raw.get(..16)), ("rootfs-verity", raw.get(16..))] {
+            let script = format!("hex={hex}\n{body}\necho \"$uuid\"\n");
+            let out = Command::new("sh")
+                .arg("-c")
+                .arg(&script)
+                .env("RAUC_SLOT_CLASS", class)
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                .unwrap_or_default();
+            let want = half.and_then(validator::formats::verity::uuid_from_hash);
+            assert_eq!(Some(out), want, "{class}");
+        }
+    }
 }

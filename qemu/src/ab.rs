@@ -115,7 +115,8 @@ fn build_slot(
     }
     let debian = two.system == RootSystem::Debian;
     if debian {
-        crate::debroot::build(&rootdir, &extra)?;
+        let (_, ring) = crate::debroot::rauc_key(dir)?;
+        crate::debroot::build(&rootdir, &extra, &ring)?;
     } else {
         crate::rootfs::build(&rootdir, &extra)?;
     }
@@ -454,6 +455,17 @@ impl Bed {
     /// left them) and returns every boot of the run; logs go to `<dir>/power-<n>/`.
     pub fn boot(&self) -> Result<Run, HarnessError> {
         self.boot_with(|_| {})
+    }
+
+    /// [`Bed::boot`] with `disk` attached as a second, read-only virtio disk (`/dev/vdb`)
+    /// for this power-on only.
+    pub fn boot_with_disk(&self, disk: &Path) -> Result<Run, HarnessError> {
+        self.boot_with(|cfg| {
+            cfg.extra_args.extend([
+                "-drive".into(),
+                format!("file={},format=raw,if=virtio,readonly=on", disk.display()),
+            ])
+        })
     }
 
     /// [`Bed::boot`] with `cfg` changed for this power-on only (a power cut, say).

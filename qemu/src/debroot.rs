@@ -61,6 +61,11 @@ pub const PACKAGES: &[&str] = &[
     "curl",
     "prometheus-node-exporter",
     "rauc",
+    "rauc-service",
+    // RAUC's GRUB backend edits grubenv with grub-editenv; the bundles' hook sets
+    // partition UUIDs with sfdisk.
+    "grub-common",
+    "fdisk",
     "tpm2-tools",
     "pciutils",
     "nvme-cli",
@@ -106,6 +111,12 @@ pub const SCRAPE: &str = "SCRAPE";
 pub const KMSG_MULTI_USER: &str = "node-check: multi-user.target active";
 /// The section holding `validator slot status --esp /boot/efi` after the mark-good unit.
 pub const SLOT_STATUS: &str = "SLOT-STATUS";
+/// Printed by `node-check` before `rauc install` of each bundle on the second disk
+/// (`/dev/vdb`, when one is attached), then its exit status.
+pub const RAUC_INSTALL: &str = "ROOT-RAUC-INSTALL ";
+pub const RAUC_INSTALL_RC: &str = "ROOT-RAUC-INSTALL-RC ";
+/// The section holding `rauc status --detailed --output-format=json` (after any install).
+pub const RAUC_STATUS: &str = "RAUC-STATUS";
 /// Printed by `node-check`: the mark-good unit's result (`success`, `exit-code`, ...).
 pub const MARK_GOOD: &str = "ROOT-MARK-GOOD ";
 
@@ -157,9 +168,32 @@ pub fn base_tar() -> Result<PathBuf, HarnessError> {
     Ok(tar)
 }
 
+/// The test bed's RAUC bundle signing key and certificate, made once in `dir/rauc/`
+/// (`key.pem`, `cert.pem`): the certificate is the slots' RAUC keyring.
+pub fn rauc_key(dir: &Path) -> Result<(PathBuf, PathBuf), HarnessError> {
+    let d = dir.join("rauc");
+    let (key, cert) = (d.join("key.pem"), d.join("cert.pem"));
+    if !cert.is_file() {
+        std::fs::create_dir_all(&d).map_err(|e| HarnessError::io(&d, e))?;
+        crate::disk::run(
+            Command::new("openssl")
+                .args([
+                    "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                ])
+                .args(["-subj", "/CN=fleet update bundles"])
+                .arg("-keyout")
+                .arg(&key)
+                .arg("-out")
+                .arg(&cert),
+        )?;
+    }
+    Ok((key, cert))
+}
+
 /// Builds the slot's root tree at `dir` from [`base_tar`]; `extra` is shell that
-/// `node-check` runs after it printed what it sees (before the power-off).
-pub fn build(dir: &Path, extra: &str) -> Result<(), HarnessError> {
+/// `node-check` runs after it printed what it sees (before the power-off); `keyring` is
+/// the RAUC bundle certificate the node trusts.
+pub fn build(dir: &Path, extra: &str, keyring: &Path) -> Result<(), HarnessError> {
     let io = |p: &Path, e| HarnessError::io(p, e);
     let tar = base_tar()?;
     let _ = std::fs::remove_dir_all(dir);
@@ -204,6 +238,21 @@ pub fn build(dir: &Path, extra: &str) -> Result<(), HarnessError> {
         NODE_CHECK_UNIT,
         0o644,
     )?;
+    // RAUC as the updater: the shipped system.conf and drop-in, the bundles' keyring.
+    let ex = crate::paths::workspace().join("examples/rauc");
+    for (from, to) in [
+        ("system.conf", "etc/rauc/system.conf"),
+        (
+            "booted-slot.conf",
+            "etc/systemd/system/rauc.service.d/booted-slot.conf",
+        ),
+    ] {
+        let p = ex.join(from);
+        let text = std::fs::read_to_string(&p).map_err(|e| io(&p, e))?;
+        write(to, &text, 0o644)?;
+    }
+    let ring = std::fs::read_to_string(keyring).map_err(|e| io(keyring, e))?;
+    write("etc/rauc/keyring.pem", &ring, 0o644)?;
     let wants = dir.join("etc/systemd/system/multi-user.target.wants");
     std::fs::create_dir_all(&wants).map_err(|e| io(&wants, e))?;
     for u in ["validator-mark-good.service", "node-check.service"] {
@@ -229,6 +278,11 @@ pub fn build(dir: &Path, extra: &str) -> Result<(), HarnessError> {
          echo ROOT-RUN-BEGIN; ls -1 /run/validator; echo ROOT-RUN-END\n\
          echo \"{MARK_GOOD}$(systemctl show -P Result validator-mark-good.service)\"\n\
          echo ROOT-{SLOT_STATUS}-BEGIN; validator slot status --esp /boot/efi; echo ROOT-{SLOT_STATUS}-END\n\
+         if [ -b /dev/vdb ]; then mkdir -p /run/bundles; mount -o ro /dev/vdb /run/bundles; \
+         for b in /run/bundles/*.raucb; do echo \"{RAUC_INSTALL}$(basename $b)\"; rauc install \"$b\"; \
+         rc=$?; [ $rc = 0 ] || journalctl -u rauc --no-pager -o cat | tail -n 25; \
+         echo \"{RAUC_INSTALL_RC}$rc\"; done; fi\n\
+         echo ROOT-{RAUC_STATUS}-BEGIN; rauc status --detailed --output-format=json; echo; echo ROOT-{RAUC_STATUS}-END\n\
          {extra}\n\
          sync\n\
          systemctl --no-block poweroff\n",
@@ -276,6 +330,10 @@ pub fn setup(s: &mut Scenario) -> Result<(), HarnessError> {
     for slot in [&mut two.a, &mut two.b] {
         let bom = &mut slot.bom;
         bom.hardware.secure_boot = Some(true);
+        // RAUC mounts its bundles: a squashfs image on a loop device (and dm-verity).
+        for m in ["loop", "squashfs"] {
+            bom.modules.load.push(vbom::ModuleName(m.into()));
+        }
         if let Some(c) = bom.slot.as_mut() {
             c.mark_good = vbom::MarkGood::Later;
         }
@@ -357,4 +415,76 @@ pub fn slot_image(
         ),
     ];
     Ok((parts, out.join(format!("esp/{slot}/initrd.img"))))
+}
+
+/// A RAUC update for the real node, built on the host as an operator would: a Debian root
+/// (the same recipe; its `node-check` prints `ROOT-IMAGE <name>`), the slot image made by
+/// `mkinitramfs slot --rauc-bundle` from `bom` with `image_id` `<its id>-<name>`, signed
+/// by the run's RAUC key ([`rauc_key`]), and put alone on an ext4 disk image for the VM's
+/// second disk. `trusted`: the root hash is signed by the key the new initramfs trusts;
+/// otherwise by another one, so the gate refuses the image (an image fault). Returns the
+/// disk image.
+pub fn update_disk(
+    run_dir: &Path,
+    kernel: &crate::paths::Kernel,
+    bom: &vbom::Bom,
+    name: &str,
+    trusted: bool,
+) -> Result<PathBuf, HarnessError> {
+    let io = |p: &Path, e| HarnessError::io(p, e);
+    let d = run_dir.join(format!("update-{name}"));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).map_err(|e| io(&d, e))?;
+    let (rauc_key, ring) = rauc_key(run_dir)?;
+    let tree = d.join("rootfs");
+    build(&tree, &format!("echo \"ROOT-IMAGE {name}\""), &ring)?;
+    let slot_file = tree.join("etc/slot");
+    std::fs::write(&slot_file, format!("{name}\n")).map_err(|e| io(&slot_file, e))?;
+    let ext4 = d.join("root.ext4");
+    crate::rootfs::ext4_image(&tree, &ext4)?;
+    let _ = std::fs::remove_dir_all(&tree);
+    let mut b = bom.clone();
+    b.image_id = vbom::Version(format!("{}-{name}", bom.image_id));
+    let bom_path = d.join("bom.toml");
+    let text = b
+        .to_toml()
+        .map_err(|e| HarnessError::Setup(format!("update {name} BOM as TOML: {e}")))?;
+    std::fs::write(&bom_path, text).map_err(|e| io(&bom_path, e))?;
+    // The BOM trusts trusted.pem; the root hash is signed by it, or by a stranger.
+    let (key, cert) = crate::verity::make_key(&d, "trusted")?;
+    let (key, cert) = if trusted {
+        (key, cert)
+    } else {
+        crate::verity::make_key(&d, "stranger")?
+    };
+    let out = d.join("image");
+    let spec = mkinitramfs::slot::SlotSpec {
+        root: ext4.clone(),
+        kernel: kernel.root.clone(),
+        bom: bom_path,
+        init: crate::paths::init_binary()?,
+        key,
+        cert,
+        slot: "A".into(),
+        options: String::new(),
+        out: out.clone(),
+        epoch: 0,
+        rauc: Some(mkinitramfs::slot::RaucBundle {
+            compatible: "gpu-node".into(),
+            key: rauc_key,
+            cert: ring,
+        }),
+    };
+    mkinitramfs::slot::build(&spec)
+        .map_err(|e| HarnessError::Setup(format!("mkinitramfs slot (update {name}): {e}")))?;
+    let _ = std::fs::remove_file(&ext4);
+    let carry = d.join("disk");
+    std::fs::create_dir_all(&carry).map_err(|e| io(&carry, e))?;
+    let bundle = carry.join(format!("{name}.raucb"));
+    std::fs::rename(out.join("bundle.raucb"), &bundle).map_err(|e| io(&bundle, e))?;
+    let _ = std::fs::remove_dir_all(&out);
+    let disk = d.join("update.img");
+    crate::rootfs::ext4_image(&carry, &disk)?;
+    let _ = std::fs::remove_dir_all(&carry);
+    Ok(disk)
 }

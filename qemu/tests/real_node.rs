@@ -1,7 +1,10 @@
 //! The real node: Debian 12 with systemd behind the gate (scenario `real-node`, under
 //! Secure Boot with Debian's signed shim, GRUB and kernel, signed verity roots, the TPM),
-//! `mark_good = "later"` done by the shipped unit, and the rollback of a node that never
-//! gets healthy. Three power-ons of one node.
+//! `mark_good = "later"` done by the shipped unit, the rollback of a node that never gets
+//! healthy, and RAUC as the updater: `rauc install` of bundles made by `mkinitramfs slot
+//! --rauc-bundle` writes the other slot, the gate passes a good update and refuses a bad
+//! one (falling back by kexec), and RAUC's view agrees with the gate's. Five power-ons of
+//! one node.
 #![expect(
     clippy::unwrap_used,
     clippy::panic,
@@ -51,11 +54,20 @@ fn mark_good(o: &Outcome) -> String {
         .to_string()
 }
 
-/// One power-on: exactly one boot, which reached the root and passed.
-fn power_on(bed: &ab::Bed) -> Outcome {
-    let run = bed.boot().unwrap();
+/// One power-on (with an update disk attached, if given): exactly one boot, which
+/// reached the root and passed.
+fn power_on(bed: &ab::Bed, disk: Option<&std::path::Path>) -> Outcome {
+    let run = match disk {
+        Some(d) => bed.boot_with_disk(d).unwrap(),
+        None => bed.boot().unwrap(),
+    };
     assert_eq!(run.boots.len(), 1, "{}", run.log_path.display());
     let o = run.boots.into_iter().next().unwrap();
+    checked(o)
+}
+
+/// A boot that reached a Debian root behind the gate and passed.
+fn checked(o: Outcome) -> Outcome {
     let r = o.reached_root();
     assert_eq!(r.decision, Decision::Pass, "{}", o.describe());
     let sys = system(&o);
@@ -77,7 +89,7 @@ fn real_root_reaches_multi_user_serves_our_metrics_marks_good_and_rolls_back_whe
     let bed = Scenario::named(Name::RealNode).unwrap().bed().unwrap();
 
     // Power-on 1: slot A, healthy.
-    let o = power_on(&bed);
+    let o = power_on(&bed, None);
     let r = o.report.as_ref().unwrap();
     assert_eq!(ab::root_slot(&o), Some(Slot::A));
     assert_eq!(system(&o)["node_exporter"], "active");
@@ -130,20 +142,127 @@ fn real_root_reaches_multi_user_serves_our_metrics_marks_good_and_rolls_back_whe
     // Power-on 2: node_exporter never starts: A passes the gate, the unit fails, A's
     // try stays consumed.
     bed.set_cmdline_word(debroot::UNHEALTHY, true).unwrap();
-    let o = power_on(&bed);
+    let o = power_on(&bed, None);
     assert_eq!(ab::root_slot(&o), Some(Slot::A));
     assert_ne!(system(&o)["node_exporter"], "active");
     assert_eq!(mark_good(&o), "exit-code");
     assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=1 B_OK=1 B_TRY=0");
 
     // Power-on 3 (healthy again): GRUB passes over A (tried, never confirmed) to B,
-    // which the unit marks good.
+    // which the unit marks good; from B, RAUC installs an update (a slot image made by
+    // `mkinitramfs slot --rauc-bundle`) into A, the slot not booted, and makes it next.
     bed.set_cmdline_word(debroot::UNHEALTHY, false).unwrap();
-    let o = power_on(&bed);
+    let kernel = bed.slots.a.kernel.clone();
+    let base = bed.slots.a.bom.clone();
+    let good = debroot::update_disk(&bed.dir, &kernel, &base, "update", true).unwrap();
+    let o = power_on(&bed, Some(&good));
     assert_eq!(ab::grub_slot(&o), Some(Slot::B));
     assert_eq!(ab::root_slot(&o), Some(Slot::B));
     assert_eq!(mark_good(&o), "success");
-    assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=1 B_OK=1 B_TRY=0");
     let status = section(&o.console, debroot::SLOT_STATUS).unwrap();
     assert!(status.contains("B_TRY=0"), "{status}");
+    assert_eq!(installed(&o), ["update.raucb 0"]);
+    let rauc = rauc_status(&o);
+    assert_eq!(rauc.booted, "B");
+    assert_eq!(rauc.primary.as_deref(), Some("A"), "{rauc:?}");
+    assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
+
+    // Power-on 4: GRUB boots A with the update; the gate passes it, the unit marks it
+    // good, and RAUC and the gate agree. RAUC then installs an update whose root hash is
+    // signed by a key the new image does not trust into B.
+    let bad = debroot::update_disk(&bed.dir, &kernel, &base, "untrusted", false).unwrap();
+    let o = power_on(&bed, Some(&bad));
+    assert_eq!(ab::grub_slot(&o), Some(Slot::A));
+    assert!(o.console.contains("ROOT-IMAGE update"), "{}", o.describe());
+    let r = o.report.as_ref().unwrap();
+    assert!(
+        r.image_id.as_deref().unwrap_or("").ends_with("-update"),
+        "{:?}",
+        r.image_id
+    );
+    assert_eq!(mark_good(&o), "success");
+    let rauc = rauc_status(&o);
+    assert_eq!(rauc.booted, "A");
+    assert_eq!(
+        rauc.good.get("A").map(String::as_str),
+        Some("good"),
+        "{rauc:?}"
+    );
+    assert_eq!(installed(&o), ["untrusted.raucb 0"]);
+    assert_eq!(rauc.primary.as_deref(), Some("B"), "{rauc:?}");
+    assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
+
+    // Power-on 5: GRUB boots B; the gate refuses its root (an image fault), demotes B and
+    // falls back to A by kexec, which passes and is marked good; RAUC sees B bad.
+    let run = bed.boot().unwrap();
+    assert_eq!(run.boots.len(), 2, "{}", run.log_path.display());
+    let first = &run.boots[0];
+    let fr = first.report.as_ref().expect("B's report");
+    assert_eq!(fr.decision, Decision::Fallback, "{}", first.describe());
+    let o = checked(run.boots[1].clone());
+    assert_eq!(ab::cmdline_slot(&o), Some(Slot::A));
+    assert!(o.console.contains("ROOT-IMAGE update"), "{}", o.describe());
+    assert_eq!(mark_good(&o), "success");
+    let rauc = rauc_status(&o);
+    assert_eq!(rauc.booted, "A");
+    assert_eq!(
+        rauc.good.get("B").map(String::as_str),
+        Some("bad"),
+        "{rauc:?}"
+    );
+    assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=0 B_TRY=0");
+}
+
+/// `rauc install` of the bundles on the update disk: `<file> <exit status>`.
+fn installed(o: &Outcome) -> Vec<String> {
+    let names: Vec<&str> = o
+        .console
+        .lines()
+        .filter_map(|l| l.strip_prefix(debroot::RAUC_INSTALL))
+        .collect();
+    let rcs: Vec<&str> = o
+        .console
+        .lines()
+        .filter_map(|l| l.strip_prefix(debroot::RAUC_INSTALL_RC))
+        .collect();
+    names
+        .iter()
+        .zip(rcs)
+        .map(|(n, rc)| format!("{} {}", n.trim(), rc.trim()))
+        .collect()
+}
+
+/// What `rauc status --detailed --output-format=json` said in the root.
+#[derive(Debug)]
+struct Rauc {
+    booted: String,
+    /// The bootname of RAUC's primary slot.
+    primary: Option<String>,
+    /// Each bootname's boot status (`good`, `bad`).
+    good: std::collections::BTreeMap<String, String>,
+}
+
+fn rauc_status(o: &Outcome) -> Rauc {
+    let text = section(&o.console, debroot::RAUC_STATUS).unwrap_or_default();
+    let v: serde_json::Value =
+        serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("rauc status: {e}: {text}"));
+    let mut good = std::collections::BTreeMap::new();
+    let mut names = std::collections::BTreeMap::new();
+    for slot in v["slots"].as_array().unwrap() {
+        for (name, s) in slot.as_object().unwrap() {
+            if let Some(b) = s["bootname"].as_str() {
+                names.insert(name.clone(), b.to_string());
+                if let Some(st) = s["boot_status"].as_str() {
+                    good.insert(b.to_string(), st.to_string());
+                }
+            }
+        }
+    }
+    Rauc {
+        booted: v["booted"].as_str().unwrap_or("").to_string(),
+        primary: v["boot_primary"]
+            .as_str()
+            .and_then(|p| names.get(p).cloned()),
+        good,
+    }
 }
