@@ -44,8 +44,9 @@
 //! then the tree) and the level-0 digests are held in memory (32 bytes per 4 KiB block);
 //! signing shells out to `openssl` (no reviewed Rust crate writes the CMS structure the
 //! kernel reads); no reference measurements (`validator attest predict` makes them from
-//! the initramfs written here); the bundle's install into a running node by RAUC is not
-//! yet exercised by the test bed (RAUC itself verifies the bundle in the tests).
+//! the initramfs written here). The bundle's hook assumes the GPT layout of
+//! `examples/rauc/system.conf` (each slot device a partition, `sfdisk` on the node); RAUC
+//! installs such bundles on the test bed's real node (`qemu/tests/real_node.rs`).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -3,6 +3,12 @@
 //! has), which the gate hands over to; systemd then runs as PID 1 and reaches
 //! `multi-user.target`.
 //!
+//! RAUC is the node's updater: `rauc-service` with `examples/rauc/system.conf` and
+//! `examples/rauc/booted-slot.conf`, the run's bundle certificate as its keyring
+//! ([`rauc_key`]); [`update_disk`] makes an update as an operator would (a root,
+//! `mkinitramfs slot --rauc-bundle`) on a disk the VM gets as `/dev/vdb`, from which
+//! `node-check` runs `rauc install` and prints `rauc status`.
+//!
 //! Contract: [`base_tar`] builds the system once per recipe ([`RECIPE`] and
 //! [`PACKAGES`]: the cache key) into `target/debian-root/<key>.tar` and reuses it after;
 //! [`build`] unpacks it into a slot's root tree and adds what a node of this test bed

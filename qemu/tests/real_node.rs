@@ -85,7 +85,7 @@ fn checked(o: Outcome) -> Outcome {
 }
 
 #[test]
-fn real_root_reaches_multi_user_serves_our_metrics_marks_good_and_rolls_back_when_unhealthy() {
+fn real_node_reaches_multi_user_marks_good_rolls_back_and_takes_rauc_updates() {
     let bed = Scenario::named(Name::RealNode).unwrap().bed().unwrap();
 
     // Power-on 1: slot A, healthy.
