@@ -101,6 +101,11 @@ enum Cmd {
         /// Kernel command-line words for the slot's systemd-boot entry.
         #[arg(long, value_name = "WORDS", default_value = "")]
         options: String,
+        /// The kernel command line the slot's GRUB entry gives, as /proc/cmdline shows it
+        /// (BOOT_IMAGE=/B/vmlinuz validator.slot=B ...): write reference.json, the
+        /// measurements a good boot of the slot makes (validator attest verify reads it).
+        #[arg(long, value_name = "LINE")]
+        cmdline: Option<String>,
         /// Also package the slot as a RAUC bundle (bundle.raucb) for nodes whose RAUC
         /// system.conf says compatible=COMPATIBLE (examples/rauc/system.conf).
         #[arg(long, value_name = "COMPATIBLE", requires_all = ["rauc_key", "rauc_cert"])]
@@ -227,6 +232,7 @@ fn run(cmd: Cmd, out: &mut Out) -> Result<(), String> {
             rauc_bundle,
             rauc_key,
             rauc_cert,
+            cmdline,
             output,
         } => {
             let rauc = match (rauc_bundle, rauc_key, rauc_cert) {
@@ -249,6 +255,7 @@ fn run(cmd: Cmd, out: &mut Out) -> Result<(), String> {
                 out: output.clone(),
                 epoch: mkinitramfs::source_date_epoch(),
                 rauc,
+                cmdline,
             };
             let b = mkinitramfs::slot::build(&spec).map_err(|e| e.to_string())?;
             out.line(&format!(

@@ -24,6 +24,10 @@
 //! - `esp/<SLOT>/vmlinuz`, `esp/<SLOT>/initrd.img`: the kernel and the initramfs (the
 //!   library's [`crate::build`], the module gate on) where the shipped `grub.cfg` loads
 //!   them, and `esp/loader/entries/slot-<slot>.conf`, the slot's systemd-boot entry;
+//! - with [`SlotSpec::cmdline`], `reference.json`: what a good boot of the slot measures
+//!   (`validator.reference/v1`, as `validator attest predict` writes it; the entries
+//!   `boot-loader` through the shipped grub.cfg and `kexec` from the other slot), for
+//!   `validator attest verify`;
 //! - `SHA256SUMS` of all of them (`sha256sum -c` reads it);
 //! - with [`SlotSpec::rauc`], `bundle.raucb`: a RAUC bundle (verity format, made and
 //!   signed by `rauc bundle`) whose images `rootfs`, `rootfs-verity` and `rootfs-sig` are
@@ -43,8 +47,8 @@
 //! Current limits: SHA-256 and 4096-byte blocks only; the root is read twice (the salt,
 //! then the tree) and the level-0 digests are held in memory (32 bytes per 4 KiB block);
 //! signing shells out to `openssl` (no reviewed Rust crate writes the CMS structure the
-//! kernel reads); no reference measurements (`validator attest predict` makes them from
-//! the initramfs written here). The bundle's hook assumes the GPT layout of
+//! kernel reads); the reference is for GRUB entries (systemd-boot's: `validator attest
+//! predict`). The bundle's hook assumes the GPT layout of
 //! `examples/rauc/system.conf` (each slot device a partition, `sfdisk` on the node); RAUC
 //! installs such bundles on the test bed's real node (`qemu/tests/real_node.rs`).
 
@@ -103,6 +107,9 @@ pub struct SlotSpec {
     pub epoch: u32,
     /// Also package it as a RAUC bundle (`bundle.raucb`).
     pub rauc: Option<RaucBundle>,
+    /// The kernel command line the slot's GRUB entry gives (as `/proc/cmdline` shows it):
+    /// with it, `reference.json` holds the measurements a good boot of the slot makes.
+    pub cmdline: Option<String>,
 }
 
 /// A RAUC bundle of the slot image: its `compatible` string (the nodes' system.conf's) and
@@ -465,6 +472,54 @@ fn rauc_bundle(
     out.map(|_| ())
 }
 
+/// The reference measurements (`validator.reference/v1`) of the slot booted by GRUB with
+/// `line` (its boot-loader entry, and the kexec entry a fallback from the other slot
+/// gives it), as `validator attest predict` makes them: from the BOM, the initramfs and
+/// the root hash just built, the kernel and initramfs GRUB measures into PCR 9.
+fn reference(
+    spec: &SlotSpec,
+    line: &str,
+    bom: &[u8],
+    root_hex: &str,
+    kernel: &[u8],
+    initrd: &[u8],
+) -> Result<String, SlotError> {
+    use validator::attest::predict;
+    let entries = crate::unpack::unpack(initrd, crate::limits::UNPACKED_MAX).map_err(|e| {
+        SlotError::Tool {
+            tool: "mkinitramfs".into(),
+            why: format!("reading back the initramfs: {e}"),
+        }
+    })?;
+    let tree = predict::MemTree::from_listing("initrd.img", entries);
+    let slot = spec.slot.as_str();
+    let dir = spec
+        .root
+        .is_dir()
+        .then(|| predict::DirTree(spec.root.clone()));
+    let r = predict::predict(&predict::Inputs {
+        bom,
+        initramfs: &tree,
+        root: dir.as_ref().map(|t| t as &dyn predict::Tree),
+        root_hash: Some(root_hex.to_string()),
+        uefi: true,
+        slots: vec![predict::SlotInput {
+            slot: slot.into(),
+            cmdline: line.into(),
+            kexec_cmdline: predict::kexec_cmdline_grub(line, slot),
+            files: vec![
+                (9, format!("/{slot}/vmlinuz"), kernel.to_vec()),
+                (9, format!("/{slot}/initrd.img"), initrd.to_vec()),
+            ],
+        }],
+    })
+    .map_err(|e| SlotError::Input {
+        path: spec.bom.clone(),
+        why: format!("predicting the slot's measurements: {e}"),
+    })?;
+    Ok(r.to_text())
+}
+
 /// `text` with `root_hash = "<hex>"` on the line after its `[verity]` header.
 fn pin(text: &str, hex: &str) -> String {
     let mut out = String::with_capacity(text.len() + 90);
@@ -547,7 +602,7 @@ fn build_into(spec: &SlotSpec, tmp: &Path) -> Result<SlotBuilt, SlotError> {
     write("bom.toml", &bom_text)?;
     let mut s = crate::Spec::new(&spec.kernel, &spec.bom, &spec.init);
     s.mtime = spec.epoch;
-    s.bom_bytes = Some(bom_text);
+    s.bom_bytes = Some(bom_text.clone());
     let initrd = crate::build(&s)?;
     let slot = spec.slot.as_str();
     write(&format!("esp/{slot}/initrd.img"), &initrd.bytes)?;
@@ -559,6 +614,10 @@ fn build_into(spec: &SlotSpec, tmp: &Path) -> Result<SlotBuilt, SlotError> {
     let kernel = validator::util::fs::read_limited(&vmlinuz, crate::limits::VMLINUZ_MAX)
         .map_err(crate::BuildError::Input)?;
     write(&format!("esp/{slot}/vmlinuz"), &kernel)?;
+    if let Some(line) = &spec.cmdline {
+        let r = reference(spec, line, &bom_text, &root_hex, &kernel, &initrd.bytes)?;
+        write("reference.json", r.as_bytes())?;
+    }
     let entry = format!(
         "title Slot {slot} ({image})\nversion {release}\nlinux /{slot}/vmlinuz\ninitrd /{slot}/initrd.img\noptions {}\n",
         format!("validator.slot={slot} {}", spec.options).trim(),
@@ -571,6 +630,7 @@ fn build_into(spec: &SlotSpec, tmp: &Path) -> Result<SlotBuilt, SlotError> {
         entry.as_bytes(),
     )?;
     let mut sums = String::new();
+    let reference = spec.cmdline.as_ref().map(|_| "reference.json".to_string());
     for rel in [
         "root.img".to_string(),
         "root.verity".into(),
@@ -580,7 +640,10 @@ fn build_into(spec: &SlotSpec, tmp: &Path) -> Result<SlotBuilt, SlotError> {
         format!("esp/{slot}/vmlinuz"),
         format!("esp/{slot}/initrd.img"),
         format!("esp/loader/entries/slot-{lower}.conf"),
-    ] {
+    ]
+    .into_iter()
+    .chain(reference)
+    {
         let mut h = sha2::Sha256::new();
         stream(&tmp.join(&rel), |b| h.update(b))?;
         sums.push_str(&format!("{}  {rel}\n", validator::util::hex(&h.finalize())));

@@ -63,6 +63,9 @@ fn inputs(d: &Path) {
     std::fs::write(d.join("init"), b"\x7fELF stand-in").unwrap();
 }
 
+/// Slot B's line under the shipped grub.cfg.
+const CMDLINE: &str = "BOOT_IMAGE=/B/vmlinuz validator.slot=B console=ttyS0,115200 panic=-1 ro";
+
 fn slot(d: &Path, root: &str, bom: &str, key: &str, out: &str) -> (bool, String) {
     slot_with(d, root, bom, key, out, &[])
 }
@@ -91,6 +94,7 @@ fn slot_with(
             "-o",
             out,
         ])
+        .args(["--cmdline", CMDLINE])
         .arg("--kernel")
         .arg(workspace().join("target/kernels/default"))
         .args(more)
@@ -154,6 +158,7 @@ fn slot_image_verifies_reproduces_and_carries_its_signed_root_hash() {
         "esp/B/initrd.img",
         "esp/B/vmlinuz",
         "esp/loader/entries/slot-b.conf",
+        "reference.json",
         "root.img",
         "root.roothash",
         "root.verity",
@@ -182,6 +187,33 @@ fn slot_image_verifies_reproduces_and_carries_its_signed_root_hash() {
     let bom = validator::config::bom::load(&out.join("bom.toml")).unwrap();
     let pinned = bom.bom.verity.unwrap().root_hash.unwrap();
     assert_eq!(pinned.0, hash);
+    // The reference: slot B by GRUB and by a kexec, the line given, the root hash built
+    // here among the events, GRUB's PCR 9 files the ones written.
+    let r = validator::attest::reference::Reference::parse(
+        &std::fs::read_to_string(out.join("reference.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(r.image_id, "slot-test");
+    let entries: Vec<(&str, &str)> = r
+        .slots
+        .iter()
+        .map(|s| (s.slot.as_str(), s.entry.as_str()))
+        .collect();
+    assert_eq!(entries, [("B", "boot-loader"), ("B", "kexec")]);
+    let boot = &r.slots[0];
+    assert_eq!(boot.cmdline, CMDLINE);
+    assert!(
+        boot.events.iter().any(|e| e.data.contains(hash.trim())),
+        "{:?}",
+        boot.events
+    );
+    assert_eq!(boot.files.len(), 2);
+    for f in &boot.files {
+        use sha2::Digest;
+        let bytes = std::fs::read(out.join(format!("esp{}", f.path))).unwrap();
+        let want = validator::util::hex(&sha2::Sha256::digest(&bytes));
+        assert_eq!(f.digests.get("sha256"), Some(&want), "{}", f.path);
+    }
     let entry = std::fs::read_to_string(out.join("esp/loader/entries/slot-b.conf")).unwrap();
     assert!(entry.contains("options validator.slot=B ro\n"), "{entry}");
     // One flipped byte of the root: veritysetup refuses it.

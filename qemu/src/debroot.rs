@@ -276,7 +276,7 @@ pub fn build(dir: &Path, extra: &str, keyring: &Path) -> Result<(), HarnessError
          echo \"{marker} uptime=$(cut -d' ' -f1 /proc/uptime) pid=$$\"\n\
          echo \"{SYSTEM}pid1=$(cat /proc/1/comm) multi-user=$(systemctl is-active multi-user.target) at_us=$(systemctl show -P ActiveEnterTimestampMonotonic multi-user.target) node_exporter=$(systemctl is-active prometheus-node-exporter.service)\"\n\
          echo \"{report}$(cat /run/validator/report.json 2>/dev/null)\"\n\
-         for i in $(seq 30); do curl -sf http://127.0.0.1:9100/metrics > /tmp/scrape && grep -q '^validator_' /tmp/scrape && break; sleep 1; done\n\
+         systemctl -q is-active prometheus-node-exporter.service && for i in $(seq 30); do curl -sf http://127.0.0.1:9100/metrics > /tmp/scrape && grep -q '^validator_' /tmp/scrape && break; sleep 1; done; touch /tmp/scrape\n\
          echo ROOT-{SCRAPE}-BEGIN; grep -E '^(# (HELP|TYPE) )?validator_' /tmp/scrape; echo ROOT-{SCRAPE}-END\n\
          echo ROOT-METRICS-BEGIN; cat /{textfile}/validator.prom; echo ROOT-METRICS-END\n\
          echo ROOT-NFD-BEGIN; cat /{nfd}/validator; echo ROOT-NFD-END\n\
@@ -327,6 +327,8 @@ pub fn setup(s: &mut Scenario) -> Result<(), HarnessError> {
     s.name = Name::RealNode.as_str().into();
     // As Debian's boot entries: the root is mounted read-only (systemd leaves it so).
     s.cmdline = format!("ro {}", s.cmdline);
+    // systemd under TCG, beside another VM: a minute or two to the last check line.
+    s.boot.min_timeout_s = Some(360);
     let two = s
         .boot
         .slots
@@ -389,6 +391,7 @@ pub fn slot_image(
         out: out.clone(),
         epoch: 0,
         rauc: None,
+        cmdline: None,
     };
     let built = mkinitramfs::slot::build(&spec)
         .map_err(|e| HarnessError::Setup(format!("mkinitramfs slot {slot}: {e}")))?;
@@ -480,6 +483,7 @@ pub fn update_disk(
             key: rauc_key,
             cert: ring,
         }),
+        cmdline: None,
     };
     mkinitramfs::slot::build(&spec)
         .map_err(|e| HarnessError::Setup(format!("mkinitramfs slot (update {name}): {e}")))?;

@@ -3,8 +3,8 @@
 //! `mark_good = "later"` done by the shipped unit, the rollback of a node that never gets
 //! healthy, and RAUC as the updater: `rauc install` of bundles made by `mkinitramfs slot
 //! --rauc-bundle` writes the other slot, the gate passes a good update and refuses a bad
-//! one (falling back by kexec), and RAUC's view agrees with the gate's. Five power-ons of
-//! one node.
+//! one (falling back by kexec), and RAUC's view agrees with the gate's. Two nodes, three
+//! power-ons each, booted side by side.
 #![expect(
     clippy::unwrap_used,
     clippy::panic,
@@ -85,7 +85,7 @@ fn checked(o: Outcome) -> Outcome {
 }
 
 #[test]
-fn real_node_reaches_multi_user_marks_good_rolls_back_and_takes_rauc_updates() {
+fn real_node_reaches_multi_user_marks_good_and_rolls_back_when_unhealthy() {
     let bed = Scenario::named(Name::RealNode).unwrap().bed().unwrap();
 
     // Power-on 1: slot A, healthy.
@@ -149,30 +149,44 @@ fn real_node_reaches_multi_user_marks_good_rolls_back_and_takes_rauc_updates() {
     assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=1 B_OK=1 B_TRY=0");
 
     // Power-on 3 (healthy again): GRUB passes over A (tried, never confirmed) to B,
-    // which the unit marks good; from B, RAUC installs an update (a slot image made by
-    // `mkinitramfs slot --rauc-bundle`) into A, the slot not booted, and makes it next.
+    // which the unit marks good.
     bed.set_cmdline_word(debroot::UNHEALTHY, false).unwrap();
-    let kernel = bed.slots.a.kernel.clone();
-    let base = bed.slots.a.bom.clone();
-    let good = debroot::update_disk(&bed.dir, &kernel, &base, "update", true).unwrap();
-    let o = power_on(&bed, Some(&good));
+    let o = power_on(&bed, None);
     assert_eq!(ab::grub_slot(&o), Some(Slot::B));
     assert_eq!(ab::root_slot(&o), Some(Slot::B));
     assert_eq!(mark_good(&o), "success");
+    assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=1 B_OK=1 B_TRY=0");
     let status = section(&o.console, debroot::SLOT_STATUS).unwrap();
     assert!(status.contains("B_TRY=0"), "{status}");
+}
+
+/// RAUC as the updater (a node of its own, so it boots beside the test above): from A,
+/// `rauc install` of an update made by `mkinitramfs slot --rauc-bundle` writes B and makes
+/// it next; the gate passes it, the unit marks it good, RAUC and the gate agree. Then an
+/// update whose root hash is signed by a key the new image does not trust goes into A: the
+/// gate refuses it, demotes A and falls back to B by kexec, and RAUC shows A bad.
+#[test]
+fn rauc_updates_the_other_slot_and_an_update_the_gate_refuses_falls_back() {
+    let bed = Scenario::named(Name::RealNode).unwrap().bed().unwrap();
+    let kernel = bed.slots.a.kernel.clone();
+    let base = bed.slots.a.bom.clone();
+    let good = debroot::update_disk(&bed.dir, &kernel, &base, "update", true).unwrap();
+
+    // Power-on 1: A, healthy and marked good, installs the update into B.
+    let o = power_on(&bed, Some(&good));
+    assert_eq!(ab::root_slot(&o), Some(Slot::A));
+    assert_eq!(mark_good(&o), "success");
     assert_eq!(installed(&o), ["update.raucb 0"]);
     let rauc = rauc_status(&o);
-    assert_eq!(rauc.booted, "B");
-    assert_eq!(rauc.primary.as_deref(), Some("A"), "{rauc:?}");
+    assert_eq!(rauc.booted, "A");
+    assert_eq!(rauc.primary.as_deref(), Some("B"), "{rauc:?}");
     assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
 
-    // Power-on 4: GRUB boots A with the update; the gate passes it, the unit marks it
-    // good, and RAUC and the gate agree. RAUC then installs an update whose root hash is
-    // signed by a key the new image does not trust into B.
+    // Power-on 2: GRUB boots B with the update; the gate passes it, the unit marks it
+    // good, and RAUC and the gate agree. RAUC then installs the untrusted update into A.
     let bad = debroot::update_disk(&bed.dir, &kernel, &base, "untrusted", false).unwrap();
     let o = power_on(&bed, Some(&bad));
-    assert_eq!(ab::grub_slot(&o), Some(Slot::A));
+    assert_eq!(ab::grub_slot(&o), Some(Slot::B));
     assert!(o.console.contains("ROOT-IMAGE update"), "{}", o.describe());
     let r = o.report.as_ref().unwrap();
     assert!(
@@ -182,35 +196,40 @@ fn real_node_reaches_multi_user_marks_good_rolls_back_and_takes_rauc_updates() {
     );
     assert_eq!(mark_good(&o), "success");
     let rauc = rauc_status(&o);
-    assert_eq!(rauc.booted, "A");
+    assert_eq!(rauc.booted, "B");
     assert_eq!(
-        rauc.good.get("A").map(String::as_str),
+        rauc.good.get("B").map(String::as_str),
         Some("good"),
         "{rauc:?}"
     );
+    let status = section(&o.console, debroot::SLOT_STATUS).unwrap();
+    assert!(
+        status.contains("B_OK=1") && status.contains("B_TRY=0"),
+        "{status}"
+    );
     assert_eq!(installed(&o), ["untrusted.raucb 0"]);
-    assert_eq!(rauc.primary.as_deref(), Some("B"), "{rauc:?}");
+    assert_eq!(rauc.primary.as_deref(), Some("A"), "{rauc:?}");
     assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
 
-    // Power-on 5: GRUB boots B; the gate refuses its root (an image fault), demotes B and
-    // falls back to A by kexec, which passes and is marked good; RAUC sees B bad.
+    // Power-on 3: GRUB boots A; the gate refuses its root (an image fault), demotes A and
+    // falls back to B by kexec, which passes and is marked good; RAUC sees A bad.
     let run = bed.boot().unwrap();
     assert_eq!(run.boots.len(), 2, "{}", run.log_path.display());
     let first = &run.boots[0];
-    let fr = first.report.as_ref().expect("B's report");
+    let fr = first.report.as_ref().expect("A's report");
     assert_eq!(fr.decision, Decision::Fallback, "{}", first.describe());
     let o = checked(run.boots[1].clone());
-    assert_eq!(ab::cmdline_slot(&o), Some(Slot::A));
+    assert_eq!(ab::cmdline_slot(&o), Some(Slot::B));
     assert!(o.console.contains("ROOT-IMAGE update"), "{}", o.describe());
     assert_eq!(mark_good(&o), "success");
     let rauc = rauc_status(&o);
-    assert_eq!(rauc.booted, "A");
+    assert_eq!(rauc.booted, "B");
     assert_eq!(
-        rauc.good.get("B").map(String::as_str),
+        rauc.good.get("A").map(String::as_str),
         Some("bad"),
         "{rauc:?}"
     );
-    assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=0 B_TRY=0");
+    assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=0");
 }
 
 /// `rauc install` of the bundles on the update disk: `<file> <exit status>`.

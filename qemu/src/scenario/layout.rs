@@ -269,6 +269,9 @@ pub struct Boot {
     pub throttle: Option<Throttle>,
     /// The console text that starts a boot ([`VmConfig::split_at`]).
     pub split_at: Option<String>,
+    /// At least this many seconds per boot (a systemd root takes longer than the
+    /// default `VALIDATOR_VM_TIMEOUT`).
+    pub min_timeout_s: Option<u64>,
 }
 
 impl Boot {
@@ -279,6 +282,9 @@ impl Boot {
 
     /// Puts reboot following, the power cut and throttling into `cfg`.
     pub fn apply(&self, cfg: &mut VmConfig) {
+        if let Some(s) = self.min_timeout_s {
+            cfg.timeout = cfg.timeout.max(std::time::Duration::from_secs(s));
+        }
         cfg.follow_reboots = self.follow_reboots;
         if let Some(n) = self.follow_reboots {
             cfg.timeout = cfg.timeout.saturating_mul(n.max(1));
