@@ -121,6 +121,13 @@ pub const SLOT_STATUS: &str = "SLOT-STATUS";
 /// (`/dev/vdb`, when one is attached), then its exit status.
 pub const RAUC_INSTALL: &str = "ROOT-RAUC-INSTALL ";
 pub const RAUC_INSTALL_RC: &str = "ROOT-RAUC-INSTALL-RC ";
+/// Kernel command-line words for a boot whose slot RAUC marks good (`rauc status
+/// mark-good`, printed as [`RAUC_MARK_GOOD`] with its exit status) instead of the
+/// shipped unit, which they mask.
+pub const RAUC_MARKS_GOOD: &str = "node.rauc-mark-good";
+pub const RAUC_MARKS_GOOD_WORDS: [&str; 2] =
+    ["systemd.mask=validator-mark-good.service", RAUC_MARKS_GOOD];
+pub const RAUC_MARK_GOOD: &str = "ROOT-RAUC-MARK-GOOD ";
 /// The section holding `rauc status --detailed --output-format=json` (after any install).
 pub const RAUC_STATUS: &str = "RAUC-STATUS";
 /// Printed by `node-check`: the mark-good unit's result (`success`, `exit-code`, ...).
@@ -283,6 +290,7 @@ pub fn build(dir: &Path, extra: &str, keyring: &Path) -> Result<(), HarnessError
          echo ROOT-LINKS-BEGIN; readlink /{textfile}; readlink /{nfd}; echo ROOT-LINKS-END\n\
          echo ROOT-RUN-BEGIN; ls -1 /run/validator; echo ROOT-RUN-END\n\
          echo \"{MARK_GOOD}$(systemctl show -P Result validator-mark-good.service)\"\n\
+         if grep -qw {RAUC_MARKS_GOOD} /proc/cmdline; then rauc status mark-good; echo \"{RAUC_MARK_GOOD}$?\"; fi\n\
          echo ROOT-{SLOT_STATUS}-BEGIN; validator slot status --esp /boot/efi; echo ROOT-{SLOT_STATUS}-END\n\
          if [ -b /dev/vdb ]; then mkdir -p /run/bundles; mount -o ro /dev/vdb /run/bundles; \
          for b in /run/bundles/*.raucb; do echo \"{RAUC_INSTALL}$(basename $b)\"; rauc install \"$b\"; \

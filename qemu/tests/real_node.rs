@@ -148,16 +148,28 @@ fn real_node_reaches_multi_user_marks_good_and_rolls_back_when_unhealthy() {
     assert_eq!(mark_good(&o), "exit-code");
     assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=1 B_OK=1 B_TRY=0");
 
-    // Power-on 3 (healthy again): GRUB passes over A (tried, never confirmed) to B,
-    // which the unit marks good.
+    // Power-on 3 (healthy again): GRUB passes over A (tried, never confirmed) to B. This
+    // time RAUC marks it good (`rauc status mark-good`, the shipped unit masked): the same
+    // variables as `validator slot mark-good`, which reads them back.
     bed.set_cmdline_word(debroot::UNHEALTHY, false).unwrap();
+    for w in debroot::RAUC_MARKS_GOOD_WORDS {
+        bed.set_cmdline_word(w, true).unwrap();
+    }
     let o = power_on(&bed, None);
     assert_eq!(ab::grub_slot(&o), Some(Slot::B));
     assert_eq!(ab::root_slot(&o), Some(Slot::B));
-    assert_eq!(mark_good(&o), "success");
+    let rauc_rc = o
+        .console
+        .lines()
+        .find_map(|l| l.strip_prefix(debroot::RAUC_MARK_GOOD))
+        .map(str::trim);
+    assert_eq!(rauc_rc, Some("0"), "{}", o.describe());
     assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=1 B_OK=1 B_TRY=0");
     let status = section(&o.console, debroot::SLOT_STATUS).unwrap();
-    assert!(status.contains("B_TRY=0"), "{status}");
+    assert!(
+        status.contains("B_OK=1") && status.contains("B_TRY=0"),
+        "{status}"
+    );
 }
 
 /// RAUC as the updater (a node of its own, so it boots beside the test above): from A,
