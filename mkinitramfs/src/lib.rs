@@ -179,6 +179,8 @@ impl Spec {
 pub struct Built {
     pub bytes: Vec<u8>,
     pub release: String,
+    /// The kernel image of the tree (`boot/vmlinuz-<release>`), when it has one.
+    pub vmlinuz: Option<PathBuf>,
     pub modules: Vec<String>,
     pub unresolved_softdeps: Vec<String>,
 }
@@ -499,6 +501,7 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     let bytes = compress(&raw, spec.compress).map_err(BuildError::Compress)?;
     Ok(Built {
         bytes,
+        vmlinuz: tree.vmlinuz.clone(),
         release: tree.release,
         modules: clo.files.keys().cloned().collect(),
         unresolved_softdeps: clo.unresolved_softdeps,

@@ -3,7 +3,7 @@
 //! slot's boot entry, in one new directory.
 //!
 //! Contract: [`build`] reads the root (an ext4, erofs or squashfs image, recognised by its
-//! superblock magic, or a directory, which becomes an erofs image made by `mkfs.erofs`
+//! superblock magic and refused when shorter than its superblock says, or a directory, which becomes an erofs image made by `mkfs.erofs`
 //! with every timestamp `SOURCE_DATE_EPOCH` and a UUID derived from it), the unpacked
 //! kernel package, the BOM (it must have a `[verity]` section: a slot whose root the gate
 //! does not verify is refused), the static init, and a PEM key with its certificate, and
@@ -28,7 +28,8 @@
 //!   (`validator.reference/v1`, as `validator attest predict` writes it; the entries
 //!   `boot-loader` through the shipped grub.cfg and `kexec` from the other slot), for
 //!   `validator attest verify`;
-//! - `SHA256SUMS` of all of them (`sha256sum -c` reads it);
+//! - `SHA256SUMS` of all of them (`sha256sum -c` reads it; hashed from the bytes written,
+//!   the root image's digest being the salt already computed);
 //! - with [`SlotSpec::rauc`], `bundle.raucb`: a RAUC bundle (verity format, made and
 //!   signed by `rauc bundle`) whose images `rootfs`, `rootfs-verity` and `rootfs-sig` are
 //!   the three partitions (the slot classes of `examples/rauc/system.conf`), with an
@@ -196,6 +197,29 @@ pub fn filesystem_of(head: &[u8]) -> Option<&'static str> {
     }
 }
 
+/// The bytes the filesystem in `head` says it spans (ext4: blocks times block size;
+/// erofs: blocks of 2^blkszbits; squashfs: `bytes_used`), from its superblock.
+pub fn filesystem_size(head: &[u8]) -> Option<u64> {
+    let u32_at = |o: usize| {
+        head.get(o..o + 4)
+            .and_then(|b| b.try_into().ok())
+            .map(|b| u64::from(u32::from_le_bytes(b)))
+    };
+    match filesystem_of(head)? {
+        "ext4" => {
+            let blocks = u32_at(1024 + 4)? | (u32_at(1024 + 0x150).unwrap_or(0) << 32);
+            blocks.checked_mul(1024u64.checked_shl(u32::try_from(u32_at(1024 + 24)?).ok()?)?)
+        }
+        "erofs" => {
+            u32_at(1024 + 36)?.checked_mul(1u64.checked_shl(u32::from(*head.get(1024 + 12)?))?)
+        }
+        _ => head
+            .get(40..48)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes),
+    }
+}
+
 fn run(c: &mut Command) -> Result<Vec<u8>, SlotError> {
     let tool = c.get_program().to_string_lossy().into_owned();
     let out = c.output().map_err(|e| SlotError::Tool {
@@ -241,6 +265,13 @@ fn root_image(spec: &SlotSpec, img: &Path) -> Result<&'static str, SlotError> {
         let fs = filesystem_of(&head).ok_or_else(|| {
             bad("no filesystem image: no ext4, erofs or squashfs superblock".into())
         })?;
+        let need = filesystem_size(&head).unwrap_or(0);
+        if m.len() < need {
+            return Err(bad(format!(
+                "truncated: its {fs} superblock says {need} bytes, the file has {}",
+                m.len()
+            )));
+        }
         std::fs::copy(&spec.root, img).map_err(io(img))?;
         fs
     } else {
@@ -277,8 +308,9 @@ fn stream(path: &Path, mut each: impl FnMut(&[u8])) -> Result<(), SlotError> {
     }
 }
 
-/// Writes `root.verity` for `img`; returns the parameters and the root hash.
-fn verity(img: &Path, verity: &Path) -> Result<(superblock::Params, Vec<u8>), SlotError> {
+/// The hash tree of `img` (`root.verity`'s bytes: superblock, then the tree); returns the
+/// parameters (the salt is the image's SHA-256), the root hash and the tree.
+fn verity(img: &Path) -> Result<(superblock::Params, Vec<u8>, Vec<u8>), SlotError> {
     let mut h = sha2::Sha256::new();
     let mut len = 0u64;
     stream(img, |b| {
@@ -321,8 +353,7 @@ fn verity(img: &Path, verity: &Path) -> Result<(superblock::Params, Vec<u8>), Sl
     let mut bytes = superblock::encode(&p);
     bytes.resize(4096, 0);
     bytes.extend_from_slice(&area);
-    std::fs::write(verity, bytes).map_err(io(verity))?;
-    Ok((p, root))
+    Ok((p, root, bytes))
 }
 
 /// The DPS `root-verity-sig` JSON for `root_hex`, signed by `key` as `cert`.
@@ -536,12 +567,20 @@ fn pin(text: &str, hex: &str) -> String {
 }
 
 fn build_into(spec: &SlotSpec, tmp: &Path) -> Result<SlotBuilt, SlotError> {
-    let write = |rel: &str, bytes: &[u8]| -> Result<(), SlotError> {
+    // Every file is hashed for SHA256SUMS from the bytes written (the root image and its
+    // tree where they are made), never read back.
+    let mut sums = String::new();
+    let mut write = |rel: &str, bytes: &[u8]| -> Result<(), SlotError> {
         let p = tmp.join(rel);
         if let Some(d) = p.parent() {
             std::fs::create_dir_all(d).map_err(io(d))?;
         }
-        std::fs::write(&p, bytes).map_err(io(&p))
+        std::fs::write(&p, bytes).map_err(io(&p))?;
+        sums.push_str(&format!(
+            "{}  {rel}\n",
+            validator::util::hex(&sha2::Sha256::digest(bytes))
+        ));
+        Ok(())
     };
     // The BOM first: it decides whether this is a verified root at all. One whose root
     // hash comes from the BOM cannot pin it yet: it is read with a placeholder, and the
@@ -581,7 +620,10 @@ fn build_into(spec: &SlotSpec, tmp: &Path) -> Result<SlotBuilt, SlotError> {
     }
     let img = tmp.join("root.img");
     let filesystem = root_image(spec, &img)?;
-    let (p, root) = verity(&img, &tmp.join("root.verity"))?;
+    let (p, root, tree_bytes) = verity(&img)?;
+    // The salt is the SHA-256 of the root image.
+    let root_sum = format!("{}  root.img\n", validator::util::hex(&p.salt));
+    write("root.verity", &tree_bytes)?;
     let root_hex = validator::util::hex(&root);
     write("root.roothash", root_hex.as_bytes())?;
     let mut sig = signature(spec, tmp, &root_hex)?.into_bytes();
@@ -606,10 +648,9 @@ fn build_into(spec: &SlotSpec, tmp: &Path) -> Result<SlotBuilt, SlotError> {
     let initrd = crate::build(&s)?;
     let slot = spec.slot.as_str();
     write(&format!("esp/{slot}/initrd.img"), &initrd.bytes)?;
-    let tree = crate::closure::KernelTree::open(&spec.kernel).map_err(crate::BuildError::from)?;
-    let vmlinuz = tree.vmlinuz.ok_or_else(|| SlotError::Input {
+    let vmlinuz = initrd.vmlinuz.clone().ok_or_else(|| SlotError::Input {
         path: spec.kernel.clone(),
-        why: format!("no boot/vmlinuz-{}", tree.release),
+        why: format!("no boot/vmlinuz-{}", initrd.release),
     })?;
     let kernel = validator::util::fs::read_limited(&vmlinuz, crate::limits::VMLINUZ_MAX)
         .map_err(crate::BuildError::Input)?;
@@ -622,33 +663,15 @@ fn build_into(spec: &SlotSpec, tmp: &Path) -> Result<SlotBuilt, SlotError> {
         "title Slot {slot} ({image})\nversion {release}\nlinux /{slot}/vmlinuz\ninitrd /{slot}/initrd.img\noptions {}\n",
         format!("validator.slot={slot} {}", spec.options).trim(),
         image = bom.image_id,
-        release = tree.release,
+        release = initrd.release,
     );
     let lower = slot.to_ascii_lowercase();
     write(
         &format!("esp/loader/entries/slot-{lower}.conf"),
         entry.as_bytes(),
     )?;
-    let mut sums = String::new();
-    let reference = spec.cmdline.as_ref().map(|_| "reference.json".to_string());
-    for rel in [
-        "root.img".to_string(),
-        "root.verity".into(),
-        "root.roothash".into(),
-        "root.verity-sig".into(),
-        "bom.toml".into(),
-        format!("esp/{slot}/vmlinuz"),
-        format!("esp/{slot}/initrd.img"),
-        format!("esp/loader/entries/slot-{lower}.conf"),
-    ]
-    .into_iter()
-    .chain(reference)
-    {
-        let mut h = sha2::Sha256::new();
-        stream(&tmp.join(&rel), |b| h.update(b))?;
-        sums.push_str(&format!("{}  {rel}\n", validator::util::hex(&h.finalize())));
-    }
-    write("SHA256SUMS", sums.as_bytes())?;
+    let sums_path = tmp.join("SHA256SUMS");
+    std::fs::write(&sums_path, root_sum + &sums).map_err(io(&sums_path))?;
     if let Some(r) = &spec.rauc {
         rauc_bundle(r, tmp, slot, &bom.image_id.to_string(), &root_hex)?;
     }

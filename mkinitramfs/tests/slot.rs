@@ -322,6 +322,13 @@ fn hostile_inputs_are_refused_by_name_and_leave_nothing() {
         .collect();
     std::fs::write(d.join("no-verity.toml"), plain).unwrap();
     std::fs::create_dir(d.join("exists")).unwrap();
+    sh(Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-b", "4096", "-d"])
+        .arg(d.join("root"))
+        .arg(d.join("cut.ext4"))
+        .arg("8M"));
+    let whole = std::fs::read(d.join("cut.ext4")).unwrap();
+    std::fs::write(d.join("cut.ext4"), &whole[..whole.len() / 2]).unwrap();
     for (root, bom, key, out, says) in [
         (
             "garbage.img",
@@ -343,6 +350,13 @@ fn hostile_inputs_are_refused_by_name_and_leave_nothing() {
             "key.pem",
             "o3",
             "fifo: not a file or a directory",
+        ),
+        (
+            "cut.ext4",
+            "bom.toml",
+            "key.pem",
+            "o9",
+            "cut.ext4: truncated: its ext4 superblock says 8388608 bytes",
         ),
         ("nope", "bom.toml", "key.pem", "o4", "nope: No such file"),
         (

@@ -182,25 +182,16 @@ pub fn base_tar() -> Result<PathBuf, HarnessError> {
 }
 
 /// The test bed's RAUC bundle signing key and certificate, made once in `dir/rauc/`
-/// (`key.pem`, `cert.pem`): the certificate is the slots' RAUC keyring.
+/// (`bundles.key`, `bundles.pem`, by [`crate::verity::make_key`]): the certificate is the
+/// slots' RAUC keyring.
 pub fn rauc_key(dir: &Path) -> Result<(PathBuf, PathBuf), HarnessError> {
     let d = dir.join("rauc");
-    let (key, cert) = (d.join("key.pem"), d.join("cert.pem"));
-    if !cert.is_file() {
-        std::fs::create_dir_all(&d).map_err(|e| HarnessError::io(&d, e))?;
-        crate::disk::run(
-            Command::new("openssl")
-                .args([
-                    "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                ])
-                .args(["-subj", "/CN=fleet update bundles"])
-                .arg("-keyout")
-                .arg(&key)
-                .arg("-out")
-                .arg(&cert),
-        )?;
+    let (key, cert) = (d.join("bundles.key"), d.join("bundles.pem"));
+    if cert.is_file() {
+        return Ok((key, cert));
     }
-    Ok((key, cert))
+    std::fs::create_dir_all(&d).map_err(|e| HarnessError::io(&d, e))?;
+    crate::verity::make_key(&d, "bundles")
 }
 
 /// Builds the slot's root tree at `dir` from [`base_tar`]; `extra` is shell that
@@ -382,7 +373,6 @@ pub fn slot_image(
     slot: crate::firmware::Slot,
     sdir: &Path,
 ) -> Result<(Vec<crate::disk::PartitionSpec>, PathBuf), HarnessError> {
-    use crate::disk::{Content, PartitionSpec};
     let ext4 = sdir.join("root.ext4");
     crate::rootfs::ext4_image(rootdir, &ext4)?;
     let (key, cert) = crate::verity::make_key(sdir, "trusted")?;
@@ -404,33 +394,17 @@ pub fn slot_image(
     let built = mkinitramfs::slot::build(&spec)
         .map_err(|e| HarnessError::Setup(format!("mkinitramfs slot {slot}: {e}")))?;
     let _ = std::fs::remove_file(&ext4);
-    let raw = validator::util::unhex(&built.root_hash).unwrap_or_default();
-    let uuid = |b: &[u8]| validator::formats::verity::uuid_from_hash(b).unwrap_or_default();
-    let part = |suffix: &str, type_uuid: &str, uuid: Option<String>, file: &str| PartitionSpec {
-        label: format!("root-{slot}{suffix}"),
-        type_uuid: type_uuid.into(),
-        uuid,
-        content: Content::Raw(out.join(file)),
-    };
-    use validator::formats::verity as v;
-    let parts = vec![
-        part("", v::DPS_ROOT_X86_64, raw.get(..16).map(uuid), "root.img"),
-        part(
-            "-verity",
-            v::DPS_ROOT_VERITY_X86_64,
-            raw.len()
-                .checked_sub(16)
-                .and_then(|i| raw.get(i..))
-                .map(uuid),
-            "root.verity",
-        ),
-        part(
-            "-sig",
-            v::DPS_ROOT_VERITY_SIG_X86_64,
-            None,
-            "root.verity-sig",
-        ),
-    ];
+    let mut parts = crate::verity::dps_partitions(
+        &format!("root-{slot}"),
+        &built.root_hash,
+        out.join("root.img"),
+        out.join("root.verity"),
+        out.join("root.verity-sig"),
+    );
+    // The test bed's slot layout names the signature partition `root-<slot>-sig`.
+    if let Some(p) = parts.get_mut(2) {
+        p.label = format!("root-{slot}-sig");
+    }
     Ok((parts, out.join(format!("esp/{slot}/initrd.img"))))
 }
 

@@ -177,34 +177,44 @@ pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, Harn
         }
         _ => {}
     }
-    let raw = hex_bytes(&root_hash);
-    let uuid = |b: &[u8]| validator::formats::verity::uuid_from_hash(b).unwrap_or_default();
-    let disk_parts = vec![
-        PartitionSpec {
-            label: "root-x86-64".into(),
-            type_uuid: validator::formats::verity::DPS_ROOT_X86_64.into(),
-            uuid: Some(uuid(&raw[..16])),
-            content: Content::Raw(data),
-        },
-        PartitionSpec {
-            label: "root-x86-64-verity".into(),
-            type_uuid: validator::formats::verity::DPS_ROOT_VERITY_X86_64.into(),
-            uuid: Some(uuid(&raw[raw.len() - 16..])),
-            content: Content::Raw(hash),
-        },
-        PartitionSpec {
-            label: "root-x86-64-verity-sig".into(),
-            type_uuid: validator::formats::verity::DPS_ROOT_VERITY_SIG_X86_64.into(),
-            uuid: None,
-            content: Content::Raw(sigimg),
-        },
-    ];
+    let disk_parts = dps_partitions("root-x86-64", &root_hash, data, hash, sigimg);
     Ok(Image {
         disk_parts,
         root_hash,
         cert,
         salt,
     })
+}
+
+/// A verity root's three Discoverable Partitions: data and hash tree with the PARTUUIDs
+/// made from the halves of `root_hash` (hex), and the signature; labelled `label`,
+/// `label-verity`, `label-verity-sig`.
+pub fn dps_partitions(
+    label: &str,
+    root_hash: &str,
+    data: PathBuf,
+    hash: PathBuf,
+    sig: PathBuf,
+) -> Vec<PartitionSpec> {
+    use validator::formats::verity as v;
+    let raw = hex_bytes(root_hash);
+    let half = |b: Option<&[u8]>| b.and_then(v::uuid_from_hash);
+    let part = |suffix: &str, type_uuid: &str, uuid, file| PartitionSpec {
+        label: format!("{label}{suffix}"),
+        type_uuid: type_uuid.into(),
+        uuid,
+        content: Content::Raw(file),
+    };
+    vec![
+        part("", v::DPS_ROOT_X86_64, half(raw.get(..16)), data),
+        part(
+            "-verity",
+            v::DPS_ROOT_VERITY_X86_64,
+            half(raw.len().checked_sub(16).and_then(|i| raw.get(i..))),
+            hash,
+        ),
+        part("-verity-sig", v::DPS_ROOT_VERITY_SIG_X86_64, None, sig),
+    ]
 }
 
 /// The hash block (in 4096-byte blocks from the start of the hash image) of tree level 0
