@@ -6,10 +6,10 @@
 //! Medians and ratios are printed: ours/debian, and ours/floor (what our checks cost over
 //! what the kernel itself spends).
 //!
-//! Every benchmark of the test bed is here: the initramfs benchmark above ([`run`]);
-//! PID 1's peak memory ([`peak_memory`]); the A/B node's boot paths, direct against OVMF +
-//! GRUB and OVMF + systemd-boot ([`bench_boot_paths`]); the time to recover from a bad
-//! image by kexec and by reboot ([`bench_recover`]).
+//! Also here: PID 1's peak memory ([`peak_memory`]); the A/B node's boot paths, direct
+//! against OVMF + GRUB and OVMF + systemd-boot ([`bench_boot_paths`]). The time to
+//! recover from a bad image is [`crate::bench_recover`]; the Secure Boot node's and the
+//! real root's comparisons are [`crate::bench_secure_boot`] and [`crate::bench_real_root`].
 //!
 //! Limits: host or guest wall-clock times under TCG by default (`VALIDATOR_ACCEL=kvm`);
 //! each benchmark prints its medians and returns its samples.
@@ -384,150 +384,6 @@ pub(crate) fn reached_b<'a>(
             .map(|d| d.as_secs_f64())
             .ok_or_else(|| fail(&format!("no {text:?} in boot {}", boot + 1)))
     })
-}
-
-/// One fallback by kexec, in parts (host seconds from the console): slot A's kernel start
-/// to its decision, the decision to the kexec (the slot writes, staging and
-/// `kexec_file_load`), the kexec to slot B's kernel start (purgatory, the jump), and B's
-/// kernel start to its root's init.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct KexecParts {
-    pub a_decide: f64,
-    pub to_kexec: f64,
-    pub to_b_kernel: f64,
-    pub b_boot: f64,
-}
-
-impl KexecParts {
-    pub fn whole(&self) -> f64 {
-        self.a_decide + self.to_kexec + self.to_b_kernel + self.b_boot
-    }
-}
-
-/// The times [`bench_recover`] measured, per run.
-#[derive(Debug, Clone, Default)]
-pub struct Recovery {
-    pub kexec: Vec<KexecParts>,
-    /// Slot B booted directly (OVMF + GRUB picking B): from GRUB starting to load it (its
-    /// kernel and initramfs read, the kernel's EFI stub and decompression: what the kexec
-    /// path does between A's decision and B's kernel) to B's root.
-    pub b_direct: Vec<f64>,
-    /// By a reboot through OVMF + GRUB, slot A's kernel start to B's root.
-    pub reboot: Vec<f64>,
-}
-
-/// Slot A's text that ends its time to decide.
-pub const DECISION_MARKER: &str = "validator: decision: ";
-/// GRUB's words when it starts loading slot B's kernel and initramfs (the shipped
-/// `grub.cfg`'s menu entry).
-pub const GRUB_BOOTS_B: &str = "Booting `slot B'";
-/// The kernel's last words before a kexec.
-pub const KEXEC_MARKER: &str = "kexec_core: Starting new kernel";
-
-/// Boots the A/B node whose slot A has an image fault `runs` times each way, in turn, from
-/// the same boot-loader state: falling back by kexec, by a reboot through OVMF + GRUB, and
-/// slot B booted directly (GRUB told slot A is not good). Prints each run and the medians:
-/// the kexec path in parts, against its floor: A's time to decide plus B's direct boot
-/// from the moment GRUB starts loading it (so both sides load and decompress B's kernel).
-pub fn bench_recover(runs: usize) -> Result<Recovery, HarnessError> {
-    let kexec_bed = Scenario::named(Name::AbImageFault)?.bed()?;
-    let reboot_bed = Scenario::named(Name::AbImageFaultReboot)?.bed()?;
-    let mut direct = Scenario::named(Name::AbImageFault)?;
-    direct.name = "ab-b-direct".into();
-    let direct_bed = direct.bed()?;
-    let mut out = Recovery::default();
-    for i in 0..runs.max(1) {
-        // Fallback by kexec.
-        kexec_bed.reset_boot_state()?;
-        let r = kexec_bed.boot()?;
-        let at = reached_b(&r, "kexec", 2)?;
-        let a_start = at(0, vm::KERNEL_BOOT_MARKER)?;
-        let decided = at(0, DECISION_MARKER)?;
-        let kexec = at(0, KEXEC_MARKER)?;
-        let b_start = at(1, vm::KERNEL_BOOT_MARKER)?;
-        let b_root = at(1, crate::rootfs::MARKER)?;
-        let parts = KexecParts {
-            a_decide: decided - a_start,
-            to_kexec: kexec - decided,
-            to_b_kernel: b_start - kexec,
-            b_boot: b_root - b_start,
-        };
-        println!(
-            "run {}: kexec: {:.2} s = A decides {:.2} + to the kexec {:.2} + to B's kernel \
-             {:.2} + B to its root {:.2}",
-            i + 1,
-            parts.whole(),
-            parts.a_decide,
-            parts.to_kexec,
-            parts.to_b_kernel,
-            parts.b_boot
-        );
-        out.kexec.push(parts);
-
-        // Slot B booted directly: GRUB skips A.
-        direct_bed.reset_boot_state()?;
-        direct_bed
-            .esp()?
-            .grubenv_set(&direct_bed.dir, &[("A_OK", "0")])?;
-        let r = direct_bed.boot()?;
-        let at = reached_b(&r, "B direct", 1)?;
-        let (start, kernel) = (at(0, GRUB_BOOTS_B)?, at(0, vm::KERNEL_BOOT_MARKER)?);
-        let root = at(0, crate::rootfs::MARKER)?;
-        let b = root - start;
-        println!(
-            "run {}: slot B directly: {b:.2} s = GRUB to B's kernel {:.2} + B to its root {:.2}",
-            i + 1,
-            kernel - start,
-            root - kernel
-        );
-        out.b_direct.push(b);
-
-        // Fallback by reboot.
-        reboot_bed.reset_boot_state()?;
-        let r = reboot_bed.boot()?;
-        let at = reached_b(&r, "reboot", 2)?;
-        let secs = at(1, crate::rootfs::MARKER)? - at(0, vm::KERNEL_BOOT_MARKER)?;
-        println!(
-            "run {}: reboot: {secs:.2} s from slot A's kernel to slot B's root",
-            i + 1
-        );
-        out.reboot.push(secs);
-    }
-    let med = |f: &dyn Fn(&KexecParts) -> f64| median(&out.kexec.iter().map(f).collect::<Vec<_>>());
-    let whole = med(&|p| p.whole());
-    let a = med(&|p| p.a_decide);
-    let b_direct = median(&out.b_direct);
-    let floor = a + b_direct;
-    println!(
-        "time to recover (bad slot's kernel start -> good slot's root init), host seconds, \
-         median of {runs}, {:?}",
-        vm::Accel::from_env()
-    );
-    println!(
-        "by kexec                          {whole:>7.2} s   {:>5.2} x floor",
-        whole / floor
-    );
-    println!("  slot A: kernel to decision      {a:>7.2} s");
-    println!(
-        "  decision to kexec               {:>7.2} s",
-        med(&|p| p.to_kexec)
-    );
-    println!(
-        "  kexec to slot B's kernel        {:>7.2} s",
-        med(&|p| p.to_b_kernel)
-    );
-    println!(
-        "  slot B: kernel to root          {:>7.2} s",
-        med(&|p| p.b_boot)
-    );
-    println!("floor: A's decision + B direct    {floor:>7.2} s   (B direct {b_direct:.2} s)");
-    let reboot = median(&out.reboot);
-    println!(
-        "by reboot (OVMF + GRUB)           {reboot:>7.2} s   {:>5.2} x floor, {:.2} x kexec",
-        reboot / floor,
-        reboot / whole
-    );
-    Ok(out)
 }
 
 #[cfg(test)]

@@ -14,7 +14,8 @@
 //! [`verity`] makes signed DPS verity roots, [`tpmcheck`] reads what the test root printed
 //! about its TPM, [`mod@bench`] runs every benchmark: the boot against Debian's initramfs and the
 //! floor ([`floor`]: a busybox initramfs that only loads the same modules and mounts the
-//! same root), PID 1's peak memory, the A/B boot paths and the time to recover.
+//! same root), PID 1's peak memory and the A/B boot paths; the `bench_*` modules beside it
+//! measure the time to recover ([`bench_recover`]), the Secure Boot node and the real root.
 //!
 //! [`firmware`] boots through OVMF with GRUB or systemd-boot on a FAT ESP and reads that
 //! ESP back on the host; [`ab`] builds the A/B node (an ESP and two slots, each with its
@@ -30,7 +31,8 @@
 //! no two import each other, directly or round a circle): `paths`, `disk`, `rootfs`,
 //! `verity`, `initramfs`, `firmware`, `efivars`, `reportcheck`, `tpmcheck`, `vm`, `hw`,
 //! `sigrules`; then `scenario` (types only); the set-ups `basic`, `ab`, `preflight`,
-//! `faults` and the builder `prepare`; then `catalogue`; then `floor` and `bench`.
+//! `faults` and the builder `prepare`; then `catalogue`; then `floor`, `bench` and the
+//! `bench_*` modules.
 //!
 //! Current limits: x86-64 guests only; TCG by default (`VALIDATOR_ACCEL=kvm` switches);
 //! one vCPU unless a config says more; kernels come from `scripts/provision`
@@ -67,6 +69,7 @@ pub mod attestation;
 pub mod basic;
 pub mod bench;
 pub mod bench_real_root;
+pub mod bench_recover;
 pub mod bench_secure_boot;
 pub mod catalogue;
 pub mod debroot;

@@ -126,7 +126,7 @@ fn main() -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        Command::BenchRecover { runs } => match qemu::bench::bench_recover(runs) {
+        Command::BenchRecover { runs } => match qemu::bench_recover::bench_recover(runs) {
             Ok(_) => ExitCode::SUCCESS,
             Err(e) => harness_error(e),
         },
