@@ -95,17 +95,6 @@ pub const KEXEC_MARKER: &str = "kexec_core: Starting new kernel";
 /// The line the tcrypt VM prints before each line of `tcrypt`'s it passes on.
 const TCRYPT_MARKER: &str = "TCRYPT-SHA256: ";
 
-/// The x86 boot protocol's `init_size` of a bzImage (the memory the kernel needs from its
-/// load address, what `kexec_file_load` loads it into), page-aligned; `None` when the
-/// image has no boot-protocol header.
-pub fn kernel_load_size(vmlinuz: &[u8]) -> Option<u64> {
-    if vmlinuz.get(0x202..0x206)? != b"HdrS" {
-        return None;
-    }
-    let b: [u8; 4] = vmlinuz.get(0x260..0x264)?.try_into().ok()?;
-    Some(u64::from(u32::from_le_bytes(b)).next_multiple_of(4096))
-}
-
 /// The whole number just before `words` on the first console line that holds them
 /// ("(N bytes)"), or just after them (`after`: "returned in N ms").
 fn number_near(console: &str, words: &str, after: bool) -> Option<u64> {
@@ -144,37 +133,32 @@ pub fn guest_sha256(
     } else {
         None
     };
-    let bb = Path::new("/bin/busybox");
-    let busybox = std::fs::read(bb).map_err(|e| {
-        HarnessError::Setup(format!(
-            "{}: {e} (install busybox-static: scripts/provision)",
-            bb.display()
-        ))
-    })?;
     // The last size's figures may come as a record of their own after its header line, and
     // only once the next test has started: wait for the second pass's header (or the end).
     let script = format!(
-        "#!/bin/busybox sh\n\
-         b=/bin/busybox\n\
-         $b mount -t proc proc /proc\n\
-         $b mount -t devtmpfs dev /dev\n\
-         [ -e /sha256-ssse3.ko ] && $b insmod /sha256-ssse3.ko\n\
-         $b insmod /tcrypt.ko mode=304 sec=1 &\n\
+        "#!/bin/sh\n\
+         export PATH=/bin\n\
+         mount -t proc proc /proc\n\
+         mount -t devtmpfs dev /dev\n\
+         [ -e /sha256-ssse3.ko ] && insmod /sha256-ssse3.ko\n\
+         insmod /tcrypt.ko mode=304 sec=1 &\n\
          p=$!\n\
-         while [ $($b dmesg | $b grep -c 'testing speed of') -lt 2 ] && $b kill -0 $p; do\n\
-         \x20 $b sleep 0.2\n\
+         while [ $(dmesg | grep -c 'testing speed of') -lt 2 ] && kill -0 $p; do\n\
+         \x20 sleep 0.2\n\
          done\n\
-         $b dmesg | $b grep -m 1 'testing speed of' | while read -r l; do echo \"{TCRYPT_MARKER}$l\"; done\n\
-         $b dmesg | $b grep -m 1 -A 1 '8192 bytes per update' | while read -r l; do echo \"{TCRYPT_MARKER}$l\"; done\n\
-         $b poweroff -f\n"
+         dmesg | grep -m 1 'testing speed of' | while read -r l; do echo \"{TCRYPT_MARKER}$l\"; done\n\
+         dmesg | grep -m 1 -A 1 '8192 bytes per update' | while read -r l; do echo \"{TCRYPT_MARKER}$l\"; done\n\
+         poweroff -f\n"
     );
-    let mut cpio = validator::formats::newc::Archive::new();
     let cpio_err = |e| HarnessError::Setup(format!("tcrypt initramfs: {e}"));
-    cpio.dir("proc").map_err(cpio_err)?;
-    cpio.dir("dev").map_err(cpio_err)?;
+    let mut cpio = crate::rootfs::busybox_initramfs(
+        &["proc"],
+        &[
+            "sh", "mount", "insmod", "dmesg", "grep", "sleep", "poweroff",
+        ],
+    )?;
     cpio.file("init", script.into_bytes(), 0o755)
         .map_err(cpio_err)?;
-    cpio.file("bin/busybox", busybox, 0o755).map_err(cpio_err)?;
     cpio.file("tcrypt.ko", module, 0o644).map_err(cpio_err)?;
     if let Some(m) = simd {
         cpio.file("sha256-ssse3.ko", m, 0o644).map_err(cpio_err)?;
@@ -232,7 +216,7 @@ pub fn bench_recover(runs: usize) -> Result<Recovery, HarnessError> {
     direct.name = "ab-b-direct".into();
     let direct_bed = direct.bed()?;
     let b_kernel = kexec_bed.esp()?.read("/B/vmlinuz")?;
-    let kernel_bytes = kernel_load_size(&b_kernel)
+    let kernel_bytes = validator::formats::vmlinuz::init_size(&b_kernel)
         .ok_or_else(|| HarnessError::Setup("slot B's vmlinuz: no boot-protocol header".into()))?;
     let mut out = Recovery::default();
     let mut initrd_bytes = 0u64;
@@ -378,18 +362,6 @@ pub fn bench_recover(runs: usize) -> Result<Recovery, HarnessError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn kernel_load_size_reads_the_boot_header() {
-        let mut img = vec![0u8; 0x300];
-        assert_eq!(kernel_load_size(&img), None, "no HdrS");
-        img[0x202..0x206].copy_from_slice(b"HdrS");
-        img[0x260..0x264].copy_from_slice(&66_682_880u32.to_le_bytes());
-        assert_eq!(kernel_load_size(&img), Some(66_682_880));
-        img[0x260..0x264].copy_from_slice(&4097u32.to_le_bytes());
-        assert_eq!(kernel_load_size(&img), Some(8192), "page-aligned");
-        assert_eq!(kernel_load_size(&img[..0x262]), None, "truncated");
-    }
 
     #[test]
     fn numbers_are_read_next_to_their_words() {

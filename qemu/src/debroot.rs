@@ -394,17 +394,14 @@ pub fn slot_image(
     let built = mkinitramfs::slot::build(&spec)
         .map_err(|e| HarnessError::Setup(format!("mkinitramfs slot {slot}: {e}")))?;
     let _ = std::fs::remove_file(&ext4);
-    let mut parts = crate::verity::dps_partitions(
-        &format!("root-{slot}"),
+    // The slot layout's names (examples/rauc/system.conf): root-A, root-A-verity, root-A-sig.
+    let parts = crate::verity::dps_partitions(
+        ["", "-verity", "-sig"].map(|suffix| format!("root-{slot}{suffix}")),
         &built.root_hash,
         out.join("root.img"),
         out.join("root.verity"),
         out.join("root.verity-sig"),
     );
-    // The test bed's slot layout names the signature partition `root-<slot>-sig`.
-    if let Some(p) = parts.get_mut(2) {
-        p.label = format!("root-{slot}-sig");
-    }
     Ok((parts, out.join(format!("esp/{slot}/initrd.img"))))
 }
 

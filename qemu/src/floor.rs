@@ -7,7 +7,6 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
 use mkinitramfs::closure::{closure, KernelTree};
-use mkinitramfs::cpio::{Archive, Entry, Kind};
 
 use crate::scenario::Scenario;
 use crate::HarnessError;
@@ -49,31 +48,10 @@ pub fn load_order(s: &Scenario) -> Result<(KernelTree, Vec<String>), HarnessErro
 pub fn build(s: &Scenario, dir: &Path) -> Result<PathBuf, HarnessError> {
     let (tree, order) = load_order(s)?;
     let cpio = |e: mkinitramfs::cpio::CpioError| HarnessError::Setup(e.to_string());
-    let mut a = Archive::new();
-    for d in ["bin", "dev", "proc", "sys", "run", "sysroot", "lib/modules"] {
-        a.dir(d).map_err(cpio)?;
-    }
-    a.add(
-        "dev/console",
-        Entry {
-            kind: Kind::CharDev { major: 5, minor: 1 },
-            perm: 0o600,
-        },
-    )
-    .map_err(cpio)?;
-    let bb = Path::new("/bin/busybox");
-    let bytes = std::fs::read(bb).map_err(|e| HarnessError::io(bb, e))?;
-    a.file("bin/busybox", bytes, 0o755).map_err(cpio)?;
-    for applet in ["sh", "mount", "insmod", "sleep", "switch_root", "mkdir"] {
-        a.add(
-            &format!("bin/{applet}"),
-            Entry {
-                kind: Kind::Symlink("busybox".into()),
-                perm: 0o777,
-            },
-        )
-        .map_err(cpio)?;
-    }
+    let mut a = crate::rootfs::busybox_initramfs(
+        &["proc", "sys", "run", "sysroot", "lib/modules"],
+        &["sh", "mount", "insmod", "sleep", "switch_root", "mkdir"],
+    )?;
     let moddir = format!("lib/modules/{}", tree.release);
     let mut insmods = String::new();
     for rel in &order {

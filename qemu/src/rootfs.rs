@@ -3,11 +3,58 @@
 //! report the validator left in `/run` and the metrics and NFD files it wrote (the image
 //! links both directories into `/run`, as a read-only image does), runs any extra
 //! commands, and powers off.
+//!
+//! Also the base of the test bed's other busybox images ([`busybox_initramfs`]: the floor,
+//! the signature-rule cases, the kernel's own speed test).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 
+use mkinitramfs::cpio::{Archive, Entry, Kind};
+
 use crate::HarnessError;
+
+/// Debian's static busybox (`busybox-static`), which every busybox image of the test bed
+/// carries.
+pub const BUSYBOX: &str = "/bin/busybox";
+
+fn busybox_missing(e: std::io::Error) -> HarnessError {
+    HarnessError::Setup(format!(
+        "{BUSYBOX}: {e} (install busybox-static: scripts/provision)"
+    ))
+}
+
+/// A newc archive to build a busybox initramfs on: the directories `dirs`, `/dev/console`
+/// (the kernel opens it for the first process), [`BUSYBOX`] as `/bin/busybox` and a link
+/// to it in `/bin` for each of `applets`.
+pub fn busybox_initramfs(dirs: &[&str], applets: &[&str]) -> Result<Archive, HarnessError> {
+    let cpio = |e: mkinitramfs::cpio::CpioError| HarnessError::Setup(e.to_string());
+    let mut a = Archive::new();
+    for d in ["bin", "dev"].iter().chain(dirs) {
+        a.dir(d).map_err(cpio)?;
+    }
+    a.add(
+        "dev/console",
+        Entry {
+            kind: Kind::CharDev { major: 5, minor: 1 },
+            perm: 0o600,
+        },
+    )
+    .map_err(cpio)?;
+    let bytes = std::fs::read(BUSYBOX).map_err(busybox_missing)?;
+    a.file("bin/busybox", bytes, 0o755).map_err(cpio)?;
+    for applet in applets {
+        a.add(
+            &format!("bin/{applet}"),
+            Entry {
+                kind: Kind::Symlink("busybox".into()),
+                perm: 0o777,
+            },
+        )
+        .map_err(cpio)?;
+    }
+    Ok(a)
+}
 
 /// Printed by the root's init, with `uptime=` (seconds since boot) and `pid=`.
 pub const MARKER: &str = "ROOT-INIT-MARKER";
@@ -68,14 +115,9 @@ pub fn build(dir: &Path, extra: &str) -> Result<(), HarnessError> {
         }
         std::os::unix::fs::symlink(target, &l).map_err(|e| io(&l, e))?;
     }
-    let bb = Path::new("/bin/busybox");
+    let bb = Path::new(BUSYBOX);
     let target = dir.join("bin/busybox");
-    std::fs::copy(bb, &target).map_err(|e| {
-        HarnessError::Setup(format!(
-            "{}: {e} (install busybox-static: scripts/provision)",
-            bb.display()
-        ))
-    })?;
+    std::fs::copy(bb, &target).map_err(busybox_missing)?;
     let list = crate::disk::run(std::process::Command::new(bb).arg("--list"))?;
     for applet in list
         .lines()

@@ -34,7 +34,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use mkinitramfs::cpio::{Archive, Entry, Kind};
 use sigcases::{Case, Set};
 use validator::config::bom::VermagicMode;
 use validator::formats::vmlinuz::KernelFacts;
@@ -201,33 +200,13 @@ poweroff -f
 /// manifests and the script above as `/init`. Returns its path in `dir`.
 pub fn initramfs(set: &Set, dir: &Path) -> Result<PathBuf, HarnessError> {
     let cpio = |e: mkinitramfs::cpio::CpioError| HarnessError::Setup(e.to_string());
-    let mut a = Archive::new();
-    for d in ["bin", "dev", "proc", "sys", "cases"] {
-        a.dir(d).map_err(cpio)?;
-    }
-    a.add(
-        "dev/console",
-        Entry {
-            kind: Kind::CharDev { major: 5, minor: 1 },
-            perm: 0o600,
-        },
-    )
-    .map_err(cpio)?;
+    let mut a = crate::rootfs::busybox_initramfs(
+        &["proc", "sys", "cases"],
+        &[
+            "sh", "mount", "cat", "rmmod", "dmesg", "grep", "poweroff", "sleep",
+        ],
+    )?;
     let read = |p: &Path| std::fs::read(p).map_err(|e| HarnessError::io(p, e));
-    a.file("bin/busybox", read(Path::new("/bin/busybox"))?, 0o755)
-        .map_err(cpio)?;
-    for applet in [
-        "sh", "mount", "cat", "rmmod", "dmesg", "grep", "poweroff", "sleep",
-    ] {
-        a.add(
-            &format!("bin/{applet}"),
-            Entry {
-                kind: Kind::Symlink("busybox".into()),
-                perm: 0o777,
-            },
-        )
-        .map_err(cpio)?;
-    }
     a.file("bin/sigcase-load", read(&loader()?)?, 0o755)
         .map_err(cpio)?;
     let (mut main, mut locked) = (String::new(), String::new());

@@ -177,7 +177,13 @@ pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, Harn
         }
         _ => {}
     }
-    let disk_parts = dps_partitions("root-x86-64", &root_hash, data, hash, sigimg);
+    let labels = [
+        "root-x86-64",
+        "root-x86-64-verity",
+        "root-x86-64-verity-sig",
+    ]
+    .map(String::from);
+    let disk_parts = dps_partitions(labels, &root_hash, data, hash, sigimg);
     Ok(Image {
         disk_parts,
         root_hash,
@@ -187,10 +193,9 @@ pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, Harn
 }
 
 /// A verity root's three Discoverable Partitions: data and hash tree with the PARTUUIDs
-/// made from the halves of `root_hash` (hex), and the signature; labelled `label`,
-/// `label-verity`, `label-verity-sig`.
+/// made from the halves of `root_hash` (hex), and the signature; `labels` in that order.
 pub fn dps_partitions(
-    label: &str,
+    labels: [String; 3],
     root_hash: &str,
     data: PathBuf,
     hash: PathBuf,
@@ -199,21 +204,22 @@ pub fn dps_partitions(
     use validator::formats::verity as v;
     let raw = hex_bytes(root_hash);
     let half = |b: Option<&[u8]>| b.and_then(v::uuid_from_hash);
-    let part = |suffix: &str, type_uuid: &str, uuid, file| PartitionSpec {
-        label: format!("{label}{suffix}"),
+    let [data_label, hash_label, sig_label] = labels;
+    let part = |label, type_uuid: &str, uuid, file| PartitionSpec {
+        label,
         type_uuid: type_uuid.into(),
         uuid,
         content: Content::Raw(file),
     };
     vec![
-        part("", v::DPS_ROOT_X86_64, half(raw.get(..16)), data),
+        part(data_label, v::DPS_ROOT_X86_64, half(raw.get(..16)), data),
         part(
-            "-verity",
+            hash_label,
             v::DPS_ROOT_VERITY_X86_64,
             half(raw.len().checked_sub(16).and_then(|i| raw.get(i..))),
             hash,
         ),
-        part("-verity-sig", v::DPS_ROOT_VERITY_SIG_X86_64, None, sig),
+        part(sig_label, v::DPS_ROOT_VERITY_SIG_X86_64, None, sig),
     ]
 }
 

@@ -209,11 +209,7 @@ fn rauc_updates_the_other_slot_and_an_update_the_gate_refuses_falls_back() {
     assert_eq!(mark_good(&o), "success");
     let rauc = rauc_status(&o);
     assert_eq!(rauc.booted, "B");
-    assert_eq!(
-        rauc.good.get("B").map(String::as_str),
-        Some("good"),
-        "{rauc:?}"
-    );
+    assert_eq!(rauc.status("B"), Some("good"), "{rauc:?}");
     let status = section(&o.console, debroot::SLOT_STATUS).unwrap();
     assert!(
         status.contains("B_OK=1") && status.contains("B_TRY=0"),
@@ -236,11 +232,7 @@ fn rauc_updates_the_other_slot_and_an_update_the_gate_refuses_falls_back() {
     assert_eq!(mark_good(&o), "success");
     let rauc = rauc_status(&o);
     assert_eq!(rauc.booted, "B");
-    assert_eq!(
-        rauc.good.get("A").map(String::as_str),
-        Some("bad"),
-        "{rauc:?}"
-    );
+    assert_eq!(rauc.status("A"), Some("bad"), "{rauc:?}");
     assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=0");
 }
 
@@ -271,6 +263,13 @@ struct Rauc {
     primary: Option<String>,
     /// Each bootname's boot status (`good`, `bad`).
     good: std::collections::BTreeMap<String, String>,
+}
+
+impl Rauc {
+    /// RAUC's boot status of the slot booted as `bootname`.
+    fn status(&self, bootname: &str) -> Option<&str> {
+        self.good.get(bootname).map(String::as_str)
+    }
 }
 
 fn rauc_status(o: &Outcome) -> Rauc {

@@ -1,6 +1,7 @@
 //! What a kernel image tells about itself: its release, its module vermagic, the symbol
-//! CRCs it exports (`__ksymtab*` / `__kcrctab*`) and its built-in trusted certificates
-//! (the `system_certificate_list` the kernel verifies module signatures against).
+//! CRCs it exports (`__ksymtab*` / `__kcrctab*`), its built-in trusted certificates
+//! (the `system_certificate_list` the kernel verifies module signatures against) and the
+//! memory its setup header asks for ([`init_size`]).
 //!
 //! Input is an x86 bzImage (`vmlinuz`: the setup header's payload, compressed with xz,
 //! zstd, gzip or legacy LZ4) or an uncompressed `vmlinux` ELF. The payload inside a bzImage
@@ -33,6 +34,16 @@ pub const VMLINUZ_MAX: u64 = 256 << 20;
 
 /// Largest decompressed kernel we accept.
 pub const VMLINUX_MAX: usize = 1 << 30;
+
+/// The memory a bzImage needs from its load address (the setup header's `init_size`, boot
+/// protocol 2.10 on; what `kexec_file_load` loads it into), page-aligned; `None` without
+/// a setup header.
+pub fn init_size(image: &[u8]) -> Option<u64> {
+    if image.get(0x202..0x206) != Some(b"HdrS") {
+        return None;
+    }
+    Some(u64::from(u32_le(image, 0x260)?).next_multiple_of(4096))
+}
 
 /// Returns the uncompressed vmlinux ELF of a bzImage, or the input if it already is one;
 /// a payload that decompresses to more than [`VMLINUX_MAX`] bytes is an error.
@@ -379,6 +390,18 @@ pub fn builtin_certs(vmlinux: &[u8]) -> Result<Vec<Vec<u8>>, VmlinuzError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn init_size_reads_the_boot_header() {
+        let mut img = vec![0u8; 0x300];
+        assert_eq!(init_size(&img), None, "no HdrS");
+        img[0x202..0x206].copy_from_slice(b"HdrS");
+        img[0x260..0x264].copy_from_slice(&66_682_880u32.to_le_bytes());
+        assert_eq!(init_size(&img), Some(66_682_880));
+        img[0x260..0x264].copy_from_slice(&4097u32.to_le_bytes());
+        assert_eq!(init_size(&img), Some(8192), "page-aligned");
+        assert_eq!(init_size(&img[..0x262]), None, "truncated");
+    }
 
     #[test]
     fn rejects_non_kernels() {
