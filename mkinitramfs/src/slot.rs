@@ -524,6 +524,11 @@ fn reference(
     })?;
     let tree = predict::MemTree::from_listing("initrd.img", entries);
     let slot = spec.slot.as_str();
+    let file_pcr = validator::formats::tpm::measurement::BOOT_LOADER_FILE_PCR;
+    let name = validator::config::bom::SlotName::parse(slot).ok_or_else(|| SlotError::Input {
+        path: spec.bom.clone(),
+        why: format!("slot {slot:?}: A or B"),
+    })?;
     let dir = spec
         .root
         .is_dir()
@@ -535,12 +540,12 @@ fn reference(
         root_hash: Some(root_hex.to_string()),
         uefi: true,
         slots: vec![predict::SlotInput {
-            slot: slot.into(),
+            slot: name,
             cmdline: line.into(),
-            kexec_cmdline: predict::kexec_cmdline_grub(line, slot),
+            kexec_cmdline: Some(predict::kexec_cmdline_grub(line, name)),
             files: vec![
-                (9, format!("/{slot}/vmlinuz"), kernel.to_vec()),
-                (9, format!("/{slot}/initrd.img"), initrd.to_vec()),
+                (file_pcr, format!("/{slot}/vmlinuz"), kernel.to_vec()),
+                (file_pcr, format!("/{slot}/initrd.img"), initrd.to_vec()),
             ],
         }],
     })

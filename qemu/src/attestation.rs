@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use validator::attest::predict::{self, Inputs, MemTree, SlotInput};
 use validator::attest::reference::Reference;
+use validator::config::bom::SlotName;
 use validator::formats::tpm::attest::{ak_template, KeyKind, Public};
 use validator::sys::tpm::{TcpTransport, Tpm, RH_ENDORSEMENT};
 
@@ -195,16 +196,17 @@ pub fn image_inputs(
         .ok_or_else(|| HarnessError::Setup(format!("{}: no CMDLINE", node_cfg.display())))?;
     let kernel_bytes = std::fs::read(kernel).map_err(|e| HarnessError::io(kernel, e))?;
     let line = |s: &str| format!("BOOT_IMAGE=/{s}/vmlinuz validator.slot={s} {extra}");
-    let slots = ["A", "B"]
+    let pcr = validator::formats::tpm::measurement::BOOT_LOADER_FILE_PCR;
+    let slots = [SlotName::A, SlotName::B]
         .iter()
-        .map(|s| SlotInput {
-            slot: (*s).to_string(),
-            cmdline: line(s),
-            kexec_cmdline: predict::kexec_cmdline_grub(&line(if *s == "A" { "B" } else { "A" }), s),
-            files: if *s == image {
+        .map(|&s| SlotInput {
+            slot: s,
+            cmdline: line(s.as_str()),
+            kexec_cmdline: Some(predict::kexec_cmdline_grub(&line(s.other().as_str()), s)),
+            files: if s.as_str() == image {
                 vec![
-                    (9, format!("/{s}/vmlinuz"), kernel_bytes.clone()),
-                    (9, format!("/{s}/initrd.img"), initrd.clone()),
+                    (pcr, format!("/{s}/vmlinuz"), kernel_bytes.clone()),
+                    (pcr, format!("/{s}/initrd.img"), initrd.clone()),
                 ]
             } else {
                 Vec::new()

@@ -168,8 +168,8 @@ fn fallback_attests_as_the_policy_says(b: &Outcome) {
         .unwrap_or_else(|e| panic!("{e}"));
     let boot = |image: &str, slot: &str, decision: &str| Boot {
         image_id: image.into(),
-        slot: slot.into(),
-        decision: decision.into(),
+        slot: validator::config::bom::SlotName::parse(slot).unwrap(),
+        decision: decision.parse().unwrap(),
     };
     assert_eq!(
         v.boots,
@@ -189,7 +189,7 @@ fn fallback_attests_as_the_policy_says(b: &Outcome) {
             last: false,
             ..
         }) => {
-            assert_eq!(decision, "fallback");
+            assert_eq!(decision.as_str(), "fallback");
         }
         r => panic!("{r:?}"),
     }

@@ -85,6 +85,12 @@ fn check_agreement(name: Name, banks: &[&str]) -> qemu::vm::Outcome {
     let ours = validator_replay(&log, &dir, "eventlog.bin");
     let cel = tpmcheck::base64_section(&o.console, "TPM-CEL").unwrap();
     let ours_cel = validator_replay(&cel, &dir, "cel.log");
+    // The report read its PCRs back before the quote, so before the seal, the log's last
+    // record, which the TPM holds as well.
+    let parsed = validator::formats::tpm::eventlog::EventLog::parse(&log).unwrap();
+    let (seal, quoted) = parsed.events().split_last().unwrap();
+    assert!(seal.data.starts_with(b"sealed:"), "the log ends with the seal");
+    let at_quote = validator::formats::tpm::eventlog::replay_events(quoted);
     for bank in banks {
         let touched = &el_view[*bank];
         assert!(
@@ -112,9 +118,11 @@ fn check_agreement(name: Name, banks: &[&str]) -> qemu::vm::Outcome {
                 ours_cel[*bank][&pcr], tpm_view[*bank][&pcr],
                 "{bank} PCR {pcr}: CEL replay vs TPM"
             );
+            let h = validator::formats::tpm::HashAlg::from_name(bank).unwrap();
             assert_eq!(
-                tpm.pcrs[*bank][&pcr], tpm_view[*bank][&pcr],
-                "{bank} PCR {pcr}: report vs TPM"
+                tpm.pcrs[*bank][&pcr],
+                validator::util::hex(&at_quote[&h][&pcr]),
+                "{bank} PCR {pcr}: report vs the log's replay before the seal"
             );
         }
     }
@@ -236,6 +244,16 @@ fn attestation_verifies_and_each_change_is_named(o: &qemu::vm::Outcome) {
     let image = attestation::image_inputs(&dir, "A", &kernel).unwrap();
     let reference = image.predict().unwrap();
     let ak = attestation::enrolled_ak(&tpm_dir, KeyKind::EccP256).unwrap();
+    // `VALIDATOR_WRITE_ATTEST_FIXTURE=1` keeps this boot's evidence as the verifier's
+    // fixture (validator/tests/fixtures/attest/).
+    if std::env::var_os("VALIDATOR_WRITE_ATTEST_FIXTURE").is_some() {
+        let d = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../validator/tests/fixtures/attest");
+        std::fs::write(d.join("ak.pub"), ak.to_2b()).unwrap();
+        std::fs::write(d.join("report.json"), &ev.report).unwrap();
+        std::fs::write(d.join("tpm-eventlog.bin"), &ev.log).unwrap();
+        std::fs::write(d.join("reference.json"), reference.to_text()).unwrap();
+    }
     let policy = Policy::default();
     let v = verify_report(
         &ak,
@@ -257,7 +275,10 @@ fn attestation_verifies_and_each_change_is_named(o: &qemu::vm::Outcome) {
     // The predicted PCR values of a pass are the TPM's (the report read them back).
     let r = o.reached_root();
     let tpm = r.tpm.as_ref().unwrap();
-    let predicted = &reference.slot("A").unwrap().pcrs["pass"];
+    let predicted = &reference
+        .slot(validator::config::bom::SlotName::A)
+        .unwrap()
+        .pcrs[&validator::formats::tpm::measurement::Decision::Pass];
     for bank in ["sha1", "sha256"] {
         for pcr in [11, 13] {
             assert_eq!(
@@ -372,7 +393,7 @@ fn attestation_verifies_and_each_change_is_named(o: &qemu::vm::Outcome) {
     assert!(matches!(e, VerifyError::Stale { .. }), "{e}");
     // A policy that accepts only quarantined boots.
     let strict = Policy {
-        accept: vec!["quarantine".into()],
+        accept: vec![validator::formats::tpm::measurement::Decision::Quarantine],
         ..Policy::default()
     };
     let e = refuse(&ak, &[reference], &ev.report, &strict);

@@ -20,6 +20,7 @@ use validator::attest::verify::{self, Policy, VerifyError};
 use validator::formats::tpm::attest::{
     ak_template, format_selection, parse_selection, selected_values, KeyKind, Public,
 };
+use validator::config::bom::SlotName;
 use validator::formats::tpm::eventlog::EventLog;
 use validator::formats::tpm::PcrValues;
 use validator::sys::tpm::{DeviceTransport, TcpTransport, Tpm, Transport, RH_ENDORSEMENT};
@@ -253,14 +254,16 @@ fn predict_cmd(a: PredictArgs, out: &mut Out) -> Res {
         let (name, cmdline) = s
             .split_once('=')
             .ok_or_else(|| Usage(format!("--slot {s:?}: not SLOT=CMDLINE")))?;
-        if !matches!(name, "A" | "B") {
-            return Err(Usage(format!("--slot {s:?}: the slot is A or B")));
-        }
+        let name = match name {
+            "A" => SlotName::A,
+            "B" => SlotName::B,
+            _ => return Err(Usage(format!("--slot {s:?}: the slot is A or B"))),
+        };
         if slots.iter().any(|x| x.slot == name) {
             return Err(Usage(format!("--slot {name} given twice")));
         }
         slots.push(SlotInput {
-            slot: name.into(),
+            slot: name,
             cmdline: cmdline.into(),
             kexec_cmdline: None,
             files: Vec::new(),
@@ -269,13 +272,13 @@ fn predict_cmd(a: PredictArgs, out: &mut Out) -> Res {
     // GRUB: a slot reached by a kexec fallback gets the other slot's line, as the init
     // rewrites it.
     if !a.no_kexec {
-        let lines: Vec<(String, String)> = slots
+        let lines: Vec<(SlotName, String)> = slots
             .iter()
-            .map(|s| (s.slot.clone(), s.cmdline.clone()))
+            .map(|s| (s.slot, s.cmdline.clone()))
             .collect();
         for s in &mut slots {
             if let Some((_, from)) = lines.iter().find(|(n, _)| *n != s.slot) {
-                s.kexec_cmdline = predict::kexec_cmdline_grub(from, &s.slot);
+                s.kexec_cmdline = Some(predict::kexec_cmdline_grub(from, s.slot));
             }
         }
     }
@@ -289,7 +292,7 @@ fn predict_cmd(a: PredictArgs, out: &mut Out) -> Res {
         let pcr: u32 = pcr.parse().map_err(|_| bad())?;
         let s = slots
             .iter_mut()
-            .find(|s| s.slot == slot)
+            .find(|s| s.slot.as_str() == slot)
             .ok_or_else(|| Usage(format!("--file {f:?}: no --slot {slot}")))?;
         let bytes = read_limited(Path::new(local), crate::pe::PE_MAX)?;
         s.files.push((pcr, path.into(), bytes));
@@ -311,7 +314,7 @@ fn predict_cmd(a: PredictArgs, out: &mut Out) -> Res {
             format!(
                 "slot {} ({}): {} events, {} files",
                 s.slot,
-                s.entry,
+                s.entry.as_str(),
                 s.events.len(),
                 s.files.len()
             )
@@ -332,74 +335,124 @@ fn read_ak(p: &Path) -> Result<Public, Usage> {
         .map_err(|e| Usage(format!("{}: {e}", p.display())))
 }
 
-fn verify_cmd(a: VerifyArgs, out: &mut Out) -> Res {
-    let ak = read_ak(&a.ak)?;
-    let log = match &a.eventlog {
-        Some(p) => Some(read_limited(p, validator::runtime::measure::EVENT_LOG_MAX)?),
-        None => None,
+/// The event log named by `--eventlog`, parsed: a log that does not read is unusable
+/// input (exit 2) in either mode, named.
+fn read_log(p: &Path) -> Result<EventLog, Usage> {
+    let b = read_limited(p, validator::runtime::measure::EVENT_LOG_MAX)?;
+    EventLog::parse(&b).map_err(|e| Usage(format!("{}: {e}", p.display())))
+}
+
+/// `--after RESET_COUNT:CLOCK_MS`.
+fn parse_after(s: &str) -> Result<validator::formats::tpm::attest::ClockInfo, Usage> {
+    let (r, c) = s
+        .split_once(':')
+        .and_then(|(r, c)| Some((r.parse().ok()?, c.parse().ok()?)))
+        .ok_or_else(|| Usage(format!("--after {s:?}: not RESET_COUNT:CLOCK_MS")))?;
+    Ok(validator::formats::tpm::attest::ClockInfo {
+        clock: c,
+        reset_count: r,
+        restart_count: 0,
+        safe: true,
+    })
+}
+
+/// A report's verification: the report, the log and the references read (unusable ones
+/// refused, named), then the verdict.
+fn verify_report_files(
+    a: &VerifyArgs,
+    report: &Path,
+    ak: &validator::formats::tpm::attest::Public,
+) -> Result<Result<serde_json::Value, VerifyError>, Usage> {
+    let json = read_limited(report, SMALL_MAX)?;
+    let log_path = a
+        .eventlog
+        .as_ref()
+        .ok_or_else(|| Usage("--report needs --eventlog".into()))?;
+    let log = read_limited(log_path, validator::runtime::measure::EVENT_LOG_MAX)?;
+    EventLog::parse(&log).map_err(|e| Usage(format!("{}: {e}", log_path.display())))?;
+    if a.references.is_empty() {
+        return Err(Usage("--report needs at least one --reference".into()));
+    }
+    let mut refs = Vec::new();
+    for p in &a.references {
+        let text = String::from_utf8(read_limited(p, SMALL_MAX)?)
+            .map_err(|_| Usage(format!("{}: not UTF-8", p.display())))?;
+        refs.push(Reference::parse(&text).map_err(|e| Usage(format!("{}: {e}", p.display())))?);
+    }
+    let policy = Policy {
+        accept: if a.accept.is_empty() {
+            Policy::default().accept
+        } else {
+            a.accept.clone()
+        },
+        allow_fallback: !a.no_fallback,
+        last: a.after.as_deref().map(parse_after).transpose()?,
     };
-    let result = if let Some(report) = &a.report {
-        let json = read_limited(report, SMALL_MAX)?;
-        let log = log.ok_or_else(|| Usage("--report needs --eventlog".into()))?;
-        if a.references.is_empty() {
-            return Err(Usage("--report needs at least one --reference".into()));
+    Ok(match verify::verify_report(ak, &refs, &json, &log, &policy) {
+        // Not a report at all: unusable input, named.
+        Err(e @ VerifyError::Report(_)) => {
+            return Err(Usage(format!("{}: {e}", report.display())));
         }
-        let mut refs = Vec::new();
-        for p in &a.references {
-            let text = String::from_utf8(read_limited(p, SMALL_MAX)?)
-                .map_err(|_| Usage(format!("{}: not UTF-8", p.display())))?;
-            refs.push(Reference::parse(&text).map_err(|e| Usage(format!("{}: {e}", p.display())))?);
+        r => r.map(|v| serde_json::to_value(v).unwrap_or_default()),
+    })
+}
+
+/// A challenge's verification (`--message --signature --nonce [--eventlog]`).
+fn verify_challenge_files(
+    a: &VerifyArgs,
+    ak: &validator::formats::tpm::attest::Public,
+) -> Result<Result<serde_json::Value, VerifyError>, Usage> {
+    let (Some(m), Some(s), Some(n)) = (&a.message, &a.signature, &a.nonce) else {
+        return Err(Usage(
+            "give --report, or --message, --signature and --nonce".into(),
+        ));
+    };
+    let nonce =
+        validator::util::unhex(n).ok_or_else(|| Usage(format!("--nonce {n:?}: not hex")))?;
+    let log = a.eventlog.as_deref().map(read_log).transpose()?;
+    let r = verify::verify_quote(
+        ak,
+        &read_limited(m, SMALL_MAX)?,
+        &read_limited(s, SMALL_MAX)?,
+        &nonce,
+        "the nonce",
+        log.as_ref(),
+    );
+    Ok(match r {
+        // A quote or signature that is not one: unusable input, named.
+        Err(e @ VerifyError::Malformed(_)) => {
+            return Err(Usage(format!("{} / {}: {e}", m.display(), s.display())));
         }
-        let last = match &a.after {
-            Some(s) => {
-                let (r, c) = s
-                    .split_once(':')
-                    .and_then(|(r, c)| Some((r.parse().ok()?, c.parse().ok()?)))
-                    .ok_or_else(|| Usage(format!("--after {s:?}: not RESET_COUNT:CLOCK_MS")))?;
-                Some(validator::formats::tpm::attest::ClockInfo {
-                    clock: c,
-                    reset_count: r,
-                    restart_count: 0,
-                    safe: true,
-                })
-            }
-            None => None,
-        };
-        let policy = Policy {
-            accept: a.accept.clone(),
-            allow_fallback: !a.no_fallback,
-            last,
-        };
-        verify::verify_report(&ak, &refs, &json, &log, &policy)
-            .map(|v| serde_json::to_value(v).unwrap_or_default())
-    } else {
-        let (Some(m), Some(s), Some(n)) = (&a.message, &a.signature, &a.nonce) else {
-            return Err(Usage(
-                "give --report, or --message, --signature and --nonce".into(),
-            ));
-        };
-        let nonce =
-            validator::util::unhex(n).ok_or_else(|| Usage(format!("--nonce {n:?}: not hex")))?;
-        let log = match &log {
-            Some(b) => Some(EventLog::parse(b).map_err(|e| Usage(format!("--eventlog: {e}")))?),
-            None => None,
-        };
-        verify::verify_quote(
-            &ak,
-            &read_limited(m, SMALL_MAX)?,
-            &read_limited(s, SMALL_MAX)?,
-            &nonce,
-            "the nonce",
-            log.as_ref(),
-        )
-        .map(|q| {
+        r => r.map(|q| {
             serde_json::json!({
                 "ak_name": validator::util::hex(&ak.name()),
                 "pcrs": format_selection(&q.pcr_select),
                 "clock": q.clock,
                 "log_checked": log.is_some(),
             })
-        })
+        }),
+    })
+}
+
+fn verify_cmd(a: VerifyArgs, out: &mut Out) -> Res {
+    let ak = read_ak(&a.ak)?;
+    let result = match &a.report {
+        Some(report) => verify_report_files(&a, report, &ak),
+        None => verify_challenge_files(&a, &ak),
+    };
+    let result = match result {
+        Ok(r) => r,
+        Err(Usage(why)) => {
+            // Unusable input: exit 2 in either output mode; with --json the answer is
+            // also on stdout for the service that reads it.
+            if a.json {
+                out.line(
+                    &serde_json::json!({"verified": false, "unusable": true, "reason": why})
+                        .to_string(),
+                )?;
+            }
+            return Err(Usage(why));
+        }
     };
     match result {
         Ok(v) => {
@@ -409,9 +462,6 @@ fn verify_cmd(a: VerifyArgs, out: &mut Out) -> Res {
                 out.line(&format!("verified: {v}"))?;
             }
             Ok(true)
-        }
-        Err(e @ (VerifyError::Report(_) | VerifyError::Malformed(_))) if !a.json => {
-            Err(Usage(e.to_string()))
         }
         Err(e) => {
             if a.json {

@@ -464,8 +464,14 @@ pub(crate) struct VerifyArgs {
     /// The boot's binary event log (/run/validator/tpm-eventlog.bin).
     #[arg(long, value_name = "FILE")]
     pub(crate) eventlog: Option<PathBuf>,
-    /// A challenge's quote message (TPMS_ATTEST), with --signature and --nonce.
-    #[arg(long, value_name = "FILE", requires_all = ["signature", "nonce"])]
+    /// A challenge's quote message (TPMS_ATTEST), with --signature and --nonce (the
+    /// report's options --reference, --accept, --no-fallback and --after do not apply).
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires_all = ["signature", "nonce"],
+        conflicts_with_all = ["references", "accept", "no_fallback", "after"]
+    )]
     pub(crate) message: Option<PathBuf>,
     /// A challenge's signature (TPMT_SIGNATURE).
     #[arg(long, value_name = "FILE")]
@@ -473,14 +479,9 @@ pub(crate) struct VerifyArgs {
     /// The nonce the challenge sent, hex.
     #[arg(long, value_name = "HEX")]
     pub(crate) nonce: Option<String>,
-    /// Decisions accepted for the reported boot (comma-separated).
-    #[arg(
-        long,
-        value_name = "DECISIONS",
-        default_value = "pass",
-        value_delimiter = ','
-    )]
-    pub(crate) accept: Vec<String>,
+    /// Decisions accepted for the reported boot (comma-separated; default pass).
+    #[arg(long, value_name = "DECISIONS", value_delimiter = ',')]
+    pub(crate) accept: Vec<validator::formats::tpm::measurement::Decision>,
     /// Refuse a log in which an earlier boot fell back.
     #[arg(long)]
     pub(crate) no_fallback: bool,

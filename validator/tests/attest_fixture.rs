@@ -56,7 +56,7 @@ fn the_real_boot_verifies() {
     )
     .unwrap();
     assert_eq!(v.boots.len(), 1);
-    assert_eq!(v.boots[0].decision, "pass");
+    assert_eq!(v.boots[0].decision.as_str(), "pass");
     assert_eq!(v.files_checked, 2);
 }
 

@@ -25,9 +25,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::reference::{
-    Digests, ExpectedEvent, ExpectedFile, Pcrs, Reference, SlotReference, SCHEMA,
+    Digests, Entry, ExpectedEvent, ExpectedFile, Pcrs, Reference, SlotReference, SCHEMA,
 };
-use crate::config::PHASE_PCR;
+use crate::config::bom::SlotName;
+use crate::formats::tpm::measurement::{Decision, Measurement, Phase, PHASE_PCR};
 use crate::formats::kmod::index::Index;
 use crate::formats::kmod::modinfo::{self, Compression};
 use crate::formats::tpm::HashAlg;
@@ -112,8 +113,7 @@ impl Tree for MemTree {
 /// One slot's boot entry.
 #[derive(Debug, Clone)]
 pub struct SlotInput {
-    /// `A` or `B`.
-    pub slot: String,
+    pub slot: SlotName,
     /// The kernel command line the slot's entry gives (as `/proc/cmdline` shows it).
     pub cmdline: String,
     /// The command line the init gives this slot's kernel when the other slot falls back
@@ -176,18 +176,25 @@ fn digests(data: &[u8]) -> Digests {
         .collect()
 }
 
-fn event(pcr: u32, text: &str, data: &[u8], optional: bool) -> ExpectedEvent {
-    ExpectedEvent {
-        pcr,
-        data: text.to_string(),
+/// The predicted record of one of our events, in our PCR `pcr` (the phase words in
+/// theirs): its text and the digests of what the init measures for it (`external`: the
+/// BOM's bytes, the command line's).
+fn expected(
+    m: &Measurement,
+    external: Option<&[u8]>,
+    pcr: u32,
+    optional: bool,
+) -> Result<ExpectedEvent, PredictError> {
+    let text = m.text();
+    let data = m
+        .digested(&text, external)
+        .ok_or_else(|| PredictError::Invalid(format!("{text}: its measured bytes are missing")))?;
+    Ok(ExpectedEvent {
+        pcr: m.pcr(pcr),
         digests: digests(data),
+        data: text,
         optional,
-    }
-}
-
-/// The text event the init makes (its digest is of the text itself).
-fn text_event(pcr: u32, text: &str, optional: bool) -> ExpectedEvent {
-    event(pcr, text, text.as_bytes(), optional)
+    })
 }
 
 fn read_required(tree: &dyn Tree, rel: &str, limit: u64) -> Result<Vec<u8>, PredictError> {
@@ -267,12 +274,16 @@ fn module_events(
                 why: e.to_string(),
             })?,
         };
-        let sha = crate::util::hex(&HashAlg::Sha256.digest(&image));
-        out.push(text_event(
+        let sha256 = crate::util::hex(&HashAlg::Sha256.digest(&image));
+        out.push(expected(
+            &Measurement::Module {
+                name: name.clone(),
+                sha256,
+            },
+            None,
             pcr,
-            &format!("module:{name} sha256:{sha}"),
             optional,
-        ));
+        )?);
         loaded.insert(name);
     }
     Ok(out)
@@ -301,26 +312,19 @@ fn replay(events: &[ExpectedEvent], pcr: u32) -> Result<Pcrs, PredictError> {
     Ok(out)
 }
 
-/// The events that end a boot with `decision`: the word into our PCR, then
-/// `leave-initrd` into PCR 11 when the boot goes on into the root.
-pub fn decision_events(decision: &str, pcr: u32) -> Vec<ExpectedEvent> {
-    let mut v = vec![text_event(pcr, &format!("decision:{decision}"), false)];
-    if matches!(decision, "pass" | "quarantine") {
-        v.push(text_event(PHASE_PCR, "leave-initrd", false));
-    }
-    v
+/// The events that end a boot with `decision` ([`Measurement::decision_events`]).
+pub fn decision_events(decision: Decision, pcr: u32) -> Result<Vec<ExpectedEvent>, PredictError> {
+    Measurement::decision_events(decision)
+        .iter()
+        .map(|m| expected(m, None, pcr, false))
+        .collect()
 }
 
 /// The command line the init gives slot `to`'s kernel on a kexec from a GRUB boot whose
 /// line was `from_line` (`stages::slot::kexec::same_line_for`: GRUB gives every slot the
 /// same line, so the init keeps it, naming the slot and dropping `BOOT_IMAGE=`).
-pub fn kexec_cmdline_grub(from_line: &str, to: &str) -> Option<String> {
-    let slot = match to {
-        "A" => crate::config::bom::SlotName::A,
-        "B" => crate::config::bom::SlotName::B,
-        _ => return None,
-    };
-    Some(crate::stages::slot::kexec::same_line_for(from_line, slot))
+pub fn kexec_cmdline_grub(from_line: &str, to: SlotName) -> String {
+    crate::stages::slot::kexec::same_line_for(from_line, to)
 }
 
 /// Predicts the measurements of a good boot of the image, per slot.
@@ -369,13 +373,12 @@ pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
                 "root hash {rh:?} is not hex"
             )));
         }
-        // The digest is of the hex text alone (what was signed), the data names it.
-        root_events.push(event(
+        root_events.push(expected(
+            &Measurement::VerityRootHash(rh),
+            None,
             pcr,
-            &format!("verity-root-hash:{rh}"),
-            rh.as_bytes(),
             false,
-        ));
+        )?);
     }
     // The root's drivers: optional (loaded only when there is a device for them).
     let root_names: Vec<String> = bom.modules.root.iter().map(|m| m.normalized()).collect();
@@ -397,11 +400,11 @@ pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
     if i.slots.is_empty() {
         return Err(PredictError::Invalid("no slot given".into()));
     }
-    let mut entries: Vec<(&SlotInput, &str, &str)> = Vec::new();
+    let mut entries: Vec<(&SlotInput, Entry, &str)> = Vec::new();
     for s in &i.slots {
-        entries.push((s, "boot-loader", &s.cmdline));
+        entries.push((s, Entry::BootLoader, &s.cmdline));
         if let Some(k) = &s.kexec_cmdline {
-            entries.push((s, "kexec", k));
+            entries.push((s, Entry::Kexec, k));
         }
     }
     let mut slots = Vec::new();
@@ -413,38 +416,41 @@ pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
             )));
         }
         let mut events = vec![
-            text_event(PHASE_PCR, "enter-initrd", false),
-            event(
+            expected(&Measurement::Phase(Phase::EnterInitrd), None, pcr, false)?,
+            expected(
+                &Measurement::Bom {
+                    image_id: bom.image_id.to_string(),
+                    sha256: loaded_bom.sha256.clone(),
+                },
+                Some(i.bom),
                 pcr,
-                &format!("bom:{} sha256:{}", bom.image_id, loaded_bom.sha256),
-                i.bom,
                 false,
-            ),
-            event(
+            )?,
+            expected(
+                &Measurement::Cmdline(cmdline.to_string()),
+                Some(cmdline.as_bytes()),
                 pcr,
-                &format!("cmdline:{cmdline}"),
-                cmdline.as_bytes(),
                 false,
-            ),
+            )?,
         ];
         events.extend(modules.iter().cloned());
         events.extend(root_events.iter().cloned());
         let mut pcrs = BTreeMap::new();
-        for d in ["pass", "quarantine"] {
+        for d in [Decision::Pass, Decision::Quarantine] {
             let mut all = events.clone();
-            all.extend(decision_events(d, pcr));
-            pcrs.insert(d.to_string(), replay(&all, pcr)?);
+            all.extend(decision_events(d, pcr)?);
+            pcrs.insert(d, replay(&all, pcr)?);
         }
         slots.push(SlotReference {
-            slot: s.slot.clone(),
-            entry: entry.to_string(),
+            slot: s.slot,
+            entry,
             cmdline: cmdline.to_string(),
             events,
             // The boot loader's files are read on its own entry only.
             files: s
                 .files
                 .iter()
-                .filter(|_| entry == "boot-loader")
+                .filter(|_| entry == Entry::BootLoader)
                 .map(|(p, path, bytes)| ExpectedFile {
                     pcr: *p,
                     path: path.clone(),

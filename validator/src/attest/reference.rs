@@ -11,6 +11,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::config::bom::SlotName;
+use crate::formats::tpm::measurement::{Decision, Measurement, MeasurementError};
+
 /// The schema name of the reference file.
 pub const SCHEMA: &str = "validator.reference/v1";
 
@@ -44,10 +47,10 @@ pub struct Reference {
 #[serde(deny_unknown_fields)]
 pub struct SlotReference {
     /// `A` or `B`.
-    pub slot: String,
+    pub slot: SlotName,
     /// How the slot's kernel was started: `boot-loader` (its boot entry) or `kexec` (by
     /// the init of the other slot, falling back; the command line is then the init's).
-    pub entry: String,
+    pub entry: Entry,
     /// The kernel command line, as `/proc/cmdline` shows it.
     pub cmdline: String,
     /// Our events before the decision, in order: `enter-initrd` (PCR 11), the BOM, the
@@ -59,8 +62,28 @@ pub struct SlotReference {
     /// initramfs), by path.
     pub files: Vec<ExpectedFile>,
     /// The values of PCR 11 and our PCR at the end of a boot of this slot that measured
-    /// every event above, per decision (`pass`, `quarantine`).
-    pub pcrs: BTreeMap<String, Pcrs>,
+    /// every event above, per decision (`pass`, `quarantine`), as the boot's quote signs
+    /// them (before the seal that follows the quote).
+    pub pcrs: BTreeMap<Decision, Pcrs>,
+}
+
+/// How a slot's kernel was started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum Entry {
+    /// By the boot loader, from the slot's own boot entry (the first boot in a log).
+    BootLoader,
+    /// By the other slot's init, falling back to this one (every later boot in a log).
+    Kexec,
+}
+
+impl Entry {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Entry::BootLoader => "boot-loader",
+            Entry::Kexec => "kexec",
+        }
+    }
 }
 
 /// One predicted event.
@@ -74,6 +97,13 @@ pub struct ExpectedEvent {
     pub digests: Digests,
     /// Whether a good boot may leave it out (a root driver without its device).
     pub optional: bool,
+}
+
+impl ExpectedEvent {
+    /// The event of ours it predicts (`ours`: the reference's PCR).
+    pub fn measurement(&self, ours: u32) -> Result<Measurement, MeasurementError> {
+        Measurement::parse(self.pcr, self.data.as_bytes(), ours)
+    }
 }
 
 /// One predicted boot-loader file measurement.
@@ -97,6 +127,13 @@ pub enum ReferenceError {
     },
     #[error("schema {0:?} is not {SCHEMA}")]
     Schema(String),
+    #[error("slot {slot} ({entry}), event {index}: {source}")]
+    Event {
+        slot: SlotName,
+        entry: &'static str,
+        index: usize,
+        source: MeasurementError,
+    },
 }
 
 impl Reference {
@@ -110,6 +147,17 @@ impl Reference {
         if r.schema != SCHEMA {
             return Err(ReferenceError::Schema(r.schema));
         }
+        // Every predicted event is one of ours, on its own PCR.
+        for s in &r.slots {
+            for (i, e) in s.events.iter().enumerate() {
+                e.measurement(r.pcr).map_err(|source| ReferenceError::Event {
+                    slot: s.slot,
+                    entry: s.entry.as_str(),
+                    index: i + 1,
+                    source,
+                })?;
+            }
+        }
         Ok(r)
     }
 
@@ -122,9 +170,11 @@ impl Reference {
         s
     }
 
-    /// The slot's prediction.
-    pub fn slot(&self, slot: &str) -> Option<&SlotReference> {
-        self.slots.iter().find(|s| s.slot == slot)
+    /// The slot's prediction for its boot loader's entry.
+    pub fn slot(&self, slot: SlotName) -> Option<&SlotReference> {
+        self.slots
+            .iter()
+            .find(|s| s.slot == slot && s.entry == Entry::BootLoader)
     }
 }
 

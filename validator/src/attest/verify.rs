@@ -1,42 +1,62 @@
 //! Verifying a node's boot: its report, the TPM quote in it, its event log, against the
 //! enrolled attestation key and the reference files of the images the fleet accepts.
 //!
+//! The verifier believes only what the TPM signed. The node's root can write the report,
+//! the log and its order, and can use the TPM (the AK needs no authorisation) to extend
+//! any PCR and quote any data; it cannot forge the TPM's signature or undo an extend.
+//!
 //! Contract ([`verify_report`]), each step refusing with its own [`VerifyError`]:
-//! 1. the report reads and carries a quote; the quote's AK is the enrolled one (same
-//!    public area);
+//! 1. the report reads (JSON with no key given twice) and carries a quote; the quote's AK
+//!    is the enrolled one (same public area);
 //! 2. the quote's signature verifies with that AK ([`crate::trust::quote`]), its magic
 //!    and type are a quote's, its qualifying data is the report's digest
-//!    ([`crate::report::json::quoted_digest_of`]): the report is the one the TPM signed;
-//! 3. the event log replays to the PCR values the quote signed (PCRs without events are
-//!    zero, as after a reset);
-//! 4. our events in the log (the EV_IPL records in PCR 11 and the reference's PCR), cut
-//!    into boots at each `enter-initrd` (the first started by the boot loader, each later
-//!    one by a kexec fallback, whose log is carried over), equal a reference slot entry's
-//!    prediction event for event - data and every digest the log holds - up to the
-//!    decision: a pass must have measured every event but the optional ones, a boot that
-//!    stopped short a part of them, in order; then `decision:<word>` and, when the boot
-//!    went on, `leave-initrd`, and nothing after; the first event that differs is named
-//!    with the expected and the actual text;
-//! 5. the boot loader's file events (PCR 9) naming the first boot's slot files have the
-//!    predicted digests;
-//! 6. policy: every boot but the last fell back (when the policy allows fallbacks), the
+//!    ([`crate::report::json::quoted_digest_of`]);
+//! 3. the log's last record is the boot's seal
+//!    ([`crate::formats::tpm::measurement::Seal`]), naming this quote (the SHA-256 of
+//!    its `TPMS_ATTEST`); the records before it replay to the PCR values the quote
+//!    signed (PCRs without events are zero, as after a reset): a quote made after the
+//!    seal, by anyone, shows the seal and cannot verify for any report;
+//! 4. the quote's selection covers, in every bank the log records, the pinned PCRs of the
+//!    plan (0-9, 14), PCR 11, our PCR and every PCR the references predict a file in: a
+//!    narrower quote is refused, naming what it leaves out;
+//! 5. every record on PCR 11 and on our PCR, whatever its type, is one of our events
+//!    ([`crate::formats::tpm::measurement::Measurement`]: `EV_IPL`, its text ours, on its
+//!    own PCR); events whose digest is of their own text carry exactly those digests;
+//! 6. our events, cut into boots at each `enter-initrd` (the first started by the boot
+//!    loader, each later one by a kexec fallback, whose log is carried over), equal a
+//!    reference slot entry's prediction event for event - the measurement and every
+//!    digest - up to the decision: a pass must have measured every event but the optional
+//!    ones, a boot that stopped short a part of them, in order; then the decision events
+//!    and the boot's seal, and nothing after; the first event that differs is named with
+//!    the expected and the actual text;
+//! 7. every file the reference predicts the boot loader measured for the first boot's
+//!    slot appears exactly once in its PCR with the predicted digest in every bank
+//!    (matched by PCR and digest, never by the text beside it);
+//! 8. policy: every boot but the last fell back (when the policy allows fallbacks), the
 //!    last one's decision is accepted, and the report says the same decision and image;
-//! 7. freshness: with the node's last accepted clock, the quote's reset count and clock
+//! 9. freshness: with the node's last accepted clock, the quote's reset count and clock
 //!    must be newer (a replayed quote is not).
 //!
-//! [`verify_quote`] does steps 2-3 alone for a challenge (`validator attest quote
-//! --nonce`): the qualifying data is the verifier's nonce.
+//! [`verify_quote`] does steps 2 and a whole-log replay alone for a challenge
+//! (`validator attest quote --nonce`): the qualifying data is the verifier's nonce.
 //!
-//! Current limits: the firmware's PCRs (0-7) are checked only as far as the log replays
-//! to them (they are not predicted; pin them per hardware model in the policy of the
-//! fleet); a legacy SHA-1 log proves the SHA-1 bank alone (the quote covers only the banks
-//! the log records).
+//! Current limits: the firmware's PCRs (0-8, 14) and PCR 9's events other than the
+//! predicted files (GRUB's configuration and environment) are checked only as far as the
+//! log replays to them (pin their values per hardware model in the fleet's policy); a
+//! legacy SHA-1 log proves the SHA-1 bank alone (the quote covers only the banks the log
+//! records); digests in banks this verifier does not know are not checked.
+
+use std::collections::BTreeSet;
 
 use base64::Engine as _;
 
-use super::reference::{ExpectedEvent, Reference, SlotReference};
-use crate::formats::tpm::attest::{pcr_digest, Attest, ClockInfo, Public, Signature};
-use crate::formats::tpm::eventlog::{Event, EventLog, EV_IPL};
+use super::reference::{Entry, ExpectedEvent, Reference, SlotReference};
+use crate::config::bom::SlotName;
+use crate::formats::tpm::attest::{format_selection, pcr_digest, Attest, ClockInfo, Public, Signature};
+use crate::formats::tpm::eventlog::{replay_events, Event, EventLog, EV_IPL, EV_NO_ACTION};
+use crate::formats::tpm::measurement::{
+    Decision, Measurement, Phase, Seal, PHASE_PCR, PINNED_PCRS,
+};
 use crate::formats::tpm::{HashAlg, PcrValues};
 use crate::trust::quote::{verify_signature, QuoteSigError};
 
@@ -44,7 +64,7 @@ use crate::trust::quote::{verify_signature, QuoteSigError};
 #[derive(Debug, Clone)]
 pub struct Policy {
     /// Decisions accepted for the boot the report is from (`pass`, `quarantine`).
-    pub accept: Vec<String>,
+    pub accept: Vec<Decision>,
     /// Whether boots before it in the same log may have fallen back.
     pub allow_fallback: bool,
     /// The node's last accepted quote: a newer one must follow it.
@@ -54,7 +74,7 @@ pub struct Policy {
 impl Default for Policy {
     fn default() -> Policy {
         Policy {
-            accept: vec!["pass".into()],
+            accept: vec![Decision::Pass],
             allow_fallback: true,
             last: None,
         }
@@ -65,8 +85,8 @@ impl Default for Policy {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Boot {
     pub image_id: String,
-    pub slot: String,
-    pub decision: String,
+    pub slot: SlotName,
+    pub decision: Decision,
 }
 
 /// A verified report.
@@ -78,15 +98,20 @@ pub struct Verified {
     pub boots: Vec<Boot>,
     /// The quote's clock and counters (keep them for the next freshness check).
     pub clock: ClockInfo,
-    /// The boot loader's file events checked (0 when the boot loader logs none).
+    /// The boot loader's file events checked (as many as the reference predicts).
     pub files_checked: usize,
 }
 
 /// Why a report or quote is refused.
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
+    /// The report is not a report (not JSON, a key twice, not the schema, an AK that does
+    /// not read): unusable evidence.
     #[error("report: {0}")]
     Report(String),
+    /// The report carries no quote (the reason it gives, if any).
+    #[error("report: {0}")]
+    NotQuoted(String),
     #[error("the report's AK (name {got}) is not the enrolled AK (name {want}): the quote is from another TPM")]
     AkMismatch { want: String, got: String },
     #[error("quote: {0}")]
@@ -107,6 +132,17 @@ pub enum VerifyError {
         want: String,
         got: String,
     },
+    #[error("the quote covers {quoted} but not {missing}: a report's quote must cover PCRs {need} in every bank the log records ({banks})")]
+    Selection {
+        quoted: String,
+        missing: String,
+        need: String,
+        banks: String,
+    },
+    #[error("the boot is not sealed to its quote: {0}")]
+    Seal(String),
+    #[error("event log record {index} (PCR {pcr}): {why}")]
+    NotOurs { index: usize, pcr: u32, why: String },
     #[error("image {0} is not in the accepted set")]
     NotAccepted(String),
     #[error("boot {boot}, event {index} of ours: expected {expected:?}, got {actual:?}")]
@@ -116,11 +152,13 @@ pub enum VerifyError {
         expected: String,
         actual: String,
     },
+    #[error("the boot loader's file {path} (PCR {pcr}): {why}")]
+    File { path: String, pcr: u32, why: String },
     #[error("boot {boot} of slot {slot} ended in decision {decision}, which the policy does not accept{}", if *.last { "" } else { " before the last boot" })]
     Decision {
         boot: usize,
-        slot: String,
-        decision: String,
+        slot: SlotName,
+        decision: Decision,
         last: bool,
     },
     #[error("the report says {field} {report:?}, the measured boot {measured:?}")]
@@ -144,17 +182,15 @@ fn b64(what: &str, s: &str) -> Result<Vec<u8>, VerifyError> {
         .map_err(|e| VerifyError::Report(format!("attestation.quote.{what} is not base64: {e}")))
 }
 
-/// Steps 2-3: the quote's signature by `ak`, its qualifying data equal to `qualifying`
-/// (`what` names it for the message), and, with a log, the log's replay equal to the
-/// quoted PCRs. Returns the parsed quote.
-pub fn verify_quote(
+/// The quote's signature by `ak` and its qualifying data equal to `qualifying` (`what`
+/// names it for the message). Returns the parsed quote and the signature's hash.
+fn signed_quote(
     ak: &Public,
     attest: &[u8],
     sig: &[u8],
     qualifying: &[u8],
     what: &'static str,
-    log: Option<&EventLog>,
-) -> Result<Attest, VerifyError> {
+) -> Result<(Attest, HashAlg), VerifyError> {
     let sig = Signature::parse(sig).map_err(|e| VerifyError::Malformed(e.to_string()))?;
     verify_signature(ak, attest, &sig)?;
     let a = Attest::parse(attest).map_err(|e| VerifyError::Malformed(e.to_string()))?;
@@ -165,68 +201,151 @@ pub fn verify_quote(
             got: crate::util::hex(&a.extra_data),
         });
     }
+    Ok((a, sig.hash()))
+}
+
+/// Whether `records` replay to the PCR values the quote signed.
+fn replays_to(a: &Attest, hash: HashAlg, records: &[Event]) -> Result<(), VerifyError> {
+    let mut values: PcrValues = replay_events(records);
+    for (bank, pcrs) in &a.pcr_select {
+        for p in pcrs {
+            values
+                .entry(*bank)
+                .or_default()
+                .entry(*p)
+                .or_insert_with(|| vec![0; bank.size()]);
+        }
+    }
+    let got = pcr_digest(hash, &a.pcr_select, &values).map_err(VerifyError::Log)?;
+    if got != a.pcr_digest {
+        return Err(VerifyError::PcrDigest {
+            pcrs: format_selection(&a.pcr_select),
+            want: crate::util::hex(&a.pcr_digest),
+            got: crate::util::hex(&got),
+        });
+    }
+    Ok(())
+}
+
+/// A challenge: the quote's signature by `ak`, its qualifying data equal to `qualifying`
+/// (`what` names it for the message), and, with a log, the whole log's replay equal to
+/// the quoted PCRs (the live PCRs, the seal included). Returns the parsed quote.
+pub fn verify_quote(
+    ak: &Public,
+    attest: &[u8],
+    sig: &[u8],
+    qualifying: &[u8],
+    what: &'static str,
+    log: Option<&EventLog>,
+) -> Result<Attest, VerifyError> {
+    let (a, hash) = signed_quote(ak, attest, sig, qualifying, what)?;
     if let Some(log) = log {
-        let mut values: PcrValues = log.replay();
-        for (bank, pcrs) in &a.pcr_select {
-            for p in pcrs {
-                values
-                    .entry(*bank)
-                    .or_default()
-                    .entry(*p)
-                    .or_insert_with(|| vec![0; bank.size()]);
-            }
-        }
-        let got = pcr_digest(sig.hash(), &a.pcr_select, &values).map_err(VerifyError::Log)?;
-        if got != a.pcr_digest {
-            return Err(VerifyError::PcrDigest {
-                pcrs: crate::formats::tpm::attest::format_selection(&a.pcr_select),
-                want: crate::util::hex(&a.pcr_digest),
-                got: crate::util::hex(&got),
-            });
-        }
+        replays_to(&a, hash, log.events())?;
     }
     Ok(a)
 }
 
-/// Our events in the log, cut into boots at each `enter-initrd`.
-fn boots(log: &EventLog, pcr: u32) -> Result<Vec<Vec<&Event>>, VerifyError> {
-    let mut out: Vec<Vec<&Event>> = Vec::new();
-    for e in log.events() {
-        if e.event_type != EV_IPL || !(e.pcr == crate::config::PHASE_PCR || e.pcr == pcr) {
+/// One record of ours: its index in the log (from 1), the record, what it measures.
+#[derive(Debug, Clone)]
+struct Ours<'a> {
+    index: usize,
+    record: &'a Event,
+    m: Measurement,
+}
+
+impl Ours<'_> {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.record.data).into_owned()
+    }
+}
+
+/// Step 5: every record on PCR 11 and `pcr`, whatever its type, read as one of ours.
+fn ours(records: &[Event], pcr: u32) -> Result<Vec<Ours<'_>>, VerifyError> {
+    let mut out = Vec::new();
+    for (i, e) in records.iter().enumerate() {
+        if e.pcr != PHASE_PCR && e.pcr != pcr {
             continue;
         }
-        if e.pcr == crate::config::PHASE_PCR && e.data == b"enter-initrd" {
-            out.push(Vec::new());
+        let not_ours = |why: String| VerifyError::NotOurs {
+            index: i + 1,
+            pcr: e.pcr,
+            why,
+        };
+        if e.event_type != EV_IPL {
+            return Err(not_ours(format!(
+                "{:?} has event type {:#x}; every record on PCRs {PHASE_PCR} and {pcr} is one of ours (EV_IPL)",
+                String::from_utf8_lossy(&e.data),
+                e.event_type
+            )));
         }
-        match out.last_mut() {
-            Some(b) => b.push(e),
-            None => {
-                return Err(VerifyError::Log(format!(
-                    "an event of ours ({:?}, PCR {}) before any enter-initrd",
-                    String::from_utf8_lossy(&e.data),
-                    e.pcr
-                )))
+        let m = Measurement::parse(e.pcr, &e.data, pcr).map_err(|err| not_ours(err.to_string()))?;
+        let text = m.text();
+        if let Some(data) = m.digested(&text, None) {
+            for (id, d) in &e.digests {
+                if let Some(h) = HashAlg::from_alg_id(*id) {
+                    if h.digest(data) != *d {
+                        return Err(not_ours(format!(
+                            "{text:?}: its {h} digest is not the digest of what it names"
+                        )));
+                    }
+                }
             }
         }
-    }
-    if out.is_empty() {
-        return Err(VerifyError::Log(
-            "no boot of ours in the log (no enter-initrd in PCR 11)".into(),
-        ));
+        out.push(Ours {
+            index: i + 1,
+            record: e,
+            m,
+        });
     }
     Ok(out)
 }
 
-fn text(e: &Event) -> String {
-    String::from_utf8_lossy(&e.data).into_owned()
+/// Our records cut into boots at each `enter-initrd`; each boot's seal taken off its end
+/// (every boot ends with one: the init seals before it falls back, hands over or stops).
+fn boots<'a, 'b>(ours: &'b [Ours<'a>]) -> Result<Vec<&'b [Ours<'a>]>, VerifyError> {
+    let mut starts = Vec::new();
+    for (k, o) in ours.iter().enumerate() {
+        if o.m == Measurement::Phase(Phase::EnterInitrd) {
+            starts.push(k);
+        } else if starts.is_empty() {
+            return Err(VerifyError::NotOurs {
+                index: o.index,
+                pcr: o.record.pcr,
+                why: format!("{:?} before any enter-initrd", o.text()),
+            });
+        }
+    }
+    if starts.is_empty() {
+        return Err(VerifyError::Log(format!(
+            "no boot of ours in the log (no enter-initrd in PCR {PHASE_PCR})"
+        )));
+    }
+    let mut out = Vec::new();
+    for (n, &from) in starts.iter().enumerate() {
+        let to = starts.get(n + 1).copied().unwrap_or(ours.len());
+        let boot = ours.get(from..to).unwrap_or_default();
+        match boot.split_last() {
+            Some((last, rest)) if matches!(last.m, Measurement::Seal(_)) => out.push(rest),
+            _ => {
+                return Err(VerifyError::Seal(format!(
+                    "boot {} of the log does not end with its seal",
+                    n + 1
+                )))
+            }
+        }
+    }
+    Ok(out)
 }
 
-/// Whether the log's event is the expected one: PCR, data and every digest it holds.
-fn same(a: &Event, x: &ExpectedEvent) -> bool {
-    a.pcr == x.pcr && a.data == x.data.as_bytes() && same_digests(a, &x.digests)
+/// Whether the log's record is the predicted event: measurement, PCR and every digest in
+/// a bank we know.
+fn same(a: &Ours<'_>, x: &ExpectedEvent, pcr: u32) -> bool {
+    a.record.pcr == x.pcr
+        && x.measurement(pcr).is_ok_and(|m| m == a.m)
+        && same_digests(a.record, &x.digests)
 }
 
-/// Whether every digest the log's event holds (in a bank we know) is the predicted one.
+/// Whether every digest the record holds (in a bank we know) is the predicted one.
 fn same_digests(a: &Event, want: &super::reference::Digests) -> bool {
     a.digests.iter().all(|(id, d)| {
         HashAlg::from_alg_id(*id).is_none_or(|h| {
@@ -237,16 +356,16 @@ fn same_digests(a: &Event, want: &super::reference::Digests) -> bool {
 }
 
 /// How far a boot's events follow a slot's prediction: `Ok(decision)` when all of
-/// them do, else the index of the first that does not, with the expected text. A boot
-/// that passed must have measured every event but the optional ones, in order; a boot
-/// that stopped short (any other decision) measured a part of them, in order (a stage
-/// that failed measures what it did, e.g. the modules that loaded).
-fn follow(boot: &[&Event], s: &SlotReference, pcr: u32) -> Result<String, (usize, String)> {
+/// them do, else the index (in the boot) of the first that does not, with the expected
+/// text. A boot that passed must have measured every event but the optional ones, in
+/// order; a boot that stopped short (any other decision) measured a part of them, in
+/// order (a stage that failed measures what it did, e.g. the modules that loaded).
+fn follow(boot: &[Ours<'_>], s: &SlotReference, pcr: u32) -> Result<Decision, (usize, String)> {
     let exp = &s.events;
-    let Some(dpos) = boot
-        .iter()
-        .position(|a| a.pcr == pcr && a.data.starts_with(b"decision:"))
-    else {
+    let Some((dpos, decision)) = boot.iter().enumerate().find_map(|(k, a)| match a.m {
+        Measurement::Decision(d) => Some((k, d)),
+        _ => None,
+    }) else {
         let want = exp
             .iter()
             .find(|x| !x.optional)
@@ -256,12 +375,7 @@ fn follow(boot: &[&Event], s: &SlotReference, pcr: u32) -> Result<String, (usize
             format!("{want} ... decision:<word> (the boot has no decision)"),
         ));
     };
-    let decision = boot
-        .get(dpos)
-        .and_then(|a| a.data.strip_prefix(b"decision:"))
-        .map(|w| String::from_utf8_lossy(w).into_owned())
-        .unwrap_or_default();
-    let strict = decision == "pass";
+    let strict = decision == Decision::Pass;
     let mut j = 0;
     for (k, a) in boot.iter().enumerate().take(dpos) {
         let from = j;
@@ -271,7 +385,7 @@ fn follow(boot: &[&Event], s: &SlotReference, pcr: u32) -> Result<String, (usize
                     let want = exp.get(from).map_or("decision:<word>", |x| x.data.as_str());
                     return Err((k, want.to_string()));
                 }
-                Some(x) if same(a, x) => {
+                Some(x) if same(a, x, pcr) => {
                     j += 1;
                     break;
                 }
@@ -286,19 +400,204 @@ fn follow(boot: &[&Event], s: &SlotReference, pcr: u32) -> Result<String, (usize
         }
     }
     let mut k = dpos;
-    for x in super::predict::decision_events(&decision, pcr) {
+    let ending = super::predict::decision_events(decision, pcr).map_err(|e| (k, e.to_string()))?;
+    for x in ending {
         match boot.get(k) {
-            Some(a) if same(a, &x) => k += 1,
+            Some(a) if same(a, &x, pcr) => k += 1,
             _ => return Err((k, x.data)),
         }
     }
     if boot.get(k).is_some() {
-        return Err((k, "the end of the boot".into()));
+        return Err((k, "the end of the boot (its seal)".into()));
     }
     Ok(decision)
 }
 
-/// Verifies a boot's report (steps 1-7 of the module doc).
+/// Step 1: the report's JSON (no key twice at any level) and its typed form.
+fn read_report(report_json: &[u8]) -> Result<(serde_json::Value, crate::report::Report), VerifyError> {
+    let v = crate::report::json::parse_value(report_json)
+        .map_err(|e| VerifyError::Report(format!("not JSON: {e}")))?;
+    let report: crate::report::Report = serde_json::from_value(v.clone())
+        .map_err(|e| VerifyError::Report(format!("not a report: {e}")))?;
+    Ok((v, report))
+}
+
+/// The one PCR the references measure into.
+fn reference_pcr(references: &[Reference]) -> Result<u32, VerifyError> {
+    let pcrs: BTreeSet<u32> = references.iter().map(|r| r.pcr).collect();
+    let mut it = pcrs.into_iter();
+    match (it.next(), it.next()) {
+        (Some(p), None) => Ok(p),
+        (None, _) => Err(VerifyError::NotAccepted("any (no reference given)".into())),
+        (Some(_), Some(_)) => Err(VerifyError::Report(
+            "the references measure into different PCRs".into(),
+        )),
+    }
+}
+
+/// Step 3: the log's last record is the seal naming this quote; returns the records
+/// before it (what the quote signed).
+fn sealed_prefix<'a>(log: &'a EventLog, attest: &[u8], pcr: u32) -> Result<&'a [Event], VerifyError> {
+    let Some((last, before)) = log.events().split_last() else {
+        return Err(VerifyError::Seal("the event log has no record".into()));
+    };
+    let seal = (last.pcr == pcr && last.event_type == EV_IPL)
+        .then(|| Measurement::parse(last.pcr, &last.data, pcr).ok())
+        .flatten();
+    let want = crate::trust::keys::sha256(attest);
+    match seal {
+        Some(Measurement::Seal(Seal::Quote(d))) if d == want => Ok(before),
+        Some(Measurement::Seal(s)) => Err(VerifyError::Seal(format!(
+            "the log's seal names {}, the report's quote is sha256:{}",
+            match s {
+                Seal::Quote(d) => format!("quote sha256:{}", crate::util::hex(&d)),
+                Seal::Unquoted => "no quote".into(),
+            },
+            crate::util::hex(&want)
+        ))),
+        _ => Err(VerifyError::Seal(format!(
+            "the log's last record ({:?} on PCR {}) is not the boot's seal: a log cut after the quote, or a quote the init did not make",
+            String::from_utf8_lossy(&last.data),
+            last.pcr
+        ))),
+    }
+}
+
+/// Step 4: the quote covers the PCRs a verdict rests on, in every bank the log records.
+fn check_selection(a: &Attest, log: &EventLog, references: &[Reference], pcr: u32) -> Result<(), VerifyError> {
+    let mut need: BTreeSet<u32> = PINNED_PCRS.iter().copied().collect();
+    need.extend([PHASE_PCR, pcr]);
+    need.extend(
+        references
+            .iter()
+            .flat_map(|r| r.slots.iter().flat_map(|s| s.files.iter().map(|f| f.pcr))),
+    );
+    let banks = log.spec_id().banks();
+    let mut missing = Vec::new();
+    for b in &banks {
+        let have: BTreeSet<u32> = a
+            .pcr_select
+            .iter()
+            .filter(|(qb, _)| qb == b)
+            .flat_map(|(_, p)| p.iter().copied())
+            .collect();
+        let lack: Vec<u32> = need.difference(&have).copied().collect();
+        if !lack.is_empty() {
+            missing.push((*b, lack));
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(VerifyError::Selection {
+        quoted: format_selection(&a.pcr_select),
+        missing: format_selection(&missing),
+        need: need.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
+        banks: banks.iter().map(|b| b.name()).collect::<Vec<_>>().join("+"),
+    })
+}
+
+/// Step 6 for one boot: the accepted reference entry it follows.
+fn judge_boot(
+    number: usize,
+    boot: &[Ours<'_>],
+    references: &[Reference],
+    pcr: u32,
+) -> Result<Boot, VerifyError> {
+    // Every boot but the first was started by kexec (the log is carried over only then);
+    // the first by the boot loader.
+    let entry = if number == 1 { Entry::BootLoader } else { Entry::Kexec };
+    let bom = boot.iter().find(|o| matches!(o.m, Measurement::Bom { .. }));
+    let candidates: Vec<(&Reference, &SlotReference)> = references
+        .iter()
+        .flat_map(|r| r.slots.iter().map(move |s| (r, s)))
+        .filter(|(_, s)| s.entry == entry)
+        .filter(|(_, s)| {
+            bom.is_some_and(|b| s.events.iter().any(|x| x.measurement(pcr).is_ok_and(|m| m == b.m)))
+        })
+        .collect();
+    if candidates.is_empty() {
+        return Err(VerifyError::NotAccepted(
+            bom.map_or_else(|| "without a BOM event".into(), Ours::text),
+        ));
+    }
+    let mut best: Option<(usize, String)> = None;
+    for (r, s) in &candidates {
+        match follow(boot, s, pcr) {
+            Ok(decision) => {
+                return Ok(Boot {
+                    image_id: r.image_id.clone(),
+                    slot: s.slot,
+                    decision,
+                })
+            }
+            Err((k, want)) => {
+                if best.as_ref().is_none_or(|(bk, _)| k > *bk) {
+                    best = Some((k, want));
+                }
+            }
+        }
+    }
+    let (k, expected) = best.unwrap_or((0, String::new()));
+    Err(VerifyError::Event {
+        boot: number,
+        index: k + 1,
+        expected,
+        actual: boot
+            .get(k)
+            .map_or("the end of the boot".into(), Ours::text),
+    })
+}
+
+/// Step 7: each predicted boot-loader file of the first boot's slot, exactly once.
+fn check_files(records: &[Event], slot: Option<&SlotReference>) -> Result<usize, VerifyError> {
+    let mut checked = 0;
+    for f in slot.map(|s| s.files.as_slice()).unwrap_or_default() {
+        let err = |why: String| VerifyError::File {
+            path: f.path.clone(),
+            pcr: f.pcr,
+            why,
+        };
+        let sha256 = f
+            .digests
+            .get(HashAlg::Sha256.name())
+            .or_else(|| f.digests.values().next())
+            .ok_or_else(|| err("the reference gives no digest".into()))?;
+        let mut found = 0;
+        for e in records
+            .iter()
+            .filter(|e| e.pcr == f.pcr && e.event_type != EV_NO_ACTION)
+        {
+            let matches_one = e
+                .digests
+                .iter()
+                .any(|(_, d)| sha256.eq_ignore_ascii_case(&crate::util::hex(d)))
+                || same_digests(e, &f.digests);
+            if !matches_one {
+                continue;
+            }
+            if !same_digests(e, &f.digests) {
+                return Err(err(format!(
+                    "a record ({:?}) has its digest in one bank and another in the next",
+                    String::from_utf8_lossy(&e.data)
+                )));
+            }
+            found += 1;
+        }
+        match found {
+            1 => checked += 1,
+            0 => {
+                return Err(err(
+                    "no record has the predicted digest: the boot loader read another file".into(),
+                ))
+            }
+            n => return Err(err(format!("{n} records have the predicted digest, one must"))),
+        }
+    }
+    Ok(checked)
+}
+
+/// Verifies a boot's report (steps 1-9 of the module doc).
 pub fn verify_report(
     ak: &Public,
     references: &[Reference],
@@ -306,21 +605,13 @@ pub fn verify_report(
     log_bytes: &[u8],
     policy: &Policy,
 ) -> Result<Verified, VerifyError> {
-    let v: serde_json::Value = serde_json::from_slice(report_json).map_err(|e| {
-        VerifyError::Report(format!(
-            "not JSON: line {} column {}: {e}",
-            e.line(),
-            e.column()
-        ))
-    })?;
-    let report: crate::report::Report =
-        serde_json::from_value(v.clone()).map_err(|e| VerifyError::Report(e.to_string()))?;
+    let (v, report) = read_report(report_json)?;
     let q = report
         .attestation
         .as_ref()
         .and_then(|a| a.quote.as_ref())
         .ok_or_else(|| {
-            VerifyError::Report(
+            VerifyError::NotQuoted(
                 match report.attestation.as_ref().and_then(|a| a.failure.clone()) {
                     Some(f) => format!("no quote: {f}"),
                     None => "no quote (attestation.quote is missing)".into(),
@@ -335,16 +626,19 @@ pub fn verify_report(
             got: crate::util::hex(&theirs.name()),
         });
     }
+    let pcr = reference_pcr(references)?;
     let log = EventLog::parse(log_bytes).map_err(|e| VerifyError::Log(e.to_string()))?;
-    let digest = crate::report::json::quoted_digest_of(&v);
-    let a = verify_quote(
+    let attest = b64("attest", &q.attest)?;
+    let (a, hash) = signed_quote(
         ak,
-        &b64("attest", &q.attest)?,
+        &attest,
         &b64("signature", &q.signature)?,
-        &digest,
+        &crate::report::json::quoted_digest_of(&v),
         "the report's digest: the report was changed after the boot, or the quote is another report's",
-        Some(&log),
     )?;
+    let quoted = sealed_prefix(&log, &attest, pcr)?;
+    replays_to(&a, hash, quoted)?;
+    check_selection(&a, &log, references, pcr)?;
     if let Some(last) = &policy.last {
         let newer = a.clock.reset_count > last.reset_count
             || (a.clock.reset_count == last.reset_count && a.clock.clock > last.clock);
@@ -357,76 +651,17 @@ pub fn verify_report(
             });
         }
     }
-    // Our events, boot by boot, against the accepted references.
-    let pcrs: std::collections::BTreeSet<u32> = references.iter().map(|r| r.pcr).collect();
-    let pcr = match pcrs.len() {
-        1 => pcrs.into_iter().next().unwrap_or(13),
-        0 => return Err(VerifyError::NotAccepted("any (no reference given)".into())),
-        _ => {
-            return Err(VerifyError::Report(
-                "the references measure into different PCRs".into(),
-            ))
-        }
-    };
-    let found = boots(&log, pcr)?;
+    let ours = ours(log.events(), pcr)?;
+    let found = boots(&ours)?;
     let mut out = Vec::new();
     for (n, boot) in found.iter().enumerate() {
-        // Every boot but the first was started by kexec (the log is carried over only
-        // then); the first by the boot loader.
-        let entry = if n == 0 { "boot-loader" } else { "kexec" };
         let number = n + 1;
-        let bom = boot
-            .iter()
-            .find(|e| e.pcr == pcr && e.data.starts_with(b"bom:"))
-            .map(|e| text(e));
-        let candidates: Vec<(&Reference, &SlotReference)> = references
-            .iter()
-            .flat_map(|r| r.slots.iter().map(move |s| (r, s)))
-            .filter(|(_, s)| s.entry == entry)
-            .filter(|(_, s)| {
-                bom.is_some() && s.events.iter().any(|x| Some(&x.data) == bom.as_ref())
-            })
-            .collect();
-        if candidates.is_empty() {
-            return Err(VerifyError::NotAccepted(
-                bom.unwrap_or_else(|| "without a BOM event".into()),
-            ));
-        }
-        let mut best: Option<(usize, String)> = None;
-        let mut matched = None;
-        for (r, s) in &candidates {
-            match follow(boot, s, pcr) {
-                Ok(d) => {
-                    matched = Some(Boot {
-                        image_id: r.image_id.clone(),
-                        slot: s.slot.clone(),
-                        decision: d,
-                    });
-                    break;
-                }
-                Err((k, want)) => {
-                    if best.as_ref().is_none_or(|(bk, _)| k > *bk) {
-                        best = Some((k, want));
-                    }
-                }
-            }
-        }
-        let Some(b) = matched else {
-            let (k, expected) = best.unwrap_or((0, String::new()));
-            return Err(VerifyError::Event {
-                boot: number,
-                index: k + 1,
-                expected,
-                actual: boot
-                    .get(k)
-                    .map_or("the end of the boot".into(), |e| text(e)),
-            });
-        };
+        let b = judge_boot(number, boot, references, pcr)?;
         let last = number == found.len();
         let ok = if last {
             policy.accept.contains(&b.decision)
         } else {
-            policy.allow_fallback && b.decision == "fallback"
+            policy.allow_fallback && b.decision == Decision::Fallback
         };
         if !ok {
             return Err(VerifyError::Decision {
@@ -442,11 +677,11 @@ pub fn verify_report(
         .last()
         .cloned()
         .ok_or_else(|| VerifyError::Log("no boot".into()))?;
-    if report.decision.as_str() != last.decision {
+    if report.decision != last.decision {
         return Err(VerifyError::Inconsistent {
             field: "decision",
             report: report.decision.as_str().into(),
-            measured: last.decision,
+            measured: last.decision.as_str().into(),
         });
     }
     if report.image_id.as_deref() != Some(last.image_id.as_str()) {
@@ -456,34 +691,13 @@ pub fn verify_report(
             measured: last.image_id,
         });
     }
-    // The boot loader's files for the first boot's slot.
-    let mut files_checked = 0;
-    if let Some(first) = out.first() {
-        let slot = references
+    let first = out.first().and_then(|b| {
+        references
             .iter()
-            .filter(|r| r.image_id == first.image_id)
-            .find_map(|r| r.slot(&first.slot));
-        for f in slot.map(|s| s.files.as_slice()).unwrap_or_default() {
-            for e in log.events().iter().filter(|e| e.pcr == f.pcr) {
-                let path = e.data.strip_suffix(b"\0").unwrap_or(&e.data);
-                if path != f.path.as_bytes() {
-                    continue;
-                }
-                if !same_digests(e, &f.digests) {
-                    return Err(VerifyError::Event {
-                        boot: 1,
-                        index: 0,
-                        expected: format!("{} with the predicted digest", f.path),
-                        actual: format!(
-                            "{} with another digest: the boot loader read another file",
-                            f.path
-                        ),
-                    });
-                }
-                files_checked += 1;
-            }
-        }
-    }
+            .filter(|r| r.image_id == b.image_id)
+            .find_map(|r| r.slot(b.slot))
+    });
+    let files_checked = check_files(quoted, first)?;
     Ok(Verified {
         ak_name: crate::util::hex(&ak.name()),
         boots: out,

@@ -8,8 +8,6 @@
 pub mod bom;
 pub mod cmdline;
 
-/// The PCR systemd-pcrphase uses for the boot phases (`enter-initrd`, `leave-initrd`).
-pub const PHASE_PCR: u32 = 11;
 
 /// Where mkinitramfs puts things inside the initramfs (relative paths): the contract
 /// between the image build and the init.

@@ -96,6 +96,85 @@ pub struct ParseError {
     pub source: serde_json::Error,
 }
 
+/// Reads JSON text as a value, refusing an object that gives a key twice at any level
+/// (serde_json keeps the last silently: `"decision":"stop"` then `"decision":"pass"`
+/// would read as a pass, while a typed read of the same text refuses it).
+pub fn parse_value(bytes: &[u8]) -> Result<serde_json::Value, ParseError> {
+    serde_json::from_slice::<Strict>(bytes)
+        .map(|s| s.0)
+        .map_err(|source| ParseError {
+            line: source.line(),
+            column: source.column(),
+            source,
+        })
+}
+
+/// A JSON value read with no key given twice in one object.
+struct Strict(serde_json::Value);
+
+impl<'de> serde::Deserialize<'de> for Strict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Strict, D::Error> {
+        d.deserialize_any(StrictVisitor).map(Strict)
+    }
+}
+
+struct StrictVisitor;
+
+impl<'de> serde::de::Visitor<'de> for StrictVisitor {
+    type Value = serde_json::Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, b: bool) -> Result<serde_json::Value, E> {
+        Ok(b.into())
+    }
+    fn visit_i64<E>(self, n: i64) -> Result<serde_json::Value, E> {
+        Ok(n.into())
+    }
+    fn visit_u64<E>(self, n: u64) -> Result<serde_json::Value, E> {
+        Ok(n.into())
+    }
+    fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<serde_json::Value, E> {
+        serde_json::Number::from_f64(n)
+            .map(serde_json::Value::Number)
+            .ok_or_else(|| E::custom("a number JSON cannot hold"))
+    }
+    fn visit_str<E>(self, s: &str) -> Result<serde_json::Value, E> {
+        Ok(s.into())
+    }
+    fn visit_string<E>(self, s: String) -> Result<serde_json::Value, E> {
+        Ok(s.into())
+    }
+    fn visit_unit<E>(self) -> Result<serde_json::Value, E> {
+        Ok(serde_json::Value::Null)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(
+        self,
+        mut seq: A,
+    ) -> Result<serde_json::Value, A::Error> {
+        let mut v = Vec::new();
+        while let Some(Strict(x)) = seq.next_element()? {
+            v.push(x);
+        }
+        Ok(serde_json::Value::Array(v))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> Result<serde_json::Value, A::Error> {
+        let mut m = serde_json::Map::new();
+        while let Some(k) = map.next_key::<String>()? {
+            if m.contains_key(&k) {
+                return Err(serde::de::Error::custom(format!("the key {k:?} is given twice")));
+            }
+            let Strict(v) = map.next_value()?;
+            m.insert(k, v);
+        }
+        Ok(serde_json::Value::Object(m))
+    }
+}
+
 /// Reads a report (v1 or v2) from JSON text.
 pub fn parse(text: &str) -> Result<Report, ParseError> {
     serde_json::from_str(text).map_err(|source| ParseError {
@@ -122,6 +201,22 @@ mod tests {
         );
         let e = parse("{\"schema\": 1}").unwrap_err().to_string();
         assert!(e.starts_with("line 1 column"), "{e}");
+    }
+
+    #[test]
+    fn a_key_given_twice_is_refused_at_any_level() {
+        let e = parse_value(br#"{"decision":"stop","n":1,"decision":"pass"}"#).unwrap_err();
+        assert!(e.to_string().contains("\"decision\" is given twice"), "{e}");
+        assert!(parse_value(br#"{"a":[{"x":1,"x":2}]}"#).is_err());
+        let v = parse_value(br#"{"a":[{"x":1,"y":-2.5,"z":null,"t":true}],"s":"\u00e9"}"#).unwrap();
+        assert_eq!(
+            v,
+            serde_json::from_str::<serde_json::Value>(
+                r#"{"a":[{"x":1,"y":-2.5,"z":null,"t":true}],"s":"\u00e9"}"#
+            )
+            .unwrap()
+        );
+        assert!(parse_value(b"").is_err() && parse_value(b"{").is_err());
     }
 
     #[test]

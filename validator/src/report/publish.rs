@@ -5,7 +5,10 @@
 //!    root ([`place`] says where that is before `switch_root`); a file that cannot be
 //!    written is a warning in the report, never a failed boot;
 //! 2. the quote of the finished report (`[measure] quote`: [`crate::runtime::attest`],
-//!    qualifying data [`json::quoted_digest`]) into its `attestation`;
+//!    qualifying data [`json::quoted_digest`]) into its `attestation`, then the seal
+//!    that closes the boot's measurements ([`crate::runtime::measure::Measurer::seal`]:
+//!    `sealed:<digest of the quote>` into our PCR, the logs in `/run` written again), so
+//!    no later quote can vouch for another report;
 //! 3. the JSON, by rename, to `/run/validator/report.json`, which the new root inherits,
 //!    and, when quoted, into the slot record (so the next boot and a verifier reading the
 //!    ESP get the quoted report);
@@ -131,6 +134,27 @@ fn attest(ctx: &mut Context, report: &mut Report) {
     report.attestation = Some(a);
 }
 
+/// Closes the boot's measurements after its quote (with or without one): nothing later
+/// can quote the PCR values the report's quote signed.
+fn close(ctx: &mut Context, report: &Report) {
+    let run = ctx.roots.run.clone();
+    let Some(m) = ctx.measurer.as_mut() else {
+        return;
+    };
+    if !m.ok() || m.is_sealed() {
+        return;
+    }
+    let attest = report
+        .attestation
+        .as_ref()
+        .and_then(|a| a.quote.as_ref())
+        .and_then(crate::runtime::attest::Quote::attest_bytes);
+    match m.seal(&run, attest.as_deref()) {
+        Ok(()) => log::info!("measurements sealed"),
+        Err(e) => log::warn!("the boot could not be sealed: {e}"),
+    }
+}
+
 /// The metrics and node-label files, for a boot that goes on.
 fn fleet_files(ctx: &Context, report: &mut Report) {
     let cfg = ctx
@@ -181,6 +205,7 @@ pub fn emit(ctx: &mut Context, report: &mut Report) {
     }
     seal(report, &ctx.roots.proc);
     attest(ctx, report);
+    close(ctx, report);
     let bytes = json::file_bytes(report);
     let path = ctx.roots.run.join(json::RUN_PATH);
     if let Err(e) = crate::util::fs::write_atomic(&path, &bytes) {

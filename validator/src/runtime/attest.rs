@@ -5,13 +5,14 @@
 //! Contract: [`quote`] sends three commands over the measurer's TPM -
 //! `TPM2_CreatePrimary` of the AK template under the endorsement hierarchy
 //! ([`crate::formats::tpm::attest::ak_template`]: the same key every boot, nothing
-//! stored), `TPM2_Quote` with the caller's qualifying data over PCRs 0-9 and the PCRs the
-//! measurer touched in every active bank its event log records (a legacy SHA-1 firmware
-//! log: the SHA-1 bank alone, the only one a verifier can replay) ([`FIRMWARE_PCRS`] adds shim's PCR 14), `TPM2_FlushContext` of the AK (also when the
-//! quote fails) - and returns what the report carries ([`Quote`]): the AK's public area
+//! stored), `TPM2_Quote` with the caller's qualifying data over the pinned PCRs of the
+//! PCR plan ([`PINNED_PCRS`]: 0-9 and shim's 14) and the PCRs the measurer touched, in
+//! every active bank its event log records (a legacy SHA-1 firmware log: the SHA-1 bank
+//! alone, the only one a verifier can replay), `TPM2_FlushContext` of the AK (also when
+//! the quote fails) - and returns what the report carries ([`Quote`]): the AK's public area
 //! and name, the `TPMS_ATTEST` and `TPMT_SIGNATURE` as tpm2-tools writes them (base64),
-//! the selection, the TPM's clock and reset counters. A TPM that failed before is not
-//! asked. Failures are returned as text for the report; they never change the decision
+//! the selection, the TPM's clock and reset counters. A TPM that failed before, or a
+//! boot already sealed ([`super::measure::Measurer::seal`]), is not asked. Failures are returned as text for the report; they never change the decision
 //! (it is measured before the quote).
 //!
 //! Current limits: the endorsement hierarchy must have no password (the TPM's default);
@@ -26,10 +27,7 @@ use super::measure::Measurer;
 use crate::formats::tpm::attest::{ak_template, format_selection, ClockInfo, KeyKind};
 use crate::sys::tpm::RH_ENDORSEMENT;
 
-/// The PCRs every quote covers besides those the boot extended: firmware, Secure Boot
-/// policy and boot loader (0-9), and shim's MOK lists (14: the keys a Secure Boot kernel
-/// trusts for modules besides its own and `db`'s).
-pub const FIRMWARE_PCRS: [u32; 11] = [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 14];
+use crate::formats::tpm::measurement::PINNED_PCRS;
 
 /// What the report says about the quote of this boot.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -67,19 +65,29 @@ fn b64(b: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(b)
 }
 
+impl Quote {
+    /// The `TPMS_ATTEST` bytes (`None` when `attest` is not base64).
+    pub fn attest_bytes(&self) -> Option<Vec<u8>> {
+        base64::engine::general_purpose::STANDARD
+            .decode(&self.attest)
+            .ok()
+    }
+}
+
 /// Quotes with `qualifying` data (at most 64 bytes) by the AK of `kind`.
 pub fn quote(m: &mut Measurer, kind: KeyKind, qualifying: &[u8]) -> Attestation {
     let mut out = Attestation::default();
     let Some((tpm, banks, touched)) = m.client() else {
         out.failure = Some(match &m.report.failure {
             Some(f) => format!("the TPM failed earlier: {f}"),
+            None if m.is_sealed() => "the boot was sealed after its quote".into(),
             None => "no TPM".into(),
         });
         return out;
     };
     let before = tpm.stats();
     let t0 = Instant::now();
-    let mut pcrs: Vec<u32> = FIRMWARE_PCRS
+    let mut pcrs: Vec<u32> = PINNED_PCRS
         .iter()
         .chain(touched.iter())
         .copied()

@@ -21,9 +21,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::PHASE_PCR;
 use crate::formats::tpm::cel::CelRecord;
 use crate::formats::tpm::eventlog::{Event, EventLog, EV_IPL};
+use crate::formats::tpm::measurement::{Measurement, Phase, Seal};
 use crate::formats::tpm::{HashAlg, TpmError};
 use crate::sys::tpm::{DeviceTransport, Tpm};
 
@@ -79,6 +79,9 @@ pub struct Measurer {
     log: Option<EventLog>,
     cel: Vec<u8>,
     touched: BTreeSet<u32>,
+    /// Whether the boot was sealed ([`Measurer::seal`]): nothing is measured or quoted
+    /// after it.
+    sealed: bool,
     pub report: TpmReport,
 }
 
@@ -101,6 +104,7 @@ impl Measurer {
             log: None,
             cel: Vec::new(),
             touched: BTreeSet::new(),
+            sealed: false,
             report: TpmReport {
                 required,
                 pcr,
@@ -188,7 +192,7 @@ impl Measurer {
     pub(crate) fn client(
         &mut self,
     ) -> Option<(&mut Tpm<DeviceTransport>, Vec<HashAlg>, &BTreeSet<u32>)> {
-        if self.report.failure.is_some() {
+        if self.report.failure.is_some() || self.sealed {
             return None;
         }
         let logged = self.log.as_ref().map(|l| l.spec_id().banks());
@@ -205,6 +209,29 @@ impl Measurer {
     /// Whether measuring works (a TPM answered and has not failed).
     pub fn ok(&self) -> bool {
         self.tpm.is_some() && self.report.failure.is_none()
+    }
+
+    /// Whether the boot was sealed.
+    pub fn is_sealed(&self) -> bool {
+        self.sealed
+    }
+
+    /// Measures one event of ours into its PCR ([`Measurement::pcr`] with the measurer's
+    /// PCR), its digests of the bytes [`Measurement::content`] names: `external` for the
+    /// BOM and the raw command line.
+    pub fn record(
+        &mut self,
+        event: &Measurement,
+        external: Option<&[u8]>,
+    ) -> Result<(), TpmFailure> {
+        let text = event.text();
+        let Some(data) = event.digested(&text, external) else {
+            return Err(TpmFailure::Recorded(format!(
+                "{text}: the bytes it measures were not given"
+            )));
+        };
+        let pcr = event.pcr(self.report.pcr);
+        self.measure(pcr, &text, data, event.cel_kind())
     }
 
     /// Extends `pcr` with the digests of `data` in every bank and logs the event with
@@ -225,6 +252,11 @@ impl Measurer {
         };
         if let Some(f) = &self.report.failure {
             return Err(TpmFailure::Recorded(f.clone()));
+        }
+        if self.sealed {
+            return Err(TpmFailure::Recorded(format!(
+                "measuring {description}: the boot was sealed after its quote"
+            )));
         }
         let mut algs: Vec<HashAlg> = self.banks.clone();
         if let Some(l) = &self.log {
@@ -285,8 +317,24 @@ impl Measurer {
     }
 
     /// A systemd-pcrphase phase word into PCR 11.
-    pub fn phase(&mut self, word: &str) -> Result<(), TpmFailure> {
-        self.measure(PHASE_PCR, word, word.as_bytes(), "phase")
+    pub fn phase(&mut self, phase: Phase) -> Result<(), TpmFailure> {
+        self.record(&Measurement::Phase(phase), None)
+    }
+
+    /// Closes the boot after its quote (`attest` = the `TPMS_ATTEST` the TPM signed, or
+    /// `None` when there is none): extends `sealed:...` into our PCR, so that any later
+    /// quote, by anyone, shows it and cannot vouch for the PCR values the boot's quote
+    /// signed, then writes both logs again under `run_root` with the seal as their last
+    /// record. Nothing is measured or quoted after it. Returns the failure, if any.
+    pub fn seal(&mut self, run_root: &Path, attest: Option<&[u8]>) -> Result<(), TpmFailure> {
+        let seal = match attest {
+            Some(a) => Seal::Quote(crate::trust::keys::sha256(a)),
+            None => Seal::Unquoted,
+        };
+        let r = self.record(&Measurement::Seal(seal), None);
+        self.sealed = true;
+        self.write_logs(run_root);
+        r
     }
 
     /// Reads back every PCR we touched and writes both logs under `run_root`. Call once,
@@ -312,6 +360,11 @@ impl Measurer {
             }
             note_stats(&mut self.report, tpm);
         }
+        self.write_logs(run_root);
+    }
+
+    /// Writes the binary log and the CEL-JSON log under `run_root` (each by rename).
+    fn write_logs(&mut self, run_root: &Path) {
         if let Some(l) = &self.log {
             if self.report.events > 0 {
                 let p: PathBuf = run_root.join(BINARY_LOG);
@@ -376,16 +429,15 @@ pub fn failed(
     }
 }
 
-/// Measures one event into the measurer's PCR (the BOM's `measure.pcr`, as opened). No
+/// Measures one event of ours ([`Measurer::record`]). No
 /// measurer, or one whose TPM already failed, measures nothing (the failure was already
 /// reported once). A failure now goes through [`failed`] with the policy the measurer was
 /// opened with.
 pub fn event(
     measurer: Option<&mut Measurer>,
     warnings: &mut Vec<String>,
-    description: &str,
-    data: &[u8],
-    kind: &str,
+    what: &Measurement,
+    external: Option<&[u8]>,
 ) -> Result<(), MeasureError> {
     let Some(m) = measurer else {
         return Ok(());
@@ -393,8 +445,8 @@ pub fn event(
     if !m.ok() {
         return Ok(());
     }
-    let (pcr, required) = (m.report.pcr, m.report.required);
-    match m.measure(pcr, description, data, kind) {
+    let required = m.report.required;
+    match m.record(what, external) {
         Ok(()) => Ok(()),
         Err(e) => failed(required, e, warnings),
     }
@@ -414,7 +466,13 @@ mod tests {
         assert!(warnings.is_empty());
         failed(false, TpmFailure::Recorded("gone".into()), &mut warnings).unwrap();
         assert_eq!(warnings, ["TPM (optional): gone"]);
-        event(None, &mut warnings, "x", b"x", "kind").unwrap();
+        event(
+            None,
+            &mut warnings,
+            &Measurement::Phase(Phase::EnterInitrd),
+            None,
+        )
+        .unwrap();
         assert_eq!(warnings.len(), 1);
     }
 }

@@ -25,6 +25,7 @@ use std::time::Duration;
 
 use super::{Context, Decision};
 use crate::config::bom::TpmPolicy;
+use crate::formats::tpm::measurement::{Measurement, Phase};
 use crate::runtime::measure::{self, MeasureError, Measurer, TpmFailure, EVENT_LOG_MAX};
 
 fn cfg(ctx: &Context) -> crate::config::bom::Measure {
@@ -88,14 +89,17 @@ pub fn run(ctx: &mut Context) -> Result<String, MeasureError> {
         return Ok("no TPM (optional)".into());
     }
     if let Some(m) = ctx.measurer.as_mut() {
-        if let Err(e) = m.phase("enter-initrd") {
+        if let Err(e) = m.phase(Phase::EnterInitrd) {
             tpm_failed(ctx, e)?;
         }
     }
     if let Some(b) = ctx.bom.as_ref() {
-        let description = format!("bom:{} sha256:{}", b.bom.image_id, b.sha256);
+        let event = Measurement::Bom {
+            image_id: b.bom.image_id.to_string(),
+            sha256: b.sha256.clone(),
+        };
         let bytes = b.bytes.clone();
-        ctx.measure(&description, &bytes, "validator-bom")?;
+        ctx.measure(&event, Some(&bytes))?;
     }
     let line = ctx.cmdline.clone();
     // The exact bytes, also when the text had to replace some.
@@ -103,7 +107,7 @@ pub fn run(ctx: &mut Context) -> Result<String, MeasureError> {
         .cmdline_raw
         .clone()
         .unwrap_or_else(|| line.as_bytes().to_vec());
-    ctx.measure(&format!("cmdline:{line}"), &bytes, "validator-cmdline")?;
+    ctx.measure(&Measurement::Cmdline(line), Some(&bytes))?;
     let r = ctx
         .measurer
         .as_ref()
@@ -121,14 +125,13 @@ pub fn run(ctx: &mut Context) -> Result<String, MeasureError> {
 /// The end of measuring, on every path: the decision word, `leave-initrd` when the boot
 /// goes on into the root, then the PCRs read back and both logs written under `/run`.
 pub fn finish(ctx: &mut Context, decision: Decision) -> Result<(), MeasureError> {
-    let word = format!("decision:{}", decision.as_str());
-    let mut result = ctx.measure(&word, word.as_bytes(), "validator-decision");
+    let mut result = ctx.measure(&Measurement::Decision(decision), None);
     if decision.hands_over() && result.is_ok() {
         if let Some(Err(e)) = ctx
             .measurer
             .as_mut()
             .filter(|m| m.ok())
-            .map(|m| m.phase("leave-initrd"))
+            .map(|m| m.phase(Phase::LeaveInitrd))
         {
             result = tpm_failed(ctx, e);
         }

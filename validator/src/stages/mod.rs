@@ -60,38 +60,8 @@ impl Fault {
     }
 }
 
-/// What the boot does next.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
-#[serde(rename_all = "lowercase")]
-pub enum Decision {
-    /// Hand over to the real root; the slot is good.
-    Pass,
-    /// Hand over, but the hardware is not what the BOM promises: the fleet drains the
-    /// node; the slot is not burned.
-    Quarantine,
-    /// The image is bad: demote this slot and boot the other one (kexec or reboot).
-    Fallback,
-    /// Stop in a safe state with the report on the console (no usable root, both slots
-    /// bad, the bound on failed boots reached, or a platform fault the policy stops on).
-    Stop,
-}
-
-impl Decision {
-    /// The word the report, the log and the measurement use.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Decision::Pass => "pass",
-            Decision::Quarantine => "quarantine",
-            Decision::Fallback => "fallback",
-            Decision::Stop => "stop",
-        }
-    }
-
-    /// Whether the boot goes on into the real root.
-    pub fn hands_over(self) -> bool {
-        matches!(self, Decision::Pass | Decision::Quarantine)
-    }
-}
+/// What the boot does next (one type with the measurement vocabulary's).
+pub use crate::formats::tpm::measurement::Decision;
 
 /// A stage error that knows its fault class.
 pub trait Classified: std::error::Error {
@@ -272,16 +242,14 @@ impl Context {
     /// warning in the facts.
     pub fn measure(
         &mut self,
-        description: &str,
-        data: &[u8],
-        kind: &str,
+        what: &crate::formats::tpm::measurement::Measurement,
+        external: Option<&[u8]>,
     ) -> Result<(), MeasureError> {
         crate::runtime::measure::event(
             self.measurer.as_mut(),
             &mut self.facts.warnings,
-            description,
-            data,
-            kind,
+            what,
+            external,
         )
     }
 

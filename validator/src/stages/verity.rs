@@ -499,9 +499,8 @@ pub fn run(ctx: &mut Context) -> Result<String, VerityError> {
     );
     ctx.facts.verity = Some(rep);
     ctx.measure(
-        &format!("verity-root-hash:{rh}"),
-        rh.as_bytes(),
-        "validator-verity",
+        &crate::formats::tpm::measurement::Measurement::VerityRootHash(rh),
+        None,
     )?;
     Ok(detail)
 }

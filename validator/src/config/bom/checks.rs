@@ -47,7 +47,7 @@ pub(super) fn check(bom: &Bom, lines: &KeyLines<'_>) -> Result<(), (usize, Strin
             ),
         ));
     }
-    if bom.measure.pcr > 23 || bom.measure.pcr == crate::config::PHASE_PCR {
+    if bom.measure.pcr > 23 || bom.measure.pcr == crate::formats::tpm::measurement::PHASE_PCR {
         return Err((
             lines.of(&["measure", "pcr"], None),
             format!(

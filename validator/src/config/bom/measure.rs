@@ -34,7 +34,7 @@ fn default_true() -> bool {
 }
 
 fn default_pcr() -> u32 {
-    13
+    crate::formats::tpm::measurement::DEFAULT_PCR
 }
 
 fn default_tpm_timeout() -> u64 {

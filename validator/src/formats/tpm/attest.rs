@@ -57,6 +57,7 @@ pub mod attr {
     pub const FIXED_PARENT: u32 = 1 << 4;
     pub const SENSITIVE_DATA_ORIGIN: u32 = 1 << 5;
     pub const USER_WITH_AUTH: u32 = 1 << 6;
+    pub const NO_DA: u32 = 1 << 10;
     pub const ADMIN_WITH_POLICY: u32 = 1 << 7;
     pub const RESTRICTED: u32 = 1 << 16;
     pub const DECRYPT: u32 = 1 << 17;
@@ -64,11 +65,14 @@ pub mod attr {
 }
 
 /// The attestation key's attributes: a TPM-bound restricted signing key (it signs only
-/// what the TPM itself produced, such as quotes).
+/// what the TPM itself produced, such as quotes), exempt from dictionary-attack lockout
+/// (`noDA`: its authorisation is empty, so a guess at it means nothing, and a TPM in
+/// lockout after someone else's failed guesses still quotes the boot).
 pub const AK_ATTRIBUTES: u32 = attr::FIXED_TPM
     | attr::FIXED_PARENT
     | attr::SENSITIVE_DATA_ORIGIN
     | attr::USER_WITH_AUTH
+    | attr::NO_DA
     | attr::RESTRICTED
     | attr::SIGN;
 

@@ -29,6 +29,8 @@ pub const EV_IPL: u32 = 0x0000_000D;
 const EV_EFI_HCRTM_EVENT: u32 = 0x8000_0010;
 
 const SPEC_ID_SIGNATURE: &[u8; 16] = b"Spec ID Event03\0";
+/// What every Spec ID event's signature starts with ("Spec ID Event00" of TPM 1.2 too).
+const SPEC_ID_PREFIX: &[u8] = b"Spec ID Event";
 const STARTUP_LOCALITY_SIGNATURE: &[u8; 16] = b"StartupLocality\0";
 /// Size of the `TCG_PCClientPCREvent` header (pcr, type, SHA-1 digest, size).
 const SHA1_EVENT_HEADER: usize = 4 + 4 + 20 + 4;
@@ -229,7 +231,16 @@ impl EventLog {
         let spec = parse_spec_id(&mut c)?;
         let mut events = Vec::new();
         while c.left() > 0 {
-            events.push(parse_event2(&mut c, &spec)?);
+            let at = c.pos;
+            let e = parse_event2(&mut c, &spec)?;
+            // A log has one header: a second one is another log appended to this one.
+            if e.event_type == EV_NO_ACTION && e.data.starts_with(SPEC_ID_PREFIX) {
+                return Err(EventLogError::Invalid {
+                    offset: at,
+                    why: "a second Spec ID event: one log holds one header".into(),
+                });
+            }
+            events.push(e);
         }
         Ok(EventLog {
             spec,
@@ -371,47 +382,53 @@ impl EventLog {
     /// cannot change what the TPM already holds). Digests of algorithms we do not support
     /// are skipped.
     pub fn replay(&self) -> PcrValues {
-        let mut values = PcrValues::new();
-        let mut hcrtm = false;
-        // Banks whose PCR 0 has been extended.
-        let mut extended0 = std::collections::BTreeSet::new();
-        for e in &self.events {
-            let locality = if e.event_type == EV_NO_ACTION && e.pcr == 0 && !hcrtm {
-                startup_locality(&e.data)
-            } else {
-                None
+        replay_events(&self.events)
+    }
+}
+
+/// [`EventLog::replay`] of these records (a log's first records: what the PCRs held when
+/// they had been extended).
+pub fn replay_events(events: &[Event]) -> PcrValues {
+    let mut values = PcrValues::new();
+    let mut hcrtm = false;
+    // Banks whose PCR 0 has been extended.
+    let mut extended0 = std::collections::BTreeSet::new();
+    for e in events {
+        let locality = if e.event_type == EV_NO_ACTION && e.pcr == 0 && !hcrtm {
+            startup_locality(&e.data)
+        } else {
+            None
+        };
+        if e.event_type == EV_EFI_HCRTM_EVENT && e.pcr == 0 {
+            hcrtm = true;
+        }
+        for (id, d) in &e.digests {
+            let Some(h) = HashAlg::from_alg_id(*id) else {
+                continue;
             };
-            if e.event_type == EV_EFI_HCRTM_EVENT && e.pcr == 0 {
-                hcrtm = true;
+            if d.len() != h.size() {
+                continue;
             }
-            for (id, d) in &e.digests {
-                let Some(h) = HashAlg::from_alg_id(*id) else {
-                    continue;
-                };
-                if d.len() != h.size() {
-                    continue;
+            let starting = e.pcr == 0 && !extended0.contains(&h);
+            let slot = pcr_slot(&mut values, h, e.pcr);
+            if starting && e.event_type == EV_EFI_HCRTM_EVENT {
+                if let Some(last) = slot.last_mut() {
+                    *last = 4;
                 }
-                let starting = e.pcr == 0 && !extended0.contains(&h);
-                let slot = pcr_slot(&mut values, h, e.pcr);
-                if starting && e.event_type == EV_EFI_HCRTM_EVENT {
-                    if let Some(last) = slot.last_mut() {
-                        *last = 4;
-                    }
-                } else if let Some(l) = locality.filter(|l| *l > 0 && starting) {
-                    if let Some(last) = slot.last_mut() {
-                        *last = l;
-                    }
+            } else if let Some(l) = locality.filter(|l| *l > 0 && starting) {
+                if let Some(last) = slot.last_mut() {
+                    *last = l;
                 }
-                if e.event_type != EV_NO_ACTION {
-                    replay_extend(&mut values, h, e.pcr, d);
-                    if e.pcr == 0 {
-                        extended0.insert(h);
-                    }
+            }
+            if e.event_type != EV_NO_ACTION {
+                replay_extend(&mut values, h, e.pcr, d);
+                if e.pcr == 0 {
+                    extended0.insert(h);
                 }
             }
         }
-        values
     }
+    values
 }
 
 /// The locality of a "StartupLocality" `EV_NO_ACTION` event's data.
@@ -569,11 +586,13 @@ fn parse_event2(c: &mut Cursor<'_>, spec: &SpecIdEvent) -> Result<Event, EventLo
     let event_type = c.u32("TCG_PCR_EVENT2 eventType")?;
     let count_at = c.pos;
     let count = c.u32("TCG_PCR_EVENT2 digest count")? as usize;
-    if count > spec.algorithms.len() {
+    // TCG PC Client PFP: every record carries one digest per bank of the Spec ID event; a
+    // record without one could be counted by a reader and skipped by the replay.
+    if count != spec.algorithms.len() {
         return Err(EventLogError::Invalid {
             offset: count_at,
             why: format!(
-                "{count} digests, the Spec ID event has {} algorithms",
+                "{count} digests, but the Spec ID event declares {} algorithms and every record carries one of each",
                 spec.algorithms.len()
             ),
         });

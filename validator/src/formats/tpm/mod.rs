@@ -29,6 +29,7 @@ use sha2::Digest;
 pub mod attest;
 pub mod cel;
 pub mod eventlog;
+pub mod measurement;
 pub mod wire;
 
 pub use wire::ResponseCode;

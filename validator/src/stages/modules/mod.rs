@@ -14,6 +14,7 @@
 use std::time::Instant;
 
 use super::{Classified, Context, Fault};
+use crate::formats::tpm::measurement::Measurement;
 use crate::gate::{self, Gate};
 use crate::runtime::measure::MeasureError;
 use crate::runtime::modload::{load_index, IndexLoadError, Loader, ModStatus, ModuleReport};
@@ -70,8 +71,7 @@ fn measure_loaded(ctx: &mut Context) -> Result<(), MeasureError> {
             what: format!("module {name}"),
             why: "the gate recorded no digest of the image the kernel was given".into(),
         })?;
-        let e = format!("module:{name} sha256:{sha}");
-        ctx.measure(&e, e.as_bytes(), "validator-module")?;
+        ctx.measure(&Measurement::Module { name, sha256: sha }, None)?;
     }
     Ok(())
 }

@@ -234,10 +234,13 @@ pub fn load_root_modules(ctx: &mut Context, bom: &Bom, report: &mut PreflightRep
     let mut measure_err = None;
     for r in results.iter().filter(|r| r.status == ModStatus::Loaded) {
         let e = match &r.sha256 {
-            Some(sha) => {
-                let text = format!("module:{} sha256:{sha}", r.name);
-                ctx.measure(&text, text.as_bytes(), "validator-module")
-            }
+            Some(sha) => ctx.measure(
+                &crate::formats::tpm::measurement::Measurement::Module {
+                    name: r.name.clone(),
+                    sha256: sha.clone(),
+                },
+                None,
+            ),
             None => Err(MeasureError::Unmeasurable {
                 what: format!("module {}", r.name),
                 why: "the gate recorded no digest".into(),

@@ -70,7 +70,8 @@ fn templates_parse_and_say_what_they_are() {
         let ak = Public::parse(&ak_template(kind)).unwrap();
         assert!(ak.is_attestation_key(), "{kind:?}");
         assert_eq!(ak.kind(), Some(kind));
-        assert_eq!(ak.attributes, 0x0005_0072);
+        // fixedTPM, fixedParent, sensitiveDataOrigin, userWithAuth, noDA, restricted, sign.
+        assert_eq!(ak.attributes, 0x0005_0472);
         assert_eq!(ak.scheme.hash, HashAlg::Sha256.alg_id());
         let ek = Public::parse(&ek_template(kind)).unwrap();
         assert!(!ek.is_attestation_key());

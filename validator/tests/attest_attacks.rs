@@ -1,0 +1,489 @@
+//! The verifier against root on the node: each attack an attacker with root after the
+//! handover can make (write the report, the log and its order; use the TPM, whose AK needs
+//! no authorisation, to extend any PCR and quote any data), built from the real `sb-node`
+//! boot of the fixture (`tests/fixtures/attest/`) and a swtpm extended as the boot the
+//! attacker had would have extended it, quoted and sealed as our init does. Each is
+//! refused, naming what differs; the honest boot replayed the same way verifies, and
+//! `tpm2_eventlog` replays every accepted log to the quoted values.
+//!
+//! Needs swtpm and tpm2-tools (scripts/provision installs them). Temporary files go under
+//! `target/test-tmp/`.
+#![expect(
+    clippy::unwrap_used,
+    clippy::indexing_slicing,
+    reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
+)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use base64::Engine as _;
+use common::swtpm::{have_tools, setup_state, Swtpm};
+use validator::attest::reference::Reference;
+use validator::attest::verify::{verify_report, Policy, VerifyError};
+use validator::formats::tpm::attest::{
+    ak_template, format_selection, parse_selection, KeyKind, Public,
+};
+use validator::formats::tpm::eventlog::{Event, EventLog, EV_EVENT_TAG, EV_IPL, EV_NO_ACTION};
+use validator::formats::tpm::measurement::{Measurement, Seal};
+use validator::formats::tpm::HashAlg;
+use validator::sys::tpm::{TcpTransport, Tpm, RH_ENDORSEMENT};
+
+/// What the init quotes: the pinned PCRs, 11 and 13, in both banks of the fixture's log.
+const INIT_SELECTION: &str =
+    "sha1:0,1,2,3,4,5,6,7,8,9,11,13,14+sha256:0,1,2,3,4,5,6,7,8,9,11,13,14";
+
+fn b64(b: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(b)
+}
+
+fn fixture_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/attest")
+}
+
+struct Fixture {
+    reference: Reference,
+    report: serde_json::Value,
+    log: EventLog,
+}
+
+fn fixture() -> Fixture {
+    let d = fixture_dir();
+    let read = |n: &str| std::fs::read(d.join(n)).unwrap();
+    Fixture {
+        reference: Reference::parse(&String::from_utf8(read("reference.json")).unwrap()).unwrap(),
+        report: serde_json::from_slice(&read("report.json")).unwrap(),
+        log: EventLog::parse(&read("tpm-eventlog.bin")).unwrap(),
+    }
+}
+
+/// The fixture's records before its seal: what the real boot had measured when its init
+/// quoted.
+fn before_seal(log: &EventLog) -> Vec<Event> {
+    let (last, rest) = log.events().split_last().unwrap();
+    assert!(
+        last.data.starts_with(b"sealed:"),
+        "the fixture's log ends with its seal"
+    );
+    rest.to_vec()
+}
+
+/// A TPM of our own, extended as a boot would extend it.
+struct Node {
+    _swtpm: Swtpm,
+    tpm: Tpm<TcpTransport>,
+    ak: Public,
+    dir: PathBuf,
+}
+
+impl Node {
+    fn new(name: &str) -> Node {
+        let dir = common::tmpdir(&format!("attest-attacks-{name}"));
+        setup_state(&dir, "sha1,sha256");
+        let swtpm = Swtpm::start(&dir, "not-need-init,startup-clear");
+        let mut tpm = swtpm.connect();
+        let ak = tpm
+            .create_primary(RH_ENDORSEMENT, &ak_template(KeyKind::EccP256))
+            .unwrap();
+        tpm.flush_context(ak.handle).unwrap();
+        Node {
+            _swtpm: swtpm,
+            tpm,
+            ak: ak.public,
+            dir,
+        }
+    }
+
+    /// Extends every record that a TPM extends (not `EV_NO_ACTION`) with its digests.
+    fn extend(&mut self, records: &[Event]) {
+        for e in records.iter().filter(|e| e.event_type != EV_NO_ACTION) {
+            let d: Vec<(HashAlg, Vec<u8>)> = e
+                .digests
+                .iter()
+                .filter_map(|(id, d)| HashAlg::from_alg_id(*id).map(|h| (h, d.clone())))
+                .collect();
+            self.tpm.pcr_extend(e.pcr, &d).unwrap();
+        }
+    }
+
+    /// `report` with a quote over `selection` whose qualifying data is the report's
+    /// digest (as the init makes it, or as `validator attest quote` would for root), and
+    /// the `TPMS_ATTEST` bytes.
+    fn quote(&mut self, report: &serde_json::Value, selection: &str) -> (Vec<u8>, Vec<u8>) {
+        let mut r = report.clone();
+        let digest = validator::report::json::quoted_digest_of(&r);
+        let key = self
+            .tpm
+            .create_primary(RH_ENDORSEMENT, &ak_template(KeyKind::EccP256))
+            .unwrap();
+        let sel = parse_selection(selection).unwrap();
+        let (attest, sig) = self.tpm.quote(key.handle, &digest, &sel).unwrap();
+        self.tpm.flush_context(key.handle).unwrap();
+        r["attestation"]["quote"] = serde_json::json!({
+            "ak": "ecc",
+            "ak_name": validator::util::hex(&key.public.name()),
+            "ak_public": b64(&key.public.to_2b()),
+            "pcrs": format_selection(&attest.pcr_select),
+            "attest": b64(&attest.bytes),
+            "signature": b64(&sig.to_bytes()),
+            "clock": attest.clock,
+        });
+        (serde_json::to_vec(&r).unwrap(), attest.bytes)
+    }
+
+    /// The seal the init extends after its quote, appended to `log` and extended.
+    fn seal(&mut self, log: &mut EventLog, attest: &[u8]) {
+        let m = Measurement::Seal(Seal::Quote(validator::trust::keys::sha256(attest)));
+        let d = log.measure(m.pcr(13), m.text().as_bytes()).unwrap();
+        self.tpm.pcr_extend(m.pcr(13), &d).unwrap();
+    }
+}
+
+/// A log with the fixture's Spec ID event and these records.
+fn log_of(template: &EventLog, records: &[Event]) -> EventLog {
+    let banks = template.spec_id().banks();
+    let mut l = EventLog::new(&banks);
+    for e in records {
+        l.append(e.clone()).unwrap();
+    }
+    l
+}
+
+/// A boot as our init ends it: `records` extended, the report quoted as the init
+/// quotes it, the seal extended and logged. Returns the node, the report, the log.
+fn booted(name: &str, f: &Fixture, records: &[Event]) -> (Node, Vec<u8>, EventLog) {
+    let mut node = Node::new(name);
+    node.extend(records);
+    let (report, attest) = node.quote(&f.report, INIT_SELECTION);
+    let mut log = log_of(&f.log, records);
+    node.seal(&mut log, &attest);
+    (node, report, log)
+}
+
+fn verify(node: &Node, f: &Fixture, report: &[u8], log: &[u8]) -> Result<(), VerifyError> {
+    verify_report(
+        &node.ak,
+        std::slice::from_ref(&f.reference),
+        report,
+        log,
+        &Policy::default(),
+    )
+    .map(|_| ())
+}
+
+/// The record whose data starts with `prefix`.
+fn position(records: &[Event], prefix: &str) -> usize {
+    records
+        .iter()
+        .position(|e| e.data.starts_with(prefix.as_bytes()))
+        .unwrap()
+}
+
+/// A record of ours with its real digests of `text`.
+fn ours(log: &EventLog, pcr: u32, text: &str) -> Event {
+    let mut l = log_of(log, &[]);
+    l.measure(pcr, text.as_bytes()).unwrap();
+    l.events()[0].clone()
+}
+
+/// `tpm2_eventlog` replays the accepted log to the values the TPM holds.
+fn tpm2_eventlog_agrees(node: &mut Node, log: &[u8]) {
+    let p = node.dir.join("accepted.bin");
+    std::fs::write(&p, log).unwrap();
+    let out = Command::new("tpm2_eventlog").arg(&p).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mine = log_of(&EventLog::parse(log).unwrap(), &[]).spec_id().banks();
+    for bank in mine {
+        for pcr in [0u32, 7, 9, 11, 13, 14] {
+            let live = node.tpm.pcr_read(pcr, &[bank]).unwrap();
+            let hex = validator::util::hex(&live[0].1);
+            let line = format!("{pcr:>2} : 0x{}", hex.to_uppercase());
+            assert!(
+                text.contains(&line),
+                "tpm2_eventlog {bank} PCR {pcr}: no `{line}` in\n{text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_real_boot_replayed_into_a_tpm_verifies_and_tpm2_eventlog_agrees() {
+    if !have_tools(&["tpm2_eventlog"]) {
+        return;
+    }
+    let f = fixture();
+    let (mut node, report, log) = booted("honest", &f, &before_seal(&f.log));
+    let bytes = log.to_bytes();
+    verify(&node, &f, &report, &bytes).unwrap_or_else(|e| panic!("{e}"));
+    tpm2_eventlog_agrees(&mut node, &bytes);
+}
+
+/// Attack 1: a boot with `init=/bin/sh` on its command line keeps its honest digests (the
+/// replay still equals the quote), retypes its real `cmdline:` event so an `EV_IPL`-only
+/// comparison skips it, and adds a copy of the good one without digests (or not
+/// extended): refused, the copy by the parser, the retyped event by its type.
+#[test]
+fn attack_1_a_retyped_event_and_a_digestless_copy_are_refused() {
+    have_tools(&[]);
+    let f = fixture();
+    let mut records = before_seal(&f.log);
+    let at = position(&records, "cmdline:");
+    let good = records[at].clone();
+    let bad_text = format!("{} init=/bin/sh", String::from_utf8_lossy(&good.data));
+    records[at] = ours(&f.log, 13, &bad_text);
+    let (node, report, log) = booted("attack-1", &f, &records);
+    // The honest log of that boot: refused for its command line.
+    match verify(&node, &f, &report, &log.to_bytes()) {
+        Err(VerifyError::Event { actual, .. }) => assert!(actual.ends_with("init=/bin/sh"), "{actual}"),
+        r => panic!("{r:?}"),
+    }
+    // The attacker's log: the real event retyped, a digest-less copy of the good one.
+    let mut forged = log.events().to_vec();
+    forged[at].event_type = EV_EVENT_TAG;
+    let mut copy = good.clone();
+    copy.digests.clear();
+    forged.insert(at + 1, copy);
+    let bytes = raw_log(&f.log, &forged);
+    match verify(&node, &f, &report, &bytes) {
+        Err(VerifyError::Log(why)) => assert!(why.contains("0 digests"), "{why}"),
+        r => panic!("{r:?}"),
+    }
+    // The copy with all its digests but not extended (EV_NO_ACTION): refused by its type.
+    let mut copy = good.clone();
+    copy.event_type = EV_NO_ACTION;
+    forged[at + 1] = copy;
+    let bytes = raw_log(&f.log, &forged);
+    match verify(&node, &f, &report, &bytes) {
+        Err(VerifyError::NotOurs { pcr: 13, why, .. }) => assert!(why.contains("event type 0x6"), "{why}"),
+        r => panic!("{r:?}"),
+    }
+    // The retyped event alone (no copy): still judged, by its type.
+    forged.remove(at + 1);
+    match verify(&node, &f, &report, &raw_log(&f.log, &forged)) {
+        Err(VerifyError::NotOurs { pcr: 13, why, .. }) => {
+            assert!(why.contains("init=/bin/sh"), "{why}")
+        }
+        r => panic!("{r:?}"),
+    }
+    // A digest for one bank only: refused by the parser.
+    let mut forged = log.events().to_vec();
+    forged[at].digests.truncate(1);
+    assert!(matches!(
+        verify(&node, &f, &report, &raw_log(&f.log, &forged)),
+        Err(VerifyError::Log(_))
+    ));
+}
+
+/// The log's bytes as given, records written as they are (also records `append` would
+/// refuse, such as one with too few digests).
+fn raw_log(template: &EventLog, records: &[Event]) -> Vec<u8> {
+    let mut v = log_of(template, &[]).to_bytes();
+    for e in records {
+        v.extend_from_slice(&e.pcr.to_le_bytes());
+        v.extend_from_slice(&e.event_type.to_le_bytes());
+        v.extend_from_slice(&u32::try_from(e.digests.len()).unwrap().to_le_bytes());
+        for (id, d) in &e.digests {
+            v.extend_from_slice(&id.to_le_bytes());
+            v.extend_from_slice(d);
+        }
+        v.extend_from_slice(&u32::try_from(e.data.len()).unwrap().to_le_bytes());
+        v.extend_from_slice(&e.data);
+    }
+    v
+}
+
+/// Attack 2: a quote over `sha256:23` alone, qualifying data the report's digest, the
+/// good boot's log beside it, while the TPM's PCRs hold a bad boot: refused for its
+/// selection, naming the PCRs it leaves out.
+#[test]
+fn attack_2_a_quote_that_leaves_pcrs_out_is_refused() {
+    have_tools(&[]);
+    let f = fixture();
+    let good = before_seal(&f.log);
+    let mut bad = good.clone();
+    let at = position(&bad, "cmdline:");
+    bad[at] = ours(
+        &f.log,
+        13,
+        &format!("{} init=/bin/sh", String::from_utf8_lossy(&bad[at].data)),
+    );
+    let mut node = Node::new("attack-2");
+    node.extend(&bad);
+    let (report, attest) = node.quote(&f.report, "sha256:23");
+    let mut log = log_of(&f.log, &good);
+    // The seal the attacker writes for this quote (PCR 13 is not quoted: no extend needed).
+    let m = Measurement::Seal(Seal::Quote(validator::trust::keys::sha256(&attest)));
+    log.measure(13, m.text().as_bytes()).unwrap();
+    match verify(&node, &f, &report, &log.to_bytes()) {
+        Err(VerifyError::Selection { missing, .. }) => {
+            assert_eq!(missing, "sha1:0,1,2,3,4,5,6,7,8,9,11,13,14+sha256:0,1,2,3,4,5,6,7,8,9,11,13,14")
+        }
+        r => panic!("{r:?}"),
+    }
+    // A quote of every PCR but 13 in one bank: still refused, naming that one.
+    let (report, attest) = node.quote(
+        &f.report,
+        "sha1:0,1,2,3,4,5,6,7,8,9,11,13,14+sha256:0,1,2,3,4,5,6,7,8,9,11,14",
+    );
+    let mut log = log_of(&f.log, &bad);
+    node.seal(&mut log, &attest);
+    match verify(&node, &f, &report, &log.to_bytes()) {
+        Err(VerifyError::Selection { missing, .. }) => assert_eq!(missing, "sha256:13"),
+        r => panic!("{r:?}"),
+    }
+}
+
+/// Attack 3: GRUB read another `/A/vmlinuz`; its PCR 9 event renamed (the path is not
+/// part of the digest) so a by-name check skips it: refused, the predicted kernel's digest
+/// is nowhere in PCR 9. And a predicted file measured twice, or whose record carries the
+/// predicted digest in one bank only: refused.
+#[test]
+fn attack_3_a_boot_loader_file_is_judged_by_its_digest() {
+    have_tools(&[]);
+    let f = fixture();
+    let good = before_seal(&f.log);
+    let at = good
+        .iter()
+        .position(|e| e.pcr == 9 && e.data == b"/A/vmlinuz\0")
+        .unwrap();
+    let mut bad = good.clone();
+    let mut other = ours(&f.log, 9, "another kernel");
+    other.event_type = bad[at].event_type;
+    other.data = b"/A/vmlinuz-renamed\0".to_vec();
+    bad[at] = other;
+    let (node, report, log) = booted("attack-3", &f, &bad);
+    match verify(&node, &f, &report, &log.to_bytes()) {
+        Err(VerifyError::File { path, why, .. }) => {
+            assert_eq!(path, "/A/vmlinuz");
+            assert!(why.contains("another file"), "{why}");
+        }
+        r => panic!("{r:?}"),
+    }
+    // The predicted kernel measured twice (another kernel after it, renamed to it).
+    let mut twice = good.clone();
+    twice.insert(at + 1, good[at].clone());
+    let (node, report, log) = booted("attack-3-twice", &f, &twice);
+    match verify(&node, &f, &report, &log.to_bytes()) {
+        Err(VerifyError::File { why, .. }) => assert!(why.contains("2 records"), "{why}"),
+        r => panic!("{r:?}"),
+    }
+    // The predicted SHA-256 digest, another SHA-1 one.
+    let mut mixed = good.clone();
+    mixed[at].digests[0].1[0] ^= 1;
+    let (node, report, log) = booted("attack-3-mixed", &f, &mixed);
+    match verify(&node, &f, &report, &log.to_bytes()) {
+        Err(VerifyError::File { why, .. }) => assert!(why.contains("one bank"), "{why}"),
+        r => panic!("{r:?}"),
+    }
+}
+
+/// Attack 4: a good boot, then root rewrites the report (8 GPUs everywhere, another
+/// serial) and quotes the new digest with the same AK over the same PCRs: the quote shows
+/// the seal the init extended after its own, so it cannot replay to the log before the
+/// seal, and the seal names the init's quote; cutting the seal off the log does not help.
+#[test]
+fn attack_4_a_rewritten_report_requoted_after_the_boot_is_refused() {
+    have_tools(&[]);
+    let f = fixture();
+    let (mut node, report, log) = booted("attack-4", &f, &before_seal(&f.log));
+    verify(&node, &f, &report, &log.to_bytes()).unwrap();
+    let mut rewritten: serde_json::Value = serde_json::from_slice(&report).unwrap();
+    rewritten["node"]["serial"] = "SERIAL-OF-A-GOOD-NODE".into();
+    rewritten["warnings"] = serde_json::json!([]);
+    let (requoted, attest) = node.quote(&rewritten, INIT_SELECTION);
+    // The log as the boot left it (sealed with the init's quote).
+    match verify(&node, &f, &requoted, &log.to_bytes()) {
+        Err(VerifyError::Seal(why)) => assert!(why.contains("names quote"), "{why}"),
+        r => panic!("{r:?}"),
+    }
+    // The log with the attacker's own seal in place of the init's: the quote came after
+    // the init's seal, so the records before the attacker's do not replay to it.
+    let mut forged = log.events().to_vec();
+    forged.pop();
+    let mut l = log_of(&f.log, &forged);
+    let m = Measurement::Seal(Seal::Quote(validator::trust::keys::sha256(&attest)));
+    l.measure(13, m.text().as_bytes()).unwrap();
+    assert!(matches!(
+        verify(&node, &f, &requoted, &l.to_bytes()),
+        Err(VerifyError::PcrDigest { .. })
+    ));
+    // The log cut between the quote and the seal.
+    let cut = log_of(&f.log, &forged);
+    match verify(&node, &f, &requoted, &cut.to_bytes()) {
+        Err(VerifyError::Seal(why)) => assert!(why.contains("not the boot's seal"), "{why}"),
+        r => panic!("{r:?}"),
+    }
+    // The original report, its log cut before the seal: refused the same way.
+    assert!(matches!(
+        verify(&node, &f, &report, &cut.to_bytes()),
+        Err(VerifyError::Seal(_))
+    ));
+}
+
+/// Variants an attacker tries next: a quote of the same boot's PCRs with another clock
+/// (another quote of the same values: its seal is not the log's); a second Spec ID
+/// header; a report giving a key twice; events moved across a PCR boundary.
+#[test]
+fn variants_are_refused() {
+    have_tools(&[]);
+    let f = fixture();
+    let records = before_seal(&f.log);
+    let (mut node, report, log) = booted("variants", &f, &records);
+    // A second TPM extended to the same pre-seal values and quoted: the same PCRs,
+    // another clock; the log's seal names the first quote.
+    let mut twin = Node::new("variants-twin");
+    twin.extend(&records);
+    let (other, _) = twin.quote(&f.report, INIT_SELECTION);
+    assert!(matches!(
+        verify(&twin, &f, &other, &log.to_bytes()),
+        Err(VerifyError::Seal(_))
+    ));
+    // A second Spec ID event (another log appended).
+    let mut two = log.to_bytes();
+    two.extend_from_slice(&log_of(&f.log, &[]).to_bytes());
+    match verify(&node, &f, &report, &two) {
+        Err(VerifyError::Log(why)) => assert!(why.contains("second Spec ID"), "{why}"),
+        r => panic!("{r:?}"),
+    }
+    // The report with `decision` given twice, "stop" first.
+    let text = String::from_utf8(report.clone()).unwrap();
+    let twice = text.replacen("{", "{\"decision\":\"stop\",", 1);
+    match verify(&node, &f, twice.as_bytes(), &log.to_bytes()) {
+        Err(VerifyError::Report(why)) => assert!(why.contains("given twice"), "{why}"),
+        r => panic!("{r:?}"),
+    }
+    // enter-initrd (PCR 11) moved after the BOM (PCR 13): the same replay, events of
+    // ours before any boot.
+    let mut moved = log.events().to_vec();
+    let e = position(&moved, "enter-initrd");
+    let b = position(&moved, "bom:");
+    moved.swap(e, b);
+    assert!(matches!(
+        verify(&node, &f, &report, &log_of(&f.log, &moved).to_bytes()),
+        Err(VerifyError::NotOurs { .. })
+    ));
+    // leave-initrd moved before the decision: refused at the decision.
+    let mut moved = log.events().to_vec();
+    let d = position(&moved, "decision:");
+    let l = position(&moved, "leave-initrd");
+    let leave = moved.remove(l);
+    moved.insert(d, leave);
+    assert!(matches!(
+        verify(&node, &f, &report, &log_of(&f.log, &moved).to_bytes()),
+        Err(VerifyError::Event { .. })
+    ));
+    // An event of ours added by root after the seal, extended: the seal is no longer last.
+    let mut late = log_of(&f.log, log.events());
+    let d = late.measure(13, b"decision:pass").unwrap();
+    node.tpm.pcr_extend(13, &d).unwrap();
+    assert!(matches!(
+        verify(&node, &f, &report, &late.to_bytes()),
+        Err(VerifyError::Seal(_))
+    ));
+    // And the honest log still verifies beside all of this.
+    verify(&node, &f, &report, &log.to_bytes()).unwrap();
+    let _ = EV_IPL;
+}
