@@ -89,7 +89,10 @@ fn check_agreement(name: Name, banks: &[&str]) -> qemu::vm::Outcome {
     // record, which the TPM holds as well.
     let parsed = validator::formats::tpm::eventlog::EventLog::parse(&log).unwrap();
     let (seal, quoted) = parsed.events().split_last().unwrap();
-    assert!(seal.data.starts_with(b"sealed:"), "the log ends with the seal");
+    assert!(
+        seal.data.starts_with(b"sealed:"),
+        "the log ends with the seal"
+    );
     let at_quote = validator::formats::tpm::eventlog::replay_events(quoted);
     for bank in banks {
         let touched = &el_view[*bank];

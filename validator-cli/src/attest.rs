@@ -17,10 +17,10 @@ use std::time::Duration;
 use validator::attest::predict::{self, DirTree, Inputs, MemTree, SlotInput};
 use validator::attest::reference::Reference;
 use validator::attest::verify::{self, Policy, VerifyError};
+use validator::config::bom::SlotName;
 use validator::formats::tpm::attest::{
     ak_template, format_selection, parse_selection, selected_values, KeyKind, Public,
 };
-use validator::config::bom::SlotName;
 use validator::formats::tpm::eventlog::EventLog;
 use validator::formats::tpm::PcrValues;
 use validator::sys::tpm::{DeviceTransport, TcpTransport, Tpm, Transport, RH_ENDORSEMENT};
@@ -272,10 +272,8 @@ fn predict_cmd(a: PredictArgs, out: &mut Out) -> Res {
     // GRUB: a slot reached by a kexec fallback gets the other slot's line, as the init
     // rewrites it.
     if !a.no_kexec {
-        let lines: Vec<(SlotName, String)> = slots
-            .iter()
-            .map(|s| (s.slot, s.cmdline.clone()))
-            .collect();
+        let lines: Vec<(SlotName, String)> =
+            slots.iter().map(|s| (s.slot, s.cmdline.clone())).collect();
         for s in &mut slots {
             if let Some((_, from)) = lines.iter().find(|(n, _)| *n != s.slot) {
                 s.kexec_cmdline = Some(predict::kexec_cmdline_grub(from, s.slot));
@@ -388,13 +386,15 @@ fn verify_report_files(
         allow_fallback: !a.no_fallback,
         last: a.after.as_deref().map(parse_after).transpose()?,
     };
-    Ok(match verify::verify_report(ak, &refs, &json, &log, &policy) {
-        // Not a report at all: unusable input, named.
-        Err(e @ VerifyError::Report(_)) => {
-            return Err(Usage(format!("{}: {e}", report.display())));
-        }
-        r => r.map(|v| serde_json::to_value(v).unwrap_or_default()),
-    })
+    Ok(
+        match verify::verify_report(ak, &refs, &json, &log, &policy) {
+            // Not a report at all: unusable input, named.
+            Err(e @ VerifyError::Report(_)) => {
+                return Err(Usage(format!("{}: {e}", report.display())));
+            }
+            r => r.map(|v| serde_json::to_value(v).unwrap_or_default()),
+        },
+    )
 }
 
 /// A challenge's verification (`--message --signature --nonce [--eventlog]`).

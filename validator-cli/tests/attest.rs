@@ -105,6 +105,90 @@ fn verify_exits_0_1_or_2_and_says_why() {
     }
     let out = verify(&fixture("report.json"), &["--after", "x"]);
     assert_eq!(out.status.code(), Some(2));
+    // The same exit status with --json, the answer on stdout too.
+    let out = verify(&empty, &["--json"]);
+    assert_eq!(out.status.code(), Some(2));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["verified"].as_bool(), v["unusable"].as_bool()),
+        (Some(false), Some(true))
+    );
+    assert!(v["reason"].as_str().unwrap().contains("empty.json"), "{v}");
+    // A key given twice ("stop" first): not a report, in either mode, named.
+    let twice = dir.join("twice.json");
+    std::fs::write(&twice, r.replacen('{', "{\"decision\":\"stop\",", 1)).unwrap();
+    for extra in [&[][..], &["--json"]] {
+        let out = verify(&twice, extra);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            all.contains("twice.json") && all.contains("given twice"),
+            "{all}"
+        );
+    }
+    // A truncated log: unusable (2), naming the log, in the report and challenge forms.
+    let log = std::fs::read(fixture("tpm-eventlog.bin")).unwrap();
+    let cut = dir.join("cut.bin");
+    std::fs::write(&cut, &log[..log.len() - 3]).unwrap();
+    let report = fixture("report.json");
+    let ak = fixture("ak.pub");
+    let reference = fixture("reference.json");
+    let os = |p: &Path| p.as_os_str().to_owned();
+    let base = |form: &[&std::ffi::OsStr]| {
+        let mut a: Vec<std::ffi::OsString> =
+            vec!["attest".into(), "verify".into(), "--ak".into(), os(&ak)];
+        a.extend(form.iter().map(|s| s.to_os_string()));
+        let a: Vec<&std::ffi::OsStr> = a.iter().map(|s| s.as_os_str()).collect();
+        validator(&a)
+    };
+    let out = base(&[
+        "--reference".as_ref(),
+        reference.as_os_str(),
+        "--report".as_ref(),
+        report.as_os_str(),
+        "--eventlog".as_ref(),
+        cut.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cut.bin"));
+    let out = base(&[
+        "--message".as_ref(),
+        report.as_os_str(),
+        "--signature".as_ref(),
+        report.as_os_str(),
+        "--nonce".as_ref(),
+        "00".as_ref(),
+        "--eventlog".as_ref(),
+        cut.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cut.bin"));
+    // The challenge form with an option of the report form: refused, not ignored.
+    for (opt, val) in [
+        ("--reference", reference.as_os_str()),
+        ("--accept", "quarantine".as_ref()),
+        ("--after", "1:2".as_ref()),
+    ] {
+        let out = base(&[
+            "--message".as_ref(),
+            report.as_os_str(),
+            "--signature".as_ref(),
+            report.as_os_str(),
+            "--nonce".as_ref(),
+            "00".as_ref(),
+            opt.as_ref(),
+            val,
+        ]);
+        assert_eq!(out.status.code(), Some(2), "{opt}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("cannot be used with"),
+            "{opt}"
+        );
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -193,14 +193,20 @@ fn tpm2_eventlog_agrees(node: &mut Node, log: &[u8]) {
     let p = node.dir.join("accepted.bin");
     std::fs::write(&p, log).unwrap();
     let out = Command::new("tpm2_eventlog").arg(&p).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let text = String::from_utf8_lossy(&out.stdout);
-    let mine = log_of(&EventLog::parse(log).unwrap(), &[]).spec_id().banks();
+    let mine = log_of(&EventLog::parse(log).unwrap(), &[])
+        .spec_id()
+        .banks();
     for bank in mine {
         for pcr in [0u32, 7, 9, 11, 13, 14] {
             let live = node.tpm.pcr_read(pcr, &[bank]).unwrap();
             let hex = validator::util::hex(&live[0].1);
-            let line = format!("{pcr:>2} : 0x{}", hex.to_uppercase());
+            let line = format!("{pcr:<2} : 0x{hex}");
             assert!(
                 text.contains(&line),
                 "tpm2_eventlog {bank} PCR {pcr}: no `{line}` in\n{text}"
@@ -237,7 +243,9 @@ fn attack_1_a_retyped_event_and_a_digestless_copy_are_refused() {
     let (node, report, log) = booted("attack-1", &f, &records);
     // The honest log of that boot: refused for its command line.
     match verify(&node, &f, &report, &log.to_bytes()) {
-        Err(VerifyError::Event { actual, .. }) => assert!(actual.ends_with("init=/bin/sh"), "{actual}"),
+        Err(VerifyError::Event { actual, .. }) => {
+            assert!(actual.ends_with("init=/bin/sh"), "{actual}")
+        }
         r => panic!("{r:?}"),
     }
     // The attacker's log: the real event retyped, a digest-less copy of the good one.
@@ -257,7 +265,9 @@ fn attack_1_a_retyped_event_and_a_digestless_copy_are_refused() {
     forged[at + 1] = copy;
     let bytes = raw_log(&f.log, &forged);
     match verify(&node, &f, &report, &bytes) {
-        Err(VerifyError::NotOurs { pcr: 13, why, .. }) => assert!(why.contains("event type 0x6"), "{why}"),
+        Err(VerifyError::NotOurs { pcr: 13, why, .. }) => {
+            assert!(why.contains("event type 0x6"), "{why}")
+        }
         r => panic!("{r:?}"),
     }
     // The retyped event alone (no copy): still judged, by its type.
@@ -319,7 +329,10 @@ fn attack_2_a_quote_that_leaves_pcrs_out_is_refused() {
     log.measure(13, m.text().as_bytes()).unwrap();
     match verify(&node, &f, &report, &log.to_bytes()) {
         Err(VerifyError::Selection { missing, .. }) => {
-            assert_eq!(missing, "sha1:0,1,2,3,4,5,6,7,8,9,11,13,14+sha256:0,1,2,3,4,5,6,7,8,9,11,13,14")
+            assert_eq!(
+                missing,
+                "sha1:0,1,2,3,4,5,6,7,8,9,11,13,14+sha256:0,1,2,3,4,5,6,7,8,9,11,13,14"
+            )
         }
         r => panic!("{r:?}"),
     }
@@ -441,10 +454,27 @@ fn variants_are_refused() {
         verify(&twin, &f, &other, &log.to_bytes()),
         Err(VerifyError::Seal(_))
     ));
-    // A second Spec ID event (another log appended).
+    // Another log appended whole: its header does not read as a record.
     let mut two = log.to_bytes();
     two.extend_from_slice(&log_of(&f.log, &[]).to_bytes());
-    match verify(&node, &f, &report, &two) {
+    assert!(matches!(
+        verify(&node, &f, &report, &two),
+        Err(VerifyError::Log(_))
+    ));
+    // A second Spec ID event written as a record (all its digests, not extended).
+    let header = log_of(&f.log, &[]).to_bytes();
+    let mut second = log.events()[0].clone();
+    second.pcr = 0;
+    second.event_type = EV_NO_ACTION;
+    second.digests = second
+        .digests
+        .iter()
+        .map(|(id, d)| (*id, vec![0; d.len()]))
+        .collect();
+    second.data = header[32..].to_vec();
+    let mut all = log.events().to_vec();
+    all.insert(all.len() - 1, second);
+    match verify(&node, &f, &report, &raw_log(&f.log, &all)) {
         Err(VerifyError::Log(why)) => assert!(why.contains("second Spec ID"), "{why}"),
         r => panic!("{r:?}"),
     }

@@ -28,9 +28,9 @@ use super::reference::{
     Digests, Entry, ExpectedEvent, ExpectedFile, Pcrs, Reference, SlotReference, SCHEMA,
 };
 use crate::config::bom::SlotName;
-use crate::formats::tpm::measurement::{Decision, Measurement, Phase, PHASE_PCR};
 use crate::formats::kmod::index::Index;
 use crate::formats::kmod::modinfo::{self, Compression};
+use crate::formats::tpm::measurement::{Decision, Measurement, Phase, PHASE_PCR};
 use crate::formats::tpm::HashAlg;
 use crate::gate::batch::MODULE_FILE_MAX;
 use crate::runtime::modload::{Loader, INDEX_FILE_MAX};

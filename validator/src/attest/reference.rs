@@ -150,12 +150,13 @@ impl Reference {
         // Every predicted event is one of ours, on its own PCR.
         for s in &r.slots {
             for (i, e) in s.events.iter().enumerate() {
-                e.measurement(r.pcr).map_err(|source| ReferenceError::Event {
-                    slot: s.slot,
-                    entry: s.entry.as_str(),
-                    index: i + 1,
-                    source,
-                })?;
+                e.measurement(r.pcr)
+                    .map_err(|source| ReferenceError::Event {
+                        slot: s.slot,
+                        entry: s.entry.as_str(),
+                        index: i + 1,
+                        source,
+                    })?;
             }
         }
         Ok(r)

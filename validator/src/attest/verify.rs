@@ -52,7 +52,9 @@ use base64::Engine as _;
 
 use super::reference::{Entry, ExpectedEvent, Reference, SlotReference};
 use crate::config::bom::SlotName;
-use crate::formats::tpm::attest::{format_selection, pcr_digest, Attest, ClockInfo, Public, Signature};
+use crate::formats::tpm::attest::{
+    format_selection, pcr_digest, Attest, ClockInfo, Public, Signature,
+};
 use crate::formats::tpm::eventlog::{replay_events, Event, EventLog, EV_IPL, EV_NO_ACTION};
 use crate::formats::tpm::measurement::{
     Decision, Measurement, Phase, Seal, PHASE_PCR, PINNED_PCRS,
@@ -414,7 +416,9 @@ fn follow(boot: &[Ours<'_>], s: &SlotReference, pcr: u32) -> Result<Decision, (u
 }
 
 /// Step 1: the report's JSON (no key twice at any level) and its typed form.
-fn read_report(report_json: &[u8]) -> Result<(serde_json::Value, crate::report::Report), VerifyError> {
+fn read_report(
+    report_json: &[u8],
+) -> Result<(serde_json::Value, crate::report::Report), VerifyError> {
     let v = crate::report::json::parse_value(report_json)
         .map_err(|e| VerifyError::Report(format!("not JSON: {e}")))?;
     let report: crate::report::Report = serde_json::from_value(v.clone())
@@ -437,7 +441,11 @@ fn reference_pcr(references: &[Reference]) -> Result<u32, VerifyError> {
 
 /// Step 3: the log's last record is the seal naming this quote; returns the records
 /// before it (what the quote signed).
-fn sealed_prefix<'a>(log: &'a EventLog, attest: &[u8], pcr: u32) -> Result<&'a [Event], VerifyError> {
+fn sealed_prefix<'a>(
+    log: &'a EventLog,
+    attest: &[u8],
+    pcr: u32,
+) -> Result<&'a [Event], VerifyError> {
     let Some((last, before)) = log.events().split_last() else {
         return Err(VerifyError::Seal("the event log has no record".into()));
     };
@@ -464,7 +472,12 @@ fn sealed_prefix<'a>(log: &'a EventLog, attest: &[u8], pcr: u32) -> Result<&'a [
 }
 
 /// Step 4: the quote covers the PCRs a verdict rests on, in every bank the log records.
-fn check_selection(a: &Attest, log: &EventLog, references: &[Reference], pcr: u32) -> Result<(), VerifyError> {
+fn check_selection(
+    a: &Attest,
+    log: &EventLog,
+    references: &[Reference],
+    pcr: u32,
+) -> Result<(), VerifyError> {
     let mut need: BTreeSet<u32> = PINNED_PCRS.iter().copied().collect();
     need.extend([PHASE_PCR, pcr]);
     need.extend(
@@ -492,7 +505,11 @@ fn check_selection(a: &Attest, log: &EventLog, references: &[Reference], pcr: u3
     Err(VerifyError::Selection {
         quoted: format_selection(&a.pcr_select),
         missing: format_selection(&missing),
-        need: need.iter().map(u32::to_string).collect::<Vec<_>>().join(","),
+        need: need
+            .iter()
+            .map(u32::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
         banks: banks.iter().map(|b| b.name()).collect::<Vec<_>>().join("+"),
     })
 }
@@ -506,14 +523,22 @@ fn judge_boot(
 ) -> Result<Boot, VerifyError> {
     // Every boot but the first was started by kexec (the log is carried over only then);
     // the first by the boot loader.
-    let entry = if number == 1 { Entry::BootLoader } else { Entry::Kexec };
+    let entry = if number == 1 {
+        Entry::BootLoader
+    } else {
+        Entry::Kexec
+    };
     let bom = boot.iter().find(|o| matches!(o.m, Measurement::Bom { .. }));
     let candidates: Vec<(&Reference, &SlotReference)> = references
         .iter()
         .flat_map(|r| r.slots.iter().map(move |s| (r, s)))
         .filter(|(_, s)| s.entry == entry)
         .filter(|(_, s)| {
-            bom.is_some_and(|b| s.events.iter().any(|x| x.measurement(pcr).is_ok_and(|m| m == b.m)))
+            bom.is_some_and(|b| {
+                s.events
+                    .iter()
+                    .any(|x| x.measurement(pcr).is_ok_and(|m| m == b.m))
+            })
         })
         .collect();
     if candidates.is_empty() {
@@ -543,9 +568,7 @@ fn judge_boot(
         boot: number,
         index: k + 1,
         expected,
-        actual: boot
-            .get(k)
-            .map_or("the end of the boot".into(), Ours::text),
+        actual: boot.get(k).map_or("the end of the boot".into(), Ours::text),
     })
 }
 
@@ -591,7 +614,11 @@ fn check_files(records: &[Event], slot: Option<&SlotReference>) -> Result<usize,
                     "no record has the predicted digest: the boot loader read another file".into(),
                 ))
             }
-            n => return Err(err(format!("{n} records have the predicted digest, one must"))),
+            n => {
+                return Err(err(format!(
+                    "{n} records have the predicted digest, one must"
+                )))
+            }
         }
     }
     Ok(checked)

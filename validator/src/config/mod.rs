@@ -8,7 +8,6 @@
 pub mod bom;
 pub mod cmdline;
 
-
 /// Where mkinitramfs puts things inside the initramfs (relative paths): the contract
 /// between the image build and the init.
 pub mod layout {

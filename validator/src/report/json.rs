@@ -166,7 +166,9 @@ impl<'de> serde::de::Visitor<'de> for StrictVisitor {
         let mut m = serde_json::Map::new();
         while let Some(k) = map.next_key::<String>()? {
             if m.contains_key(&k) {
-                return Err(serde::de::Error::custom(format!("the key {k:?} is given twice")));
+                return Err(serde::de::Error::custom(format!(
+                    "the key {k:?} is given twice"
+                )));
             }
             let Strict(v) = map.next_value()?;
             m.insert(k, v);

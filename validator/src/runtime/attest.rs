@@ -87,11 +87,7 @@ pub fn quote(m: &mut Measurer, kind: KeyKind, qualifying: &[u8]) -> Attestation 
     };
     let before = tpm.stats();
     let t0 = Instant::now();
-    let mut pcrs: Vec<u32> = PINNED_PCRS
-        .iter()
-        .chain(touched.iter())
-        .copied()
-        .collect();
+    let mut pcrs: Vec<u32> = PINNED_PCRS.iter().chain(touched.iter()).copied().collect();
     pcrs.sort_unstable();
     pcrs.dedup();
     let sel: Vec<_> = banks.iter().map(|b| (*b, pcrs.clone())).collect();

@@ -103,9 +103,8 @@ impl fmt::Display for Decision {
 impl std::str::FromStr for Decision {
     type Err = String;
     fn from_str(s: &str) -> Result<Decision, String> {
-        Decision::from_word(s).ok_or_else(|| {
-            format!("{s:?} is not a decision (pass, quarantine, fallback or stop)")
-        })
+        Decision::from_word(s)
+            .ok_or_else(|| format!("{s:?} is not a decision (pass, quarantine, fallback or stop)"))
     }
 }
 
@@ -139,11 +138,17 @@ pub enum Seal {
 pub enum Measurement {
     Phase(Phase),
     /// The BOM: its `image_id` and the SHA-256 of its bytes (lower-case hex).
-    Bom { image_id: String, sha256: String },
+    Bom {
+        image_id: String,
+        sha256: String,
+    },
     /// The kernel command line as text.
     Cmdline(String),
     /// A loaded module: its name and the SHA-256 of the image the kernel was given.
-    Module { name: String, sha256: String },
+    Module {
+        name: String,
+        sha256: String,
+    },
     /// The verity root hash, lower-case hex.
     VerityRootHash(String),
     Decision(Decision),
@@ -175,7 +180,8 @@ const SHA256_PREFIX: &str = "sha256:";
 fn is_hex(s: &str, len: Option<usize>) -> bool {
     !s.is_empty()
         && len.is_none_or(|l| s.len() == l)
-        && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 impl Measurement {
@@ -347,7 +353,11 @@ mod tests {
         for m in every_kind() {
             let t = m.text();
             let pcr = m.pcr(13);
-            assert_eq!(Measurement::parse(pcr, t.as_bytes(), 13), Ok(m.clone()), "{t}");
+            assert_eq!(
+                Measurement::parse(pcr, t.as_bytes(), 13),
+                Ok(m.clone()),
+                "{t}"
+            );
             let other = if pcr == 11 { 13 } else { 11 };
             assert!(
                 matches!(
@@ -402,7 +412,10 @@ mod tests {
         assert_eq!(m.digested(&m.text(), None), None);
         assert_eq!(m.digested(&m.text(), Some(b"a\xff")), Some(&b"a\xff"[..]));
         let m = Measurement::Decision(Decision::Stop);
-        assert_eq!(m.digested("decision:stop", None), Some(&b"decision:stop"[..]));
+        assert_eq!(
+            m.digested("decision:stop", None),
+            Some(&b"decision:stop"[..])
+        );
         for d in Decision::ALL {
             assert_eq!(d.as_str().parse::<Decision>(), Ok(d));
         }
