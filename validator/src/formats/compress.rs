@@ -154,17 +154,41 @@ pub fn xz_stream(input: &[u8], limit: usize) -> Result<Decoded, DecompressError>
     })
 }
 
+/// Reads everything `r` gives, at most `limit` bytes, in chunks. The buffer grows by
+/// doubling but never past `limit` (`read_to_end` would double a full 1 GiB buffer to
+/// 2 GiB to find out that a bomb goes on), so what a decompression holds is bounded by
+/// the limit it was given.
 fn read_limited<R: Read>(
-    r: R,
+    mut r: R,
     format: &'static str,
     limit: usize,
 ) -> Result<Vec<u8>, DecompressError> {
-    let mut out = Vec::new();
-    r.take((limit as u64).saturating_add(1))
-        .read_to_end(&mut out)
-        .map_err(|e| corrupt(format, e))?;
-    if out.len() > limit {
-        return Err(DecompressError::TooLarge { format, limit });
+    const CHUNK: usize = 64 << 10;
+    let mut out: Vec<u8> = Vec::new();
+    let mut chunk = vec![0u8; CHUNK];
+    loop {
+        let n = match r.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(corrupt(format, e)),
+        };
+        let len = out.len().saturating_add(n);
+        if len > limit {
+            return Err(DecompressError::TooLarge { format, limit });
+        }
+        if len > out.capacity() {
+            // `len <= limit`, so `want` is at least `len` and at most `limit`.
+            let want = out
+                .capacity()
+                .saturating_mul(2)
+                .max(CHUNK)
+                .min(limit)
+                .max(len);
+            out.try_reserve_exact(want - out.len())
+                .map_err(|e| corrupt(format, e))?;
+        }
+        out.extend_from_slice(chunk.get(..n).unwrap_or_default());
     }
     Ok(out)
 }
@@ -294,6 +318,28 @@ mod tests {
         let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         std::io::Write::write_all(&mut e, data).unwrap();
         e.finish().unwrap()
+    }
+
+    /// A bomb (1 MiB of zeros, a few KiB compressed) against limits around its size: the
+    /// buffer never holds more than the limit (`read_to_end` doubled a full buffer past
+    /// it before finding the stream went on), and the limit is exact.
+    #[test]
+    fn a_bomb_never_takes_more_than_its_limit() {
+        let n = 1 << 20;
+        let bomb = gz(&vec![0u8; n]);
+        assert!(bomb.len() < 8 << 10);
+        for limit in [n, n + 1, n + 100_000, 3 * n / 2] {
+            let d = gzip_member(&bomb, limit).unwrap();
+            assert_eq!(d.data.len(), n);
+            assert!(d.data.capacity() <= limit, "{limit}: {}", d.data.capacity());
+        }
+        for limit in [0, 1, 100, n - 1, n / 2 + 3] {
+            assert!(matches!(
+                gzip_member(&bomb, limit),
+                Err(DecompressError::TooLarge { .. })
+            ));
+        }
+        assert_eq!(gzip_member(&gz(b"abc"), 3).unwrap().data, b"abc");
     }
 
     /// A real zstd frame (libzstd), with or without its content checksum.
