@@ -535,3 +535,94 @@ fn a_legacy_sha1_log_proves_the_sha1_bank_alone() {
     assert!(matches!(e, VerifyError::PcrDigest { .. }), "{e}");
     tpm.flush_context(ak.handle).unwrap();
 }
+
+/// A TPM in dictionary-attack lockout (after failed guesses at another key's password)
+/// still quotes with our AK, which has `noDA`; the same AK without `noDA` is refused by
+/// the TPM (`TPM_RC_LOCKOUT`), which is why the template sets it.
+#[test]
+fn a_tpm_in_lockout_still_quotes_with_our_ak() {
+    if !have_tools(&[
+        "tpm2_dictionarylockout",
+        "tpm2_createprimary",
+        "tpm2_create",
+    ]) {
+        return;
+    }
+    let dir = work_dir("lockout");
+    let swtpm = fresh(&dir, false);
+    flushed(
+        &swtpm,
+        &dir,
+        &[
+            "tpm2_dictionarylockout",
+            "-s",
+            "-n",
+            "1",
+            "-t",
+            "600",
+            "-l",
+            "600",
+        ],
+    );
+    flushed(
+        &swtpm,
+        &dir,
+        &[
+            "tpm2_createprimary",
+            "-C",
+            "o",
+            "-c",
+            "p.ctx",
+            "-p",
+            "secret",
+        ],
+    );
+    // One wrong password for that key: the TPM locks out.
+    let out = tool(
+        &swtpm,
+        &dir,
+        &[
+            "tpm2_create",
+            "-C",
+            "p.ctx",
+            "-P",
+            "wrong",
+            "-u",
+            "k.pub",
+            "-r",
+            "k.priv",
+        ],
+    );
+    assert!(!out.status.success(), "a wrong password was taken");
+    ok(
+        &tool(&swtpm, &dir, &["tpm2_flushcontext", "-t"]),
+        "tpm2_flushcontext",
+    );
+    ok(
+        &tool(&swtpm, &dir, &["tpm2_flushcontext", "-s"]),
+        "tpm2_flushcontext",
+    );
+    let sel = parse_selection("sha256:0,13").unwrap();
+    let mut tpm = swtpm.connect();
+    // The AK without noDA: refused while the TPM is locked out.
+    let mut da = ak_template(KeyKind::EccP256);
+    let attrs = u32::from_be_bytes(da[4..8].try_into().unwrap());
+    assert_ne!(attrs & validator::formats::tpm::attest::attr::NO_DA, 0);
+    da[4..8]
+        .copy_from_slice(&(attrs & !validator::formats::tpm::attest::attr::NO_DA).to_be_bytes());
+    let key = tpm.create_primary(RH_ENDORSEMENT, &da).unwrap();
+    let e = tpm.quote(key.handle, b"nonce", &sel).unwrap_err();
+    tpm.flush_context(key.handle).unwrap();
+    assert_eq!(
+        e.response_code().map(|c| c.0 & 0xfff),
+        Some(0x921),
+        "TPM_RC_LOCKOUT expected: {e}"
+    );
+    // Ours: quotes.
+    let key = tpm
+        .create_primary(RH_ENDORSEMENT, &ak_template(KeyKind::EccP256))
+        .unwrap();
+    let (attest, sig) = tpm.quote(key.handle, b"nonce", &sel).unwrap();
+    tpm.flush_context(key.handle).unwrap();
+    verify_signature(&key.public, &attest.bytes, &sig).unwrap();
+}
