@@ -547,6 +547,8 @@ fn reference(
                 (file_pcr, format!("/{slot}/vmlinuz"), kernel.to_vec()),
                 (file_pcr, format!("/{slot}/initrd.img"), initrd.to_vec()),
             ],
+            // The ESP's configuration is the install's, not the slot's.
+            boot_loader_others: None,
         }],
     })
     .map_err(|e| SlotError::Input {

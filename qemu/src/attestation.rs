@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 use validator::attest::predict::{self, Inputs, MemTree, SlotInput};
 use validator::attest::reference::Reference;
 use validator::config::bom::SlotName;
+
+use crate::firmware::{GRUB_CFG_PATH, NODE_CFG_PATH};
 use validator::formats::tpm::attest::{ak_template, KeyKind, Public};
 use validator::sys::tpm::{TcpTransport, Tpm, RH_ENDORSEMENT};
 
@@ -195,6 +197,10 @@ pub fn image_inputs(
         .and_then(|l| l.strip_suffix('"'))
         .ok_or_else(|| HarnessError::Setup(format!("{}: no CMDLINE", node_cfg.display())))?;
     let kernel_bytes = std::fs::read(kernel).map_err(|e| HarnessError::io(kernel, e))?;
+    // The shipped grub.cfg, as the test bed installs it on every GRUB node's ESP.
+    let grub_cfg_path = crate::paths::workspace().join("examples/grub/grub.cfg");
+    let grub_cfg =
+        std::fs::read(&grub_cfg_path).map_err(|e| HarnessError::io(&grub_cfg_path, e))?;
     let line = |s: &str| format!("BOOT_IMAGE=/{s}/vmlinuz validator.slot={s} {extra}");
     let pcr = validator::formats::tpm::measurement::BOOT_LOADER_FILE_PCR;
     let slots = [SlotName::A, SlotName::B]
@@ -205,12 +211,16 @@ pub fn image_inputs(
             kexec_cmdline: Some(predict::kexec_cmdline_grub(&line(s.other().as_str()), s)),
             files: if s.as_str() == image {
                 vec![
+                    (pcr, GRUB_CFG_PATH.to_string(), grub_cfg.clone()),
+                    (pcr, NODE_CFG_PATH.to_string(), cfg.as_bytes().to_vec()),
                     (pcr, format!("/{s}/vmlinuz"), kernel_bytes.clone()),
                     (pcr, format!("/{s}/initrd.img"), initrd.clone()),
                 ]
             } else {
                 Vec::new()
             },
+            // GRUB's one record that follows the A/B state: the environment block.
+            boot_loader_others: Some(1),
         })
         .collect();
     Ok(ImageInputs {

@@ -267,6 +267,7 @@ fn predict_cmd(a: PredictArgs, out: &mut Out) -> Res {
             cmdline: cmdline.into(),
             kexec_cmdline: None,
             files: Vec::new(),
+            boot_loader_others: a.boot_loader_others,
         });
     }
     // GRUB: a slot reached by a kexec fallback gets the other slot's line, as the init

@@ -432,6 +432,11 @@ pub(crate) struct PredictArgs {
     /// Predict a BIOS boot (no efivarfs first).
     #[arg(long)]
     pub(crate) bios: bool,
+    /// At most how many records the boot loader makes in the --file PCRs besides the
+    /// predicted files (GRUB: 1, its environment block, when grub.cfg and node.cfg are
+    /// given as --file too); without it such records are not judged.
+    #[arg(long, value_name = "N")]
+    pub(crate) boot_loader_others: Option<u32>,
     /// Predict no kexec entries (by default each slot also gets the line the init gives
     /// it when the other slot falls back to it by kexec: the other slot's GRUB line with
     /// validator.slot= naming it and BOOT_IMAGE= dropped).

@@ -383,6 +383,45 @@ fn attack_3_a_boot_loader_file_is_judged_by_its_digest() {
         Err(VerifyError::File { why, .. }) => assert!(why.contains("2 records"), "{why}"),
         r => panic!("{r:?}"),
     }
+    // GRUB read another kernel and initramfs; root extended the predicted ones after the
+    // boot (each predicted file once): the boot loader's records beyond the predicted
+    // files are more than its environment block.
+    let mut appended = bad.clone();
+    let init_at = good
+        .iter()
+        .position(|e| e.pcr == 9 && e.data == b"/A/initrd.img\0")
+        .unwrap();
+    let mut other_initrd = ours(&f.log, 9, "another initramfs");
+    other_initrd.event_type = good[init_at].event_type;
+    other_initrd.data = good[init_at].data.clone();
+    appended[init_at] = other_initrd;
+    let first_ours = position(&appended, "enter-initrd");
+    appended.insert(first_ours, good[init_at].clone());
+    appended.insert(first_ours, good[at].clone());
+    let (node, report, log) = booted("attack-3-appended", &f, &appended);
+    match verify(&node, &f, &report, &log.to_bytes()) {
+        Err(VerifyError::BootLoaderOthers {
+            pcr: 9,
+            count: 3,
+            allowed: 1,
+            ..
+        }) => {}
+        r => panic!("{r:?}"),
+    }
+    // The same boot against a reference that does not bound the other records: what
+    // such a reference cannot tell (README: a fleet then pins PCR 9).
+    let mut loose = f.reference.clone();
+    for s in &mut loose.slots {
+        s.boot_loader_others = None;
+    }
+    assert!(verify_report(
+        &node.ak,
+        &[loose],
+        &report,
+        &log.to_bytes(),
+        &Policy::default()
+    )
+    .is_ok());
     // The predicted SHA-256 digest, another SHA-1 one.
     let mut mixed = good.clone();
     mixed[at].digests[0].1[0] ^= 1;

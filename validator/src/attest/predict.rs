@@ -120,8 +120,11 @@ pub struct SlotInput {
     /// to it by kexec (GRUB: [`kexec_cmdline_grub`]); `None`: no kexec entry predicted.
     pub kexec_cmdline: Option<String>,
     /// Files the boot loader measures (PCR, logged path, bytes): the slot's kernel and
-    /// initramfs for GRUB.
+    /// initramfs for GRUB, and its configuration files where the install gives them.
     pub files: Vec<(u32, String, Vec<u8>)>,
+    /// At most how many other records the boot loader makes in those PCRs (GRUB: 1, its
+    /// environment block); `None`: not judged.
+    pub boot_loader_others: Option<u32>,
 }
 
 /// What a prediction is made from.
@@ -457,6 +460,7 @@ pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
                     digests: digests(bytes),
                 })
                 .collect(),
+            boot_loader_others: s.boot_loader_others.filter(|_| entry == Entry::BootLoader),
             pcrs,
         });
     }

@@ -59,8 +59,13 @@ pub struct SlotReference {
     /// (`decision:<word>`) and, when the boot goes on, `leave-initrd` follow.
     pub events: Vec<ExpectedEvent>,
     /// Files the boot loader measures for this slot (GRUB: PCR 9, the kernel and the
-    /// initramfs), by path.
+    /// initramfs, and where the install gives them its configuration files), by path.
     pub files: Vec<ExpectedFile>,
+    /// At most how many records the boot loader makes in the files' PCRs besides the
+    /// predicted files (GRUB: 1, its environment block, whose content follows the A/B
+    /// state); absent: such records are replayed but not judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_loader_others: Option<u32>,
     /// The values of PCR 11 and our PCR at the end of a boot of this slot that measured
     /// every event above, per decision (`pass`, `quarantine`), as the boot's quote signs
     /// them (before the seal that follows the quote).

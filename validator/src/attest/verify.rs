@@ -31,7 +31,11 @@
 //!    the expected and the actual text;
 //! 7. every file the reference predicts the boot loader measured for the first boot's
 //!    slot appears exactly once in its PCR with the predicted digest in every bank
-//!    (matched by PCR and digest, never by the text beside it);
+//!    (matched by PCR and digest, never by the text beside it), and when the reference
+//!    bounds them (`boot_loader_others`), the boot loader's other records in those PCRs
+//!    are no more than that (GRUB: its environment block): a boot loader that read a
+//!    kernel or a configuration the image does not have is refused even when root
+//!    extended the predicted digests afterwards;
 //! 8. policy: every boot but the last fell back (when the policy allows fallbacks), the
 //!    last one's decision is accepted, and the report says the same decision and image;
 //! 9. freshness: with the node's last accepted clock, the quote's reset count and clock
@@ -40,9 +44,11 @@
 //! [`verify_quote`] does steps 2 and a whole-log replay alone for a challenge
 //! (`validator attest quote --nonce`): the qualifying data is the verifier's nonce.
 //!
-//! Current limits: the firmware's PCRs (0-8, 14) and PCR 9's events other than the
-//! predicted files (GRUB's configuration and environment) are checked only as far as the
-//! log replays to them (pin their values per hardware model in the fleet's policy); a
+//! Current limits: the firmware's PCRs (0-8, 14) are checked only as far as the log
+//! replays to them (pin their values per hardware model in the fleet's policy), and so
+//! is PCR 9 beyond the predicted files when the reference does not bound the boot
+//! loader's other records; the content of the one record it allows (GRUB's environment
+//! block) is not predicted; a
 //! legacy SHA-1 log proves the SHA-1 bank alone (the quote covers only the banks the log
 //! records); digests in banks this verifier does not know are not checked.
 
@@ -156,6 +162,13 @@ pub enum VerifyError {
     },
     #[error("the boot loader's file {path} (PCR {pcr}): {why}")]
     File { path: String, pcr: u32, why: String },
+    #[error("PCR {pcr} holds {count} records of the boot loader besides the predicted files, at most {allowed} may be ({records}): it read files the image does not have")]
+    BootLoaderOthers {
+        pcr: u32,
+        count: usize,
+        allowed: u32,
+        records: String,
+    },
     #[error("boot {boot} of slot {slot} ended in decision {decision}, which the policy does not accept{}", if *.last { "" } else { " before the last boot" })]
     Decision {
         boot: usize,
@@ -572,8 +585,45 @@ fn judge_boot(
     })
 }
 
-/// Step 7: each predicted boot-loader file of the first boot's slot, exactly once.
+/// Step 7: each predicted boot-loader file of the first boot's slot, exactly once; and,
+/// when the reference bounds them, the boot loader's other records in those PCRs.
 fn check_files(records: &[Event], slot: Option<&SlotReference>) -> Result<usize, VerifyError> {
+    let checked = check_predicted_files(records, slot)?;
+    let Some((s, allowed)) = slot.and_then(|s| s.boot_loader_others.map(|n| (s, n))) else {
+        return Ok(checked);
+    };
+    let pcrs: BTreeSet<u32> = s.files.iter().map(|f| f.pcr).collect();
+    for pcr in pcrs {
+        let others: Vec<&Event> = records
+            .iter()
+            .filter(|e| e.pcr == pcr && e.event_type != EV_NO_ACTION)
+            .filter(|e| {
+                !s.files
+                    .iter()
+                    .any(|f| f.pcr == pcr && same_digests(e, &f.digests))
+            })
+            .collect();
+        if others.len() > allowed as usize {
+            return Err(VerifyError::BootLoaderOthers {
+                pcr,
+                count: others.len(),
+                allowed,
+                records: others
+                    .iter()
+                    .map(|e| format!("{:?}", String::from_utf8_lossy(&e.data)))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+    }
+    Ok(checked)
+}
+
+/// Each predicted boot-loader file of the slot, exactly once, by PCR and digest.
+fn check_predicted_files(
+    records: &[Event],
+    slot: Option<&SlotReference>,
+) -> Result<usize, VerifyError> {
     let mut checked = 0;
     for f in slot.map(|s| s.files.as_slice()).unwrap_or_default() {
         let err = |why: String| VerifyError::File {
