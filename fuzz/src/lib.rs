@@ -94,6 +94,7 @@ pub const PARSERS: &[(&str, &str)] = &[
     ("tpm::attest", "tpm_attest"),
     ("tpm::cel", "cel"),
     ("tpm::eventlog", "eventlog"),
+    ("tpm::measurement", "eventlog"),
     ("tpm::wire", "tpm_response"),
     ("verity::sig", "verity_sig"),
     ("verity::superblock", "verity_superblock"),
@@ -607,7 +608,8 @@ pub fn tpm_response(data: &[u8]) {
 }
 
 /// The TCG crypto-agile binary event log: parse, replay, and the log written back parses
-/// to the same log and replays to the same values.
+/// to the same log and replays to the same values; every record read as one of our events
+/// (`formats::tpm::measurement`) renders back to its bytes.
 pub fn eventlog(data: &[u8]) {
     use formats::tpm::eventlog::EventLog;
     let Ok(log) = EventLog::parse(data) else {
@@ -618,6 +620,14 @@ pub fn eventlog(data: &[u8]) {
         .unwrap_or_else(|e| panic!("a parsed event log written back does not parse: {e}"));
     assert_eq!(again, log, "event log changed through to_bytes");
     assert_eq!(again.replay(), values);
+    // Every record read as one of our events, as the verifier reads them: what reads
+    // renders back to the same bytes and belongs on the PCR it was on.
+    for e in log.events() {
+        if let Ok(m) = formats::tpm::measurement::Measurement::parse(e.pcr, &e.data, 13) {
+            assert_eq!(m.text().as_bytes(), &e.data[..], "{m:?}");
+            assert_eq!(m.pcr(13), e.pcr, "{m:?}");
+        }
+    }
 }
 
 /// systemd's CEL-JSON log: parse, replay, and the records written back parse the same.
