@@ -2,7 +2,11 @@
 //! by every stage that measures (modules, verity, preflight's root modules), then finished
 //! by the `measure` stage at the end.
 //!
-//! Contract: every measurement is one `TPM2_PCR_Extend` carrying all active banks. The
+//! Contract: every measurement is one `TPM2_PCR_Extend` carrying all active banks, of an
+//! event of the one vocabulary ([`Measurer::record`],
+//! [`crate::formats::tpm::measurement::Measurement`]). The last is the seal
+//! ([`Measurer::seal`], after the boot's quote): nothing is measured or quoted after it,
+//! and the logs are written again with it as their last record. The
 //! firmware's binary log (`<securityfs>/tpm0/binary_bios_measurements`), or the log a boot
 //! that fell back by kexec carried over, is continued with our records (`EV_IPL`, one
 //! digest per bank of its Spec ID event); the same events go to systemd's CEL-JSON log.

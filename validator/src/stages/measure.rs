@@ -8,7 +8,9 @@
 //! - the BOM's `measure.pcr` (default 13): the BOM file, the kernel command line, every
 //!   loaded module (in plan order, after loading: the text `module:<name> sha256:<digest
 //!   of the image the kernel got>`), the verity root hash (its hex text, as signed) and
-//!   the boot decision (`decision:pass` / `decision:stop`).
+//!   the boot decision (`decision:pass` / `decision:stop`); after the report's quote,
+//!   `report::publish` has the measurer seal the boot (`sealed:sha256:<quote digest>`).
+//!   Every text comes from `formats::tpm::measurement`.
 //!
 //! Every measurement is one `TPM2_PCR_Extend` carrying all active banks. The firmware's
 //! binary log (`<securityfs>/tpm0/binary_bios_measurements`) is copied and our records
