@@ -338,7 +338,9 @@ fn boots<'a, 'b>(ours: &'b [Ours<'a>]) -> Result<Vec<&'b [Ours<'a>]>, VerifyErro
     let mut out = Vec::new();
     for (n, &from) in starts.iter().enumerate() {
         let to = starts.get(n + 1).copied().unwrap_or(ours.len());
-        let boot = ours.get(from..to).unwrap_or_default();
+        let boot = ours
+            .get(from..to)
+            .ok_or_else(|| VerifyError::Log(format!("boot {} has no events", n + 1)))?;
         match boot.split_last() {
             Some((last, rest)) if matches!(last.m, Measurement::Seal(_)) => out.push(rest),
             _ => {
@@ -530,12 +532,12 @@ fn check_selection(
 }
 
 /// Step 6 for one boot: the accepted reference entry it follows.
-fn judge_boot(
+fn judge_boot<'r>(
     number: usize,
     boot: &[Ours<'_>],
-    references: &[Reference],
+    references: &'r [Reference],
     pcr: u32,
-) -> Result<Boot, VerifyError> {
+) -> Result<(Boot, &'r SlotReference), VerifyError> {
     // Every boot but the first was started by kexec (the log is carried over only then);
     // the first by the boot loader.
     let entry = if number == 1 {
@@ -561,11 +563,14 @@ fn judge_boot(
     for (r, s) in &candidates {
         match follow(boot, s, pcr) {
             Ok(decision) => {
-                return Ok(Boot {
-                    image_id: r.image_id.clone(),
-                    slot: s.slot,
-                    decision,
-                })
+                return Ok((
+                    Boot {
+                        image_id: r.image_id.clone(),
+                        slot: s.slot,
+                        decision,
+                    },
+                    s,
+                ))
             }
             Err((k, want)) => {
                 if best.as_ref().is_none_or(|(bk, _)| k > *bk) {
@@ -585,9 +590,9 @@ fn judge_boot(
 
 /// Step 7: each predicted boot-loader file of the first boot's slot, exactly once; and,
 /// when the reference bounds them, the boot loader's other records in those PCRs.
-fn check_files(records: &[Event], slot: Option<&SlotReference>) -> Result<usize, VerifyError> {
-    let checked = check_predicted_files(records, slot)?;
-    let Some((s, allowed)) = slot.and_then(|s| s.boot_loader_others.map(|n| (s, n))) else {
+fn check_files(records: &[Event], s: &SlotReference) -> Result<usize, VerifyError> {
+    let checked = check_predicted_files(records, s)?;
+    let Some(allowed) = s.boot_loader_others else {
         return Ok(checked);
     };
     let pcrs: BTreeSet<u32> = s.files.iter().map(|f| f.pcr).collect();
@@ -618,12 +623,9 @@ fn check_files(records: &[Event], slot: Option<&SlotReference>) -> Result<usize,
 }
 
 /// Each predicted boot-loader file of the slot, exactly once, by PCR and digest.
-fn check_predicted_files(
-    records: &[Event],
-    slot: Option<&SlotReference>,
-) -> Result<usize, VerifyError> {
+fn check_predicted_files(records: &[Event], slot: &SlotReference) -> Result<usize, VerifyError> {
     let mut checked = 0;
-    for f in slot.map(|s| s.files.as_slice()).unwrap_or_default() {
+    for f in &slot.files {
         let err = |why: String| VerifyError::File {
             path: f.path.clone(),
             pcr: f.pcr,
@@ -729,9 +731,13 @@ pub fn verify_report(
     let ours = ours(log.events(), pcr)?;
     let found = boots(&ours)?;
     let mut out = Vec::new();
+    let mut first = None;
     for (n, boot) in found.iter().enumerate() {
         let number = n + 1;
-        let b = judge_boot(number, boot, references, pcr)?;
+        let (b, entry) = judge_boot(number, boot, references, pcr)?;
+        if number == 1 {
+            first = Some(entry);
+        }
         let last = number == found.len();
         let ok = if last {
             policy.accept.contains(&b.decision)
@@ -766,12 +772,8 @@ pub fn verify_report(
             measured: last.image_id,
         });
     }
-    let first = out.first().and_then(|b| {
-        references
-            .iter()
-            .filter(|r| r.image_id == b.image_id)
-            .find_map(|r| r.slot(b.slot))
-    });
+    // The boot loader's files of the entry the first boot followed.
+    let first = first.ok_or_else(|| VerifyError::Log("no boot".into()))?;
     let files_checked = check_files(quoted, first)?;
     Ok(Verified {
         ak_name: crate::util::hex(&ak.name()),
