@@ -544,11 +544,11 @@ fn reference(
             cmdline: line.into(),
             kexec_cmdline: Some(predict::kexec_cmdline_grub(line, name)),
             files: vec![
-                (file_pcr, format!("/{slot}/vmlinuz"), kernel.to_vec()),
-                (file_pcr, format!("/{slot}/initrd.img"), initrd.to_vec()),
+                (file_pcr, format!("/{slot}/vmlinuz"), Some(kernel.to_vec())),
+                (file_pcr, format!("/{slot}/initrd.img"), Some(initrd.to_vec())),
             ],
             // The ESP's configuration is the install's, not the slot's.
-            boot_loader_others: None,
+            files_complete: false,
         }],
     })
     .map_err(|e| SlotError::Input {

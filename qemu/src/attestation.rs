@@ -18,7 +18,7 @@ use validator::attest::predict::{self, Inputs, MemTree, SlotInput};
 use validator::attest::reference::Reference;
 use validator::config::bom::SlotName;
 
-use crate::firmware::{GRUB_CFG_PATH, NODE_CFG_PATH};
+use crate::firmware::{GRUBENV_PATH, GRUB_CFG_PATH, NODE_CFG_PATH};
 use validator::formats::tpm::attest::{ak_template, KeyKind, Public};
 use validator::sys::tpm::{TcpTransport, Tpm, RH_ENDORSEMENT};
 
@@ -210,17 +210,19 @@ pub fn image_inputs(
             cmdline: line(s.as_str()),
             kexec_cmdline: Some(predict::kexec_cmdline_grub(&line(s.other().as_str()), s)),
             files: if s.as_str() == image {
+                // What the shipped grub.cfg reads, in its order; the environment block
+                // follows the A/B state.
                 vec![
-                    (pcr, GRUB_CFG_PATH.to_string(), grub_cfg.clone()),
-                    (pcr, NODE_CFG_PATH.to_string(), cfg.as_bytes().to_vec()),
-                    (pcr, format!("/{s}/vmlinuz"), kernel_bytes.clone()),
-                    (pcr, format!("/{s}/initrd.img"), initrd.clone()),
+                    (pcr, GRUB_CFG_PATH.to_string(), Some(grub_cfg.clone())),
+                    (pcr, GRUBENV_PATH.to_string(), None),
+                    (pcr, NODE_CFG_PATH.to_string(), Some(cfg.as_bytes().to_vec())),
+                    (pcr, format!("/{s}/vmlinuz"), Some(kernel_bytes.clone())),
+                    (pcr, format!("/{s}/initrd.img"), Some(initrd.clone())),
                 ]
             } else {
                 Vec::new()
             },
-            // GRUB's one record that follows the A/B state: the environment block.
-            boot_loader_others: Some(1),
+            files_complete: s.as_str() == image,
         })
         .collect();
     Ok(ImageInputs {

@@ -267,7 +267,7 @@ fn predict_cmd(a: PredictArgs, out: &mut Out) -> Res {
             cmdline: cmdline.into(),
             kexec_cmdline: None,
             files: Vec::new(),
-            boot_loader_others: a.boot_loader_others,
+            files_complete: a.files_complete,
         });
     }
     // GRUB: a slot reached by a kexec fallback gets the other slot's line, as the init
@@ -282,8 +282,11 @@ fn predict_cmd(a: PredictArgs, out: &mut Out) -> Res {
         }
     }
     for f in &a.files {
-        let bad = || Usage(format!("--file {f:?}: not SLOT:PCR:PATH=FILE"));
-        let (spec, local) = f.split_once('=').ok_or_else(bad)?;
+        let bad = || Usage(format!("--file {f:?}: not SLOT:PCR:PATH[=FILE]"));
+        let (spec, local) = match f.split_once('=') {
+            Some((spec, local)) => (spec, Some(local)),
+            None => (f.as_str(), None),
+        };
         let mut parts = spec.splitn(3, ':');
         let (Some(slot), Some(pcr), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
             return Err(bad());
@@ -293,7 +296,15 @@ fn predict_cmd(a: PredictArgs, out: &mut Out) -> Res {
             .iter_mut()
             .find(|s| s.slot.as_str() == slot)
             .ok_or_else(|| Usage(format!("--file {f:?}: no --slot {slot}")))?;
-        let bytes = read_limited(Path::new(local), crate::pe::PE_MAX)?;
+        let bytes = match local {
+            Some(l) => Some(read_limited(Path::new(l), crate::pe::PE_MAX)?),
+            None if a.files_complete => None,
+            None => {
+                return Err(Usage(format!(
+                    "--file {f:?}: a file without =FILE (any content) needs --files-complete"
+                )))
+            }
+        };
         s.files.push((pcr, path.into(), bytes));
     }
     let root = a.root.clone().map(DirTree);

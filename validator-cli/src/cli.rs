@@ -432,11 +432,11 @@ pub(crate) struct PredictArgs {
     /// Predict a BIOS boot (no efivarfs first).
     #[arg(long)]
     pub(crate) bios: bool,
-    /// At most how many records the boot loader makes in the --file PCRs besides the
-    /// predicted files (GRUB: 1, its environment block, when grub.cfg and node.cfg are
-    /// given as --file too); without it such records are not judged.
-    #[arg(long, value_name = "N")]
-    pub(crate) boot_loader_others: Option<u32>,
+    /// The --file list of each slot is every record the boot loader makes in those PCRs,
+    /// in order (a --file without =FILE is one record of any content: GRUB's grubenv);
+    /// without it other records are replayed but not judged.
+    #[arg(long)]
+    pub(crate) files_complete: bool,
     /// Predict no kexec entries (by default each slot also gets the line the init gives
     /// it when the other slot falls back to it by kexec: the other slot's GRUB line with
     /// validator.slot= naming it and BOOT_IMAGE= dropped).
@@ -446,9 +446,10 @@ pub(crate) struct PredictArgs {
     /// `A=BOOT_IMAGE=/A/vmlinuz root=...` (repeat for each slot).
     #[arg(long = "slot", value_name = "SLOT=CMDLINE", required = true)]
     pub(crate) slots: Vec<String>,
-    /// A file the boot loader measures for a slot: `A:9:/A/vmlinuz=LOCAL_FILE` (slot,
-    /// PCR, the path it logs, the file's copy here).
-    #[arg(long = "file", value_name = "SLOT:PCR:PATH=FILE")]
+    /// A file the boot loader measures for a slot, in the order it reads them:
+    /// `A:9:/A/vmlinuz=LOCAL_FILE` (slot, PCR, the path it logs, the file's copy here);
+    /// without `=FILE` (with --files-complete), one record of any content.
+    #[arg(long = "file", value_name = "SLOT:PCR:PATH[=FILE]")]
     pub(crate) files: Vec<String>,
     /// Where to write the reference file.
     #[arg(long, value_name = "FILE")]

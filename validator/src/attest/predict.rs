@@ -119,12 +119,12 @@ pub struct SlotInput {
     /// The command line the init gives this slot's kernel when the other slot falls back
     /// to it by kexec (GRUB: [`kexec_cmdline_grub`]); `None`: no kexec entry predicted.
     pub kexec_cmdline: Option<String>,
-    /// Files the boot loader measures (PCR, logged path, bytes): the slot's kernel and
-    /// initramfs for GRUB, and its configuration files where the install gives them.
-    pub files: Vec<(u32, String, Vec<u8>)>,
-    /// At most how many other records the boot loader makes in those PCRs (GRUB: 1, its
-    /// environment block); `None`: not judged.
-    pub boot_loader_others: Option<u32>,
+    /// Files the boot loader measures (PCR, logged path, bytes; `None`: any content), in
+    /// the order it reads them: the slot's kernel and initramfs for GRUB, and its
+    /// configuration files where the install gives them.
+    pub files: Vec<(u32, String, Option<Vec<u8>>)>,
+    /// Whether `files` are every record the boot loader makes in their PCRs.
+    pub files_complete: bool,
 }
 
 /// What a prediction is made from.
@@ -403,6 +403,16 @@ pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
     if i.slots.is_empty() {
         return Err(PredictError::Invalid("no slot given".into()));
     }
+    if let Some(s) = i
+        .slots
+        .iter()
+        .find(|s| !s.files_complete && s.files.iter().any(|f| f.2.is_none()))
+    {
+        return Err(PredictError::Invalid(format!(
+            "slot {}: a file of any content stands for a record only in a complete list of the boot loader's files",
+            s.slot
+        )));
+    }
     let mut entries: Vec<(&SlotInput, Entry, &str)> = Vec::new();
     for s in &i.slots {
         entries.push((s, Entry::BootLoader, &s.cmdline));
@@ -457,10 +467,10 @@ pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
                 .map(|(p, path, bytes)| ExpectedFile {
                     pcr: *p,
                     path: path.clone(),
-                    digests: digests(bytes),
+                    digests: bytes.as_deref().map(digests).unwrap_or_default(),
                 })
                 .collect(),
-            boot_loader_others: s.boot_loader_others.filter(|_| entry == Entry::BootLoader),
+            files_complete: s.files_complete && entry == Entry::BootLoader,
             pcrs,
         });
     }

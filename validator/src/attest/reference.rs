@@ -59,13 +59,15 @@ pub struct SlotReference {
     /// (`decision:<word>`) and, when the boot goes on, `leave-initrd` follow.
     pub events: Vec<ExpectedEvent>,
     /// Files the boot loader measures for this slot (GRUB: PCR 9, the kernel and the
-    /// initramfs, and where the install gives them its configuration files), by path.
+    /// initramfs, and where the install gives them its configuration files), in the
+    /// order it reads them.
     pub files: Vec<ExpectedFile>,
-    /// At most how many records the boot loader makes in the files' PCRs besides the
-    /// predicted files (GRUB: 1, its environment block, whose content follows the A/B
-    /// state); absent: such records are replayed but not judged.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub boot_loader_others: Option<u32>,
+    /// Whether `files` are every record the boot loader makes in their PCRs, in that
+    /// order (a file with no digests standing for one record of any content: GRUB's
+    /// environment block, which follows the A/B state); absent or false: each file with
+    /// digests must appear once, and other records are replayed but not judged.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub files_complete: bool,
     /// The values of PCR 11 and our PCR at the end of a boot of this slot that measured
     /// every event above, per decision (`pass`, `quarantine`), as the boot's quote signs
     /// them (before the seal that follows the quote).
@@ -116,8 +118,9 @@ impl ExpectedEvent {
 #[serde(deny_unknown_fields)]
 pub struct ExpectedFile {
     pub pcr: u32,
-    /// The path the boot loader logs (`/A/vmlinuz`).
+    /// The path the boot loader logs (`/A/vmlinuz`): for people, never compared.
     pub path: String,
+    /// The digests of its content; empty: any content (only in a complete list).
     pub digests: Digests,
 }
 

@@ -29,13 +29,13 @@
 //!    ones, a boot that stopped short a part of them, in order; then the decision events
 //!    and the boot's seal, and nothing after; the first event that differs is named with
 //!    the expected and the actual text;
-//! 7. every file the reference predicts the boot loader measured for the first boot's
-//!    slot appears exactly once in its PCR with the predicted digest in every bank
-//!    (matched by PCR and digest, never by the text beside it), and when the reference
-//!    bounds them (`boot_loader_others`), the boot loader's other records in those PCRs
-//!    are no more than that (GRUB: its environment block): a boot loader that read a
-//!    kernel or a configuration the image does not have is refused even when root
-//!    extended the predicted digests afterwards;
+//! 7. the files the reference predicts the boot loader measured for the slot the first
+//!    boot followed: a complete list (`files_complete`) must be every record in their PCRs,
+//!    in order, each with the predicted digest in every bank (a file without digests: one
+//!    record of any content, GRUB's environment block), so a boot loader that read a
+//!    kernel, an initramfs or a configuration the image does not have is refused even when
+//!    root extended the predicted digests afterwards; otherwise each file appears exactly
+//!    once (matched by PCR and digest, never by the text beside it);
 //! 8. policy: every boot but the last fell back (when the policy allows fallbacks), the
 //!    last one's decision is accepted, and the report says the same decision and image;
 //! 9. freshness: with the node's last accepted clock, the quote's reset count and clock
@@ -46,11 +46,12 @@
 //!
 //! Current limits: the firmware's PCRs (0-8, 14) are checked only as far as the log
 //! replays to them (pin their values per hardware model in the fleet's policy), and so
-//! is PCR 9 beyond the predicted files when the reference does not bound the boot
-//! loader's other records; the content of the one record it allows (GRUB's environment
-//! block) is not predicted; a
-//! legacy SHA-1 log proves the SHA-1 bank alone (the quote covers only the banks the log
-//! records); digests in banks this verifier does not know are not checked.
+//! is PCR 9 beyond the predicted files when the reference's list is not complete; the
+//! content of GRUB's environment block is not predicted; a boot started by kexec is
+//! judged by its events alone (the kernel and initramfs the other slot's init loaded are
+//! not measured); a legacy SHA-1 log proves the SHA-1 bank alone (the quote covers only
+//! the banks the log records); a log whose header declares an algorithm this verifier
+//! does not compute is refused.
 
 use std::collections::BTreeSet;
 
@@ -162,13 +163,8 @@ pub enum VerifyError {
     },
     #[error("the boot loader's file {path} (PCR {pcr}): {why}")]
     File { path: String, pcr: u32, why: String },
-    #[error("PCR {pcr} holds {count} records of the boot loader besides the predicted files, at most {allowed} may be ({records}): it read files the image does not have")]
-    BootLoaderOthers {
-        pcr: u32,
-        count: usize,
-        allowed: u32,
-        records: String,
-    },
+    #[error("PCR {pcr}: {why}: the boot loader read files the image does not have")]
+    BootLoader { pcr: u32, why: String },
     #[error("boot {boot} of slot {slot} ended in decision {decision}, which the policy does not accept{}", if *.last { "" } else { " before the last boot" })]
     Decision {
         boot: usize,
@@ -366,12 +362,13 @@ fn same(a: &Ours<'_>, x: &ExpectedEvent) -> bool {
 
 /// Whether every digest the record holds (in a bank we know) is the predicted one.
 fn same_digests(a: &Event, want: &super::reference::Digests) -> bool {
-    a.digests.iter().all(|(id, d)| {
-        HashAlg::from_alg_id(*id).is_none_or(|h| {
-            want.get(h.name())
-                .is_some_and(|w| w.eq_ignore_ascii_case(&crate::util::hex(d)))
+    !a.digests.is_empty()
+        && a.digests.iter().all(|(id, d)| {
+            HashAlg::from_alg_id(*id).is_some_and(|h| {
+                want.get(h.name())
+                    .is_some_and(|w| w.eq_ignore_ascii_case(&crate::util::hex(d)))
+            })
         })
-    })
 }
 
 /// How far a boot's events follow a slot's prediction: `Ok(decision)` when all of
@@ -394,7 +391,9 @@ fn follow(boot: &[Ours<'_>], s: &SlotReference, pcr: u32) -> Result<Decision, (u
             format!("{want} ... decision:<word> (the boot has no decision)"),
         ));
     };
-    let strict = decision == Decision::Pass;
+    // A boot that went on into its root (pass, quarantine) ran every stage before the
+    // handover: it measured every event but the optional ones.
+    let strict = decision.hands_over();
     let mut j = 0;
     for (k, a) in boot.iter().enumerate().take(dpos) {
         let from = j;
@@ -486,6 +485,26 @@ fn sealed_prefix<'a>(
             last.pcr
         ))),
     }
+}
+
+/// Every bank the log's header declares is one this verifier computes: a digest in an
+/// algorithm it does not know can be neither replayed nor compared, and a log made only
+/// of such digests would replay to zeros and match anything.
+fn judgeable(log: &EventLog) -> Result<(), VerifyError> {
+    let unknown: Vec<String> = log
+        .spec_id()
+        .algorithms
+        .iter()
+        .filter(|a| HashAlg::from_alg_id(a.alg_id).is_none())
+        .map(|a| format!("{:#06x}", a.alg_id))
+        .collect();
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    Err(VerifyError::Log(format!(
+        "the header declares digest algorithms this verifier does not compute ({}): their digests can be neither replayed nor compared",
+        unknown.join(", ")
+    )))
 }
 
 /// Step 4: the quote covers the PCRs a verdict rests on, in every bank the log records.
@@ -588,35 +607,51 @@ fn judge_boot<'r>(
     })
 }
 
-/// Step 7: each predicted boot-loader file of the first boot's slot, exactly once; and,
-/// when the reference bounds them, the boot loader's other records in those PCRs.
+/// Step 7: the boot loader's files of the entry the first boot followed: a complete list
+/// is every record in its PCRs, in order (the order within one PCR is bound by the hash
+/// chain); otherwise each file with digests appears exactly once.
 fn check_files(records: &[Event], s: &SlotReference) -> Result<usize, VerifyError> {
-    let checked = check_predicted_files(records, s)?;
-    let Some(allowed) = s.boot_loader_others else {
-        return Ok(checked);
-    };
+    if !s.files_complete {
+        return check_predicted_files(records, s);
+    }
     let pcrs: BTreeSet<u32> = s.files.iter().map(|f| f.pcr).collect();
+    let mut checked = 0;
     for pcr in pcrs {
-        let others: Vec<&Event> = records
+        let want: Vec<&super::reference::ExpectedFile> =
+            s.files.iter().filter(|f| f.pcr == pcr).collect();
+        let got: Vec<&Event> = records
             .iter()
             .filter(|e| e.pcr == pcr && e.event_type != EV_NO_ACTION)
-            .filter(|e| {
-                !s.files
-                    .iter()
-                    .any(|f| f.pcr == pcr && same_digests(e, &f.digests))
-            })
             .collect();
-        if others.len() > allowed as usize {
-            return Err(VerifyError::BootLoaderOthers {
+        let text = |e: &Event| format!("{:?}", String::from_utf8_lossy(&e.data));
+        if got.len() != want.len() {
+            return Err(VerifyError::BootLoader {
                 pcr,
-                count: others.len(),
-                allowed,
-                records: others
-                    .iter()
-                    .map(|e| format!("{:?}", String::from_utf8_lossy(&e.data)))
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                why: format!(
+                    "{} records ({}), the image's boot loader makes {} ({})",
+                    got.len(),
+                    got.iter().map(|e| text(e)).collect::<Vec<_>>().join(", "),
+                    want.len(),
+                    want.iter().map(|f| f.path.as_str()).collect::<Vec<_>>().join(", ")
+                ),
             });
+        }
+        for (k, (e, f)) in got.iter().zip(&want).enumerate() {
+            if f.digests.is_empty() {
+                continue;
+            }
+            if !same_digests(e, &f.digests) {
+                return Err(VerifyError::BootLoader {
+                    pcr,
+                    why: format!(
+                        "record {} ({}) is not {} with its predicted digest",
+                        k + 1,
+                        text(e),
+                        f.path
+                    ),
+                });
+            }
+            checked += 1;
         }
     }
     Ok(checked)
@@ -625,7 +660,7 @@ fn check_files(records: &[Event], s: &SlotReference) -> Result<usize, VerifyErro
 /// Each predicted boot-loader file of the slot, exactly once, by PCR and digest.
 fn check_predicted_files(records: &[Event], slot: &SlotReference) -> Result<usize, VerifyError> {
     let mut checked = 0;
-    for f in &slot.files {
+    for f in slot.files.iter().filter(|f| !f.digests.is_empty()) {
         let err = |why: String| VerifyError::File {
             path: f.path.clone(),
             pcr: f.pcr,
@@ -705,6 +740,7 @@ pub fn verify_report(
     }
     let pcr = reference_pcr(references)?;
     let log = EventLog::parse(log_bytes).map_err(|e| VerifyError::Log(e.to_string()))?;
+    judgeable(&log)?;
     let attest = b64("attest", &q.attest)?;
     let (a, hash) = signed_quote(
         ak,
