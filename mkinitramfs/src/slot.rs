@@ -545,7 +545,11 @@ fn reference(
             kexec_cmdline: Some(predict::kexec_cmdline_grub(line, name)),
             files: vec![
                 (file_pcr, format!("/{slot}/vmlinuz"), Some(kernel.to_vec())),
-                (file_pcr, format!("/{slot}/initrd.img"), Some(initrd.to_vec())),
+                (
+                    file_pcr,
+                    format!("/{slot}/initrd.img"),
+                    Some(initrd.to_vec()),
+                ),
             ],
             // The ESP's configuration is the install's, not the slot's.
             files_complete: false,

@@ -215,7 +215,11 @@ pub fn image_inputs(
                 vec![
                     (pcr, GRUB_CFG_PATH.to_string(), Some(grub_cfg.clone())),
                     (pcr, GRUBENV_PATH.to_string(), None),
-                    (pcr, NODE_CFG_PATH.to_string(), Some(cfg.as_bytes().to_vec())),
+                    (
+                        pcr,
+                        NODE_CFG_PATH.to_string(),
+                        Some(cfg.as_bytes().to_vec()),
+                    ),
                     (pcr, format!("/{s}/vmlinuz"), Some(kernel_bytes.clone())),
                     (pcr, format!("/{s}/initrd.img"), Some(initrd.clone())),
                 ]

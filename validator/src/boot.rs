@@ -148,13 +148,16 @@ pub fn run_pid1() -> ! {
     report.decision = decision;
     publish::seal(&mut report, &ctx.roots.proc);
     let (fault, reason) = (report.fault, report.reason.clone());
-    let plan = stages::slot::act(
+    let mut plan = stages::slot::act(
         &mut ctx,
         decision,
         fault,
         reason.as_deref(),
         &report.to_json(),
     );
+    if let Some(p) = plan.as_mut() {
+        stages::slot::prepare_kexec(&mut ctx, p);
+    }
     report.absorb(&ctx.facts);
     publish::emit(&mut ctx, &mut report);
     match (decision, plan) {

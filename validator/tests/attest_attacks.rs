@@ -383,7 +383,10 @@ fn attack_3_a_boot_loader_file_is_judged_by_its_digest() {
     let (node, report, log) = booted("attack-3", &f, &bad);
     match verify(&node, &f, &report, &log.to_bytes()) {
         Err(VerifyError::BootLoader { pcr: 9, why }) => {
-            assert!(why.contains("record 4") && why.contains("/A/vmlinuz"), "{why}")
+            assert!(
+                why.contains("record 4") && why.contains("/A/vmlinuz"),
+                "{why}"
+            )
         }
         r => panic!("{r:?}"),
     }
@@ -494,6 +497,119 @@ fn attack_4_a_rewritten_report_requoted_after_the_boot_is_refused() {
         verify(&node, &f, &report, &cut.to_bytes()),
         Err(VerifyError::Seal(_))
     ));
+}
+
+/// The records a boot makes for a reference entry's events (digests in the log's banks).
+fn records_of(
+    log: &EventLog,
+    events: &[validator::attest::reference::ExpectedEvent],
+) -> Vec<Event> {
+    events
+        .iter()
+        .filter(|x| !x.optional)
+        .map(|x| Event {
+            pcr: x.pcr,
+            event_type: EV_IPL,
+            digests: log
+                .spec_id()
+                .banks()
+                .iter()
+                .map(|b| {
+                    (
+                        b.alg_id(),
+                        validator::util::unhex(&x.digests[b.name()]).unwrap(),
+                    )
+                })
+                .collect(),
+            data: x.data.clone().into_bytes(),
+        })
+        .collect()
+}
+
+/// A fallback by kexec: slot A's boot fails its image and loads slot B's kernel and
+/// initramfs, measuring their digests before its seal; slot B's boot (the kexec entry)
+/// passes. Verified when what A loaded is what the image has for slot B; refused when
+/// A's kexec event names another initramfs (one root put on the ESP) or is missing.
+#[test]
+fn a_kexec_boot_is_judged_by_what_the_boot_before_it_loaded() {
+    have_tools(&[]);
+    let f = fixture();
+    let good = before_seal(&f.log);
+    // The image installed in slot B too: its boot-loader entry reads the same files.
+    let mut reference = f.reference.clone();
+    let a_files = reference.slots[0].files.clone();
+    let b = reference
+        .slots
+        .iter()
+        .position(|s| s.slot.as_str() == "B" && s.entry.as_str() == "boot-loader")
+        .unwrap();
+    reference.slots[b].files = a_files.clone();
+    let sha = |path: &str| {
+        a_files
+            .iter()
+            .find(|x| x.path.ends_with(path))
+            .unwrap()
+            .digests["sha256"]
+            .clone()
+    };
+    let b_kexec = reference
+        .slots
+        .iter()
+        .find(|s| s.slot.as_str() == "B" && s.entry.as_str() == "kexec")
+        .unwrap()
+        .clone();
+    let chain = |initrd: Option<String>| {
+        // Slot A: its events up to the root hash, then the fallback.
+        let mut records: Vec<Event> = good
+            .iter()
+            .take_while(|e| !e.data.starts_with(b"decision:"))
+            .cloned()
+            .collect();
+        records.push(ours(&f.log, 13, "decision:fallback"));
+        if let Some(i) = initrd {
+            records.push(ours(
+                &f.log,
+                13,
+                &format!("kexec:B kernel sha256:{} initrd sha256:{i}", sha("vmlinuz")),
+            ));
+        }
+        records.push(ours(
+            &f.log,
+            13,
+            &format!("sealed:sha256:{}", "00".repeat(32)),
+        ));
+        // Slot B, started by that kexec.
+        records.extend(records_of(&f.log, &b_kexec.events));
+        records.push(ours(&f.log, 13, "decision:pass"));
+        records.push(ours(&f.log, 11, "leave-initrd"));
+        records
+    };
+    let run = |name: &str, initrd: Option<String>| {
+        let (node, report, log) = booted(name, &f, &chain(initrd));
+        verify_report(
+            &node.ak,
+            std::slice::from_ref(&reference),
+            &report,
+            &log.to_bytes(),
+            &Policy::default(),
+        )
+    };
+    let v = run("kexec-good", Some(sha("initrd.img"))).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(v.boots.len(), 2);
+    assert_eq!(
+        (v.boots[0].decision.as_str(), v.boots[1].slot.as_str()),
+        ("fallback", "B")
+    );
+    match run("kexec-other-initrd", Some("ab".repeat(32))) {
+        Err(VerifyError::Kexec { boot: 2, why }) => assert!(why.contains("initramfs"), "{why}"),
+        r => panic!("{r:?}"),
+    }
+    match run("kexec-unmeasured", None) {
+        Err(VerifyError::Kexec { boot: 2, why }) => {
+            assert!(why.contains("measured no kexec"), "{why}")
+        }
+        r => panic!("{r:?}"),
+    }
 }
 
 /// Variants an attacker tries next: a quote of the same boot's PCRs with another clock

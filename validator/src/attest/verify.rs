@@ -29,6 +29,9 @@
 //!    ones, a boot that stopped short a part of them, in order; then the decision events
 //!    and the boot's seal, and nothing after; the first event that differs is named with
 //!    the expected and the actual text;
+//!    A boot started by kexec must follow a boot that ended `decision:fallback` and
+//!    `kexec:<slot> kernel sha256:... initrd sha256:...`, naming its slot, with a kernel
+//!    and an initramfs whose digests are files the accepted image has for that slot;
 //! 7. the files the reference predicts the boot loader measured for the slot the first
 //!    boot followed: a complete list (`files_complete`) must be every record in their PCRs,
 //!    in order, each with the predicted digest in every bank (a file without digests: one
@@ -47,9 +50,7 @@
 //! Current limits: the firmware's PCRs (0-8, 14) are checked only as far as the log
 //! replays to them (pin their values per hardware model in the fleet's policy), and so
 //! is PCR 9 beyond the predicted files when the reference's list is not complete; the
-//! content of GRUB's environment block is not predicted; a boot started by kexec is
-//! judged by its events alone (the kernel and initramfs the other slot's init loaded are
-//! not measured); a legacy SHA-1 log proves the SHA-1 bank alone (the quote covers only
+//! content of GRUB's environment block is not predicted; a legacy SHA-1 log proves the SHA-1 bank alone (the quote covers only
 //! the banks the log records); a log whose header declares an algorithm this verifier
 //! does not compute is refused.
 
@@ -161,6 +162,8 @@ pub enum VerifyError {
         expected: String,
         actual: String,
     },
+    #[error("boot {boot}, started by kexec: {why}")]
+    Kexec { boot: usize, why: String },
     #[error("the boot loader's file {path} (PCR {pcr}): {why}")]
     File { path: String, pcr: u32, why: String },
     #[error("PCR {pcr}: {why}: the boot loader read files the image does not have")]
@@ -376,7 +379,11 @@ fn same_digests(a: &Event, want: &super::reference::Digests) -> bool {
 /// text. A boot that passed must have measured every event but the optional ones, in
 /// order; a boot that stopped short (any other decision) measured a part of them, in
 /// order (a stage that failed measures what it did, e.g. the modules that loaded).
-fn follow(boot: &[Ours<'_>], s: &SlotReference, pcr: u32) -> Result<Decision, (usize, String)> {
+fn follow(
+    boot: &[Ours<'_>],
+    s: &SlotReference,
+    pcr: u32,
+) -> Result<(Decision, Option<Measurement>), (usize, String)> {
     let exp = &s.events;
     let Some((dpos, decision)) = boot.iter().enumerate().find_map(|(k, a)| match a.m {
         Measurement::Decision(d) => Some((k, d)),
@@ -425,10 +432,18 @@ fn follow(boot: &[Ours<'_>], s: &SlotReference, pcr: u32) -> Result<Decision, (u
             _ => return Err((k, x.data)),
         }
     }
+    // A fallback by kexec measured what it loaded for the next boot.
+    let mut kexec = None;
+    if let Some(a) = boot.get(k).filter(|_| decision == Decision::Fallback) {
+        if matches!(a.m, Measurement::Kexec { .. }) {
+            kexec = Some(a.m.clone());
+            k += 1;
+        }
+    }
     if boot.get(k).is_some() {
         return Err((k, "the end of the boot (its seal)".into()));
     }
-    Ok(decision)
+    Ok((decision, kexec))
 }
 
 /// Step 1: the report's JSON (no key twice at any level) and its typed form.
@@ -556,7 +571,7 @@ fn judge_boot<'r>(
     boot: &[Ours<'_>],
     references: &'r [Reference],
     pcr: u32,
-) -> Result<(Boot, &'r SlotReference), VerifyError> {
+) -> Result<(Boot, &'r SlotReference, Option<Measurement>), VerifyError> {
     // Every boot but the first was started by kexec (the log is carried over only then);
     // the first by the boot loader.
     let entry = if number == 1 {
@@ -581,7 +596,7 @@ fn judge_boot<'r>(
     let mut best: Option<(usize, String)> = None;
     for (r, s) in &candidates {
         match follow(boot, s, pcr) {
-            Ok(decision) => {
+            Ok((decision, kexec)) => {
                 return Ok((
                     Boot {
                         image_id: r.image_id.clone(),
@@ -589,6 +604,7 @@ fn judge_boot<'r>(
                         decision,
                     },
                     s,
+                    kexec,
                 ))
             }
             Err((k, want)) => {
@@ -605,6 +621,50 @@ fn judge_boot<'r>(
         expected,
         actual: boot.get(k).map_or("the end of the boot".into(), Ours::text),
     })
+}
+
+/// Step 6 for a boot started by kexec: the boot before it measured what it loaded, for
+/// this boot's slot, and the kernel and initramfs are files the accepted image has for
+/// that slot (its boot-loader entry's, by SHA-256).
+fn check_kexec(
+    number: usize,
+    b: &Boot,
+    loaded: Option<Measurement>,
+    references: &[Reference],
+) -> Result<(), VerifyError> {
+    let err = |why: String| VerifyError::Kexec { boot: number, why };
+    let Some(Measurement::Kexec {
+        slot,
+        kernel_sha256,
+        initrd_sha256,
+    }) = loaded
+    else {
+        return Err(err(
+            "the boot before it measured no kexec (what it loaded is unknown)".into(),
+        ));
+    };
+    if slot != b.slot.as_str() {
+        return Err(err(format!(
+            "the boot before it loaded slot {slot}'s images, this boot is slot {}",
+            b.slot
+        )));
+    }
+    let files: Vec<&str> = references
+        .iter()
+        .filter(|r| r.image_id == b.image_id)
+        .filter_map(|r| r.slot(b.slot))
+        .flat_map(|s| s.files.iter())
+        .filter_map(|f| f.digests.get(HashAlg::Sha256.name()).map(String::as_str))
+        .collect();
+    for (what, d) in [("kernel", &kernel_sha256), ("initramfs", &initrd_sha256)] {
+        if !files.iter().any(|f| f.eq_ignore_ascii_case(d)) {
+            return Err(err(format!(
+                "the {what} loaded (sha256:{d}) is none of the files image {} has for slot {}",
+                b.image_id, b.slot
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Step 7: the boot loader's files of the entry the first boot followed: a complete list
@@ -632,7 +692,10 @@ fn check_files(records: &[Event], s: &SlotReference) -> Result<usize, VerifyErro
                     got.len(),
                     got.iter().map(|e| text(e)).collect::<Vec<_>>().join(", "),
                     want.len(),
-                    want.iter().map(|f| f.path.as_str()).collect::<Vec<_>>().join(", ")
+                    want.iter()
+                        .map(|f| f.path.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 ),
             });
         }
@@ -768,12 +831,17 @@ pub fn verify_report(
     let found = boots(&ours)?;
     let mut out = Vec::new();
     let mut first = None;
+    // What the previous boot measured it loaded by kexec.
+    let mut loaded: Option<Measurement> = None;
     for (n, boot) in found.iter().enumerate() {
         let number = n + 1;
-        let (b, entry) = judge_boot(number, boot, references, pcr)?;
+        let (b, entry, kexec) = judge_boot(number, boot, references, pcr)?;
         if number == 1 {
             first = Some(entry);
+        } else {
+            check_kexec(number, &b, loaded.take(), references)?;
         }
+        loaded = kexec;
         let last = number == found.len();
         let ok = if last {
             policy.accept.contains(&b.decision)

@@ -13,7 +13,9 @@
 //! `enter-initrd` (PCR 11); `bom:<image_id> sha256:<hex>` (digest of the BOM's bytes);
 //! `cmdline:<line>` (digest of `/proc/cmdline`'s bytes); `module:<name> sha256:<hex>` (digest
 //! of the text); `verity-root-hash:<hex>` (digest of the hex text, what was signed);
-//! `decision:<word>`; `leave-initrd` (PCR 11, when the boot goes on); and last
+//! `decision:<word>`; `leave-initrd` (PCR 11, when the boot goes on), or after a
+//! `fallback` by kexec `kexec:<slot> kernel sha256:<hex> initrd sha256:<hex>` (what the
+//! init loaded for the other slot); and last
 //! `sealed:sha256:<hex of the SHA-256 of the quote's TPMS_ATTEST>` or `sealed:unquoted`,
 //! extended after the boot's quote so that no later quote can show the PCR values the
 //! init's quote signed.
@@ -152,6 +154,14 @@ pub enum Measurement {
     /// The verity root hash, lower-case hex.
     VerityRootHash(String),
     Decision(Decision),
+    /// A boot falling back by kexec: the slot it starts and the SHA-256 (lower-case hex)
+    /// of the kernel and of the initramfs it loaded (as read from the ESP, before this
+    /// boot's report and log are appended to the initramfs).
+    Kexec {
+        slot: String,
+        kernel_sha256: String,
+        initrd_sha256: String,
+    },
     Seal(Seal),
 }
 
@@ -194,6 +204,13 @@ impl Measurement {
             Measurement::Module { name, sha256 } => format!("module:{name} sha256:{sha256}"),
             Measurement::VerityRootHash(h) => format!("verity-root-hash:{h}"),
             Measurement::Decision(d) => format!("decision:{}", d.as_str()),
+            Measurement::Kexec {
+                slot,
+                kernel_sha256,
+                initrd_sha256,
+            } => format!(
+                "kexec:{slot} kernel {SHA256_PREFIX}{kernel_sha256} initrd {SHA256_PREFIX}{initrd_sha256}"
+            ),
             Measurement::Seal(Seal::Quote(d)) => {
                 format!("sealed:{SHA256_PREFIX}{}", crate::util::hex(d))
             }
@@ -238,6 +255,7 @@ impl Measurement {
             Measurement::Module { .. } => "validator-module",
             Measurement::VerityRootHash(_) => "validator-verity",
             Measurement::Decision(_) => "validator-decision",
+            Measurement::Kexec { .. } => "validator-kexec",
             Measurement::Seal(_) => "validator-seal",
         }
     }
@@ -292,6 +310,25 @@ impl Measurement {
                 is_hex(rest, None).then(|| Measurement::VerityRootHash(rest.to_string()))
             }
             "decision" => Decision::from_word(rest).map(Measurement::Decision),
+            "kexec" => {
+                let mut w = rest.split(' ');
+                let (Some(slot), Some("kernel"), Some(k), Some("initrd"), Some(i), None) =
+                    (w.next(), w.next(), w.next(), w.next(), w.next(), w.next())
+                else {
+                    return None;
+                };
+                let hex = |s: &str| {
+                    s.strip_prefix(SHA256_PREFIX)
+                        .filter(|h| is_hex(h, Some(64)))
+                        .map(str::to_string)
+                };
+                (!slot.is_empty()).then_some(())?;
+                Some(Measurement::Kexec {
+                    slot: slot.to_string(),
+                    kernel_sha256: hex(k)?,
+                    initrd_sha256: hex(i)?,
+                })
+            }
             "sealed" if rest == "unquoted" => Some(Measurement::Seal(Seal::Unquoted)),
             "sealed" => {
                 let hex = rest.strip_prefix(SHA256_PREFIX)?;
@@ -341,6 +378,11 @@ mod tests {
             },
             Measurement::VerityRootHash(h.clone()),
             Measurement::Decision(Decision::Fallback),
+            Measurement::Kexec {
+                slot: "B".into(),
+                kernel_sha256: h.clone(),
+                initrd_sha256: "cd".repeat(32),
+            },
             Measurement::Phase(Phase::LeaveInitrd),
             Measurement::Seal(Seal::Quote([7; 32])),
             Measurement::Seal(Seal::Unquoted),
@@ -392,6 +434,10 @@ mod tests {
             "sealed:".into(),
             format!("sealed:sha256:{}", "cd".repeat(31)),
             "sealed:quoted".into(),
+            format!("kexec:B kernel sha256:{h}"),
+            format!("kexec:B kernel sha256:{h} initrd sha256:{h} x"),
+            format!("kexec: kernel sha256:{h} initrd sha256:{h}"),
+            format!("kexec:B initrd sha256:{h} kernel sha256:{h}"),
             "quoted".into(),
             String::new(),
         ] {

@@ -132,6 +132,9 @@ pub enum SlotError {
     /// The kernel refused to stage the kexec (or the memfd for it).
     #[error("{source}")]
     Kexec { source: SysError },
+    /// The fallback's kernel or initramfs was not read before the report.
+    #[error("the kernel and initramfs to kexec: {0}")]
+    KexecPrepared(String),
     /// The BOM asks for a reboot rather than a kexec.
     #[error("the BOM asks for a reboot")]
     RebootAsked,

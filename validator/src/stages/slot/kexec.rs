@@ -3,16 +3,19 @@
 //! event log appended as one more cpio archive (`etc/validator/carried/`), which the next
 //! boot's gate reads as the previous boot's.
 //!
-//! Contract: [`stage`] only loads (`kexec_file_load(2)`); the reboot into it is the
-//! caller's ([`super::fall_back`]). An event log that cannot be read is left out, never
+//! Contract: [`prepare`] reads the kernel and the initramfs once and measures their
+//! digests before the report is quoted; [`stage`] loads those same bytes
+//! (`kexec_file_load(2)`, the kernel from a memfd); the reboot into it is the caller's
+//! ([`super::fall_back`]). An event log that cannot be read is left out, never
 //! an error; anything else that fails is returned, and the caller then reboots instead.
 //!
-//! Current limits: the initramfs is read whole (at most 1 GiB), the event log at most
-//! 64 MiB; under Secure Boot the kernel checks the new kernel's signature (docs/SLOTS.md).
+//! Current limits: the kernel (at most 256 MiB) and the initramfs (at most 1 GiB) are
+//! read whole, the event log at most 64 MiB; under Secure Boot the kernel checks the new kernel's signature (docs/SLOTS.md).
 
 use super::{Context, Plan, SlotError};
 use crate::config::bom::SlotName;
 use crate::config::layout;
+use crate::formats::tpm::measurement::Measurement;
 use crate::util::fs::read_limited;
 
 /// The other slot's kernel command line: what its boot loader would give it (see
@@ -41,14 +44,43 @@ pub fn same_line_for(this_boot: &str, y: SlotName) -> String {
     words.join(" ")
 }
 
-/// Loads the plan's kernel and its initramfs with this boot's report (`report_json`) and
-/// event log appended, for a kexec.
-pub fn stage(ctx: &Context, plan: &Plan, report_json: &str) -> Result<(), SlotError> {
+/// The other slot's kernel and initramfs as read from the ESP for a kexec.
+#[derive(Debug, Clone)]
+pub struct Images {
+    kernel: Vec<u8>,
+    initrd: Vec<u8>,
+}
+
+/// Reads the plan's kernel and initramfs and measures what was read
+/// (`kexec:<slot> kernel sha256:... initrd sha256:...`), before the report is quoted and
+/// the boot sealed. A measurement that fails is a warning: the fallback goes on.
+pub fn prepare(ctx: &mut Context, plan: &Plan) -> Result<Images, SlotError> {
     let input = |source| SlotError::KexecInput { source };
+    let kernel = read_limited(&plan.kernel, crate::formats::vmlinuz::VMLINUZ_MAX).map_err(input)?;
+    let initrd = read_limited(&plan.initrd, crate::formats::newc::INITRAMFS_MAX).map_err(input)?;
+    let hex = |b: &[u8]| crate::util::hex(&crate::trust::keys::sha256(b));
+    let event = Measurement::Kexec {
+        slot: plan.target.to_string(),
+        kernel_sha256: hex(&kernel),
+        initrd_sha256: hex(&initrd),
+    };
+    if let Err(e) = ctx.measure(&event, None) {
+        log::warn!("slot: measuring the kexec: {e}");
+    }
+    Ok(Images { kernel, initrd })
+}
+
+/// Loads the plan's kernel and its initramfs, as [`prepare`] read them, with this boot's
+/// report (`report_json`) and event log appended, for a kexec.
+pub fn stage(
+    ctx: &Context,
+    plan: &Plan,
+    images: &Images,
+    report_json: &str,
+) -> Result<(), SlotError> {
     let kexec = |source| SlotError::Kexec { source };
-    let kernel = crate::util::fs::open_input(&plan.kernel, false).map_err(input)?;
-    let mut initrd =
-        read_limited(&plan.initrd, crate::formats::newc::INITRAMFS_MAX).map_err(input)?;
+    let kernel = crate::sys::memfd_with("kernel", &images.kernel).map_err(kexec)?;
+    let mut initrd = images.initrd.clone();
     // The kernel unpacks archives one after another; the next must start 4-aligned.
     while !initrd.len().is_multiple_of(4) {
         initrd.push(0);

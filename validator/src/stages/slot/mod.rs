@@ -111,6 +111,9 @@ pub struct Plan {
     kernel: PathBuf,
     initrd: PathBuf,
     cmdline: String,
+    /// The kernel and initramfs read and measured for a kexec ([`prepare_kexec`]), or
+    /// why they could not be.
+    images: Option<Result<kexec::Images, String>>,
 }
 
 /// The stage: never fails the boot; what goes wrong is in the facts and the warnings.
@@ -508,6 +511,7 @@ pub fn act(
             kernel: esp::esp_path(&rt.esp_dir, &rt.cfg.path(&rt.cfg.kernel, y)),
             initrd: esp::esp_path(&rt.esp_dir, &rt.cfg.path(&rt.cfg.initrd, y)),
             cmdline: String::new(),
+            images: None,
         });
         let how = match via {
             FallbackVia::Kexec => "kexec",
@@ -562,6 +566,16 @@ pub fn keep_report(ctx: &mut Context, v: serde_json::Value) {
     }
 }
 
+/// Before the report is quoted and the boot sealed: a fallback by kexec reads the other
+/// slot's kernel and initramfs and measures what it read ([`kexec::prepare`]), so a
+/// verifier can tell the kexec'd boot's images as it tells the boot loader's. The same
+/// bytes are loaded later ([`fall_back`]).
+pub fn prepare_kexec(ctx: &mut Context, plan: &mut Plan) {
+    if plan.via == FallbackVia::Kexec {
+        plan.images = Some(kexec::prepare(ctx, plan).map_err(|e| e.to_string()));
+    }
+}
+
 /// Falls back to the plan's slot: the report and the TPM event log go along in an archive
 /// appended to its initramfs ([`kexec::stage`]), the ESP is unmounted, then kexec; when
 /// the kernel refuses the kexec, the try of the slot used for it is given back (where the
@@ -571,7 +585,13 @@ pub fn fall_back(ctx: &mut Context, plan: &Plan, report_json: &str) -> ! {
     let esp = esp::mountpoint(ctx);
     let t = std::time::Instant::now();
     let staged = match plan.via {
-        FallbackVia::Kexec => kexec::stage(ctx, plan, report_json),
+        FallbackVia::Kexec => match &plan.images {
+            Some(Ok(images)) => kexec::stage(ctx, plan, images, report_json),
+            Some(Err(why)) => Err(SlotError::KexecPrepared(why.clone())),
+            None => Err(SlotError::KexecPrepared(
+                "not read before the report".into(),
+            )),
+        },
         FallbackVia::Reboot => Err(SlotError::RebootAsked),
     };
     if plan.via == FallbackVia::Kexec && staged.is_err() {
