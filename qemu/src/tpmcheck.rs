@@ -54,6 +54,32 @@ pub fn base64_section(console: &str, name: &str) -> Option<Vec<u8>> {
     base64::engine::general_purpose::STANDARD.decode(s).ok()
 }
 
+/// The PCR values, bank name -> PCR -> lower-case hex, of the printed binary log
+/// (`TPM-LOG`) replayed without its last record, which must be the boot's seal: what the
+/// PCRs held when the init read them back and quoted (the report's `tpm.pcrs`). `None`
+/// when the log is missing, does not parse or does not end with the seal.
+pub fn pcrs_before_seal(console: &str) -> Option<BTreeMap<String, BTreeMap<u32, String>>> {
+    use validator::formats::tpm::eventlog::{replay_events, EventLog};
+    let log = EventLog::parse(&base64_section(console, "TPM-LOG")?).ok()?;
+    let (seal, quoted) = log.events().split_last()?;
+    if !seal.data.starts_with(b"sealed:") {
+        return None;
+    }
+    Some(
+        replay_events(quoted)
+            .into_iter()
+            .map(|(bank, pcrs)| {
+                (
+                    bank.name().to_string(),
+                    pcrs.into_iter()
+                        .map(|(p, v)| (p, validator::util::hex(&v)))
+                        .collect(),
+                )
+            })
+            .collect(),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

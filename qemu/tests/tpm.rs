@@ -87,13 +87,7 @@ fn check_agreement(name: Name, banks: &[&str]) -> qemu::vm::Outcome {
     let ours_cel = validator_replay(&cel, &dir, "cel.log");
     // The report read its PCRs back before the quote, so before the seal, the log's last
     // record, which the TPM holds as well.
-    let parsed = validator::formats::tpm::eventlog::EventLog::parse(&log).unwrap();
-    let (seal, quoted) = parsed.events().split_last().unwrap();
-    assert!(
-        seal.data.starts_with(b"sealed:"),
-        "the log ends with the seal"
-    );
-    let at_quote = validator::formats::tpm::eventlog::replay_events(quoted);
+    let at_quote = tpmcheck::pcrs_before_seal(&o.console).expect("the log ends with the seal");
     for bank in banks {
         let touched = &el_view[*bank];
         assert!(
@@ -121,10 +115,8 @@ fn check_agreement(name: Name, banks: &[&str]) -> qemu::vm::Outcome {
                 ours_cel[*bank][&pcr], tpm_view[*bank][&pcr],
                 "{bank} PCR {pcr}: CEL replay vs TPM"
             );
-            let h = validator::formats::tpm::HashAlg::from_name(bank).unwrap();
             assert_eq!(
-                tpm.pcrs[*bank][&pcr],
-                validator::util::hex(&at_quote[&h][&pcr]),
+                tpm.pcrs[*bank][&pcr], at_quote[*bank][&pcr],
                 "{bank} PCR {pcr}: report vs the log's replay before the seal"
             );
         }
