@@ -378,8 +378,7 @@ fn verify_report_files(
         .eventlog
         .as_ref()
         .ok_or_else(|| Usage("--report needs --eventlog".into()))?;
-    let log = read_limited(log_path, validator::runtime::measure::EVENT_LOG_MAX)?;
-    EventLog::parse(&log).map_err(|e| Usage(format!("{}: {e}", log_path.display())))?;
+    let log = read_log(log_path)?;
     if a.references.is_empty() {
         return Err(Usage("--report needs at least one --reference".into()));
     }
@@ -399,7 +398,7 @@ fn verify_report_files(
         last: a.after.as_deref().map(parse_after).transpose()?,
     };
     Ok(
-        match verify::verify_report(ak, &refs, &json, &log, &policy) {
+        match verify::verify_report_log(ak, &refs, &json, &log, &policy) {
             // Not a report at all: unusable input, named.
             Err(e @ VerifyError::Report(_)) => {
                 return Err(Usage(format!("{}: {e}", report.display())));

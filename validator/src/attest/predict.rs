@@ -330,6 +330,23 @@ pub fn kexec_cmdline_grub(from_line: &str, to: SlotName) -> String {
     crate::stages::slot::kexec::same_line_for(from_line, to)
 }
 
+/// The slots given: at least one; a file of any content only in a complete list.
+fn check_slots(slots: &[SlotInput]) -> Result<(), PredictError> {
+    if slots.is_empty() {
+        return Err(PredictError::Invalid("no slot given".into()));
+    }
+    match slots
+        .iter()
+        .find(|s| !s.files_complete && s.files.iter().any(|f| f.2.is_none()))
+    {
+        Some(s) => Err(PredictError::Invalid(format!(
+            "slot {}: a file of any content stands for a record only in a complete list of the boot loader's files",
+            s.slot
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// Predicts the measurements of a good boot of the image, per slot.
 pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
     let loaded_bom = crate::config::bom::parse(i.bom, Path::new("bom.toml"))?;
@@ -400,19 +417,7 @@ pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
             true,
         )?);
     }
-    if i.slots.is_empty() {
-        return Err(PredictError::Invalid("no slot given".into()));
-    }
-    if let Some(s) = i
-        .slots
-        .iter()
-        .find(|s| !s.files_complete && s.files.iter().any(|f| f.2.is_none()))
-    {
-        return Err(PredictError::Invalid(format!(
-            "slot {}: a file of any content stands for a record only in a complete list of the boot loader's files",
-            s.slot
-        )));
-    }
+    check_slots(&i.slots)?;
     let mut entries: Vec<(&SlotInput, Entry, &str)> = Vec::new();
     for s in &i.slots {
         entries.push((s, Entry::BootLoader, &s.cmdline));

@@ -60,15 +60,16 @@ use base64::Engine as _;
 
 use super::reference::{Entry, ExpectedEvent, Reference, SlotReference};
 use crate::config::bom::SlotName;
-use crate::formats::tpm::attest::{
-    format_selection, pcr_digest, Attest, ClockInfo, Public, Signature,
-};
-use crate::formats::tpm::eventlog::{replay_events, Event, EventLog, EV_IPL, EV_NO_ACTION};
-use crate::formats::tpm::measurement::{
-    Decision, Measurement, Phase, Seal, PHASE_PCR, PINNED_PCRS,
-};
-use crate::formats::tpm::{HashAlg, PcrValues};
-use crate::trust::quote::{verify_signature, QuoteSigError};
+use crate::formats::tpm::attest::{Attest, ClockInfo, Public};
+use crate::formats::tpm::eventlog::{Event, EventLog, EV_IPL};
+use crate::formats::tpm::measurement::{Decision, Measurement, Phase, PHASE_PCR};
+use crate::formats::tpm::HashAlg;
+use crate::trust::quote::QuoteSigError;
+
+mod files;
+mod quote;
+use files::{check_files, check_kexec, same_digests};
+use quote::{check_selection, judgeable, replays_to, sealed_prefix, signed_quote};
 
 /// What the fleet accepts.
 #[derive(Debug, Clone)]
@@ -196,51 +197,6 @@ fn b64(what: &str, s: &str) -> Result<Vec<u8>, VerifyError> {
         .map_err(|e| VerifyError::Report(format!("attestation.quote.{what} is not base64: {e}")))
 }
 
-/// The quote's signature by `ak` and its qualifying data equal to `qualifying` (`what`
-/// names it for the message). Returns the parsed quote and the signature's hash.
-fn signed_quote(
-    ak: &Public,
-    attest: &[u8],
-    sig: &[u8],
-    qualifying: &[u8],
-    what: &'static str,
-) -> Result<(Attest, HashAlg), VerifyError> {
-    let sig = Signature::parse(sig).map_err(|e| VerifyError::Malformed(e.to_string()))?;
-    verify_signature(ak, attest, &sig)?;
-    let a = Attest::parse(attest).map_err(|e| VerifyError::Malformed(e.to_string()))?;
-    if a.extra_data != qualifying {
-        return Err(VerifyError::Qualifying {
-            what,
-            want: crate::util::hex(qualifying),
-            got: crate::util::hex(&a.extra_data),
-        });
-    }
-    Ok((a, sig.hash()))
-}
-
-/// Whether `records` replay to the PCR values the quote signed.
-fn replays_to(a: &Attest, hash: HashAlg, records: &[Event]) -> Result<(), VerifyError> {
-    let mut values: PcrValues = replay_events(records);
-    for (bank, pcrs) in &a.pcr_select {
-        for p in pcrs {
-            values
-                .entry(*bank)
-                .or_default()
-                .entry(*p)
-                .or_insert_with(|| vec![0; bank.size()]);
-        }
-    }
-    let got = pcr_digest(hash, &a.pcr_select, &values).map_err(VerifyError::Log)?;
-    if got != a.pcr_digest {
-        return Err(VerifyError::PcrDigest {
-            pcrs: format_selection(&a.pcr_select),
-            want: crate::util::hex(&a.pcr_digest),
-            got: crate::util::hex(&got),
-        });
-    }
-    Ok(())
-}
-
 /// A challenge: the quote's signature by `ak`, its qualifying data equal to `qualifying`
 /// (`what` names it for the message), and, with a log, the whole log's replay equal to
 /// the quoted PCRs (the live PCRs, the seal included). Returns the parsed quote.
@@ -363,17 +319,6 @@ fn same(a: &Ours<'_>, x: &ExpectedEvent) -> bool {
         && same_digests(a.record, &x.digests)
 }
 
-/// Whether every digest the record holds (in a bank we know) is the predicted one.
-fn same_digests(a: &Event, want: &super::reference::Digests) -> bool {
-    !a.digests.is_empty()
-        && a.digests.iter().all(|(id, d)| {
-            HashAlg::from_alg_id(*id).is_some_and(|h| {
-                want.get(h.name())
-                    .is_some_and(|w| w.eq_ignore_ascii_case(&crate::util::hex(d)))
-            })
-        })
-}
-
 /// How far a boot's events follow a slot's prediction: `Ok(decision)` when all of
 /// them do, else the index (in the boot) of the first that does not, with the expected
 /// text. A boot that passed must have measured every event but the optional ones, in
@@ -470,101 +415,6 @@ fn reference_pcr(references: &[Reference]) -> Result<u32, VerifyError> {
     }
 }
 
-/// Step 3: the log's last record is the seal naming this quote; returns the records
-/// before it (what the quote signed).
-fn sealed_prefix<'a>(
-    log: &'a EventLog,
-    attest: &[u8],
-    pcr: u32,
-) -> Result<&'a [Event], VerifyError> {
-    let Some((last, before)) = log.events().split_last() else {
-        return Err(VerifyError::Seal("the event log has no record".into()));
-    };
-    let seal = (last.pcr == pcr && last.event_type == EV_IPL)
-        .then(|| Measurement::parse(last.pcr, &last.data, pcr).ok())
-        .flatten();
-    let want = crate::trust::keys::sha256(attest);
-    match seal {
-        Some(Measurement::Seal(Seal::Quote(d))) if d == want => Ok(before),
-        Some(Measurement::Seal(s)) => Err(VerifyError::Seal(format!(
-            "the log's seal names {}, the report's quote is sha256:{}",
-            match s {
-                Seal::Quote(d) => format!("quote sha256:{}", crate::util::hex(&d)),
-                Seal::Unquoted => "no quote".into(),
-            },
-            crate::util::hex(&want)
-        ))),
-        _ => Err(VerifyError::Seal(format!(
-            "the log's last record ({:?} on PCR {}) is not the boot's seal: a log cut after the quote, or a quote the init did not make",
-            String::from_utf8_lossy(&last.data),
-            last.pcr
-        ))),
-    }
-}
-
-/// Every bank the log's header declares is one this verifier computes: a digest in an
-/// algorithm it does not know can be neither replayed nor compared, and a log made only
-/// of such digests would replay to zeros and match anything.
-fn judgeable(log: &EventLog) -> Result<(), VerifyError> {
-    let unknown: Vec<String> = log
-        .spec_id()
-        .algorithms
-        .iter()
-        .filter(|a| HashAlg::from_alg_id(a.alg_id).is_none())
-        .map(|a| format!("{:#06x}", a.alg_id))
-        .collect();
-    if unknown.is_empty() {
-        return Ok(());
-    }
-    Err(VerifyError::Log(format!(
-        "the header declares digest algorithms this verifier does not compute ({}): their digests can be neither replayed nor compared",
-        unknown.join(", ")
-    )))
-}
-
-/// Step 4: the quote covers the PCRs a verdict rests on, in every bank the log records.
-fn check_selection(
-    a: &Attest,
-    log: &EventLog,
-    references: &[Reference],
-    pcr: u32,
-) -> Result<(), VerifyError> {
-    let mut need: BTreeSet<u32> = PINNED_PCRS.iter().copied().collect();
-    need.extend([PHASE_PCR, pcr]);
-    need.extend(
-        references
-            .iter()
-            .flat_map(|r| r.slots.iter().flat_map(|s| s.files.iter().map(|f| f.pcr))),
-    );
-    let banks = log.spec_id().banks();
-    let mut missing = Vec::new();
-    for b in &banks {
-        let have: BTreeSet<u32> = a
-            .pcr_select
-            .iter()
-            .filter(|(qb, _)| qb == b)
-            .flat_map(|(_, p)| p.iter().copied())
-            .collect();
-        let lack: Vec<u32> = need.difference(&have).copied().collect();
-        if !lack.is_empty() {
-            missing.push((*b, lack));
-        }
-    }
-    if missing.is_empty() {
-        return Ok(());
-    }
-    Err(VerifyError::Selection {
-        quoted: format_selection(&a.pcr_select),
-        missing: format_selection(&missing),
-        need: need
-            .iter()
-            .map(u32::to_string)
-            .collect::<Vec<_>>()
-            .join(","),
-        banks: banks.iter().map(|b| b.name()).collect::<Vec<_>>().join("+"),
-    })
-}
-
 /// Step 6 for one boot: the accepted reference entry it follows.
 fn judge_boot<'r>(
     number: usize,
@@ -623,161 +473,25 @@ fn judge_boot<'r>(
     })
 }
 
-/// Step 6 for a boot started by kexec: the boot before it measured what it loaded, for
-/// this boot's slot, and the kernel and initramfs are files the accepted image has for
-/// that slot (its boot-loader entry's, by SHA-256).
-fn check_kexec(
-    number: usize,
-    b: &Boot,
-    loaded: Option<Measurement>,
-    references: &[Reference],
-) -> Result<(), VerifyError> {
-    let err = |why: String| VerifyError::Kexec { boot: number, why };
-    let Some(Measurement::Kexec {
-        slot,
-        kernel_sha256,
-        initrd_sha256,
-    }) = loaded
-    else {
-        return Err(err(
-            "the boot before it measured no kexec (what it loaded is unknown)".into(),
-        ));
-    };
-    if slot != b.slot.as_str() {
-        return Err(err(format!(
-            "the boot before it loaded slot {slot}'s images, this boot is slot {}",
-            b.slot
-        )));
-    }
-    let files: Vec<&str> = references
-        .iter()
-        .filter(|r| r.image_id == b.image_id)
-        .filter_map(|r| r.slot(b.slot))
-        .flat_map(|s| s.files.iter())
-        .filter_map(|f| f.digests.get(HashAlg::Sha256.name()).map(String::as_str))
-        .collect();
-    for (what, d) in [("kernel", &kernel_sha256), ("initramfs", &initrd_sha256)] {
-        if !files.iter().any(|f| f.eq_ignore_ascii_case(d)) {
-            return Err(err(format!(
-                "the {what} loaded (sha256:{d}) is none of the files image {} has for slot {}",
-                b.image_id, b.slot
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// Step 7: the boot loader's files of the entry the first boot followed: a complete list
-/// is every record in its PCRs, in order (the order within one PCR is bound by the hash
-/// chain); otherwise each file with digests appears exactly once.
-fn check_files(records: &[Event], s: &SlotReference) -> Result<usize, VerifyError> {
-    if !s.files_complete {
-        return check_predicted_files(records, s);
-    }
-    let pcrs: BTreeSet<u32> = s.files.iter().map(|f| f.pcr).collect();
-    let mut checked = 0;
-    for pcr in pcrs {
-        let want: Vec<&super::reference::ExpectedFile> =
-            s.files.iter().filter(|f| f.pcr == pcr).collect();
-        let got: Vec<&Event> = records
-            .iter()
-            .filter(|e| e.pcr == pcr && e.event_type != EV_NO_ACTION)
-            .collect();
-        let text = |e: &Event| format!("{:?}", String::from_utf8_lossy(&e.data));
-        if got.len() != want.len() {
-            return Err(VerifyError::BootLoader {
-                pcr,
-                why: format!(
-                    "{} records ({}), the image's boot loader makes {} ({})",
-                    got.len(),
-                    got.iter().map(|e| text(e)).collect::<Vec<_>>().join(", "),
-                    want.len(),
-                    want.iter()
-                        .map(|f| f.path.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            });
-        }
-        for (k, (e, f)) in got.iter().zip(&want).enumerate() {
-            if f.digests.is_empty() {
-                continue;
-            }
-            if !same_digests(e, &f.digests) {
-                return Err(VerifyError::BootLoader {
-                    pcr,
-                    why: format!(
-                        "record {} ({}) is not {} with its predicted digest",
-                        k + 1,
-                        text(e),
-                        f.path
-                    ),
-                });
-            }
-            checked += 1;
-        }
-    }
-    Ok(checked)
-}
-
-/// Each predicted boot-loader file of the slot, exactly once, by PCR and digest.
-fn check_predicted_files(records: &[Event], slot: &SlotReference) -> Result<usize, VerifyError> {
-    let mut checked = 0;
-    for f in slot.files.iter().filter(|f| !f.digests.is_empty()) {
-        let err = |why: String| VerifyError::File {
-            path: f.path.clone(),
-            pcr: f.pcr,
-            why,
-        };
-        let sha256 = f
-            .digests
-            .get(HashAlg::Sha256.name())
-            .or_else(|| f.digests.values().next())
-            .ok_or_else(|| err("the reference gives no digest".into()))?;
-        let mut found = 0;
-        for e in records
-            .iter()
-            .filter(|e| e.pcr == f.pcr && e.event_type != EV_NO_ACTION)
-        {
-            let matches_one = e
-                .digests
-                .iter()
-                .any(|(_, d)| sha256.eq_ignore_ascii_case(&crate::util::hex(d)))
-                || same_digests(e, &f.digests);
-            if !matches_one {
-                continue;
-            }
-            if !same_digests(e, &f.digests) {
-                return Err(err(format!(
-                    "a record ({:?}) has its digest in one bank and another in the next",
-                    String::from_utf8_lossy(&e.data)
-                )));
-            }
-            found += 1;
-        }
-        match found {
-            1 => checked += 1,
-            0 => {
-                return Err(err(
-                    "no record has the predicted digest: the boot loader read another file".into(),
-                ))
-            }
-            n => {
-                return Err(err(format!(
-                    "{n} records have the predicted digest, one must"
-                )))
-            }
-        }
-    }
-    Ok(checked)
-}
-
-/// Verifies a boot's report (steps 1-9 of the module doc).
+/// Verifies a boot's report (steps 1-9 of the module doc) with its event log's bytes.
 pub fn verify_report(
     ak: &Public,
     references: &[Reference],
     report_json: &[u8],
     log_bytes: &[u8],
+    policy: &Policy,
+) -> Result<Verified, VerifyError> {
+    let log = EventLog::parse(log_bytes).map_err(|e| VerifyError::Log(e.to_string()))?;
+    verify_report_log(ak, references, report_json, &log, policy)
+}
+
+/// [`verify_report`] with the event log already parsed (a caller that read it to name a
+/// log that does not parse, as the CLI does, parses it once).
+pub fn verify_report_log(
+    ak: &Public,
+    references: &[Reference],
+    report_json: &[u8],
+    log: &EventLog,
     policy: &Policy,
 ) -> Result<Verified, VerifyError> {
     let (v, report) = read_report(report_json)?;
@@ -802,8 +516,7 @@ pub fn verify_report(
         });
     }
     let pcr = reference_pcr(references)?;
-    let log = EventLog::parse(log_bytes).map_err(|e| VerifyError::Log(e.to_string()))?;
-    judgeable(&log)?;
+    judgeable(log)?;
     let attest = b64("attest", &q.attest)?;
     let (a, hash) = signed_quote(
         ak,
@@ -812,9 +525,9 @@ pub fn verify_report(
         &crate::report::json::quoted_digest_of(&v),
         "the report's digest: the report was changed after the boot, or the quote is another report's",
     )?;
-    let quoted = sealed_prefix(&log, &attest, pcr)?;
+    let quoted = sealed_prefix(log, &attest, pcr)?;
     replays_to(&a, hash, quoted)?;
-    check_selection(&a, &log, references, pcr)?;
+    check_selection(&a, log, references, pcr)?;
     if let Some(last) = &policy.last {
         let newer = a.clock.reset_count > last.reset_count
             || (a.clock.reset_count == last.reset_count && a.clock.clock > last.clock);

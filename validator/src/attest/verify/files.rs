@@ -1,0 +1,171 @@
+//! The checks of what was loaded: the boot loader's files of the slot the first boot
+//! followed (a complete, ordered list, or each file once by digest), and the kernel and
+//! initramfs a fallback by kexec measured for the boot it started (steps 6 and 7 of
+//! [`super`]).
+
+use std::collections::BTreeSet;
+
+use super::{Boot, VerifyError};
+use crate::attest::reference::{Digests, ExpectedFile, Reference, SlotReference};
+use crate::formats::tpm::eventlog::{Event, EV_NO_ACTION};
+use crate::formats::tpm::measurement::Measurement;
+use crate::formats::tpm::HashAlg;
+
+/// Whether every digest the record holds (in a bank we know) is the predicted one.
+pub(super) fn same_digests(a: &Event, want: &Digests) -> bool {
+    !a.digests.is_empty()
+        && a.digests.iter().all(|(id, d)| {
+            HashAlg::from_alg_id(*id).is_some_and(|h| {
+                want.get(h.name())
+                    .is_some_and(|w| w.eq_ignore_ascii_case(&crate::util::hex(d)))
+            })
+        })
+}
+
+/// Step 6 for a boot started by kexec: the boot before it measured what it loaded, for
+/// this boot's slot, and the kernel and initramfs are files the accepted image has for
+/// that slot (its boot-loader entry's, by SHA-256).
+pub(super) fn check_kexec(
+    number: usize,
+    b: &Boot,
+    loaded: Option<Measurement>,
+    references: &[Reference],
+) -> Result<(), VerifyError> {
+    let err = |why: String| VerifyError::Kexec { boot: number, why };
+    let Some(Measurement::Kexec {
+        slot,
+        kernel_sha256,
+        initrd_sha256,
+    }) = loaded
+    else {
+        return Err(err(
+            "the boot before it measured no kexec (what it loaded is unknown)".into(),
+        ));
+    };
+    if slot != b.slot.as_str() {
+        return Err(err(format!(
+            "the boot before it loaded slot {slot}'s images, this boot is slot {}",
+            b.slot
+        )));
+    }
+    let files: Vec<&str> = references
+        .iter()
+        .filter(|r| r.image_id == b.image_id)
+        .filter_map(|r| r.slot(b.slot))
+        .flat_map(|s| s.files.iter())
+        .filter_map(|f| f.digests.get(HashAlg::Sha256.name()).map(String::as_str))
+        .collect();
+    for (what, d) in [("kernel", &kernel_sha256), ("initramfs", &initrd_sha256)] {
+        if !files.iter().any(|f| f.eq_ignore_ascii_case(d)) {
+            return Err(err(format!(
+                "the {what} loaded (sha256:{d}) is none of the files image {} has for slot {}",
+                b.image_id, b.slot
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Step 7: the boot loader's files of the entry the first boot followed: a complete list
+/// is every record in its PCRs, in order (the order within one PCR is bound by the hash
+/// chain); otherwise each file with digests appears exactly once.
+pub(super) fn check_files(records: &[Event], s: &SlotReference) -> Result<usize, VerifyError> {
+    if !s.files_complete {
+        return check_predicted_files(records, s);
+    }
+    let pcrs: BTreeSet<u32> = s.files.iter().map(|f| f.pcr).collect();
+    let mut checked = 0;
+    for pcr in pcrs {
+        let want: Vec<&ExpectedFile> = s.files.iter().filter(|f| f.pcr == pcr).collect();
+        let got: Vec<&Event> = records
+            .iter()
+            .filter(|e| e.pcr == pcr && e.event_type != EV_NO_ACTION)
+            .collect();
+        let text = |e: &Event| format!("{:?}", String::from_utf8_lossy(&e.data));
+        if got.len() != want.len() {
+            return Err(VerifyError::BootLoader {
+                pcr,
+                why: format!(
+                    "{} records ({}), the image's boot loader makes {} ({})",
+                    got.len(),
+                    got.iter().map(|e| text(e)).collect::<Vec<_>>().join(", "),
+                    want.len(),
+                    want.iter()
+                        .map(|f| f.path.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
+        }
+        for (k, (e, f)) in got.iter().zip(&want).enumerate() {
+            if f.digests.is_empty() {
+                continue;
+            }
+            if !same_digests(e, &f.digests) {
+                return Err(VerifyError::BootLoader {
+                    pcr,
+                    why: format!(
+                        "record {} ({}) is not {} with its predicted digest",
+                        k + 1,
+                        text(e),
+                        f.path
+                    ),
+                });
+            }
+            checked += 1;
+        }
+    }
+    Ok(checked)
+}
+
+/// Each predicted boot-loader file of the slot, exactly once, by PCR and digest.
+fn check_predicted_files(records: &[Event], slot: &SlotReference) -> Result<usize, VerifyError> {
+    let mut checked = 0;
+    for f in slot.files.iter().filter(|f| !f.digests.is_empty()) {
+        let err = |why: String| VerifyError::File {
+            path: f.path.clone(),
+            pcr: f.pcr,
+            why,
+        };
+        let sha256 = f
+            .digests
+            .get(HashAlg::Sha256.name())
+            .or_else(|| f.digests.values().next())
+            .ok_or_else(|| err("the reference gives no digest".into()))?;
+        let mut found = 0;
+        for e in records
+            .iter()
+            .filter(|e| e.pcr == f.pcr && e.event_type != EV_NO_ACTION)
+        {
+            let matches_one = e
+                .digests
+                .iter()
+                .any(|(_, d)| sha256.eq_ignore_ascii_case(&crate::util::hex(d)))
+                || same_digests(e, &f.digests);
+            if !matches_one {
+                continue;
+            }
+            if !same_digests(e, &f.digests) {
+                return Err(err(format!(
+                    "a record ({:?}) has its digest in one bank and another in the next",
+                    String::from_utf8_lossy(&e.data)
+                )));
+            }
+            found += 1;
+        }
+        match found {
+            1 => checked += 1,
+            0 => {
+                return Err(err(
+                    "no record has the predicted digest: the boot loader read another file".into(),
+                ))
+            }
+            n => {
+                return Err(err(format!(
+                    "{n} records have the predicted digest, one must"
+                )))
+            }
+        }
+    }
+    Ok(checked)
+}
