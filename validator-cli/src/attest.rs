@@ -136,11 +136,11 @@ fn make_credential(a: MakeCredentialArgs, out: &mut Out) -> Res {
         id_object: cred.id_object,
         encrypted_secret: cred.encrypted_secret,
     };
-    write_output(&a.secret_out, &secret)?;
-    if let Err(e) = write_output(&a.out, &file.to_bytes()) {
-        let _ = std::fs::remove_file(&a.secret_out);
-        return Err(e.into());
-    }
+    // Both or neither: a failure leaves every file that was there as it was.
+    crate::files::write_set(&[
+        (a.out.as_path(), &file.to_bytes()),
+        (a.secret_out.as_path(), &secret),
+    ])?;
     out.line(&format!(
         "{}: credential for AK {} to the EK of {} (issued by {})",
         a.out.display(),

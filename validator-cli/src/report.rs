@@ -11,9 +11,10 @@
 //! `validator.report/v3`) is refused, exit 2: its fields may not mean what this version
 //! would show. `--svg OUT` draws the boot as a timeline,
 //! `--prometheus OUT` and `--nfd OUT` write the metrics and node-label files the init
-//! writes into the new root (for a boot that never reached it); each OUT is written by
-//! `validator::util::fs::write_output` (only a regular file is replaced, a link or a
-//! device at OUT and a missing directory are refused, naming the path). Everything printed from
+//! writes into the new root (for a boot that never reached it). The OUTs are written all
+//! or none by `crate::files::write_set`, after every argument is judged: only a regular
+//! file is replaced, a link or a device at OUT, a missing directory and the same file
+//! named twice are refused, naming the path, and a failure leaves every file as it was. Everything printed from
 //! the report is made printable first (control characters become `?`): a report is
 //! input from a node, not trusted. Exit status: 0 when the report's decision is `pass`,
 //! 1 for any other decision, 2 when FILE is not a readable report.
@@ -353,11 +354,6 @@ fn full_checks(r: &Report, line: &mut impl FnMut(String)) {
     }
 }
 
-fn write_out(path: &Path, bytes: &[u8], out: &mut Out) -> Result<(), Usage> {
-    validator::util::fs::write_output(path, bytes)?;
-    Ok(out.line(&format!("wrote {}", path.display()))?)
-}
-
 /// The subcommand.
 pub fn run(a: ReportArgs, out: &mut Out) -> Res {
     let mut r = load(&a.file)?;
@@ -372,27 +368,33 @@ pub fn run(a: ReportArgs, out: &mut Out) -> Res {
             r.checks = checks::derive(&r);
         }
     }
-    let mut wrote = false;
+    // Every argument is judged and every rendering made before anything is written; the
+    // files are then written all or none.
+    let mut files: Vec<(&Path, String)> = Vec::new();
     if let Some(p) = &a.svg {
-        write_out(p, timeline::svg(&r).as_bytes(), out)?;
-        wrote = true;
+        files.push((p, timeline::svg(&r)));
     }
     if let Some(p) = &a.prometheus {
-        write_out(p, prometheus::render(&r).as_bytes(), out)?;
-        wrote = true;
+        files.push((p, prometheus::render(&r)));
     }
     if let Some(p) = &a.nfd {
         let ns = a
             .namespace
+            .clone()
             .unwrap_or_else(|| validator::config::bom::ReportCfg::default().nfd_namespace);
         if !validator::formats::nfd::valid_namespace(&ns) {
             return Err(Usage(format!(
-                "--namespace {ns:?} is not a label namespace NFD publishes"
+                "--namespace {ns:?} is not a label namespace NFD publishes (nothing was written)"
             )));
         }
-        write_out(p, nfd::render(&r, &ns).as_bytes(), out)?;
-        wrote = true;
+        files.push((p, nfd::render(&r, &ns)));
     }
+    let set: Vec<(&Path, &[u8])> = files.iter().map(|(p, t)| (*p, t.as_bytes())).collect();
+    crate::files::write_set(&set)?;
+    for (p, _) in &files {
+        out.line(&format!("wrote {}", p.display()))?;
+    }
+    let wrote = !files.is_empty();
     if a.brief {
         out.bytes(render_brief(&r).as_bytes())?;
     } else if !wrote {

@@ -2,9 +2,14 @@
 //! variables or entries, and our record on the ESP - read and changed with the slot
 //! stage's own code (`validator::stages::slot::Runtime`).
 //!
-//! Contract: `status` exits 0 when there is no problem (a boot loader state and a record
-//! that disagree on a slot being good or bad is one); `mark-*` refuse (exit 2) when the
-//! boot loader's state, or with `--esp` our record, could not be read whole.
+//! Contract: `status` exits 0 when there is no problem and 1 when there is one, each
+//! named on a `problem:` line (`docs/SLOTS.md` lists them: a boot loader state or a record
+//! that cannot be read, a record with no valid copy, a boot loader and a record that
+//! disagree on a slot being good or bad, a GRUB state under which no slot would boot);
+//! `mark-*` refuse (exit 2) when the boot loader's state, or with `--esp` our record,
+//! could not be read whole (a record with no valid copy is started anew, as a boot does,
+//! and the output says so). A `--grubenv` that is a symbolic link is refused (exit 2);
+//! a bare file name is in the current directory.
 //! A missing record is told apart by its error variant (`SlotError::NoRecord`), never by
 //! its message.
 
@@ -28,6 +33,14 @@ fn slot_target(at: &SlotWhere) -> Result<(validator::config::bom::Slot, PathBuf,
     };
     match (&at.grubenv, &at.esp) {
         (Some(f), None) => {
+            // Slot files are opened following no symlink: a link given as the grubenv is
+            // refused by name here rather than by the kernel's ELOOP later.
+            if std::fs::symlink_metadata(f).is_ok_and(|m| m.file_type().is_symlink()) {
+                return Err(Usage(format!(
+                    "{}: is a symbolic link: refused (slot files are never followed through one; name the grubenv itself)",
+                    f.display()
+                )));
+            }
             // A FIFO, a directory or an oversized file is unusable input (exit 2), as for
             // every other command; what the block says is for the stage to judge.
             let file = validator::util::fs::open_input(f, false)?;
@@ -36,10 +49,8 @@ fn slot_target(at: &SlotWhere) -> Result<(validator::config::bom::Slot, PathBuf,
                 f,
                 validator::formats::grubenv::BLOCK_SIZE_MAX as u64,
             )?;
-            let dir = f
-                .parent()
-                .map(Path::to_path_buf)
-                .unwrap_or_else(|| PathBuf::from("."));
+            // A bare name is in the current directory (its parent is the empty path).
+            let dir = validator::util::fs::output_dir(f).to_path_buf();
             let name = f
                 .file_name()
                 .ok_or_else(|| Usage(format!("{}: not a file", f.display())))?;
@@ -101,8 +112,9 @@ pub(crate) fn run(c: SlotCmd, out: &mut Out) -> Res {
                 .iter()
                 .map(ToString::to_string)
                 .collect();
-            // The boot loader and our record must agree on what is good and bad.
-            problems.extend(l.runtime.disagreements().iter().map(ToString::to_string));
+            // The boot loader and our record must agree on what is good and bad, and the
+            // boot loader must have a slot to boot.
+            problems.extend(l.runtime.problems().iter().map(ToString::to_string));
             let st = l.runtime.status(l.view, problems);
             if json {
                 out.line(&serde_json::to_string_pretty(&st)?)?;
@@ -153,6 +165,13 @@ fn fatal(
         .collect()
 }
 
+/// Whether a load error stops a `mark-*`: every one that counts ([`fatal`]) except a
+/// record with no valid copy, over which the mark starts a new record as a boot does
+/// (and says so).
+fn stops_mark(e: &validator::stages::slot::SlotError) -> bool {
+    !matches!(e, validator::stages::slot::SlotError::NoValidCopy { .. })
+}
+
 fn mark(at: SlotWhere, slot: Option<SlotArg>, good: bool, out: &mut Out) -> Res {
     let s = booted_slot(slot)?;
     let (cfg, dir, record) = slot_target(&at)?;
@@ -160,11 +179,12 @@ fn mark(at: SlotWhere, slot: Option<SlotArg>, good: bool, out: &mut Out) -> Res 
     let mut rt = l.runtime;
     // The boot loader's state must have been read whole; a record is optional with
     // --grubenv, required with --esp.
-    let fatal = fatal(&l.errors, record);
-    if !fatal.is_empty() {
+    let (stop, notes): (Vec<_>, Vec<_>) = fatal(&l.errors, record)
+        .into_iter()
+        .partition(|e| stops_mark(e));
+    if !stop.is_empty() {
         return Err(Usage(
-            fatal
-                .iter()
+            stop.iter()
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
                 .join("; "),
@@ -172,6 +192,9 @@ fn mark(at: SlotWhere, slot: Option<SlotArg>, good: bool, out: &mut Out) -> Res 
     }
     let done = rt.mark(s, good)?;
     out.line(&done)?;
+    for n in notes {
+        out.line(&format!("note: {n}: a new record was started"))?;
+    }
     for (k, v) in rt.view() {
         out.line(&format!("  {k}={v}"))?;
     }

@@ -426,6 +426,30 @@ fn enrollment_through_the_ek_gives_the_verifier_its_secret_back() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("none of the CAs given issued"));
     assert!(!cred2.exists() && !secret2.exists());
+    // Issue 34 item 1: a failed make-credential destroyed the secret file it was given
+    // (`--out` a directory, `--secret-out` an existing file), and the same file as both
+    // outputs was overwritten by the credential (exit 0). Now every file stays as it was.
+    let ca = "/var/lib/swtpm-localca/issuercert.pem";
+    let old = dir.join("old-secret.bin");
+    std::fs::write(&old, "OLD").unwrap();
+    let out_dir = dir.join("a-directory");
+    std::fs::create_dir(&out_dir).unwrap();
+    let out = make(ca, &out_dir, &old);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("a-directory"), "{err}");
+    assert_eq!(std::fs::read(&old).unwrap(), b"OLD");
+    for same in [old.clone(), dir.join(".").join("old-secret.bin")] {
+        let out = make(ca, &old, &same);
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("the same file named twice"), "{err}");
+        assert_eq!(std::fs::read(&old).unwrap(), b"OLD");
+    }
+    // A second target in a missing directory: the first (existing) one is untouched.
+    let out = make(ca, &old, &dir.join("missing/secret.bin"));
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(std::fs::read(&old).unwrap(), b"OLD");
     drop(swtpm);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -245,3 +245,104 @@ fn unknown_schema_is_refused() {
     assert!(out.is_empty(), "{out}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// Issue 34 item 2: with several outputs, `report` wrote some and then failed (a bad
+/// `--namespace` after `--svg` and `--prometheus` were written; a missing directory for
+/// `--nfd` after an existing `--prometheus` file was replaced). Every argument and
+/// target is judged first and the files are written all or none; the same file named
+/// twice is refused.
+#[test]
+fn several_outputs_are_all_or_none() {
+    let d = tmp("all-or-none");
+    let (svg, prom, nfd) = (d.join("a.svg"), d.join("b.prom"), d.join("c.nfd"));
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let good = example("report-good.json");
+    let (c, _, err) = validator(&[
+        "report",
+        &good,
+        "--svg",
+        &s(&svg),
+        "--prometheus",
+        &s(&prom),
+        "--nfd",
+        &s(&nfd),
+        "--namespace",
+        "BAD NS",
+    ]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("nothing was written"), "{err}");
+    assert!(!svg.exists() && !prom.exists() && !nfd.exists());
+    std::fs::write(&prom, "OLD").unwrap();
+    let missing = d.join("missing-dir/x");
+    let (c, _, err) = validator(&[
+        "report",
+        &good,
+        "--prometheus",
+        &s(&prom),
+        "--nfd",
+        &s(&missing),
+    ]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("missing-dir"), "{err}");
+    assert_eq!(std::fs::read_to_string(&prom).unwrap(), "OLD");
+    // The same file twice, however spelled: refused, the file unchanged.
+    let again = d.join(".").join("b.prom");
+    for (a, b) in [("--svg", &prom), ("--nfd", &again)] {
+        let (c, _, err) = validator(&["report", &good, "--prometheus", &s(&prom), a, &s(b)]);
+        assert_eq!(c, 2, "{err}");
+        assert!(err.contains("the same file named twice"), "{err}");
+        assert_eq!(std::fs::read_to_string(&prom).unwrap(), "OLD");
+    }
+    // All good: all three written, the old file replaced.
+    let (c, out, err) = validator(&[
+        "report",
+        &good,
+        "--svg",
+        &s(&svg),
+        "--prometheus",
+        &s(&prom),
+        "--nfd",
+        &s(&nfd),
+    ]);
+    assert_eq!(c, 0, "{err}");
+    assert_eq!(out.matches("wrote ").count(), 3, "{out}");
+    assert!(std::fs::read_to_string(&prom)
+        .unwrap()
+        .contains("validator_"));
+    assert!(svg.exists() && nfd.exists());
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// Issue 34 item 8: Unicode bidirectional controls (U+202E and the rest) in a report
+/// reached the terminal and could make one name read as another; they are shown as `?`
+/// like the control characters, and escaped in error messages.
+#[test]
+fn bidi_controls_never_reach_the_terminal() {
+    let d = tmp("bidi");
+    let mut r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(example("report-image-fault.json")).unwrap())
+            .unwrap();
+    r["reason"] = "modules: evil\u{202e}gpj.exe\u{2066}x\u{2069} \u{200f}".into();
+    r["pool"] = "pool\u{202d}a".into();
+    let evil = d.join("evil.json");
+    std::fs::write(&evil, r.to_string()).unwrap();
+    for extra in [None, Some("--brief")] {
+        let mut args = vec!["report", evil.to_str().unwrap()];
+        args.extend(extra);
+        let (c, out, _) = validator(&args);
+        assert_eq!(c, 1);
+        for bidi in ['\u{202e}', '\u{2066}', '\u{2069}', '\u{200f}', '\u{202d}'] {
+            assert!(!out.contains(bidi), "{extra:?}: {bidi:?} in {out}");
+        }
+        assert!(out.contains("evil?gpj.exe?x?"), "{out}");
+    }
+    // A file name with one, in an error message: escaped.
+    let name = d.join("x\u{202e}txt.json");
+    let (c, _, err) = validator(&["report", name.to_str().unwrap()]);
+    assert_eq!(c, 2);
+    assert!(
+        !err.contains('\u{202e}') && err.contains("x\\u{202e}txt.json"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}

@@ -215,3 +215,270 @@ fn slot_writes_never_follow_symlinks_out_of_the_esp() {
     }
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+fn validator_in(cwd: &Path, args: &[&str]) -> Ran {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_validator"));
+    c.current_dir(cwd).args(args);
+    let r = run_deadline(c, 120);
+    r.assert_no_panic(&args.join(" "));
+    r
+}
+
+/// `status --esp DIR` of `d`: its exit code and its `problem:` lines.
+fn problems(d: &Path) -> (Option<i32>, Vec<String>) {
+    let r = validator(&["slot", "status", "--esp", d.to_str().unwrap()]);
+    let p = r
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("problem: "))
+        .map(str::to_string)
+        .collect();
+    (r.code, p)
+}
+
+/// Issue 34 item 3: `slot status` called broken states healthy (exit 0, no problem):
+/// both copies of the record failing their checksum, an empty `validator/` directory,
+/// `validator` a regular file, and grubenv states under which GRUB finds no bootable slot
+/// (both `_OK=0`, both tried, an `ORDER` naming no known slot). Each is now a named
+/// problem, exit 1, as a missing record directory already was.
+#[test]
+fn status_names_every_broken_state() {
+    let root = tmpdir("slot-broken");
+    // The healthy control: a written record and a grubenv that boots A.
+    let good = root.join("good");
+    esp(&good, GOOD);
+    let r = validator(&[
+        "slot",
+        "mark-good",
+        "--esp",
+        good.to_str().unwrap(),
+        "--slot",
+        "A",
+    ]);
+    assert_eq!(r.code, Some(0), "{}{}", r.stdout, r.stderr);
+    assert_eq!(problems(&good), (Some(0), vec![]));
+    let copy_of_good = |name: &str| {
+        let d = root.join(name);
+        common::copy_tree(&good, &d);
+        d
+    };
+    // Both copies damaged (one byte of each payload flipped).
+    let d = copy_of_good("both-damaged");
+    for c in ["state.0", "state.1"] {
+        let p = d.join("validator").join(c);
+        let mut b = std::fs::read(&p).unwrap();
+        b[60] ^= 1;
+        std::fs::write(&p, b).unwrap();
+    }
+    let dir = d.join("validator").display().to_string();
+    let (code, p) = problems(&d);
+    assert_eq!(code, Some(1), "{p:?}");
+    assert!(
+        p.iter()
+            .any(|l| l.starts_with(&format!("no valid state record at {dir}: state.0: "))),
+        "{p:?}"
+    );
+    // An empty record directory.
+    let d = copy_of_good("empty-dir");
+    for c in ["state.0", "state.1"] {
+        std::fs::remove_file(d.join("validator").join(c)).unwrap();
+    }
+    let (code, p) = problems(&d);
+    assert_eq!(code, Some(1), "{p:?}");
+    assert!(
+        p.iter().any(|l| l.contains("no valid state record at")),
+        "{p:?}"
+    );
+    // `validator` a regular file.
+    let d = copy_of_good("file");
+    std::fs::remove_dir_all(d.join("validator")).unwrap();
+    std::fs::write(d.join("validator"), "x").unwrap();
+    let (code, p) = problems(&d);
+    assert_eq!(code, Some(1), "{p:?}");
+    assert!(
+        p.iter().any(|l| l.contains("no valid state record at")),
+        "{p:?}"
+    );
+    // A missing directory, as before.
+    let d = copy_of_good("missing");
+    std::fs::remove_dir_all(d.join("validator")).unwrap();
+    let (code, p) = problems(&d);
+    assert_eq!(code, Some(1), "{p:?}");
+    assert!(
+        p.iter().any(|l| l.starts_with("no state record at")),
+        "{p:?}"
+    );
+    // Grubenv states under which GRUB boots nothing (record left out: --grubenv alone).
+    for (what, lines) in [
+        ("both bad", "ORDER=A B\nA_OK=0\nA_TRY=0\nB_OK=0\nB_TRY=0\n"),
+        (
+            "both tried",
+            "ORDER=A B\nA_OK=1\nA_TRY=1\nB_OK=1\nB_TRY=1\n",
+        ),
+        (
+            "unknown order",
+            "ORDER=C D\nA_OK=1\nA_TRY=0\nB_OK=1\nB_TRY=0\n",
+        ),
+        ("nothing set", ""),
+    ] {
+        let f = root.join("grubenv");
+        std::fs::write(&f, block(lines, 1024)).unwrap();
+        let r = validator(&["slot", "status", "--grubenv", f.to_str().unwrap()]);
+        assert_eq!(r.code, Some(1), "{what}: {}{}", r.stdout, r.stderr);
+        assert!(
+            r.stdout.contains(&format!(
+                "problem: {}: GRUB would find no bootable slot at the next boot",
+                f.display()
+            )),
+            "{what}: {}",
+            r.stdout
+        );
+    }
+    // One slot left is enough; ORDER's first bootable word wins.
+    for lines in [
+        "ORDER=A B\nA_OK=0\nA_TRY=0\nB_OK=1\nB_TRY=0\n",
+        "ORDER=C B\nA_OK=0\nB_OK=1\n",
+        "A_OK=1\n",
+    ] {
+        let f = root.join("grubenv");
+        std::fs::write(&f, block(lines, 1024)).unwrap();
+        let r = validator(&["slot", "status", "--grubenv", f.to_str().unwrap()]);
+        assert_eq!(r.code, Some(0), "{lines:?}: {}{}", r.stdout, r.stderr);
+    }
+    // A mark over a record with no valid copy starts a new one, and says so.
+    let d = copy_of_good("mark-over-damaged");
+    for c in ["state.0", "state.1"] {
+        std::fs::write(d.join("validator").join(c), vec![7u8; COPY]).unwrap();
+    }
+    let r = validator(&[
+        "slot",
+        "mark-good",
+        "--esp",
+        d.to_str().unwrap(),
+        "--slot",
+        "A",
+    ]);
+    assert_eq!(r.code, Some(0), "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout.contains("a new record was started"),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(problems(&d), (Some(0), vec![]));
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// Issue 34 item 4: a record at generation 2^64-1 never changed again (the generation
+/// saturated, both copies carried it, copy 0 won the tie): `mark-bad` said it marked the
+/// slot and `status` then disagreed. Generations wrap (RFC 1982 serial arithmetic): the
+/// next write is generation 0, it is the newest, and it holds when read back.
+#[test]
+fn a_record_at_the_last_generation_still_advances() {
+    use validator::formats::slotstate::{decode, encode, Record, State, FILE_SIZE};
+    let d = tmpdir("slot-generation");
+    esp(&d, GOOD);
+    let write = |copy: &str, generation: u64| {
+        let bytes = encode(
+            &Record {
+                generation,
+                state: State::default(),
+            },
+            FILE_SIZE,
+        )
+        .unwrap();
+        std::fs::write(d.join("validator").join(copy), bytes).unwrap();
+    };
+    write("state.0", u64::MAX);
+    write("state.1", u64::MAX - 1);
+    let ds = d.to_str().unwrap();
+    let r = validator(&["slot", "mark-bad", "--esp", ds, "--slot", "B"]);
+    assert_eq!(r.code, Some(0), "{}{}", r.stdout, r.stderr);
+    let back = decode(&std::fs::read(d.join("validator/state.1")).unwrap()).unwrap();
+    assert_eq!(back.generation, 0);
+    assert_eq!(back.state.slots["B"].good, Some(false));
+    let r = validator(&["slot", "status", "--esp", ds]);
+    assert_eq!(r.code, Some(0), "{}{}", r.stdout, r.stderr);
+    assert!(r.stdout.contains("record generation 0,"), "{}", r.stdout);
+    // And the next write after that goes to the other copy, generation 1.
+    let r = validator(&["slot", "mark-good", "--esp", ds, "--slot", "B"]);
+    assert_eq!(r.code, Some(0), "{}{}", r.stdout, r.stderr);
+    let back = decode(&std::fs::read(d.join("validator/state.0")).unwrap()).unwrap();
+    assert_eq!(
+        (back.generation, back.state.slots["B"].good),
+        (1, Some(true))
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
+
+/// Issue 34 items 6 and 8: `--grubenv grubenv` (a bare name, run where the file is)
+/// failed with `openat(grubenv, ...): ENOENT`; `./grubenv`, an absolute path and a path
+/// through a symlinked directory worked. All four work now, for `status` and `mark-*`,
+/// as do `--esp .` and `--esp` through a link. A `--grubenv` that is itself a symlink is
+/// refused by name (exit 2), and a link on the ESP is named as a link, not only ELOOP.
+#[test]
+fn grubenv_and_esp_in_every_spelling() {
+    let root = tmpdir("slot-spelling");
+    let d = root.join("esp");
+    let env = esp(&d, GOOD);
+    let envdir = env.parent().unwrap();
+    std::os::unix::fs::symlink(envdir, root.join("link")).unwrap();
+    let abs = env.display().to_string();
+    let linked = root.join("link/grubenv").display().to_string();
+    for (cwd, arg) in [
+        (envdir, "grubenv"),
+        (envdir, "./grubenv"),
+        (root.as_path(), abs.as_str()),
+        (root.as_path(), linked.as_str()),
+        (root.as_path(), "link/grubenv"),
+    ] {
+        let r = validator_in(cwd, &["slot", "status", "--grubenv", arg]);
+        assert_eq!(r.code, Some(0), "{arg}: {}{}", r.stdout, r.stderr);
+        assert!(r.stdout.contains("A_OK=1"), "{arg}: {}", r.stdout);
+        let r = validator_in(cwd, &["slot", "mark-bad", "--grubenv", arg, "--slot", "A"]);
+        assert_eq!(r.code, Some(0), "{arg}: {}{}", r.stdout, r.stderr);
+        assert_eq!(values(&env, "A_OK"), ["0"], "{arg}");
+        let r = validator_in(cwd, &["slot", "mark-good", "--grubenv", arg, "--slot", "A"]);
+        assert_eq!(r.code, Some(0), "{arg}: {}{}", r.stdout, r.stderr);
+        assert_eq!(values(&env, "A_OK"), ["1"], "{arg}");
+    }
+    std::os::unix::fs::symlink(&d, root.join("esplink")).unwrap();
+    for (cwd, arg) in [
+        (d.as_path(), "."),
+        (root.as_path(), "esp"),
+        (root.as_path(), "esplink"),
+    ] {
+        let r = validator_in(cwd, &["slot", "mark-good", "--esp", arg, "--slot", "A"]);
+        assert_eq!(r.code, Some(0), "{arg}: {}{}", r.stdout, r.stderr);
+        let r = validator_in(cwd, &["slot", "status", "--esp", arg]);
+        assert_eq!(r.code, Some(0), "{arg}: {}{}", r.stdout, r.stderr);
+    }
+    // The grubenv given as a link: refused by name, nothing written.
+    let before = std::fs::read(&env).unwrap();
+    std::os::unix::fs::symlink(&env, root.join("envlink")).unwrap();
+    for cmd in [&["status"][..], &["mark-bad", "--slot", "A"]] {
+        let mut args = vec!["slot"];
+        args.extend_from_slice(cmd);
+        args.extend_from_slice(&["--grubenv", "envlink"]);
+        let r = validator_in(&root, &args);
+        assert_eq!(r.code, Some(2), "{cmd:?}: {}{}", r.stdout, r.stderr);
+        assert!(
+            r.stderr.contains("envlink: is a symbolic link")
+                && r.stderr.contains("never followed through one"),
+            "{}",
+            r.stderr
+        );
+    }
+    assert_eq!(std::fs::read(&env).unwrap(), before);
+    // A link inside the ESP: the problem names it as a link.
+    std::fs::rename(&env, root.join("real-grubenv")).unwrap();
+    std::os::unix::fs::symlink(root.join("real-grubenv"), &env).unwrap();
+    let (code, p) = problems(&d);
+    assert_eq!(code, Some(1), "{p:?}");
+    assert!(
+        p.iter().any(|l| l.contains(
+            "the path holds a symbolic link, and files here are never followed through one"
+        )),
+        "{p:?}"
+    );
+    std::fs::remove_dir_all(&root).unwrap();
+}

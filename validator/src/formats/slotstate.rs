@@ -9,6 +9,11 @@
 //! power cut at any moment leaves the other copy whole; a reader takes the valid copy with
 //! the newest generation ([`newest`]).
 //!
+//! Generations wrap: the next generation after 2^64-1 is 0, and "newer" is serial-number
+//! arithmetic (RFC 1982, [`newer`]): `a` is newer than `b` when `a - b` modulo 2^64 is
+//! between 1 and 2^63-1. The two copies are one write apart, so the copy written last is
+//! always the newer one, before and after the wrap (a record never stops advancing).
+//!
 //! Contract: [`decode`] accepts only a copy whose checksum matches, and never panics on
 //! any bytes; [`encode`] refuses a payload that does not fit rather than cutting it.
 
@@ -127,12 +132,25 @@ pub fn decode(bytes: &[u8]) -> Result<Record, StateError> {
     Ok(Record { generation, state })
 }
 
-/// The valid copy with the newest generation, with its index; `None` if neither is.
+/// Whether generation `a` is newer than `b` (serial-number arithmetic, RFC 1982: the
+/// module doc has the rule).
+pub fn newer(a: u64, b: u64) -> bool {
+    let d = a.wrapping_sub(b);
+    d != 0 && d < 1 << 63
+}
+
+/// The generation written after `g` (wrapping: after 2^64-1 comes 0).
+pub fn next_generation(g: u64) -> u64 {
+    g.wrapping_add(1)
+}
+
+/// The valid copy with the newest generation ([`newer`]), with its index (copy 0 on a
+/// tie); `None` if neither is.
 pub fn newest(copies: &[Result<Record, StateError>; 2]) -> Option<(usize, &Record)> {
     let mut best: Option<(usize, &Record)> = None;
     for (i, c) in copies.iter().enumerate() {
         if let Ok(r) = c {
-            if best.is_none_or(|(_, b)| r.generation > b.generation) {
+            if best.is_none_or(|(_, b)| newer(r.generation, b.generation)) {
                 best = Some((i, r));
             }
         }
@@ -212,5 +230,27 @@ mod tests {
         assert_eq!(next_copy(&[ok(5), bad()]), 1);
         assert_eq!(newest(&[bad(), bad()]), None);
         assert_eq!(next_copy(&[bad(), bad()]), 0);
+    }
+
+    /// A record at generation 2^64-1 still advances: the next write is generation 0 and
+    /// is the newest copy, whichever copy holds it; generations far apart compare by the
+    /// serial-number rule.
+    #[test]
+    fn generation_wraps_and_stays_newest() {
+        let top = u64::MAX;
+        assert_eq!(next_generation(top), 0);
+        for (a, b) in [(0, top), (1, 0), (5, top - 3), (top, top - 1)] {
+            assert!(newer(a, b) && !newer(b, a), "{a} {b}");
+        }
+        assert!(!newer(7, 7));
+        let copies = [Ok(rec(top)), Ok(rec(next_generation(top)))];
+        assert_eq!(
+            newest(&copies).map(|(i, r)| (i, r.generation)),
+            Some((1, 0))
+        );
+        assert_eq!(next_copy(&copies), 0);
+        let copies = [Ok(rec(0)), Ok(rec(top))];
+        assert_eq!(newest(&copies).map(|(i, _)| i), Some(0));
+        assert_eq!(next_copy(&copies), 1);
     }
 }

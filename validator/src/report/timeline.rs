@@ -15,10 +15,17 @@ use super::schema::{Report, StageStatus};
 use crate::runtime::modload::ModStatus;
 use crate::stages::Stage;
 
-/// Makes untrusted text printable on one line (control characters become `?`).
+/// Makes untrusted text printable on one line: control characters and bidirectional
+/// formatting characters ([`crate::util::is_terminal_control`]) become `?`.
 pub fn printable(s: &str) -> String {
     s.chars()
-        .map(|c| if c.is_control() { '?' } else { c })
+        .map(|c| {
+            if crate::util::is_terminal_control(c) {
+                '?'
+            } else {
+                c
+            }
+        })
         .collect()
 }
 

@@ -5,7 +5,7 @@
 //!
 //! Contract: [`open_beneath`] resolves `rel` below the directory `root` (which itself may
 //! be reached through symlinks: it is the caller's), refusing `..`, a symlink as any
-//! component (`ELOOP`/`ENOTDIR` from the kernel), and opens the last component without
+//! component (`ELOOP` from the kernel, said in words), and opens the last component without
 //! blocking (a FIFO never hangs it). The caller judges the file type of what was opened.
 //! Equivalent to `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` but works on every
 //! kernel.
@@ -37,7 +37,14 @@ fn own(fd: RawFd) -> OwnedFd {
 pub fn open_beneath(root: &Path, rel: &Path, write: bool) -> Result<File, SysError> {
     let err = |errno| SysError {
         call: "openat",
-        what: format!("{}, following no symlink", root.join(rel).display()),
+        what: if errno == Errno::ELOOP {
+            format!(
+                "{}: the path holds a symbolic link, and files here are never followed through one",
+                root.join(rel).display()
+            )
+        } else {
+            format!("{}, following no symlink", root.join(rel).display())
+        },
         errno,
     };
     let dir_flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
@@ -162,7 +169,17 @@ mod tests {
         std::os::unix::fs::symlink(d.join("outside"), esp.join("link")).unwrap();
         std::os::unix::fs::symlink(esp.join("sub"), esp.join("dirlink")).unwrap();
         assert!(open_beneath(&esp, Path::new("/sub/f"), true).is_ok());
-        for bad in ["link", "dirlink/f", "sub/../../outside", ""] {
+        // A link on the way says so in words (not only the kernel's ELOOP).
+        for bad in ["link", "dirlink/f"] {
+            let e = open_beneath(&esp, Path::new(bad), true).unwrap_err();
+            assert!(
+                e.to_string().contains(
+                    "the path holds a symbolic link, and files here are never followed through one"
+                ),
+                "{bad}: {e}"
+            );
+        }
+        for bad in ["sub/../../outside", ""] {
             let e = open_beneath(&esp, Path::new(bad), true).unwrap_err();
             assert!(e.to_string().contains("following no symlink"), "{bad}: {e}");
         }

@@ -26,13 +26,26 @@ pub fn as_f64(x: u64) -> f64 {
     x as f64
 }
 
-/// `s` with every control character (a newline too) written as an escape (`\u{1b}`,
-/// `\n`): the tools' messages name files and values from their input, which must not move
-/// the terminal's cursor or forge a line.
+/// Whether `c` would change what a terminal shows around it rather than show itself: a
+/// control character (a newline too) or a Unicode bidirectional formatting character
+/// (U+061C, U+200E/F, U+202A-U+202E, U+2066-U+2069), which reorders the text after it
+/// (a file name that reads as another one).
+pub fn is_terminal_control(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
+}
+
+/// `s` with every control character (a newline too) and bidirectional formatting
+/// character ([`is_terminal_control`]) written as an escape (`\u{1b}`, `\n`,
+/// `\u{202e}`): the tools' messages name files and values from their input, which must
+/// not move the terminal's cursor, reorder the line or forge one.
 pub fn escape_controls(s: &str) -> String {
     s.chars()
         .map(|c| {
-            if c.is_control() {
+            if is_terminal_control(c) {
                 c.escape_default().to_string()
             } else {
                 c.to_string()

@@ -120,6 +120,18 @@ pub enum SlotError {
     /// Our state record's directory does not exist (and was not to be created).
     #[error("no state record at {dir}")]
     NoRecord { dir: PathBuf },
+    /// Our state record's directory is there, but neither copy is a valid record (both
+    /// fail their checksum, are missing, or the directory is not one).
+    #[error("no valid state record at {dir}: state.0: {state0}; state.1: {state1}")]
+    NoValidCopy {
+        dir: PathBuf,
+        state0: String,
+        state1: String,
+    },
+    /// GRUB would find no slot to boot with this environment block (as the shipped
+    /// `grub.cfg` picks one), and halt.
+    #[error("{path}: GRUB would find no bootable slot at the next boot ({state}) and halt")]
+    NoBootableSlot { path: PathBuf, state: String },
     /// Our state record could not be read or created this boot, so it is not written.
     #[error("our state record is not written (unreadable ESP directory)")]
     RecordUnusable,

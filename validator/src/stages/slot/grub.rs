@@ -125,6 +125,23 @@ fn read_grubenv(esp: &Path, rel: &Path, p: &Path) -> Result<GrubEnv, SlotError> 
     })
 }
 
+/// The slot the shipped `grub.cfg` boots next with `env`: the first word of `ORDER`
+/// (default `A B`) that is `A` or `B` with `X_OK=1` and `X_TRY=0` (unset variables are
+/// the configuration's defaults: `0`).
+pub fn next_slot(env: &GrubEnv) -> Option<SlotName> {
+    let order = env.get("ORDER").unwrap_or_else(|| "A B".to_string());
+    order.split_whitespace().find_map(|w| {
+        let s = match w {
+            "A" => SlotName::A,
+            "B" => SlotName::B,
+            _ => return None,
+        };
+        let ok = env.get(&format!("{s}_OK"));
+        let tried = env.get(&format!("{s}_TRY"));
+        (ok.as_deref() == Some("1") && tried.as_deref().unwrap_or("0") == "0").then_some(s)
+    })
+}
+
 fn grub_view(env: &GrubEnv) -> BTreeMap<String, String> {
     env.vars()
         .into_iter()
@@ -164,6 +181,25 @@ impl BootLoader for Grub {
         })?;
         self.env = Some(prev);
         Ok(true)
+    }
+
+    fn unbootable(&self) -> Option<SlotError> {
+        let env = self.env.as_ref()?;
+        if next_slot(env).is_some() {
+            return None;
+        }
+        let v = |k: &str, default: &str| env.get(k).unwrap_or_else(|| default.to_string());
+        Some(SlotError::NoBootableSlot {
+            path: self.path.clone(),
+            state: format!(
+                "ORDER={:?} A_OK={} A_TRY={} B_OK={} B_TRY={}",
+                v("ORDER", "A B"),
+                v("A_OK", "0"),
+                v("A_TRY", "0"),
+                v("B_OK", "0"),
+                v("B_TRY", "0")
+            ),
+        })
     }
 
     fn marked(&self, s: SlotName) -> Option<bool> {

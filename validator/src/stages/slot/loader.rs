@@ -30,6 +30,12 @@ pub trait BootLoader: std::fmt::Debug + Send + Sync {
     /// Whether the loader would still try slot `s` (a fallback may boot it).
     fn offers(&self, s: SlotName) -> bool;
 
+    /// Why the loader would boot no slot at all with this state (it then halts), when
+    /// it would not; `None` when a slot would boot, or the loader always boots one.
+    fn unbootable(&self) -> Option<SlotError> {
+        None
+    }
+
     /// Marks slot `s` good, or bad (demoted: the loader will not boot it again).
     fn mark(&mut self, s: SlotName, good: bool) -> Result<(), SlotError>;
 

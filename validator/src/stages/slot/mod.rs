@@ -206,6 +206,11 @@ pub(crate) fn open_dir(
             .warnings
             .push("slot: created a new state record on the ESP".into());
     }
+    if let Some(d) = rt.record.damaged.take() {
+        ctx.facts
+            .warnings
+            .push(format!("slot: {d}: this boot starts a new record"));
+    }
     facts.previous = previous(ctx, &rt);
     facts.consecutive_failures = rt.record.state.consecutive_failures;
     rt.over_bound = rt.record.state.consecutive_failures >= cfg.max_boots;
@@ -271,8 +276,12 @@ impl Runtime {
         let (loader, e) = loader::open(cfg, &dir);
         errors.extend(e);
         let state_dir = PathBuf::from(cfg.state_dir.trim_start_matches('/'));
-        let (record, created, e) = Store::open_in(dir.clone(), state_dir, create);
+        let (mut record, created, e) = Store::open_in(dir.clone(), state_dir, create);
         errors.extend(e);
+        // A boot starts a new record over a damaged one (and warns); a reader reports it.
+        if !create {
+            errors.extend(record.damaged.take());
+        }
         let rt = Runtime {
             cfg: cfg.clone(),
             slot,
@@ -340,6 +349,15 @@ impl Runtime {
             done.push_str(" (boot loader and record)");
         }
         Ok(done)
+    }
+
+    /// What an operator is told is wrong with a state that could be read: where the
+    /// boot loader and our record disagree ([`Runtime::disagreements`]), and a boot
+    /// loader state under which no slot would boot ([`BootLoader::unbootable`]).
+    pub fn problems(&self) -> Vec<SlotError> {
+        let mut p = self.disagreements();
+        p.extend(self.loader.unbootable());
+        p
     }
 
     /// Where the boot loader's state and our record disagree on a slot being good or bad

@@ -37,6 +37,9 @@ pub struct Store {
     next_copy: usize,
     /// The record could be read or created: only then is it written.
     pub ok: bool,
+    /// The directory was there but neither copy is a valid record
+    /// ([`SlotError::NoValidCopy`]; the state is then the default one).
+    pub damaged: Option<SlotError>,
 }
 
 impl Store {
@@ -56,12 +59,29 @@ impl Store {
             generation: 0,
             next_copy: 0,
             ok: false,
+            damaged: None,
         };
         match read_state(&st, create) {
             Ok((copies, created)) => {
-                if let Some((_, r)) = slotstate::newest(&copies) {
-                    st.state = r.state.clone();
-                    st.generation = r.generation;
+                match slotstate::newest(&copies) {
+                    Some((_, r)) => {
+                        st.state = r.state.clone();
+                        st.generation = r.generation;
+                    }
+                    // Copies made just now are zero-filled until the first write.
+                    None if !created => {
+                        let why = |c: &Result<_, StateError>| match c {
+                            Err(e) => e.to_string(),
+                            Ok(_) => String::new(),
+                        };
+                        let [c0, c1] = &copies;
+                        st.damaged = Some(SlotError::NoValidCopy {
+                            dir: st.dir.clone(),
+                            state0: why(c0),
+                            state1: why(c1),
+                        });
+                    }
+                    None => {}
                 }
                 st.next_copy = slotstate::next_copy(&copies);
                 st.ok = true;
@@ -104,7 +124,7 @@ impl Store {
             return Err(SlotError::RecordUnusable);
         }
         let mut rec = Record {
-            generation: self.generation.saturating_add(1),
+            generation: slotstate::next_generation(self.generation),
             state: self.state.clone(),
         };
         let bytes = match slotstate::encode(&rec, slotstate::FILE_SIZE) {
