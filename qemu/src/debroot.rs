@@ -24,6 +24,9 @@
 //! Debian does) and `/etc/machine-id` is empty (systemd makes one for the boot); the
 //! textfile and NFD directories are links into `/run/validator`, where the gate wrote.
 //!
+//! The packages come from the mirrors of the build host's apt sources, or from the file
+//! `VALIDATOR_DEBROOT_SOURCES` names ([`crate::aptsources`]); they are part of the key.
+//!
 //! Limits: needs root (mmdebstrap's root mode, ownership kept through `tar`) and the
 //! Debian package registry on the first build; x86-64; the recipe is Debian 12 only.
 
@@ -36,7 +39,7 @@ use validator::config::bom as vbom;
 use crate::scenario::{BootPath, Name, RootSystem, Scenario};
 use crate::HarnessError;
 
-/// The suite and mirrors (the cache key includes them).
+/// The suite and options (the cache key includes them, and the mirrors: [`crate::aptsources`]).
 pub const RECIPE: &[&str] = &[
     "--variant=minbase",
     "--mode=root",
@@ -47,13 +50,6 @@ pub const RECIPE: &[&str] = &[
     "--dpkgopt=path-exclude=/usr/share/doc/*",
     "--dpkgopt=path-include=/usr/share/doc/*/copyright",
     "bookworm",
-];
-
-/// Mirrors of the root's packages.
-pub const MIRRORS: &[&str] = &[
-    "deb http://deb.debian.org/debian bookworm main",
-    "deb http://deb.debian.org/debian bookworm-updates main",
-    "deb http://deb.debian.org/debian-security bookworm-security main",
 ];
 
 /// The packages beyond minbase.
@@ -135,11 +131,12 @@ pub const MARK_GOOD: &str = "ROOT-MARK-GOOD ";
 
 static BUILD: Mutex<()> = Mutex::new(());
 
-/// The cache key of the recipe: SHA-256 over its arguments, mirrors, packages and hook.
-fn key() -> String {
+/// The cache key of the recipe: SHA-256 over its arguments, mirrors (the sources text),
+/// packages and hook.
+fn key(mirrors: &str) -> String {
     use sha2::Digest;
     let mut h = sha2::Sha256::new();
-    for part in RECIPE.iter().chain(MIRRORS).chain(PACKAGES) {
+    for part in RECIPE.iter().chain(&[mirrors]).chain(PACKAGES) {
         h.update(part.as_bytes());
         h.update([0]);
     }
@@ -152,7 +149,9 @@ fn key() -> String {
 pub fn base_tar() -> Result<PathBuf, HarnessError> {
     let _g = BUILD.lock().unwrap_or_else(|p| p.into_inner());
     let dir = crate::paths::workspace().join("target/debian-root");
-    let tar = dir.join(format!("{}.tar", key()));
+    let mirrors = crate::aptsources::mirrors()?;
+    let key = key(&mirrors);
+    let tar = dir.join(format!("{key}.tar"));
     if tar.is_file() {
         return Ok(tar);
     }
@@ -163,14 +162,16 @@ pub fn base_tar() -> Result<PathBuf, HarnessError> {
     ));
     let hook = dir.join("customize.sh");
     std::fs::write(&hook, CUSTOMIZE).map_err(|e| HarnessError::io(&hook, e))?;
-    let part = dir.join(format!("{}.tar.part", key()));
+    let sources = dir.join(format!("{key}.sources"));
+    std::fs::write(&sources, &mirrors).map_err(|e| HarnessError::io(&sources, e))?;
+    let part = dir.join(format!("{key}.tar.part"));
     let _ = std::fs::remove_file(&part);
     let mut c = Command::new("mmdebstrap");
     c.args(RECIPE)
         .arg(format!("--include={}", PACKAGES.join(",")))
         .arg(format!("--customize-hook=sh {} \"$1\"", hook.display()))
         .arg(&part)
-        .args(MIRRORS)
+        .arg(&sources)
         .env("SOURCE_DATE_EPOCH", "1700000000");
     crate::disk::run(&mut c).map_err(|e| {
         HarnessError::Setup(format!(

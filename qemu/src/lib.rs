@@ -28,7 +28,7 @@
 //! between, booted through OVMF with test keys in UEFI `db` ([`efivars`]).
 //!
 //! Module order (no module imports one above it; `tests/import_cycles.rs` checks that
-//! no two import each other, directly or round a circle): `paths`, `disk`, `rootfs`,
+//! no two import each other, directly or round a circle): `paths`, `aptsources`, `disk`, `rootfs`,
 //! `verity`, `initramfs`, `firmware`, `efivars`, `reportcheck`, `tpmcheck`, `vm`, `hw`,
 //! `sigrules`; then `scenario` (types only); the set-ups `basic`, `ab`, `preflight`,
 //! `faults` and the builder `prepare`; then `catalogue`; then `floor`, `bench` and the
@@ -65,6 +65,7 @@ pub fn progress(what: &str) {
 }
 
 pub mod ab;
+pub mod aptsources;
 pub mod attestation;
 pub mod basic;
 pub mod bench;
