@@ -11,8 +11,9 @@
 //!   can rewrite them in place), `/EFI/BOOT/node.cfg` (`set CMDLINE="..."`), and
 //!   `/<slot>/vmlinuz`, `/<slot>/initrd.img`;
 //! - Debian's signed chain ([`Loader::ShimGrub`]): shim as `/EFI/BOOT/BOOTX64.EFI`, the
-//!   signed GRUB as `/EFI/BOOT/grubx64.efi`, the same `grub.cfg` and layout as above;
-//!   booted through [`Ovmf::secure_boot`] (Secure Boot on, Microsoft's keys);
+//!   signed GRUB as `/EFI/BOOT/grubx64.efi` (or the changed copies [`EspSpec::shim`] and
+//!   [`EspSpec::grub`] name), the same `grub.cfg` and layout as above; booted through
+//!   [`Ovmf::secure_boot`] (Secure Boot on, Microsoft's keys);
 //! - systemd-boot ([`Loader::SystemdBoot`]): `/EFI/BOOT/BOOTX64.EFI` is Debian's
 //!   `systemd-bootx64.efi`, `/loader/loader.conf` (`timeout 0`), and one Boot Loader
 //!   Specification type #1 entry per slot, `/loader/entries/slot-<a|b>+<tries>.conf`
@@ -267,7 +268,8 @@ impl Ovmf {
 pub enum Loader {
     Grub,
     SystemdBoot,
-    /// Debian's signed chain, unmodified: `/EFI/BOOT/BOOTX64.EFI` is shim
+    /// Debian's signed chain, unmodified unless [`EspSpec::shim`] or [`EspSpec::grub`]
+    /// say otherwise: `/EFI/BOOT/BOOTX64.EFI` is shim
     /// ([`SHIM_SIGNED`]), which starts `/EFI/BOOT/grubx64.efi` ([`GRUB_SIGNED`]), whose
     /// built-in config finds no `/EFI/debian` (its prefix) and sources
     /// `$cmdpath/grub.cfg`, the shipped `grub.cfg` at the same [`GRUB_CFG_PATH`]; the
@@ -311,6 +313,10 @@ pub struct EspSpec {
     /// The image size; `None`: what the files need plus 32 MiB, at least 64 MiB (FAT32
     /// needs 65525 clusters).
     pub size_mib: Option<u64>,
+    /// [`Loader::ShimGrub`]: the shim put on the ESP instead of [`SHIM_SIGNED`].
+    pub shim: Option<PathBuf>,
+    /// [`Loader::ShimGrub`]: the GRUB put on the ESP instead of [`GRUB_SIGNED`].
+    pub grub: Option<PathBuf>,
 }
 
 /// RAUC's initial state: both slots good, none being tried, A first.
@@ -337,6 +343,8 @@ impl EspSpec {
             grub_cfg: crate::paths::workspace().join("examples/grub/grub.cfg"),
             tries: Some(3),
             size_mib: None,
+            shim: None,
+            grub: None,
         }
     }
 }
@@ -461,11 +469,12 @@ pub fn build_esp(spec: &EspSpec, image: &Path, scratch: &Path) -> Result<(), Har
             files.push((env, GRUBENV_PATH.into()));
             if spec.loader == Loader::ShimGrub {
                 let ws = crate::paths::workspace();
-                for (from, to) in [
-                    (SHIM_SIGNED, "/EFI/BOOT/BOOTX64.EFI"),
-                    (GRUB_SIGNED, "/EFI/BOOT/grubx64.efi"),
+                let shim = spec.shim.clone().unwrap_or_else(|| ws.join(SHIM_SIGNED));
+                let grub = spec.grub.clone().unwrap_or_else(|| ws.join(GRUB_SIGNED));
+                for (f, to) in [
+                    (shim, "/EFI/BOOT/BOOTX64.EFI"),
+                    (grub, "/EFI/BOOT/grubx64.efi"),
                 ] {
-                    let f = ws.join(from);
                     if !f.is_file() {
                         return Err(HarnessError::Setup(format!(
                             "{}: not found (run scripts/provision)",

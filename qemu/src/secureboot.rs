@@ -13,6 +13,11 @@
 //! some are given, boots it once, and says whether shim ran (GRUB's banner on the console)
 //! or the firmware refused it (EDK2's "Access Denied" for the boot option). The VM is cut
 //! a few seconds after the refusal (the firmware would wait in its boot manager).
+//! [`firmware_starts_chain`] does the same with shim or GRUB replaced by a changed copy,
+//! such as [`change_cert_table`] makes: a signed image whose attribute certificate table
+//! has bytes appended inside it or ends with an unpadded entry (the Authenticode digest
+//! unchanged, the table is not hashed), to judge the firmware's walk of that table
+//! (EDK2's, for shim) and shim's (for GRUB).
 //!
 //! Limits: `dbx` is the store's own; only the removable-media path is offered.
 
@@ -199,6 +204,82 @@ pub fn firmware_starts_shim(
     dir: &Path,
     db_certs: Option<&[Vec<u8>]>,
 ) -> Result<FirmwareVerdict, HarnessError> {
+    firmware_starts_chain(dir, db_certs, None, None)
+}
+
+/// How [`change_cert_table`] changes a signed image's attribute certificate table; the
+/// signatures and the Authenticode digest stay as they were.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TableChange {
+    /// This many zero bytes appended inside the table, after its last entry (the security
+    /// directory's size grown by as much): EDK2's walk reads an entry of length 0 there
+    /// and stops short of the table's end; shim refuses it too (an entry under 8 bytes).
+    Trailing(usize),
+    /// The last entry grown by one byte, counted in its length and in the directory's
+    /// size: the table ends with an entry not padded to 8 bytes. EDK2's walk stops at it;
+    /// shim's takes it.
+    UnpaddedLast,
+}
+
+/// `image`, a signed PE image whose certificate table ends the file (as sbsign and
+/// Microsoft's signing leave it), with its table changed as `change` says.
+pub fn change_cert_table(image: &[u8], change: TableChange) -> Result<Vec<u8>, HarnessError> {
+    let bad = |m: String| HarnessError::Setup(format!("changing the certificate table: {m}"));
+    let pe = validator::formats::pe::parse(image).map_err(|e| bad(e.to_string()))?;
+    let table = pe.cert_table.clone();
+    if table.end != image.len() {
+        return Err(bad(format!(
+            "the table ({table:?}) does not end the file ({} bytes)",
+            image.len()
+        )));
+    }
+    let word = |at: usize| {
+        validator::util::le::u32_le(image, at)
+            .ok_or_else(|| bad(format!("no 32-bit word at {at:#x}")))
+    };
+    let grow = match change {
+        TableChange::Trailing(n) => n,
+        TableChange::UnpaddedLast => 1,
+    };
+    let grow32 = u32::try_from(grow).map_err(|_| bad(format!("{grow} bytes to add")))?;
+    let mut out = image.to_vec();
+    out.resize(image.len() + grow, 0);
+    let mut put = |at: usize, v: u32| {
+        out.get_mut(at..at + 4)
+            .map(|w| w.copy_from_slice(&v.to_le_bytes()))
+            .ok_or_else(|| bad(format!("no 32-bit word at {at:#x}")))
+    };
+    let size_at = pe.cert_entry + 4;
+    put(size_at, word(size_at)?.saturating_add(grow32))?;
+    if change == TableChange::UnpaddedLast {
+        // The last entry, stepping by lengths rounded up to 8 as the firmware does.
+        let mut at = table.start;
+        loop {
+            let len = usize::try_from(word(at)?).unwrap_or(usize::MAX);
+            match at.checked_add(len.div_ceil(8).saturating_mul(8)) {
+                Some(next) if len >= 8 && next < table.end => at = next,
+                _ => break,
+            }
+        }
+        let len = word(at)?;
+        if len % 8 != 0 {
+            return Err(bad(format!(
+                "the last entry at {at:#x} is already unpadded (length {len})"
+            )));
+        }
+        put(at, len.saturating_add(1))?;
+    }
+    Ok(out)
+}
+
+/// Boots Debian's chain under Secure Boot as [`firmware_starts_shim`] does, with shim
+/// and GRUB taken from `shim` and `grub` when given (Debian's signed ones otherwise).
+pub fn firmware_starts_chain(
+    dir: &Path,
+    db_certs: Option<&[Vec<u8>]>,
+    shim: Option<&Path>,
+    grub: Option<&Path>,
+) -> Result<FirmwareVerdict, HarnessError> {
     std::fs::create_dir_all(dir).map_err(|e| HarnessError::io(dir, e))?;
     let mut store = crate::efivars::VarStore::open(Path::new(firmware::OVMF_VARS_MS))?;
     if let Some(certs) = db_certs {
@@ -212,11 +293,10 @@ pub fn firmware_starts_shim(
     ovmf.code = firmware::OVMF_CODE_SECBOOT.into();
     ovmf.smm = true;
     let esp = dir.join("esp.img");
-    firmware::build_esp(
-        &EspSpec::new(Loader::ShimGrub, Vec::new()),
-        &esp,
-        &dir.join("esp-files"),
-    )?;
+    let mut spec = EspSpec::new(Loader::ShimGrub, Vec::new());
+    spec.shim = shim.map(Path::to_path_buf);
+    spec.grub = grub.map(Path::to_path_buf);
+    firmware::build_esp(&spec, &esp, &dir.join("esp-files"))?;
     let d = dir.join("disk.img");
     disk::build_disk(
         &d,

@@ -2,7 +2,11 @@
 //! with Secure Boot on and only an unrelated self-signed certificate in `db` refuses to
 //! start Debian's shim (which `sbverify --cert` with that certificate calls verified and
 //! we refuse, `validator-cli/tests/pe.rs`); with Microsoft's `db` it starts it, and our
-//! verdict against the certificates of that same `db` is "verified".
+//! verdict against the certificates of that same `db` is "verified". And the firmware's
+//! walk of the attribute certificate table: OVMF refuses shim with bytes appended inside
+//! its table, as our firmware rule does on the same bytes; shim, which walks the table its
+//! own way, starts GRUB whose table ends with an unpadded entry, which our firmware rule
+//! (EDK2's walk) refuses.
 // Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
 // (a failure should stop the test loudly); the workspace denies these outside tests.
 #![expect(
@@ -12,12 +16,47 @@
 
 use std::path::Path;
 
-use qemu::secureboot::firmware_starts_shim;
-use validator::trust::authenticode::{self, Rule};
+use qemu::secureboot::{
+    change_cert_table, firmware_starts_chain, firmware_starts_shim, TableChange,
+};
+use validator::formats::pe::{self, SectionOrder, TableEnd};
+use validator::formats::pkcs7::HashAlg;
+use validator::trust::authenticode::{self, AuthenticodeError, Rule};
 use validator::trust::{Cert, TrustStore};
 
 fn shim() -> Vec<u8> {
     std::fs::read(qemu::paths::workspace().join(qemu::firmware::SHIM_SIGNED)).unwrap()
+}
+
+fn grub() -> Vec<u8> {
+    std::fs::read(qemu::paths::workspace().join(qemu::firmware::GRUB_SIGNED)).unwrap()
+}
+
+/// The certificates of the `db` of OVMF's Microsoft store.
+fn microsoft_db() -> TrustStore {
+    let vars = qemu::efivars::VarStore::open(Path::new(qemu::firmware::OVMF_VARS_MS)).unwrap();
+    let db = vars
+        .get("db", qemu::efivars::IMAGE_SECURITY_DATABASE)
+        .unwrap();
+    let db = validator::formats::efisiglist::parse(vars.bytes.get(db.data).unwrap()).unwrap();
+    let mut store = TrustStore::new();
+    for der in db.certs() {
+        store.add(Cert::from_der(der, "db").unwrap());
+    }
+    store
+}
+
+/// The Debian Secure Boot CA, as shim carries it (and trusts it for GRUB).
+fn debian_ca() -> TrustStore {
+    let mut store = TrustStore::new();
+    store.add(Cert::from_der(&qemu::sigrules::debian_ca().unwrap(), "vendor_cert").unwrap());
+    store
+}
+
+fn sha256(image: &[u8], order: SectionOrder) -> Vec<u8> {
+    pe::parse(image)
+        .unwrap()
+        .digest(image, HashAlg::Sha256, order)
 }
 
 /// A self-signed certificate nothing trusts, as DER.
@@ -41,18 +80,79 @@ fn firmware_refuses_shim_under_an_unrelated_db_and_starts_it_under_microsofts() 
     // against the certificates of that db is verified, through Microsoft's UEFI CA.
     let v = firmware_starts_shim(&dir.join("microsoft-db"), None).unwrap();
     assert!(v.started && !v.refused, "{}", v.console);
-    let vars = qemu::efivars::VarStore::open(Path::new(qemu::firmware::OVMF_VARS_MS)).unwrap();
-    let db = vars
-        .get("db", qemu::efivars::IMAGE_SECURITY_DATABASE)
-        .unwrap();
-    let db = validator::formats::efisiglist::parse(&vars.bytes[db.data]).unwrap();
-    let mut store = TrustStore::new();
-    for der in db.certs() {
-        store.add(Cert::from_der(der, "db").unwrap());
-    }
-    let ok = authenticode::verify(&shim(), &store, &[], Rule::Firmware).unwrap();
+    let ok = authenticode::verify(&shim(), &microsoft_db(), &[], Rule::Firmware).unwrap();
     assert!(
         ok.anchor.starts_with("Microsoft Corporation UEFI CA 2011"),
         "{ok:?}"
     );
+}
+
+/// EDK2's walk of the certificate table, which OVMF applies to shim: shim with 64 zero
+/// bytes appended inside its table (the security directory's size grown; its signatures
+/// and Authenticode digest unchanged) is refused by the firmware under Microsoft's `db`,
+/// which starts the unchanged shim (the test above); our firmware rule refuses those
+/// same bytes, naming the entry of length 0 at the old end of the table.
+#[test]
+fn firmware_refuses_shim_with_trailing_bytes_in_its_certificate_table() {
+    let dir = qemu::paths::run_dir("firmware-table-end").unwrap();
+    let shipped = shim();
+    let changed = change_cert_table(&shipped, TableChange::Trailing(64)).unwrap();
+    assert_eq!(
+        sha256(&changed, SectionOrder::Firmware),
+        sha256(&shipped, SectionOrder::Firmware)
+    );
+    let path = dir.join("shimx64-trailing.efi");
+    std::fs::write(&path, &changed).unwrap();
+    // Ours, on those bytes: refused for the table, whose end is where the bytes begin.
+    let e = authenticode::verify(&changed, &microsoft_db(), &[], Rule::Firmware).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            AuthenticodeError::TableEnd {
+                source: TableEnd::TooShort { at, len: 0, .. },
+                ..
+            } if *at == shipped.len()
+        ),
+        "{e}"
+    );
+    // The firmware's: refused.
+    let v = firmware_starts_chain(&dir.join("boot"), None, Some(&path), None).unwrap();
+    assert!(v.refused && !v.started, "{}", v.console);
+}
+
+/// Where shim's walk differs from EDK2's: shim (which checks GRUB itself, not through
+/// the firmware) steps to the next entry by the length rounded up to 8 and stops at or
+/// past the table's end, so it takes a table ending with an unpadded entry. GRUB whose one
+/// entry is grown by a byte (its length 1473, the table 1473 bytes) starts under shim;
+/// our firmware rule, EDK2's walk, refuses it, and the kernel's rule (the first entry
+/// must fit in the table) verifies it.
+#[test]
+fn shim_starts_grub_whose_table_ends_unpadded_which_edk2s_walk_refuses() {
+    let dir = qemu::paths::run_dir("shim-table-end").unwrap();
+    let shipped = grub();
+    let changed = change_cert_table(&shipped, TableChange::UnpaddedLast).unwrap();
+    assert_eq!(
+        sha256(&changed, SectionOrder::Firmware),
+        sha256(&shipped, SectionOrder::Firmware)
+    );
+    let path = dir.join("grubx64-unpadded.efi");
+    std::fs::write(&path, &changed).unwrap();
+    let ca = debian_ca();
+    authenticode::verify(&shipped, &ca, &[], Rule::Firmware).unwrap();
+    let e = authenticode::verify(&changed, &ca, &[], Rule::Firmware).unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            AuthenticodeError::TableEnd {
+                source: TableEnd::Unpadded { .. },
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let ok = authenticode::verify(&changed, &ca, &[], Rule::Kernel).unwrap();
+    assert!(ok.anchor.starts_with("Debian Secure Boot CA"), "{ok:?}");
+    // Shim's verdict: GRUB starts.
+    let v = firmware_starts_chain(&dir.join("boot"), None, None, Some(&path)).unwrap();
+    assert!(v.started && !v.refused, "{}", v.console);
 }

@@ -18,7 +18,8 @@
 use std::path::{Path, PathBuf};
 
 use validator::util::fs::{
-    check_output_dir, check_output_target, output_dir, temp_name, write_new_file, OutputError,
+    check_output_dir, check_output_target, output_dir, output_name, temp_name, write_new_file,
+    OutputError,
 };
 
 use crate::Usage;
@@ -98,12 +99,7 @@ impl Target {
 /// Checks `path`'s name, its directory and what is there now.
 fn judge(path: &Path) -> Result<Target, OutputError> {
     use std::os::unix::fs::MetadataExt;
-    let name = path
-        .file_name()
-        .ok_or_else(|| OutputError::NoName {
-            path: path.to_path_buf(),
-        })?
-        .to_os_string();
+    let name = output_name(path)?.to_os_string();
     let dir = output_dir(path).to_path_buf();
     check_output_dir(&dir)?;
     let exists = check_output_target(path)?;

@@ -4,9 +4,11 @@
 //!
 //! Contract: the image is read up to [`PE_MAX`]; one that is not a PE image, or whose
 //! certificate table is malformed, is unusable input (exit 2); an unsigned image, a
-//! signature that does not verify, an untrusted signer, a digest mismatch or a
-//! forbidden digest is a refusal (exit 1) with the reason. `--cert` paths that add no
-//! certificate are unusable input.
+//! signature that does not verify, an untrusted signer, a digest mismatch, a
+//! forbidden digest or (`--rule firmware`) a certificate table whose entries do not end
+//! exactly at its end, as EDK2 walks them (trailing bytes, an unpadded last entry: the
+//! firmware refuses to start such an image), is a refusal (exit 1) with the reason.
+//! `--cert` paths that add no certificate are unusable input.
 
 use validator::trust::authenticode::{self, AuthenticodeError, Rule};
 use validator::util::fs::read_limited;

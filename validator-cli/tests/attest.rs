@@ -343,17 +343,7 @@ fn enrollment_through_the_ek_gives_the_verifier_its_secret_back() {
     let dir = common::tmpdir("attest-cli-enroll");
     let state = dir.join("state");
     std::fs::create_dir_all(&state).unwrap();
-    let setup = Command::new("swtpm_setup")
-        .args(["--tpm2", "--tpmstate"])
-        .arg(&state)
-        .args(["--pcr-banks", "sha256", "--create-ek-cert", "--overwrite"])
-        .output()
-        .unwrap();
-    assert!(
-        setup.status.success(),
-        "{}",
-        String::from_utf8_lossy(&setup.stderr)
-    );
+    common::swtpm::setup_state_with_ek_cert(&state);
     let swtpm = Swtpm::start(&state, "not-need-init,startup-clear");
     let addr = swtpm.addr().to_string();
     let node = dir.join("node");

@@ -6,6 +6,11 @@
 //! the file for unusable input, the good file's verdict under a non-UTF-8 name, and no
 //! output left behind by a failed `keys extract -o` or `man --dir`.
 //!
+//! Two more classes: every path argument (input or output) given as a bare name run in
+//! its directory, `./name`, an absolute path and through a symlinked directory gives the
+//! good verdict; every command with two outputs given the same file twice (however
+//! spelled) or one unwritable target refuses by name and leaves every file as it was.
+//!
 //! Module files given to `modules check` and the grubenv of `slot status` are the
 //! subject of the check, not its configuration: an empty or damaged one is a verdict
 //! (exit 1: a `FAIL` line naming the module, a `problem:` line naming the file), a FIFO,
@@ -920,5 +925,330 @@ fn man_pages_all_or_none_with_one_page_blocked() {
         r.stderr
     );
     assert_eq!(snapshot(&pages), before);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Runs `validator ARGS` in `cwd`.
+fn validator_in(cwd: &Path, args: &[OsString]) -> Ran {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_validator"));
+    c.current_dir(cwd).args(args);
+    run_deadline(c, DEADLINE)
+}
+
+/// The four spellings of the file `path` an operator may type, each with the directory
+/// to run in: a bare name (run where it is), `./name`, the absolute path, and a path
+/// through a symbolic link to its directory (made in `scratch`).
+fn spellings(path: &Path, scratch: &Path, tag: &str) -> Vec<(&'static str, PathBuf, OsString)> {
+    let dir = path.parent().unwrap().to_path_buf();
+    let name = path.file_name().unwrap();
+    let link = scratch.join(format!("link-{tag}"));
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&dir, &link).unwrap();
+    let mut dot = OsString::from("./");
+    dot.push(name);
+    vec![
+        ("a bare name", dir.clone(), name.to_os_string()),
+        ("./name", dir.clone(), dot),
+        (
+            "an absolute path",
+            scratch.to_path_buf(),
+            path.as_os_str().into(),
+        ),
+        (
+            "a path through a symlinked directory",
+            scratch.to_path_buf(),
+            link.join(name).into_os_string(),
+        ),
+    ]
+}
+
+/// Every path argument of every command, input or output, given as a bare name (run in
+/// its directory), `./name`, an absolute path and through a symlinked directory: each
+/// gives the good verdict (an output lands in the file named, the only file written).
+/// A file output named `.`, `..` or with a trailing `/` is refused by name, nothing
+/// created.
+#[test]
+fn every_path_argument_in_every_spelling() {
+    let dir = tmpdir("generated-spellings");
+    let (mut files, root) = setup(&dir);
+    let keys_out = dir.join("keys-out");
+    files.map.push(("{keys_out}", keys_out.clone()));
+    let scratch = dir.join("scratch");
+    std::fs::create_dir(&scratch).unwrap();
+    let mut runs = 0;
+    for (n, slot) in slots(&files, &root).iter().enumerate() {
+        let want = validator(&slot.argv(&slot.good, &files)).code;
+        for (how, cwd, arg) in spellings(&slot.good, &scratch, &n.to_string()) {
+            let _ = std::fs::remove_dir_all(&keys_out);
+            let argv = slot.argv(Path::new(&arg), &files);
+            let r = validator_in(&cwd, &argv);
+            r.assert_no_panic(&format!("{}: {how}", slot.name));
+            assert_eq!(
+                r.code,
+                want,
+                "{}: {how} ({arg:?} in {}): {}",
+                slot.name,
+                cwd.display(),
+                r.stderr
+            );
+            runs += 1;
+        }
+    }
+    // Outputs: the report's three files, and the directories of keys extract and man.
+    let report = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/report-good.json");
+    let os = |s: &str| OsString::from(s);
+    let vz = vmlinuz("default");
+    let outputs: Vec<(&str, Vec<OsString>, bool)> = vec![
+        (
+            "--svg",
+            vec![os("report"), report.clone().into(), os("--svg")],
+            false,
+        ),
+        (
+            "--prometheus",
+            vec![os("report"), report.clone().into(), os("--prometheus")],
+            false,
+        ),
+        (
+            "--nfd",
+            vec![os("report"), report.clone().into(), os("--nfd")],
+            false,
+        ),
+        (
+            "keys extract -o",
+            vec![
+                os("keys"),
+                os("extract"),
+                os("--vmlinuz"),
+                vz.into(),
+                os("-o"),
+            ],
+            true,
+        ),
+        ("man --dir", vec![os("man"), os("--dir")], true),
+    ];
+    for (i, (what, args, is_dir)) in outputs.iter().enumerate() {
+        let case = dir.join(format!("out{i}"));
+        std::fs::create_dir(&case).unwrap();
+        let target = case.join("out");
+        for (how, cwd, arg) in spellings(&target, &scratch, &format!("out{i}")) {
+            let mut argv = args.clone();
+            argv.push(arg.clone());
+            let r = validator_in(&cwd, &argv);
+            r.assert_no_panic(&format!("{what}: {how}"));
+            assert_eq!(r.code, Some(0), "{what}: {how} ({arg:?}): {}", r.stderr);
+            let m = std::fs::symlink_metadata(&target).unwrap();
+            assert!(
+                if *is_dir { m.is_dir() } else { m.is_file() },
+                "{what}: {how}: not written at {}",
+                target.display()
+            );
+            let names: Vec<_> = std::fs::read_dir(&case).unwrap().collect();
+            assert_eq!(names.len(), 1, "{what}: {how}: other files written");
+            if *is_dir {
+                std::fs::remove_dir_all(&target).unwrap();
+            } else {
+                std::fs::remove_file(&target).unwrap();
+            }
+            runs += 1;
+        }
+        if !is_dir {
+            for bad in [".", "..", "out/", "sub/"] {
+                let mut argv = args.clone();
+                argv.push(os(bad));
+                let r = validator_in(&case, &argv);
+                r.assert_no_panic(&format!("{what} {bad}"));
+                assert_eq!(r.code, Some(2), "{what} {bad}: {}", r.stderr);
+                assert!(r.stderr.contains(bad), "{what} {bad}: {}", r.stderr);
+                assert_eq!(std::fs::read_dir(&case).unwrap().count(), 0, "{what} {bad}");
+                runs += 1;
+            }
+        }
+    }
+    assert!(runs > 60, "{runs}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Makes something (a directory, a FIFO, a link) at a path.
+type MakeAt = fn(&Path);
+
+/// One command with two outputs: `{1}` and `{2}` stand for them.
+struct TwoOutputs {
+    what: &'static str,
+    args: Vec<OsString>,
+}
+
+impl TwoOutputs {
+    fn run(&self, one: &Path, two: &Path) -> Ran {
+        let argv: Vec<OsString> = self
+            .args
+            .iter()
+            .map(|a| match a.to_str() {
+                Some("{1}") => one.as_os_str().into(),
+                Some("{2}") => two.as_os_str().into(),
+                _ => a.clone(),
+            })
+            .collect();
+        let r = validator(&argv);
+        r.assert_no_panic(self.what);
+        r
+    }
+}
+
+/// The inputs of `attest make-credential` from a real (software) TPM: its EK public
+/// area and certificate, and an AK, made by `attest ek` against swtpm with its local CA.
+fn credential_inputs(dir: &Path) -> PathBuf {
+    assert!(common::swtpm::have_tools(&[]));
+    let state = dir.join("tpm-state");
+    std::fs::create_dir_all(&state).unwrap();
+    common::swtpm::setup_state_with_ek_cert(&state);
+    let swtpm = common::swtpm::Swtpm::start(&state, "not-need-init,startup-clear");
+    let node = dir.join("node");
+    let r = validator(&[
+        "attest".into(),
+        "ek".into(),
+        "--tcp".into(),
+        swtpm.addr().to_string().into(),
+        "--out-dir".into(),
+        node.clone().into(),
+    ]);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    drop(swtpm);
+    node
+}
+
+/// Every command with two outputs (`report` with any two of `--svg`, `--prometheus`,
+/// `--nfd`; `attest make-credential`'s `--out` and `--secret-out`), tried with the same
+/// path twice (and the same file spelled two ways) and with one target unwritable (a
+/// directory, a FIFO, a missing directory, a symbolic link) while the other is an
+/// existing file: exit 2 naming the path, and every file exactly as it was.
+#[test]
+fn two_outputs_are_never_one_file_and_fail_together() {
+    let dir = tmpdir("generated-two-outputs");
+    let report = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/report-good.json");
+    let os = |s: &str| OsString::from(s);
+    let node = credential_inputs(&dir);
+    let mut commands = Vec::new();
+    let flags = ["--svg", "--prometheus", "--nfd"];
+    for (i, a) in flags.iter().enumerate() {
+        for b in flags.iter().skip(i + 1) {
+            commands.push(TwoOutputs {
+                what: "report",
+                args: vec![
+                    os("report"),
+                    report.clone().into(),
+                    os(a),
+                    os("{1}"),
+                    os(b),
+                    os("{2}"),
+                ],
+            });
+        }
+    }
+    commands.push(TwoOutputs {
+        what: "attest make-credential",
+        args: vec![
+            os("attest"),
+            os("make-credential"),
+            os("--ek"),
+            node.join("ek.pub").into(),
+            os("--ek-cert"),
+            node.join("ek.der").into(),
+            os("--ca"),
+            os("/var/lib/swtpm-localca/issuercert.pem"),
+            os("--ak"),
+            node.join("ak.pub").into(),
+            os("--out"),
+            os("{1}"),
+            os("--secret-out"),
+            os("{2}"),
+        ],
+    });
+    let mut runs = 0;
+    for (n, c) in commands.iter().enumerate() {
+        let case = dir.join(format!("case{n}"));
+        std::fs::create_dir(&case).unwrap();
+        let (one, two) = (case.join("one"), case.join("two"));
+        // Both good: both written.
+        let r = c.run(&one, &two);
+        assert_eq!(r.code, Some(0), "{}: {}", c.what, r.stderr);
+        assert!(one.is_file() && two.is_file(), "{}", c.what);
+        std::fs::write(&one, "OLD").unwrap();
+        std::fs::remove_file(&two).unwrap();
+        let expect_refused =
+            |what: &str, r: Ran, named: &Path, before: &[(PathBuf, String, Vec<u8>)]| {
+                assert_eq!(r.code, Some(2), "{}: {what}: {}", c.what, r.stderr);
+                assert!(
+                    r.stderr.contains(&named.display().to_string()),
+                    "{}: {what}: does not name {}: {}",
+                    c.what,
+                    named.display(),
+                    r.stderr
+                );
+                assert_eq!(
+                    snapshot(&case),
+                    before,
+                    "{}: {what}: something changed",
+                    c.what
+                );
+            };
+        // The same path twice, and the same file spelled another way.
+        let before = snapshot(&case);
+        for other in [
+            one.clone(),
+            case.join(".").join("one"),
+            case.join("../").join(format!("case{n}/one")),
+        ] {
+            let r = c.run(&one, &other);
+            assert!(
+                r.stderr.contains("the same file named twice"),
+                "{}: {}",
+                c.what,
+                r.stderr
+            );
+            expect_refused("the same file twice", r, &one, &before);
+            runs += 1;
+        }
+        // One target unwritable, the other an existing file (in either order).
+        let blocked = case.join("blocked");
+        let makers: [(&str, MakeAt); 3] = [
+            ("a directory", |p| std::fs::create_dir(p).unwrap()),
+            ("a FIFO", |p| {
+                fifo(p);
+            }),
+            ("a symbolic link", |p| {
+                std::os::unix::fs::symlink("one", p).unwrap()
+            }),
+        ];
+        for (what, make) in &makers {
+            make(&blocked);
+            let before = snapshot(&case);
+            expect_refused(what, c.run(&one, &blocked), &blocked, &before);
+            expect_refused(what, c.run(&blocked, &one), &blocked, &before);
+            runs += 2;
+            if std::fs::symlink_metadata(&blocked).unwrap().is_dir() {
+                std::fs::remove_dir(&blocked).unwrap();
+            } else {
+                std::fs::remove_file(&blocked).unwrap();
+            }
+        }
+        let missing = case.join("missing/x");
+        let before = snapshot(&case);
+        expect_refused(
+            "a missing directory",
+            c.run(&one, &missing),
+            &case.join("missing"),
+            &before,
+        );
+        expect_refused(
+            "a missing directory",
+            c.run(&missing, &one),
+            &case.join("missing"),
+            &before,
+        );
+        runs += 2;
+        assert_eq!(std::fs::read(&one).unwrap(), b"OLD", "{}", c.what);
+    }
+    assert!(runs >= 36, "{runs}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -5,7 +5,10 @@
 //! by `sbsign` with a key nothing trusts (refused against the CA, accepted against its own
 //! certificate), and the one case where `sbverify` is wrong: Microsoft-signed shim "verifies"
 //! for it against an unrelated self-signed certificate; we refuse it, and OVMF with only
-//! that certificate in `db` refuses to start it (`qemu/tests/secure_boot.rs`).
+//! that certificate in `db` refuses to start it (`qemu/tests/secure_boot.rs`). And EDK2's
+//! walk of the certificate table under `--rule firmware`: the signed kernel with bytes
+//! appended inside its table, or its entry left unpadded, is refused by the firmware rule
+//! and still verified by the kernel's.
 // Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
 // (a failure should stop the test loudly); the workspace denies these outside tests.
 #![expect(
@@ -227,6 +230,112 @@ fn shim_against_an_unrelated_certificate_is_refused_where_sbverify_accepts_it() 
             line.contains("Microsoft Corporation UEFI CA 2011")
                 && line.contains("is not in the trust store"),
             "{line}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+fn u32at(b: &[u8], o: usize) -> u32 {
+    u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
+}
+
+/// Where `image`'s certificate table directory entry is, and the table's address and size.
+fn cert_dir(image: &[u8]) -> (usize, usize, usize) {
+    let opt = u32at(image, 0x3c) as usize + 24;
+    let dirs = opt
+        + match u16::from_le_bytes([image[opt], image[opt + 1]]) {
+            0x20b => 112,
+            0x10b => 96,
+            m => panic!("optional header magic {m:#x}"),
+        };
+    let entry = dirs + 4 * 8;
+    (
+        entry,
+        u32at(image, entry) as usize,
+        u32at(image, entry + 4) as usize,
+    )
+}
+
+/// `image` (a signed PE image whose certificate table ends the file) with `extra`
+/// appended inside its table: the security directory's size grows by `extra.len()`, and
+/// so does the last entry's length when `in_last_entry`. Read here by hand (PE32+ or
+/// PE32), not with the parser under test.
+fn grow_table(image: &[u8], extra: &[u8], in_last_entry: bool) -> Vec<u8> {
+    let (entry, va, size) = cert_dir(image);
+    assert_eq!(
+        va + size,
+        image.len(),
+        "the certificate table does not end the file"
+    );
+    let mut last = va;
+    while last + (u32at(image, last) as usize).div_ceil(8) * 8 < va + size {
+        last += (u32at(image, last) as usize).div_ceil(8) * 8;
+    }
+    let mut b = image.to_vec();
+    b.extend_from_slice(extra);
+    let grow = u32::try_from(extra.len()).unwrap();
+    b[entry + 4..entry + 8].copy_from_slice(&(u32at(image, entry + 4) + grow).to_le_bytes());
+    if in_last_entry {
+        b[last..last + 4].copy_from_slice(&(u32at(image, last) + grow).to_le_bytes());
+    }
+    b
+}
+
+/// EDK2's walk of the certificate table (`--rule firmware`, DxeImageVerificationLib's
+/// `DxeImageVerificationHandler`): Debian's signed kernel verifies; with 64 zero bytes or
+/// 5 bytes appended inside its table (the directory's size grown: the Authenticode digest
+/// is unchanged, the table is not hashed), or its one entry grown by a byte so the table
+/// ends with it unpadded, the firmware rule refuses it (exit 1) naming what and where,
+/// while the kernel rule (`verify_pefile.c`: the first entry must fit in the table) still
+/// verifies it.
+#[test]
+fn the_firmware_rule_refuses_a_table_its_walk_does_not_end_exactly() {
+    let dir = common::tmpdir("pe-verify-table-end");
+    let (ca_der, _) = debian_ca(&dir);
+    let kernel = common::vmlinuz("default");
+    let b = std::fs::read(&kernel).unwrap();
+    let end = b.len();
+    for rule in ["kernel", "firmware"] {
+        let (v, line) = ours(&ca_der, &kernel, rule);
+        assert!(v, "as shipped ({rule}): {line}");
+    }
+    // One entry (Debian signs with one signature), its length a multiple of 8.
+    let (_, table_at, size) = cert_dir(&b);
+    assert_eq!(u32at(&b, table_at) as usize, size);
+    let grown = size + 1;
+    let cases: [(&str, Vec<u8>, String); 3] = [
+        (
+            "64 zero bytes",
+            grow_table(&b, &[0; 64], false),
+            format!("the entry at {end:#x} (type 0x0000, length 0) is shorter than its type"),
+        ),
+        (
+            "5 bytes",
+            grow_table(&b, &[0xaa; 5], false),
+            format!("5 bytes at {end:#x} before the table's end"),
+        ),
+        (
+            "unpadded last entry",
+            grow_table(&b, &[0], true),
+            format!("the entry at {table_at:#x} (length {grown}) is not padded to 8 bytes"),
+        ),
+    ];
+    for (name, bytes, says) in &cases {
+        let p = dir.join(format!("vmlinuz.{}", name.replace(' ', "-")));
+        std::fs::write(&p, bytes).unwrap();
+        let (v, line) = ours(&ca_der, &p, "firmware");
+        assert!(!v, "{name} (firmware): {line}");
+        assert!(
+            line.contains("refused: certificate table")
+                && line.contains("the firmware's walk of its entries does not end at its end")
+                && line.contains(says.as_str()),
+            "{name} (firmware): {line}"
+        );
+        let (v, line) = ours(&ca_der, &p, "kernel");
+        assert!(v, "{name} (kernel): {line}");
+        assert!(
+            line.contains("trusted through Debian Secure Boot CA"),
+            "{name} (kernel): {line}"
         );
     }
     std::fs::remove_dir_all(&dir).unwrap();

@@ -482,3 +482,31 @@ fn grubenv_and_esp_in_every_spelling() {
     );
     std::fs::remove_dir_all(&root).unwrap();
 }
+
+/// `docs/SLOTS.md` lists every problem `slot status` reports (the lines the tests above
+/// produce), with the exit code.
+#[test]
+fn slots_doc_lists_every_status_problem() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/SLOTS.md"))
+            .unwrap();
+    let (_, section) = doc
+        .split_once("## What `validator slot status` calls a problem")
+        .expect("the section");
+    assert!(section.contains("exits 1 when there is any"), "{section}");
+    for line in [
+        "no valid state record at DIR: state.0: WHY; state.1: WHY",
+        "GRUB would find no bootable slot at the next boot",
+        "no state record at DIR",
+        "slot X: the boot loader marks it good, our record bad",
+        "the path holds a symbolic link, and files here are never followed through one",
+        "(left alone)",
+        "two entries for slot X",
+        "no BLS entry",
+    ] {
+        assert!(
+            section.contains(line),
+            "docs/SLOTS.md does not list {line:?}"
+        );
+    }
+}

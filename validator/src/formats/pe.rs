@@ -17,6 +17,20 @@
 //!   type `PKCS_SIGNED_DATA` and a length inside the table; its body is trimmed to the
 //!   DER length of its outer SEQUENCE (sbsign and pesign pad it).
 //!
+//! [`Pe::table_end`] walks the table as the firmware does (EDK2's
+//! `DxeImageVerificationHandler` in `SecurityPkg/Library/DxeImageVerificationLib`), and
+//! says why when the walk does not end exactly at the table's end (EDK2 then leaves the
+//! image unverified, whatever its signatures): from the table's start, while short of its
+//! end, more than 8 bytes must be left, the entry's length rounded up to 8 must fit in
+//! what is left, and the length must exceed 8 for `PKCS_SIGNED_DATA`, 24 for
+//! `EFI_GUID` and be at least 8 for any other type; the next entry starts at the rounded
+//! length. Trailing bytes after the last entry (unless they happen to form entries) and a
+//! last entry not padded to 8 inside the table therefore fail it. The kernel reads only
+//! the first entry and requires only that it fit in the table (`pefile_strip_sig_wrapper`
+//! since "verify_pefile: relax wrapper length check", Linux 6.3 and its stable
+//! backports; before it the entry's length rounded up to 8 had to be the table's), so
+//! [`parse`] refuses neither.
+//!
 //! [`Pe::digest`] hashes as the kernel's `pefile_digest_pe` and EDK2's `HashPeImage`:
 //! the headers without the checksum and the certificate table entry, the sections with
 //! raw data in file order, then whatever follows the last section except the
@@ -29,7 +43,9 @@
 //! end of its buffer, is refused.
 //!
 //! Limits: the kernel looks only at the first signature; [`Pe::signatures`] holds all of
-//! them (the firmware and shim accept any that verifies), and the caller chooses.
+//! them (the firmware and shim accept any that verifies), and the caller chooses. Only
+//! revision 2.0 `PKCS_SIGNED_DATA` entries are signatures here; EDK2 also takes that type
+//! at any revision, and an `EFI_GUID` entry of type `EFI_CERT_TYPE_PKCS7_GUID`.
 //! [`indirect_digest`] reads the `SpcIndirectDataContent` as the kernel's `mscode.asn1`:
 //! the data type must be `SpcPeImageData` (or `msIndividualSPKeyPurpose`, which the kernel
 //! also takes), the digest algorithm one of SHA-1/224/256/384/512 (MD4/MD5 are refused).
@@ -51,6 +67,41 @@ pub enum PeError {
     CertTable(String),
     #[error("SpcIndirectDataContent: {0}")]
     IndirectData(String),
+}
+
+/// Why the firmware's walk of the attribute certificate table (EDK2's
+/// `DxeImageVerificationHandler`) does not end exactly at the table's end, where `at` is
+/// the file offset it stopped at.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TableEnd {
+    /// 8 bytes or fewer left: no room for an entry with data.
+    #[error("{left} bytes at {at:#x} before the table's end, too few for a WIN_CERTIFICATE (more than 8 needed)")]
+    Trailing { at: usize, left: usize },
+    /// An entry longer than what is left of the table.
+    #[error("the entry at {at:#x} (length {len}) runs past the table's end ({left} bytes left)")]
+    PastEnd { at: usize, len: usize, left: usize },
+    /// An entry that fits but whose padding to 8 bytes does not: the table ends inside it.
+    #[error(
+        "the entry at {at:#x} (length {len}) is not padded to 8 bytes inside the table: \
+         {left} bytes left, {padded} needed"
+    )]
+    Unpadded {
+        at: usize,
+        len: usize,
+        left: usize,
+        padded: usize,
+    },
+    /// An entry too short for its type (trailing zeros read as an entry land here).
+    #[error(
+        "the entry at {at:#x} (type {kind:#06x}, length {len}) is shorter than its type \
+         needs ({min} bytes)"
+    )]
+    TooShort {
+        at: usize,
+        kind: u16,
+        len: usize,
+        min: usize,
+    },
 }
 
 fn malformed(what: impl Into<String>) -> PeError {
@@ -102,11 +153,22 @@ pub struct Pe {
     /// Why the table's first entry is not a signature the kernel reads (its
     /// `pefile_strip_sig_wrapper`), when it is not.
     pub first_unusable: Option<String>,
+    /// Why the firmware's walk of the table does not end exactly at its end, when it does
+    /// not (see the module's docs): EDK2 then leaves the image unverified.
+    pub table_end: Option<TableEnd>,
+    /// The file offset of the certificate table's data directory entry (its address,
+    /// then its size, 32 bits each).
+    pub cert_entry: usize,
 }
 
 /// `WIN_CERT_REVISION_2_0`, `WIN_CERT_TYPE_PKCS_SIGNED_DATA`.
 const WIN_CERT_REVISION_2_0: u16 = 0x0200;
 const WIN_CERT_TYPE_PKCS_SIGNED_DATA: u16 = 0x0002;
+/// `WIN_CERT_TYPE_EFI_GUID`, and the size of its header with the GUID (EDK2's
+/// `OFFSET_OF (WIN_CERTIFICATE_UEFI_GUID, CertData)`).
+const WIN_CERT_TYPE_EFI_GUID: u16 = 0x0ef1;
+const WIN_CERT_UEFI_GUID_HEADER: usize = 24;
+const WIN_CERT_HEADER: usize = 8;
 /// The optional header magics.
 const PE32: u16 = 0x10b;
 const PE32_PLUS: u16 = 0x20b;
@@ -288,6 +350,7 @@ pub fn parse(image: &[u8]) -> Result<Pe, PeError> {
             })?;
         tail = sum..tail_end;
     }
+    let table_end = firmware_walk(image, &cert_table).err();
     let (signatures, first_unusable) = signatures(image, &cert_table);
     if signatures.is_empty() {
         return Err(PeError::CertTable(first_unusable.unwrap_or_else(|| {
@@ -301,7 +364,48 @@ pub fn parse(image: &[u8]) -> Result<Pe, PeError> {
         cert_table,
         signatures,
         first_unusable,
+        table_end,
+        cert_entry: cert_entry_at,
     })
+}
+
+/// Walks the certificate table at `table` as EDK2's `DxeImageVerificationHandler` does;
+/// `Ok` when the walk ends exactly at the table's end.
+fn firmware_walk(image: &[u8], table: &Range<usize>) -> Result<(), TableEnd> {
+    let mut at = table.start;
+    while at < table.end {
+        let left = table.end - at;
+        if left <= WIN_CERT_HEADER {
+            return Err(TableEnd::Trailing { at, left });
+        }
+        // More than 8 bytes are left inside the table, which lies inside the file.
+        let (Some(len), Some(kind)) = (le32(image, at), le16(image, at + 6)) else {
+            return Err(TableEnd::Trailing { at, left });
+        };
+        let len = usize_of(len);
+        if len > left {
+            return Err(TableEnd::PastEnd { at, len, left });
+        }
+        let padded = len.div_ceil(8) * 8;
+        if padded > left {
+            return Err(TableEnd::Unpadded {
+                at,
+                len,
+                left,
+                padded,
+            });
+        }
+        let min = match kind {
+            WIN_CERT_TYPE_PKCS_SIGNED_DATA => WIN_CERT_HEADER + 1,
+            WIN_CERT_TYPE_EFI_GUID => WIN_CERT_UEFI_GUID_HEADER + 1,
+            _ => WIN_CERT_HEADER,
+        };
+        if len < min {
+            return Err(TableEnd::TooShort { at, kind, len, min });
+        }
+        at += padded;
+    }
+    Ok(())
 }
 
 /// The PKCS#7 `WIN_CERTIFICATE`s of the table at `table`, and why the first entry is
@@ -560,6 +664,15 @@ mod tests {
         let pe = parse(&image(&t)).unwrap();
         assert_eq!(pe.signatures.len(), 1);
         assert_eq!(pe.first_unusable, None);
+        // EDK2's walk stops at the second: an EFI_GUID entry (0x0ef1) too short for its GUID.
+        assert!(matches!(
+            pe.table_end,
+            Some(TableEnd::TooShort {
+                kind: WIN_CERT_TYPE_EFI_GUID,
+                len: 16,
+                ..
+            })
+        ));
         let mut t = other.clone();
         t.extend_from_slice(&wincert(&[0x30, 0x03, 1, 2, 3]));
         let pe = parse(&image(&t)).unwrap();
@@ -619,6 +732,113 @@ mod tests {
         assert!(matches!(parse(&img), Err(PeError::CertTable(_))));
         assert!(matches!(parse(b"MZ"), Err(PeError::Malformed(_))));
         assert!(matches!(parse(b""), Err(PeError::Malformed(_))));
+    }
+
+    /// EDK2's walk: a table of padded entries ends at its end; trailing bytes (64 zeros,
+    /// 5 bytes), an unpadded last entry, an entry too short for its type each stop it,
+    /// named with the offset, while the signature is still found (the kernel's rule reads
+    /// the first entry alone and takes them).
+    #[test]
+    fn the_firmware_walk_must_end_at_the_table_end() {
+        let sig = wincert(&[0x30, 0x03, 1, 2, 3]);
+        let pe = parse(&image(&sig)).unwrap();
+        assert_eq!(pe.table_end, None);
+        assert_eq!(pe.cert_entry, 0x98 + 112 + 4 * 8);
+        // Two entries, the second of another type: still exactly the table.
+        let mut two = sig.clone();
+        let mut other = wincert(b"garbage!");
+        other[6] = 0x34; // type 0x1234
+        other[7] = 0x12;
+        two.extend_from_slice(&other);
+        assert_eq!(parse(&image(&two)).unwrap().table_end, None);
+        let end = 0x400 + sig.len();
+        // 64 zero bytes after the entry: read as an entry of length 0.
+        let mut t = sig.clone();
+        t.extend_from_slice(&[0; 64]);
+        let pe = parse(&image(&t)).unwrap();
+        assert_eq!(pe.signatures.len(), 1);
+        assert_eq!(pe.first_unusable, None);
+        let e = pe.table_end.unwrap();
+        assert_eq!(
+            e,
+            TableEnd::TooShort {
+                at: end,
+                kind: 0,
+                len: 0,
+                min: 8
+            }
+        );
+        assert!(e.to_string().contains(&format!("{end:#x}")), "{e}");
+        // 5 bytes after it: too few for an entry.
+        let mut t = sig.clone();
+        t.extend_from_slice(&[0xaa; 5]);
+        let pe = parse(&image(&t)).unwrap();
+        assert_eq!(pe.signatures.len(), 1);
+        assert_eq!(pe.table_end, Some(TableEnd::Trailing { at: end, left: 5 }));
+        // 8 bytes after it: EDK2 needs more than a header.
+        let mut t = sig.clone();
+        t.extend_from_slice(&wincert(&[]));
+        assert_eq!(
+            parse(&image(&t)).unwrap().table_end,
+            Some(TableEnd::Trailing { at: end, left: 8 })
+        );
+        // The last entry unpadded: length 13, the table ends with it.
+        let mut t = sig.clone();
+        t.truncate(13);
+        let pe = parse(&image(&t)).unwrap();
+        assert_eq!(pe.signatures.len(), 1);
+        let e = pe.table_end.unwrap();
+        assert_eq!(
+            e,
+            TableEnd::Unpadded {
+                at: 0x400,
+                len: 13,
+                left: 13,
+                padded: 16
+            }
+        );
+        assert!(e.to_string().contains("not padded to 8 bytes"), "{e}");
+        // An unpadded second entry after a padded first: named at its own offset.
+        let mut t = sig.clone();
+        t.extend_from_slice(&sig[..13]);
+        assert!(matches!(
+            parse(&image(&t)).unwrap().table_end,
+            Some(TableEnd::Unpadded { at, .. }) if at == end
+        ));
+        // An entry claiming more than is left.
+        let mut t = sig.clone();
+        t.extend_from_slice(&wincert(&[0x30, 0x03, 1, 2, 3]));
+        t[sig.len()..sig.len() + 4].copy_from_slice(&64u32.to_le_bytes());
+        assert_eq!(
+            parse(&image(&t)).unwrap().table_end,
+            Some(TableEnd::PastEnd {
+                at: end,
+                len: 64,
+                left: 16
+            })
+        );
+        // A PKCS_SIGNED_DATA entry with no data, an EFI_GUID one with no certificate.
+        let mut t = sig.clone();
+        let mut empty = wincert(&[0; 8]);
+        empty[..4].copy_from_slice(&8u32.to_le_bytes());
+        t.extend_from_slice(&empty);
+        assert!(matches!(
+            parse(&image(&t)).unwrap().table_end,
+            Some(TableEnd::TooShort { len: 8, min: 9, .. })
+        ));
+        let mut t = sig.clone();
+        let mut guid = wincert(&[0; 16]);
+        guid[6..8].copy_from_slice(&WIN_CERT_TYPE_EFI_GUID.to_le_bytes());
+        t.extend_from_slice(&guid);
+        assert!(matches!(
+            parse(&image(&t)).unwrap().table_end,
+            Some(TableEnd::TooShort {
+                kind: WIN_CERT_TYPE_EFI_GUID,
+                len: 24,
+                min: 25,
+                ..
+            })
+        ));
     }
 
     #[test]

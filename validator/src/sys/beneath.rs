@@ -66,7 +66,12 @@ pub fn open_beneath(root: &Path, rel: &Path, write: bool) -> Result<File, SysErr
             dir_flags | OFlag::O_NOFOLLOW,
             Mode::empty(),
         )
-        .map_err(err)?;
+        // A link to a directory fails `O_DIRECTORY | O_NOFOLLOW` with ENOTDIR: told apart
+        // from a file on the way by a look at the name itself.
+        .map_err(|e| match e {
+            Errno::ENOTDIR if is_link(&dir, n) => err(Errno::ELOOP),
+            e => err(e),
+        })?;
         dir = own(fd);
     }
     let mode = if write {
@@ -82,6 +87,16 @@ pub fn open_beneath(root: &Path, rel: &Path, write: bool) -> Result<File, SysErr
     )
     .map_err(err)?;
     Ok(File::from(own(fd)))
+}
+
+/// Whether `name` in the directory `dir` is a symbolic link (not followed).
+fn is_link(dir: &OwnedFd, name: &std::ffi::OsStr) -> bool {
+    nix::sys::stat::fstatat(
+        Some(dir.as_raw_fd()),
+        name,
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .is_ok_and(|st| st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFLNK)
 }
 
 /// Renames `from` to `to` (names, no `/`) in the directory `root/rel_dir`, reached

@@ -5,14 +5,21 @@
 //! signature it considers ([`Rule::Kernel`]: the first table entry, which must be a
 //! PKCS#7 signature, as the kernel's `verify_pefile_signature`, with sections hashed in
 //! the kernel's order; [`Rule::Firmware`]: every PKCS#7 entry, the image passing when any
-//! does, as EDK2 and shim, sections in EDK2's order; each digest computed once): parses the PKCS#7 SignedData as Authenticode
+//! does, as EDK2 and shim, sections in EDK2's order; each digest computed once): parses
+//! the PKCS#7 SignedData as Authenticode
 //! ([`crate::formats::pkcs7::parse_authenticode`]), reads the digest its
 //! `SpcIndirectDataContent` carries ([`crate::formats::pe::indirect_digest`]), applies
 //! the kernel's PKCS#7 rules and trust search ([`crate::trust::pkcs7::verify_message`]:
 //! the embedded chain, then the store by issuer and serial, by the last certificate's
 //! issuer, or by the signer itself), and compares the image's digest with the signed one.
 //! An image whose SHA-256 Authenticode digest is in `forbidden` (UEFI `dbx`) is refused
-//! whatever its signatures.
+//! whatever its signatures; so, under [`Rule::Firmware`], is one whose certificate table
+//! EDK2's walk does not end exactly at its end ([`crate::formats::pe::Pe::table_end`]:
+//! trailing bytes, an unpadded last entry), which EDK2 leaves unverified. The kernel's
+//! rule reads only the first entry and takes such a table, as the kernel does. Shim
+//! walks the table its own way (it refuses trailing bytes that do not form an entry but
+//! takes an unpadded last entry, `verify_buffer_authenticode`); the firmware rule is
+//! EDK2's, the stricter, for every image.
 //!
 //! Limits: no time checks (neither the firmware nor the kernel makes any); `dbx`
 //! certificate entries (`EFI_CERT_X509_SHA256`) and SBAT are not judged; the trust store
@@ -20,7 +27,7 @@
 //! the kernel holds only in its platform keyring and one in its secondary keyring are
 //! treated alike, as `kexec_file_load` (which tries both) does.
 
-use crate::formats::pe::{self, PeError, SectionOrder};
+use crate::formats::pe::{self, PeError, SectionOrder, TableEnd};
 use crate::formats::pkcs7::{parse_authenticode, HashAlg, Message, Pkcs7Error};
 use crate::trust::pkcs7::{verify_message, MessageError};
 use crate::trust::{Cert, TrustStore};
@@ -30,7 +37,7 @@ use crate::trust::{Cert, TrustStore};
 pub enum Rule {
     /// The first signature only (`kexec_file_load` under lockdown).
     Kernel,
-    /// Any signature (UEFI firmware, shim).
+    /// Any signature (UEFI firmware, shim), in a certificate table EDK2's walk takes.
     Firmware,
 }
 
@@ -76,6 +83,17 @@ pub enum AuthenticodeError {
     All(Vec<AuthenticodeError>),
     #[error("the image's SHA-256 digest {sha256} is forbidden (dbx)")]
     Forbidden { sha256: String },
+    /// The firmware rule: EDK2's walk of the certificate table (`size` bytes at `at`)
+    /// does not end exactly at its end, so the firmware leaves the image unverified.
+    #[error(
+        "certificate table ({size} bytes at {at:#x}): the firmware's walk of its entries \
+         does not end at its end (EDK2 refuses the image): {source}"
+    )]
+    TableEnd {
+        at: usize,
+        size: usize,
+        source: TableEnd,
+    },
 }
 
 /// Verifies `image`'s Authenticode signatures under `rule` against `store`, refusing an
@@ -106,6 +124,15 @@ pub fn verify(
         if forbidden.iter().any(|f| f.as_slice() == sha256.as_slice()) {
             return Err(AuthenticodeError::Forbidden {
                 sha256: crate::util::hex(&sha256),
+            });
+        }
+    }
+    if rule == Rule::Firmware {
+        if let Some(why) = &parsed.table_end {
+            return Err(AuthenticodeError::TableEnd {
+                at: parsed.cert_table.start,
+                size: parsed.cert_table.len(),
+                source: why.clone(),
             });
         }
     }

@@ -92,7 +92,7 @@ pub enum OutputError {
         tmp: PathBuf,
         source: std::io::Error,
     },
-    #[error("{path}: not a file name to write")]
+    #[error("{path}: not a file name to write (a directory, or a name ending in /)")]
     NoName { path: PathBuf },
 }
 
@@ -109,6 +109,20 @@ impl OutputError {
             | OutputError::NoName { path } => path,
         }
     }
+}
+
+/// The file name an output path writes: refused when there is none (`.`, `..`, `/`) or
+/// the path ends in `/` (it names a directory, which `open(2)` would refuse to create as
+/// a file).
+pub fn output_name(path: &Path) -> Result<&std::ffi::OsStr, OutputError> {
+    use std::os::unix::ffi::OsStrExt;
+    let no = || OutputError::NoName {
+        path: path.to_path_buf(),
+    };
+    if path.as_os_str().as_bytes().ends_with(b"/") {
+        return Err(no());
+    }
+    path.file_name().ok_or_else(no)
 }
 
 /// The directory an output path goes in (`.` for a bare name).
@@ -195,9 +209,7 @@ pub fn write_new_file(path: &Path, tmp: &Path, bytes: &[u8]) -> Result<(), Outpu
 /// regular file, refuses anything else, never creates a directory (the module doc has
 /// the rule). On a failure nothing is left behind and `path` is unchanged.
 pub fn write_output(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
-    let name = path.file_name().ok_or_else(|| OutputError::NoName {
-        path: path.to_path_buf(),
-    })?;
+    let name = output_name(path)?;
     let dir = output_dir(path);
     check_output_dir(dir)?;
     check_output_target(path)?;

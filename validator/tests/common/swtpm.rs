@@ -49,6 +49,22 @@ pub fn setup_state(dir: &Path, banks: &str) {
     );
 }
 
+/// Manufactures a TPM 2.0 state with a SHA-256 bank and an EK certificate issued by
+/// swtpm's local CA (`/var/lib/swtpm-localca/issuercert.pem`), as a TPM vendor's.
+pub fn setup_state_with_ek_cert(dir: &Path) {
+    let out = Command::new("swtpm_setup")
+        .args(["--tpm2", "--tpmstate"])
+        .arg(dir)
+        .args(["--pcr-banks", "sha256", "--create-ek-cert", "--overwrite"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "swtpm_setup --create-ek-cert failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A running swtpm, killed when dropped (also when a test fails).
 pub struct Swtpm {
     pub child: Child,
