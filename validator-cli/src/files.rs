@@ -18,8 +18,8 @@
 use std::path::{Path, PathBuf};
 
 use validator::util::fs::{
-    check_output_dir, check_output_target, output_dir, output_name, temp_name, write_new_file,
-    OutputError,
+    check_output_dir, check_output_target, output_dir, output_name, output_target, temp_name,
+    write_new_file, OutputError,
 };
 
 use crate::Usage;
@@ -102,20 +102,11 @@ fn judge(path: &Path) -> Result<Target, OutputError> {
     let name = output_name(path)?.to_os_string();
     let dir = output_dir(path).to_path_buf();
     check_output_dir(&dir)?;
-    let exists = check_output_target(path)?;
+    let existing = output_target(path)?.map(|m| (m.dev(), m.ino()));
     let real_dir = std::fs::canonicalize(&dir).map_err(|source| OutputError::Io {
         path: dir.clone(),
         source,
     })?;
-    let existing = if exists {
-        let m = std::fs::symlink_metadata(path).map_err(|source| OutputError::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Some((m.dev(), m.ino()))
-    } else {
-        None
-    };
     Ok(Target {
         path: path.to_path_buf(),
         dir,

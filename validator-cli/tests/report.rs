@@ -257,18 +257,23 @@ fn several_outputs_are_all_or_none() {
     let (svg, prom, nfd) = (d.join("a.svg"), d.join("b.prom"), d.join("c.nfd"));
     let s = |p: &Path| p.to_str().unwrap().to_string();
     let good = example("report-good.json");
-    let (c, _, err) = validator(&[
-        "report",
-        &good,
-        "--svg",
-        &s(&svg),
-        "--prometheus",
-        &s(&prom),
-        "--nfd",
-        &s(&nfd),
-        "--namespace",
-        "BAD NS",
-    ]);
+    // All three outputs, and `extra` after them.
+    let all_three = |extra: &[&str]| {
+        let (svg, prom, nfd) = (s(&svg), s(&prom), s(&nfd));
+        let mut args = vec![
+            "report",
+            &good,
+            "--svg",
+            &svg,
+            "--prometheus",
+            &prom,
+            "--nfd",
+            &nfd,
+        ];
+        args.extend_from_slice(extra);
+        validator(&args)
+    };
+    let (c, _, err) = all_three(&["--namespace", "BAD NS"]);
     assert_eq!(c, 2, "{err}");
     assert!(err.contains("nothing was written"), "{err}");
     assert!(!svg.exists() && !prom.exists() && !nfd.exists());
@@ -294,16 +299,7 @@ fn several_outputs_are_all_or_none() {
         assert_eq!(std::fs::read_to_string(&prom).unwrap(), "OLD");
     }
     // All good: all three written, the old file replaced.
-    let (c, out, err) = validator(&[
-        "report",
-        &good,
-        "--svg",
-        &s(&svg),
-        "--prometheus",
-        &s(&prom),
-        "--nfd",
-        &s(&nfd),
-    ]);
+    let (c, out, err) = all_three(&[]);
     assert_eq!(c, 0, "{err}");
     assert_eq!(out.matches("wrote ").count(), 3, "{out}");
     assert!(std::fs::read_to_string(&prom)

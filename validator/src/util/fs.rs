@@ -155,18 +155,23 @@ pub fn check_output_dir(dir: &Path) -> Result<(), OutputError> {
 /// Checks what is at an output path, without following a link: `Ok(false)` nothing,
 /// `Ok(true)` a regular file (to be replaced); anything else is refused.
 pub fn check_output_target(path: &Path) -> Result<bool, OutputError> {
+    output_target(path).map(|m| m.is_some())
+}
+
+/// [`check_output_target`], with the regular file's metadata when there is one.
+pub fn output_target(path: &Path) -> Result<Option<std::fs::Metadata>, OutputError> {
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_symlink() => Err(OutputError::Symlink {
             path: path.to_path_buf(),
         }),
         Ok(m) => match kind_of(m.file_type()) {
-            None => Ok(true),
+            None => Ok(Some(m)),
             Some(kind) => Err(OutputError::NotAFile {
                 path: path.to_path_buf(),
                 kind,
             }),
         },
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(source) => Err(OutputError::Io {
             path: path.to_path_buf(),
             source,
