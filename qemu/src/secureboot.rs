@@ -280,7 +280,6 @@ pub fn firmware_starts_chain(
     shim: Option<&Path>,
     grub: Option<&Path>,
 ) -> Result<FirmwareVerdict, HarnessError> {
-    std::fs::create_dir_all(dir).map_err(|e| HarnessError::io(dir, e))?;
     let mut store = crate::efivars::VarStore::open(Path::new(firmware::OVMF_VARS_MS))?;
     if let Some(certs) = db_certs {
         store.replace(
@@ -289,7 +288,44 @@ pub fn firmware_starts_chain(
             &crate::efivars::db(certs),
         )?;
     }
-    let mut ovmf = Ovmf::with_store(dir, &store)?;
+    boot_chain(dir, &store, shim, grub, ACCESS_DENIED)
+}
+
+/// Shim's alert when it refuses the image it was to start (an SBAT or `dbx` refusal of
+/// GRUB): `Verification failed: (0x1A) Security Violation`, in a box that waits for a key.
+pub const SHIM_REFUSED: &str = "Verification failed";
+
+/// Boots Debian's chain under Secure Boot (Microsoft's store) with shim's SBAT level
+/// variable `SbatLevel` set to `level` as a level shim keeps (non-volatile, boot
+/// services only; shim replaces it only by a newer date): shim applies it to GRUB.
+/// Says whether GRUB started or shim refused it ([`SHIM_REFUSED`]).
+pub fn shim_starts_grub_at_sbat_level(
+    dir: &Path,
+    level: &str,
+) -> Result<FirmwareVerdict, HarnessError> {
+    let mut store = crate::efivars::VarStore::open(Path::new(firmware::OVMF_VARS_MS))?;
+    store.add(
+        "SbatLevel",
+        crate::efivars::SHIM_LOCK,
+        crate::efivars::NV_BS,
+        level.as_bytes(),
+    )?;
+    let mut v = boot_chain(dir, &store, None, None, SHIM_REFUSED)?;
+    v.refused = v.console.contains(SHIM_REFUSED);
+    Ok(v)
+}
+
+/// Boots shim and GRUB (Debian's, or `shim`, `grub`) from an ESP without slots under
+/// `store` with Secure Boot on, cut a few seconds after `refusal` shows.
+fn boot_chain(
+    dir: &Path,
+    store: &crate::efivars::VarStore,
+    shim: Option<&Path>,
+    grub: Option<&Path>,
+    refusal: &str,
+) -> Result<FirmwareVerdict, HarnessError> {
+    std::fs::create_dir_all(dir).map_err(|e| HarnessError::io(dir, e))?;
+    let mut ovmf = Ovmf::with_store(dir, store)?;
     ovmf.code = firmware::OVMF_CODE_SECBOOT.into();
     ovmf.smm = true;
     let esp = dir.join("esp.img");
@@ -312,7 +348,7 @@ pub fn firmware_starts_chain(
     cfg.disks.push(d);
     cfg.tpm = None;
     cfg.timeout = Duration::from_secs(120);
-    cfg.kill_at = Some(KillAt::on(ACCESS_DENIED, Duration::from_secs(2)));
+    cfg.kill_at = Some(KillAt::on(refusal, Duration::from_secs(2)));
     let o = vm::run(&cfg, dir)?;
     crate::paths::remove_images(dir);
     Ok(FirmwareVerdict {

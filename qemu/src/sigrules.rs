@@ -100,8 +100,7 @@ pub fn vars_with(set: &Set, dir: &Path, secure_boot: bool) -> Result<PathBuf, Ha
         )?;
     }
     s.replace("db", efivars::IMAGE_SECURITY_DATABASE, &efivars::db(&certs))?;
-    let dbx = efivars::dbx(&set.dbx_hashes(), &[keys.revoked_tbs_sha256()]);
-    s.replace("dbx", efivars::IMAGE_SECURITY_DATABASE, &dbx)?;
+    s.replace("dbx", efivars::IMAGE_SECURITY_DATABASE, &dbx_value(set))?;
     let out = dir.join("ovmf-vars.fd");
     s.write(&out)?;
     Ok(out)
@@ -410,11 +409,27 @@ pub fn boot_with(set: &Set, secure_boot: bool) -> Result<Boot, HarnessError> {
 /// message.
 pub type Refused = Vec<(&'static str, String)>;
 
+/// The value of `dbx` in the boots' firmware: the S40 file hashes, the S41 certificate's
+/// TBS hash.
+fn dbx_value(set: &Set) -> Vec<u8> {
+    efivars::dbx(&set.dbx_hashes(), &[sigcases::keys().revoked_tbs_sha256()])
+}
+
+/// The `dbx` the boots' firmware holds, read back as the init reads it.
+pub fn revocations(set: &Set) -> Result<validator::trust::revocation::Revocations, HarnessError> {
+    let db = validator::formats::efisiglist::parse(&dbx_value(set))
+        .map_err(|e| HarnessError::Setup(format!("the test dbx: {e}")))?;
+    Ok(validator::trust::revocation::Revocations::from_database(
+        "dbx", &db,
+    ))
+}
+
 /// The gate the kernel's answers are compared with, as the init builds it (with the
 /// boot's command line for `module_blacklist=`) but with the kernel's own vermagic rule (`VermagicMode::Kernel`): the kernel's vermagic and exports
 /// and built-in certificate from its image, plus every test certificate of UEFI `db` that
 /// the trust store can load. Returns the gate and the `db` certificates it refused, with
-/// the store's message.
+/// the store's message. Its hash blacklist is the firmware's `dbx` read back
+/// ([`revocations`]), as the init reads it (S40).
 pub fn gate(set: &Set) -> Result<(Gate, Refused), HarnessError> {
     let kernel = crate::paths::kernel(set.kernel.dir())?;
     let image = std::fs::read(&kernel.vmlinuz).map_err(|e| HarnessError::io(&kernel.vmlinuz, e))?;
@@ -442,6 +457,7 @@ pub fn gate(set: &Set) -> Result<(Gate, Refused), HarnessError> {
             require_signature: true,
             unknown_symbols_fatal: true,
             module_blacklist: validator::config::cmdline::module_blacklist(&append()),
+            hash_blacklist: revocations(set)?.image_sha256,
             ..Policy::default()
         },
     };

@@ -156,3 +156,101 @@ fn shim_starts_grub_whose_table_ends_unpadded_which_edk2s_walk_refuses() {
     let v = firmware_starts_chain(&dir.join("boot"), None, None, Some(&path)).unwrap();
     assert!(v.started && !v.refused, "{}", v.console);
 }
+
+/// The SBAT level shim applies when none newer is set: the "previous" (automatic) level
+/// of its `.sbatlevel` section (a 32-bit format version, then the offsets of the previous
+/// and latest levels from the end of that version, each a NUL-terminated string), taken
+/// out by `objcopy` (the section's name is longer than a section header holds).
+fn shim_shipped_level(dir: &Path) -> String {
+    let out = dir.join("sbatlevel.bin");
+    let st = std::process::Command::new("objcopy")
+        .args(["-O", "binary", "--only-section=.sbatlevel"])
+        .arg(qemu::paths::workspace().join(qemu::firmware::SHIM_SIGNED))
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let s = std::fs::read(&out).unwrap();
+    let at = u32::from_le_bytes(s.get(4..8).unwrap().try_into().unwrap()) as usize + 4;
+    let text = s.get(at..).unwrap().split(|b| *b == 0).next().unwrap();
+    String::from_utf8(text.to_vec()).unwrap()
+}
+
+/// SBAT with shim as the judge (shim 16.1 under OVMF with Secure Boot on and Microsoft's
+/// keys): at the level Debian's shim ships (its `.sbatlevel`, set as `SbatLevel`) shim
+/// starts Debian's GRUB; at one generation above GRUB's `grub` component (a later date, so
+/// shim keeps it) shim refuses GRUB. `validator pe verify --sbat-level` (the operator's CLI,
+/// with the Debian CA shim trusts GRUB by) gives the same verdicts on GRUB, verifying its
+/// signature either way, so the refusal is SBAT's alone; the gate's SBAT rule
+/// (`formats::sbat::judge`, which the fallback check runs) passes shim's own self-check at
+/// both levels, as shim did.
+#[test]
+fn shim_refuses_grub_above_its_sbat_generation_as_the_gate_does() {
+    use validator::formats::sbat::{self, Level, Loaded};
+    let (shim, grub) = (shim(), grub());
+    let dir = qemu::paths::run_dir("sb-sbat-level").unwrap();
+    let shipped = shim_shipped_level(&dir);
+    assert!(shipped.starts_with("sbat,1,"), "{shipped:?}");
+    let section = |image: &[u8]| {
+        pe::parse(image)
+            .unwrap()
+            .section(image, ".sbat")
+            .unwrap()
+            .to_vec()
+    };
+    let grub_gen = sbat::components(&section(&grub))
+        .unwrap()
+        .into_iter()
+        .find(|(n, _)| n == "grub")
+        .unwrap()
+        .1;
+    let mut above = String::from("sbat,1,2099010100\n");
+    for line in shipped.lines().skip(1) {
+        match line.split_once(',') {
+            Some(("grub", _)) => above.push_str(&format!("grub,{}\n", grub_gen + 1)),
+            _ => above.push_str(&format!("{line}\n")),
+        }
+    }
+    if !above.contains("\ngrub,") {
+        above.push_str(&format!("grub,{}\n", grub_gen + 1));
+    }
+    let ca = dir.join("debian-ca.der");
+    std::fs::write(&ca, qemu::sigrules::debian_ca().unwrap()).unwrap();
+    let cli = qemu::paths::validator_cli().unwrap();
+    for (name, level, starts) in [("shipped", &shipped, true), ("above", &above, false)] {
+        let l = Level::parse(level.as_bytes()).unwrap();
+        sbat::judge(Some(&section(&shim)), &l, Loaded::ByShim).unwrap();
+        let file = dir.join(format!("level-{name}"));
+        std::fs::write(&file, level).unwrap();
+        let out = std::process::Command::new(&cli)
+            .args(["pe", "verify", "--rule", "firmware", "--cert"])
+            .arg(&ca)
+            .arg("--sbat-level")
+            .arg(&file)
+            .arg(qemu::paths::workspace().join(qemu::firmware::GRUB_SIGNED))
+            .output()
+            .unwrap();
+        let line = String::from_utf8_lossy(&out.stdout).into_owned();
+        let v = qemu::secureboot::shim_starts_grub_at_sbat_level(&dir.join(name), level).unwrap();
+        assert_eq!(v.started, starts, "{level:?}: {}", v.console);
+        assert_eq!(v.refused, !starts, "{level:?}: {}", v.console);
+        assert_eq!(
+            out.status.code(),
+            Some(if starts { 0 } else { 1 }),
+            "{line}"
+        );
+        if starts {
+            assert!(line.contains("signature 0 verified"), "{line}");
+        } else {
+            assert!(v.console.contains("Security Violation"), "{}", v.console);
+            assert!(
+                line.ends_with(&format!(
+                    "refused: its SBAT component grub is at generation {grub_gen}, below the \
+                     node's level {} (SBAT revoked)\n",
+                    grub_gen + 1
+                )),
+                "{line}"
+            );
+        }
+    }
+}

@@ -326,7 +326,6 @@ const DISAGREE: &[(&str, bool, Option<Kernel>)] = &[
     ("S26", false, Some(Kernel::K612)),
     ("S37b", false, None),
     ("S38", true, None),
-    ("S40", true, None),
     ("V08", false, None),
     ("V11", false, None),
     ("V19", true, None),

@@ -170,6 +170,24 @@ pub(crate) struct PeVerify {
     /// A forbidden image digest (SHA-256 Authenticode, hex), as in UEFI dbx.
     #[arg(long = "forbid", value_name = "SHA256")]
     pub(crate) forbid: Vec<String>,
+    /// UEFI dbx: EFI signature lists (as efi-readvar or virt-fw-vars write them, or the
+    /// efivarfs file with its attribute bytes); image digests, certificates and
+    /// certificate digests revoke.
+    #[arg(long = "dbx", value_name = "FILE")]
+    pub(crate) dbx: Option<PathBuf>,
+    /// Shim's MokListX (MokListXRT), in the same forms as --dbx.
+    #[arg(long = "mokx", value_name = "FILE")]
+    pub(crate) mokx: Option<PathBuf>,
+    /// The node's SBAT level (the text of SbatLevelRT, or its efivarfs file): the image's
+    /// .sbat section is judged by shim's rule (with --rule firmware shim loads the image
+    /// and a missing section refuses it; with --rule kernel it is verified through shim's
+    /// protocol and may have none).
+    #[arg(long = "sbat-level", value_name = "FILE")]
+    pub(crate) sbat_level: Option<PathBuf>,
+    /// Take dbx, MokListXRT and SbatLevelRT from the running firmware (efivarfs and
+    /// shim's MOK variables under /sys), in addition to any given as files.
+    #[arg(long = "running-firmware")]
+    pub(crate) running_firmware: bool,
     #[arg(long, value_enum, default_value_t = PeRule::Firmware)]
     pub(crate) rule: PeRule,
     /// The PE image.

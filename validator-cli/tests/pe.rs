@@ -381,7 +381,7 @@ fn bad_images_are_unusable_input_and_forbidden_digests_refused() {
     let line = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{line}");
     assert!(
-        line.contains(&format!("digest {digest} is forbidden")),
+        line.contains(&format!("digest {digest} is revoked (--forbid)")),
         "{line}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
@@ -392,7 +392,10 @@ fn bad_images_are_unusable_input_and_forbidden_digests_refused() {
 /// `sbverify` prints the signature's ("got:") and the image's ("expecting:"), so the image
 /// is checked against a detached signature of a copy with one byte changed.
 fn authenticode_sha256(image: &Path) -> String {
-    let dir = common::tmpdir("pe-digest");
+    // One directory per call: tests run in parallel threads of one process.
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let dir = common::tmpdir(&format!("pe-digest-{n}"));
     let (cert, key) = untrusted(&dir, "digest-probe");
     let other = dir.join("other.efi");
     let mut b = std::fs::read(image).unwrap();
@@ -432,4 +435,283 @@ fn authenticode_sha256(image: &Path) -> String {
         .to_string();
     std::fs::remove_dir_all(&dir).unwrap();
     got
+}
+
+/// An EFI signature list of type `kind` (the GUID as stored) with `entries`, each behind
+/// an owner GUID of zeros.
+fn esl(kind: [u8; 16], entries: &[Vec<u8>]) -> Vec<u8> {
+    let esize = 16 + entries.first().map_or(0, Vec::len);
+    let mut v = kind.to_vec();
+    v.extend_from_slice(
+        &u32::try_from(28 + esize * entries.len())
+            .unwrap()
+            .to_le_bytes(),
+    );
+    v.extend_from_slice(&0u32.to_le_bytes());
+    v.extend_from_slice(&u32::try_from(esize).unwrap().to_le_bytes());
+    for e in entries {
+        v.extend_from_slice(&[0; 16]);
+        v.extend_from_slice(e);
+    }
+    v
+}
+
+/// EFI_CERT_X509_GUID, EFI_CERT_SHA256_GUID, EFI_CERT_X509_SHA256_GUID as stored.
+const X509: [u8; 16] = [
+    0xa1, 0x59, 0xc0, 0xa5, 0xe4, 0x94, 0xa7, 0x4a, 0x87, 0xb5, 0xab, 0x15, 0x5c, 0x2b, 0xf0, 0x72,
+];
+const SHA256: [u8; 16] = [
+    0x26, 0x16, 0xc4, 0xc1, 0x4c, 0x50, 0x92, 0x40, 0xac, 0xa9, 0x41, 0xf9, 0x36, 0x93, 0x43, 0x28,
+];
+const X509_SHA256: [u8; 16] = [
+    0x92, 0xa4, 0xd2, 0x3b, 0xc0, 0x96, 0x79, 0x40, 0xb4, 0x20, 0xfc, 0xf9, 0x8e, 0xf1, 0x03, 0xed,
+];
+
+/// The certificate that signed `image` (the first its signature embeds), as DER, taken
+/// out with `sbattach --detach` and `openssl pkcs7`; and the SHA-256 of its
+/// `TBSCertificate` (`openssl asn1parse -strparse 4`: the certificate's first element).
+fn signer_of(dir: &Path, image: &Path) -> (Vec<u8>, Vec<u8>) {
+    let sig = dir.join("signature.p7");
+    ok(Command::new("sbattach")
+        .arg("--detach")
+        .arg(&sig)
+        .arg(image));
+    let pem = dir.join("signer.pem");
+    ok(Command::new("openssl")
+        .args(["pkcs7", "-inform", "der", "-print_certs", "-in"])
+        .arg(&sig)
+        .arg("-out")
+        .arg(&pem));
+    let der = dir.join("signer.der");
+    ok(Command::new("openssl")
+        .args(["x509", "-outform", "der", "-in"])
+        .arg(&pem)
+        .arg("-out")
+        .arg(&der));
+    let tbs = dir.join("signer.tbs");
+    ok(Command::new("openssl")
+        .args([
+            "asn1parse",
+            "-inform",
+            "der",
+            "-strparse",
+            "4",
+            "-noout",
+            "-in",
+        ])
+        .arg(&der)
+        .arg("-out")
+        .arg(&tbs));
+    let out = run(Command::new("sha256sum").arg(&tbs));
+    let hex = String::from_utf8_lossy(&out.stdout)[..64].to_string();
+    let tbs_sha256 = (0..32)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    (std::fs::read(&der).unwrap(), tbs_sha256)
+}
+
+/// `validator pe verify` with revocation lists, on Debian's signed kernel trusted through
+/// the Debian CA: the kernel's Authenticode digest in `--dbx`, the certificate that signed
+/// it (or the CA above it) as an X.509 entry of `--dbx` or `--mokx`, and (firmware rule)
+/// the signer's TBS digest refuse it, each naming the list; an unrelated certificate and
+/// digest in the list do not, and an efivarfs file (attribute bytes first) reads as the
+/// list. A list that does not parse, a directory or a FIFO is unusable input (exit 2).
+#[test]
+fn revocation_lists_refuse_as_dbx_and_mokx_say() {
+    let dir = common::tmpdir("pe-verify-dbx");
+    let (ca_der, _) = debian_ca(&dir);
+    let kernel = common::vmlinuz("default");
+    let digest = authenticode_sha256(&kernel);
+    let digest_bytes: Vec<u8> = (0..32)
+        .map(|i| u8::from_str_radix(&digest[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    let (signer, tbs) = signer_of(&dir, &kernel);
+    let (unrelated_pem, _) = untrusted(&dir, "unrelated");
+    let unrelated_der = dir.join("unrelated.der");
+    ok(Command::new("openssl")
+        .args(["x509", "-outform", "der", "-in"])
+        .arg(&unrelated_pem)
+        .arg("-out")
+        .arg(&unrelated_der));
+    let unrelated = std::fs::read(&unrelated_der).unwrap();
+    let ca = std::fs::read(&ca_der).unwrap();
+    let mut tbs_entry = tbs.clone();
+    tbs_entry.extend_from_slice(&[0; 16]);
+    let verify = |flag: &str, list: &[u8], rule: &str| {
+        let f = dir.join("list.esl");
+        std::fs::write(&f, list).unwrap();
+        let out = run(Command::new(env!("CARGO_BIN_EXE_validator"))
+            .args(["pe", "verify", "--rule", rule, "--cert"])
+            .arg(&ca_der)
+            .arg(flag)
+            .arg(&f)
+            .arg(&kernel));
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for rule in ["kernel", "firmware"] {
+        for (flag, list, says) in [
+            (
+                "--dbx",
+                esl(SHA256, std::slice::from_ref(&digest_bytes)),
+                format!("digest {digest} is revoked (--dbx"),
+            ),
+            (
+                "--dbx",
+                esl(X509, std::slice::from_ref(&signer)),
+                "is revoked (--dbx".to_string(),
+            ),
+            (
+                "--mokx",
+                esl(X509, std::slice::from_ref(&signer)),
+                "is revoked (--mokx".to_string(),
+            ),
+            (
+                "--dbx",
+                esl(X509, std::slice::from_ref(&ca)),
+                "Debian Secure Boot CA".to_string(),
+            ),
+        ] {
+            let (code, line, err) = verify(flag, &list, rule);
+            assert_eq!(code, Some(1), "{rule} {flag}: {line}{err}");
+            assert!(line.contains(&says), "{rule} {flag}: {line}");
+            // The efivarfs form: four attribute bytes, then the lists.
+            let mut var = vec![0x27, 0, 0, 0];
+            var.extend_from_slice(&list);
+            assert_eq!(
+                verify(flag, &var, rule).0,
+                Some(1),
+                "{rule} {flag} as efivarfs"
+            );
+        }
+        let (code, line, _) = verify(
+            "--dbx",
+            &[
+                esl(X509, std::slice::from_ref(&unrelated)),
+                esl(SHA256, &[vec![7; 32]]),
+            ]
+            .concat(),
+            rule,
+        );
+        assert_eq!(code, Some(0), "{rule}: {line}");
+    }
+    let (code, line, _) = verify("--dbx", &esl(X509_SHA256, &[tbs_entry]), "firmware");
+    assert_eq!(code, Some(1), "{line}");
+    assert!(line.contains("is revoked (--dbx"), "{line}");
+    // Hostile lists.
+    let fifo = dir.join("fifo.esl");
+    ok(Command::new("mkfifo").arg(&fifo));
+    let list = esl(SHA256, &[vec![7; 32]]);
+    for (p, bytes, says) in [
+        (
+            dir.join("short.esl"),
+            Some(list[..list.len() - 5].to_vec()),
+            "runs past the value",
+        ),
+        (
+            dir.join("empty-entry.esl"),
+            Some(esl(SHA256, &[vec![1; 7]])),
+            "7-byte digest entry",
+        ),
+        (dir.clone(), None, "directory"),
+        (fifo.clone(), None, "FIFO"),
+    ] {
+        if let Some(b) = bytes {
+            std::fs::write(&p, b).unwrap();
+        }
+        let out = run(Command::new(env!("CARGO_BIN_EXE_validator"))
+            .args(["pe", "verify", "--cert"])
+            .arg(&ca_der)
+            .arg("--dbx")
+            .arg(&p)
+            .arg(&kernel));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{}: {err}", p.display());
+        assert!(err.contains(says), "{}: {err}", p.display());
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `--sbat-level` on Debian's signed GRUB, by shim's rule: at the level Debian's shim
+/// ships it passes; one generation above its `grub` or `grub.debian` component refuses it
+/// naming the component and both generations; the kernel, which has no `.sbat`, passes
+/// through shim's protocol (`--rule kernel`) and is refused when shim would load it itself
+/// (`--rule firmware`). A level that does not parse is unusable input.
+#[test]
+fn sbat_levels_judge_grub_as_shim_does() {
+    let dir = common::tmpdir("pe-verify-sbat");
+    let (ca_der, _) = debian_ca(&dir);
+    let section = dir.join("sbatlevel.bin");
+    ok(Command::new("objcopy")
+        .args(["-O", "binary", "--only-section=.sbatlevel"])
+        .arg(shim())
+        .arg(&section));
+    let shipped = "sbat,1,2025021800\nshim,4\ngrub,5\n";
+    let b = std::fs::read(&section).unwrap();
+    assert!(
+        b.windows(shipped.len()).any(|w| w == shipped.as_bytes()),
+        "shim's .sbatlevel no longer holds {shipped:?}"
+    );
+    let judge = |level: &str, image: &Path, rule: &str| {
+        let f = dir.join("level");
+        std::fs::write(&f, level).unwrap();
+        let out = run(Command::new(env!("CARGO_BIN_EXE_validator"))
+            .args(["pe", "verify", "--rule", rule, "--cert"])
+            .arg(&ca_der)
+            .arg("--sbat-level")
+            .arg(&f)
+            .arg(image));
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let (code, line) = judge(shipped, &grub(), "firmware");
+    assert_eq!(code, Some(0), "{line}");
+    assert!(
+        line.contains("SBAT passes the level sbat,1 shim,4 grub,5"),
+        "{line}"
+    );
+    for (level, says) in [
+        (
+            "sbat,1,2099010100\ngrub,6\n",
+            "component grub is at generation 5, below the node's level 6",
+        ),
+        (
+            "sbat,1,2099010100\ngrub.debian,6\n",
+            "component grub.debian is at generation 5, below the node's level 6",
+        ),
+    ] {
+        let (code, line) = judge(level, &grub(), "firmware");
+        assert_eq!(code, Some(1), "{line}");
+        assert!(line.contains(says), "{line}");
+    }
+    let kernel = common::vmlinuz("default");
+    assert_eq!(judge(shipped, &kernel, "kernel").0, Some(0));
+    let (code, line) = judge(shipped, &kernel, "firmware");
+    assert_eq!(code, Some(1), "{line}");
+    assert!(line.contains("no .sbat section"), "{line}");
+    // The efivarfs form of SbatLevelRT.
+    let mut var = vec![0x06, 0, 0, 0];
+    var.extend_from_slice(b"sbat,1,2099010100\ngrub,6\n");
+    let f = dir.join("SbatLevelRT");
+    std::fs::write(&f, &var).unwrap();
+    let out = run(Command::new(env!("CARGO_BIN_EXE_validator"))
+        .args(["pe", "verify", "--cert"])
+        .arg(&ca_der)
+        .arg("--sbat-level")
+        .arg(&f)
+        .arg(grub()));
+    assert_eq!(out.status.code(), Some(1));
+    let (code, line) = judge("sbat,1\ngrub,x\n", &grub(), "firmware");
+    assert_eq!(code, Some(2), "{line}");
+    assert!(
+        line.contains("--sbat-level") && line.contains("does not parse"),
+        "{line}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -28,6 +28,7 @@ pub mod pe;
 pub mod pkcs7;
 pub mod proccrypto;
 pub mod procstatus;
+pub mod sbat;
 pub mod slotstate;
 pub mod sysfs;
 pub mod tpm;

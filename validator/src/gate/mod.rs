@@ -37,8 +37,12 @@
 //!
 //! - **`module_blacklist=`**: a module the command line names is refused.
 //!
+//! - **hash blacklist**: a module whose image digest (decompressed, signature included)
+//!   is in the kernel's `bin:` blacklist (UEFI `dbx`, `MokListXRT`) is refused once its
+//!   signature verified, as Debian's `mod_is_hash_blacklisted`.
+//!
 //! Limits (`docs/SIGNATURE-RULES.md` lists them as GAP or STRICTER): duplicate exports
-//! and dbx module hashes are not checked, nor the namespaces of symbols other modules
+//! are not checked, nor the namespaces of symbols other modules
 //! export (their `__crc_` exports carry none).
 //!
 //! Layout: a layer of its own between `config` and `stages` (it uses nothing of the
@@ -181,8 +185,24 @@ impl Gate {
                 hash_releasing(&mut h, s.body, release);
                 let body_sha256 = h.clone().finalize().to_vec();
                 h.update(image.get(s.body.len()..).unwrap_or_default());
-                v.image_sha256 = Some(crate::util::hex(&h.finalize()));
-                self.check_signature(s.pkcs7, s.body, Some(&body_sha256), &mut v)
+                let image_sha256 = h.finalize();
+                v.image_sha256 = Some(crate::util::hex(&image_sha256));
+                // Debian's mod_is_hash_blacklisted: after a signature that verified.
+                if self.check_signature(s.pkcs7, s.body, Some(&body_sha256), &mut v)
+                    && self
+                        .policy
+                        .hash_blacklist
+                        .iter()
+                        .any(|b| b.as_slice() == image_sha256.as_slice())
+                {
+                    v.reason(
+                        ReasonCode::HashBlacklisted,
+                        format!(
+                            "Module hash {} is blacklisted (UEFI dbx or MokListXRT)",
+                            crate::util::hex(&image_sha256)
+                        ),
+                    );
+                }
             }
             Err(SigError::Unsigned) => {
                 let mut h = sha2::Sha256::new();

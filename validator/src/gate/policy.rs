@@ -30,6 +30,10 @@ pub struct Policy {
     /// The kernel command line's `module_blacklist=` names
     /// ([`crate::config::cmdline::module_blacklist`]).
     pub module_blacklist: Vec<String>,
+    /// The kernel's `bin:` blacklist (UEFI `dbx` and `MokListXRT` SHA-256 entries,
+    /// [`crate::runtime::uefi_keys`] reads them): a module whose image digest is listed is
+    /// refused once its signature verified, as Debian's `mod_is_hash_blacklisted` does.
+    pub hash_blacklist: Vec<[u8; 32]>,
     /// Digests crypto modules loaded before the one judged gave the kernel (Debian 6.1's
     /// `sha512_generic`); shared by clones of the policy.
     pub module_digests: super::ModuleDigests,
@@ -64,6 +68,7 @@ impl Policy {
                 .collect(),
             unknown_symbols_fatal: true,
             module_blacklist: Vec::new(),
+            hash_blacklist: Vec::new(),
             module_digests: super::ModuleDigests::default(),
         }
     }

@@ -43,6 +43,7 @@ pub enum ReasonCode {
     GplOnlySymbol,
     NamespaceNotImported,
     Blacklisted,
+    HashBlacklisted,
 }
 
 impl ReasonCode {
@@ -71,6 +72,7 @@ impl ReasonCode {
             ReasonCode::GplOnlySymbol => "gpl-only-symbol",
             ReasonCode::NamespaceNotImported => "namespace-not-imported",
             ReasonCode::Blacklisted => "blacklisted",
+            ReasonCode::HashBlacklisted => "hash-blacklisted",
         }
     }
 }

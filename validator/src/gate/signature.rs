@@ -18,25 +18,26 @@ impl Gate {
     /// attributes, each signer's digest available, then the trust pass over **every**
     /// signer (`pkcs7_validate_trust`): a signer not in the store (or whose key this
     /// kernel cannot hold) is skipped, a trusted signer whose signature fails refuses the
-    /// module at once, and one trusted valid signer is enough.
+    /// module at once, and one trusted valid signer is enough. Returns whether it
+    /// verified (`false`: a reason was added).
     pub(super) fn check_signature(
         &self,
         pkcs7_der: &[u8],
         body: &[u8],
         body_sha256: Option<&[u8]>,
         v: &mut Verdict,
-    ) {
+    ) -> bool {
         let kc = self.policy.release.as_deref().and_then(KernelRules::debian);
         let msg = match pkcs7::parse_message(pkcs7_der) {
             Ok(m) => m,
             Err(e) => {
                 v.reason(ReasonCode::BadPkcs7, e.to_string());
-                return;
+                return false;
             }
         };
         let Some(first) = msg.signers.first() else {
             v.reason(ReasonCode::BadPkcs7, "no signer");
-            return;
+            return false;
         };
         v.signer = Some(first.issuer_cn.clone());
         v.sig_key = Some(first.key_id());
@@ -56,7 +57,7 @@ impl Gate {
                     s.sig_alg
                 ),
             );
-            return;
+            return false;
         }
         if let Some(c) = msg.certs.iter().find(|c| !cert_key_supported(c, kc)) {
             let what = match &c.curve {
@@ -71,7 +72,7 @@ impl Gate {
                     c.subject
                 ),
             );
-            return;
+            return false;
         }
         // pkcs7_verify: module signatures must not carry signed attributes.
         if first.signed_attrs.is_some() {
@@ -80,7 +81,7 @@ impl Gate {
                 "signed attributes in a module signature (the kernel: Invalid module sig \
                  (has authattrs))",
             );
-            return;
+            return false;
         }
         // pkcs7_verify and pkcs7_validate_trust: the embedded certificates, each signer
         // against them, then every signer against the trust store.
@@ -90,7 +91,7 @@ impl Gate {
         let refused = match verify_message(&msg, body, body_sha256, &self.trust, has_digest, |c| {
             unusable(&c.key, kc)
         }) {
-            Ok(_) => return,
+            Ok(_) => return true,
             Err(e) => e,
         };
         let code = match &refused {
@@ -111,11 +112,12 @@ impl Gate {
                         digest.name()
                     ),
                 );
-                return;
+                return false;
             }
             MessageError::UnusableKey { .. } => ReasonCode::UnusableKey,
             MessageError::Untrusted { .. } => ReasonCode::UntrustedSigner,
         };
         v.reason(code, refused.to_string());
+        false
     }
 }

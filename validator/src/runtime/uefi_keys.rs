@@ -16,7 +16,14 @@
 //! and MOK (the kernel would load anything, tainted; the gate keeps the fleet's
 //! certificates as its own policy).
 //!
-//! Limits: `dbx` certificate entries, `MokListXRT` and `MokIgnoreDB` are not read; shim's
+//! Revocation is read as the kernel and shim take it: `dbx` and shim's `MokListXRT` (its
+//! MOK variable table first, as for `MokListRT`) as [`Revocations`], and shim's SBAT level
+//! `SbatLevelRT` ([`crate::formats::sbat::Level`]). [`UefiKeys::module_hash_blacklist`]
+//! is what the kernel puts in its blacklist keyring as `bin:` hashes (the SHA-256 entries
+//! of `dbx`, and of `MokListXRT` under Secure Boot), which Debian's kernel refuses a
+//! module by.
+//!
+//! Limits: `MokIgnoreDB` is not read; shim's
 //! `MokListTrustedRT` (machine keyring or platform keyring) makes no difference to
 //! Debian's kernel for modules, so it is not read either.
 
@@ -24,6 +31,8 @@ use std::path::Path;
 
 use crate::config::layout;
 use crate::formats::efisiglist;
+use crate::formats::sbat;
+use crate::trust::revocation::Revocations;
 use crate::trust::{Cert, TrustStore};
 use crate::util::fs::read_limited;
 
@@ -44,25 +53,49 @@ pub struct UefiKeys {
     pub secure_boot: Option<bool>,
     pub db: Vec<Cert>,
     pub mok: Vec<Cert>,
-    /// SHA-256 image digests of `dbx`.
-    pub dbx_sha256: Vec<[u8; 32]>,
+    /// UEFI `dbx`.
+    pub dbx: Revocations,
+    /// Shim's `MokListXRT`.
+    pub mokx: Revocations,
+    /// Shim's `SbatLevelRT` (`None`: not there, or left out with a note).
+    pub sbat_level: Option<sbat::Level>,
     /// Databases left out, and why.
     pub notes: Vec<String>,
 }
 
 impl UefiKeys {
-    /// `N from db, M from MokListRT, K dbx digests` (and what was left out).
+    /// `N from db, M from MokListRT, dbx: ..., MokListXRT: ..., SBAT level ...` (and what
+    /// was left out).
     pub fn describe(&self) -> String {
         let mut s = format!(
-            "{} from db, {} from MokListRT, {} dbx digests",
+            "{} from db, {} from MokListRT, {}, {}, SBAT level {}",
             self.db.len(),
             self.mok.len(),
-            self.dbx_sha256.len()
+            self.dbx.describe(),
+            self.mokx.describe(),
+            self.sbat_level
+                .as_ref()
+                .map_or_else(|| "none".to_string(), ToString::to_string)
         );
         if !self.notes.is_empty() {
             s.push_str(&format!(" (left out: {})", self.notes.join("; ")));
         }
         s
+    }
+
+    /// Both revocation lists, `dbx` first.
+    pub fn revocations(&self) -> [Revocations; 2] {
+        [self.dbx.clone(), self.mokx.clone()]
+    }
+
+    /// The kernel's `bin:` blacklist: the SHA-256 entries of `dbx`, and of `MokListXRT`
+    /// under Secure Boot (`load_uefi_certs` reads it only then).
+    pub fn module_hash_blacklist(&self) -> Vec<[u8; 32]> {
+        let mut v = self.dbx.image_sha256.clone();
+        if self.secure_boot == Some(true) {
+            v.extend(self.mokx.image_sha256.iter().copied());
+        }
+        v
     }
 }
 
@@ -84,27 +117,45 @@ fn efivar(sys_root: &Path, name: &str, vendor: &str) -> Result<Option<Vec<u8>>, 
         .ok_or_else(|| format!("{}: shorter than its attributes", p.display()))
 }
 
-/// The MOK list the kernel loads: shim's MOK variable table first, else the variable.
-fn mok_list(sys_root: &Path) -> Result<Option<Vec<u8>>, String> {
-    let table = sys_root.join("firmware/efi/mok-variables/MokListRT");
+/// One of shim's variables as the kernel reads it: shim's MOK variable table first, else
+/// the variable.
+fn shim_var(sys_root: &Path, name: &str) -> Result<Option<Vec<u8>>, String> {
+    let table = sys_root.join("firmware/efi/mok-variables").join(name);
     if table.symlink_metadata().is_ok() {
         return read_limited(&table, DB_MAX)
             .map(Some)
             .map_err(|e| e.to_string());
     }
-    efivar(sys_root, "MokListRT", SHIM_LOCK)
+    efivar(sys_root, name, SHIM_LOCK)
 }
 
-/// Reads Secure Boot, `db`, `dbx` and the MOK list under `sys_root`.
+/// Reads Secure Boot, `db`, `dbx`, the MOK lists and the SBAT level under `sys_root`.
 pub fn read(sys_root: &Path) -> UefiKeys {
     let mut k = UefiKeys {
         secure_boot: secure_boot(sys_root),
+        dbx: Revocations {
+            name: "dbx".into(),
+            ..Revocations::default()
+        },
+        mokx: Revocations {
+            name: "MokListXRT".into(),
+            ..Revocations::default()
+        },
         ..UefiKeys::default()
     };
+    match shim_var(sys_root, "SbatLevelRT") {
+        Ok(Some(v)) => match sbat::Level::parse(&v) {
+            Ok(l) => k.sbat_level = Some(l),
+            Err(e) => k.notes.push(format!("SbatLevelRT: {e}")),
+        },
+        Ok(None) => {}
+        Err(e) => k.notes.push(format!("SbatLevelRT: {e}")),
+    }
     for (what, value) in [
         ("db", efivar(sys_root, "db", IMAGE_SECURITY)),
-        ("MokListRT", mok_list(sys_root)),
+        ("MokListRT", shim_var(sys_root, "MokListRT")),
         ("dbx", efivar(sys_root, "dbx", IMAGE_SECURITY)),
+        ("MokListXRT", shim_var(sys_root, "MokListXRT")),
     ] {
         let db = match value.and_then(|v| {
             v.map(|v| efisiglist::parse(&v).map_err(|e| e.to_string()))
@@ -117,8 +168,14 @@ pub fn read(sys_root: &Path) -> UefiKeys {
                 continue;
             }
         };
-        if what == "dbx" {
-            k.dbx_sha256.extend(db.sha256s().copied());
+        if what == "dbx" || what == "MokListXRT" {
+            let r = Revocations::from_database(what, &db);
+            k.notes.extend(r.notes.iter().cloned());
+            if what == "dbx" {
+                k.dbx = r;
+            } else {
+                k.mokx = r;
+            }
             continue;
         }
         for der in db.certs() {
@@ -214,7 +271,8 @@ mod tests {
         std::fs::create_dir_all(d.join("firmware/efi/efivars")).unwrap();
         let k = read(&d);
         assert_eq!(k.secure_boot, None);
-        assert!(k.db.is_empty() && k.mok.is_empty() && k.dbx_sha256.is_empty());
+        assert!(k.db.is_empty() && k.mok.is_empty() && k.dbx.is_empty() && k.mokx.is_empty());
+        assert!(k.sbat_level.is_none());
         assert!(k.notes.is_empty());
         // A db that does not parse is named, not silently empty.
         std::fs::write(

@@ -12,8 +12,13 @@
 //! the kernel's PKCS#7 rules and trust search ([`crate::trust::pkcs7::verify_message`]:
 //! the embedded chain, then the store by issuer and serial, by the last certificate's
 //! issuer, or by the signer itself), and compares the image's digest with the signed one.
-//! An image whose SHA-256 Authenticode digest is in `forbidden` (UEFI `dbx`) is refused
-//! whatever its signatures; so, under [`Rule::Firmware`], is one whose certificate table
+//! Revocation ([`crate::trust::revocation`], UEFI `dbx` and shim's `MokListXRT`, as EDK2's
+//! `IsForbiddenByDbx` and shim's `check_denylist` apply it) refuses an image whatever its
+//! other signatures: its SHA-256 Authenticode digest listed; a considered signature that
+//! verifies up to a listed certificate (the signature checked against the list as its
+//! trust store), or whose signer's certificate has its `TBSCertificate` digest listed;
+//! the trusted certificate a signature reached, its digest listed. So, under
+//! [`Rule::Firmware`], is an image whose certificate table
 //! EDK2's walk does not end exactly at its end ([`crate::formats::pe::Pe::table_end`]:
 //! trailing bytes, an unpadded last entry), which EDK2 leaves unverified. The kernel's
 //! rule reads only the first entry and takes such a table, as the kernel does. Shim
@@ -21,8 +26,12 @@
 //! takes an unpadded last entry, `verify_buffer_authenticode`); the firmware rule is
 //! EDK2's, the stricter, for every image.
 //!
-//! Limits: no time checks (neither the firmware nor the kernel makes any); `dbx`
-//! certificate entries (`EFI_CERT_X509_SHA256`) and SBAT are not judged; the trust store
+//! Limits: no time checks (neither the firmware nor the kernel makes any; the time of
+//! revocation of an `EFI_CERT_X509_SHA256` entry is not read: see
+//! [`crate::trust::revocation`]); SBAT is judged apart ([`crate::formats::sbat`]); the
+//! kernel's rule applies the same revocation (`kexec_file_load` itself ignores dbx
+//! certificates and image digests in Debian's configuration, but shim applies them when
+//! the image boots after a reboot, which is what callers ask); the trust store
 //! is the caller's union of what the judge trusts (db, MOK, the kernel's keys), so a key
 //! the kernel holds only in its platform keyring and one in its secondary keyring are
 //! treated alike, as `kexec_file_load` (which tries both) does.
@@ -30,6 +39,7 @@
 use crate::formats::pe::{self, PeError, SectionOrder, TableEnd};
 use crate::formats::pkcs7::{parse_authenticode, HashAlg, Message, Pkcs7Error};
 use crate::trust::pkcs7::{verify_message, MessageError};
+use crate::trust::revocation::Revocations;
 use crate::trust::{Cert, TrustStore};
 
 /// Which signatures count.
@@ -81,8 +91,15 @@ pub enum AuthenticodeError {
     /// Every signature refused (firmware rule, more than one): each one's reason.
     #[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
     All(Vec<AuthenticodeError>),
-    #[error("the image's SHA-256 digest {sha256} is forbidden (dbx)")]
-    Forbidden { sha256: String },
+    #[error("the image's SHA-256 digest {sha256} is revoked ({list})")]
+    Forbidden { sha256: String, list: String },
+    /// A signature reaches, or embeds, a revoked certificate.
+    #[error("signature {index}: its certificate {cert} is revoked ({list})")]
+    RevokedCert {
+        index: usize,
+        cert: String,
+        list: String,
+    },
     /// The firmware rule: EDK2's walk of the certificate table (`size` bytes at `at`)
     /// does not end exactly at its end, so the firmware leaves the image unverified.
     #[error(
@@ -97,11 +114,11 @@ pub enum AuthenticodeError {
 }
 
 /// Verifies `image`'s Authenticode signatures under `rule` against `store`, refusing an
-/// image whose SHA-256 Authenticode digest is in `forbidden`.
+/// image that `revoked` revokes.
 pub fn verify(
     image: &[u8],
     store: &TrustStore,
-    forbidden: &[[u8; 32]],
+    revoked: &[Revocations],
     rule: Rule,
 ) -> Result<Checked, AuthenticodeError> {
     let parsed = pe::parse(image)?;
@@ -119,11 +136,12 @@ pub fn verify(
         digests.push((alg, d.clone()));
         d
     };
-    if !forbidden.is_empty() {
+    if revoked.iter().any(|l| !l.image_sha256.is_empty()) {
         let sha256 = digest(HashAlg::Sha256);
-        if forbidden.iter().any(|f| f.as_slice() == sha256.as_slice()) {
+        if let Some(l) = revoked.iter().find(|l| l.lists_digest(&sha256)) {
             return Err(AuthenticodeError::Forbidden {
                 sha256: crate::util::hex(&sha256),
+                list: l.name.clone(),
             });
         }
     }
@@ -145,9 +163,14 @@ pub fn verify(
         }
         Rule::Firmware => parsed.signatures.iter().collect(),
     };
+    // EDK2 checks every signature against dbx before any against db, and a revoked one
+    // refuses the image.
+    for sig in &considered {
+        revoked_signature(image, sig, revoked)?;
+    }
     let mut errors = Vec::new();
     for sig in considered {
-        match verify_one(image, sig, store, &mut digest) {
+        match verify_one(image, sig, store, revoked, &mut digest) {
             Ok(c) => return Ok(c),
             Err(e) => errors.push(e),
         }
@@ -159,10 +182,61 @@ pub fn verify(
     }
 }
 
+/// Refuses a signature that verifies up to a certificate a list revokes (EDK2's
+/// `AuthenticodeVerify` with the revoked certificate as the trusted one, which a chain
+/// reaches at any link), or whose signer's certificate has its `TBSCertificate` digest
+/// listed (`Pkcs7GetSigners`: the signers' own certificates). A signature that does not
+/// parse is left to [`verify_one`].
+fn revoked_signature(
+    image: &[u8],
+    sig: &pe::Signature,
+    revoked: &[Revocations],
+) -> Result<(), AuthenticodeError> {
+    if revoked
+        .iter()
+        .all(|l| l.certs.certs.is_empty() && l.tbs_sha256.is_empty())
+    {
+        return Ok(());
+    }
+    let index = sig.index;
+    let der = image.get(sig.der.clone()).unwrap_or_default();
+    let Ok((msg, content)) = parse_authenticode(der) else {
+        return Ok(());
+    };
+    let mut embedded = TrustStore::new();
+    for c in &msg.certs {
+        if let Ok(c) = Cert::from_der(&c.der, "the signature") {
+            embedded.add(c);
+        }
+    }
+    let revoked_cert = |c: &Cert, l: &Revocations| AuthenticodeError::RevokedCert {
+        index,
+        cert: c.label(),
+        list: l.name.clone(),
+    };
+    for l in revoked {
+        for s in &msg.signers {
+            if let Ok(c) = crate::trust::pkcs7::find_signer(s, &embedded) {
+                if l.lists_tbs(c) {
+                    return Err(revoked_cert(c, l));
+                }
+            }
+        }
+        if l.certs.certs.is_empty() {
+            continue;
+        }
+        if let Ok(c) = verify_message(&msg, &content, None, &l.certs, |_| true, |_| None) {
+            return Err(revoked_cert(c, l));
+        }
+    }
+    Ok(())
+}
+
 fn verify_one(
     image: &[u8],
     sig: &pe::Signature,
     store: &TrustStore,
+    revoked: &[Revocations],
     digest: &mut dyn FnMut(HashAlg) -> Vec<u8>,
 ) -> Result<Checked, AuthenticodeError> {
     let index = sig.index;
@@ -187,6 +261,14 @@ fn verify_one(
     // The kernel compares the image digest last (pefile_digest_pe after the PKCS#7).
     if digest(alg) != signed {
         return Err(AuthenticodeError::DigestMismatch { index, alg });
+    }
+    // EDK2's IsAllowedByDb: the db certificate reached must not be revoked by its digest.
+    if let Some(l) = revoked.iter().find(|l| l.lists_tbs(anchor)) {
+        return Err(AuthenticodeError::RevokedCert {
+            index,
+            cert: anchor.label(),
+            list: l.name.clone(),
+        });
     }
     Ok(Checked {
         index,

@@ -21,6 +21,7 @@ pub mod credential;
 pub mod keys;
 pub mod pkcs7;
 pub mod quote;
+pub mod revocation;
 pub mod rootsig;
 
 pub use keys::{Curve, EcKey, RsaKey};

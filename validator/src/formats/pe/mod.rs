@@ -487,6 +487,15 @@ fn der_len(b: &[u8]) -> Option<usize> {
 }
 
 impl Pe {
+    /// The raw data of the first section named `name` (`.sbat`): the bytes its header
+    /// points at, up to its raw size (the parsers of what it holds stop at a NUL).
+    pub fn section<'a>(&self, image: &'a [u8], name: &str) -> Option<&'a [u8]> {
+        self.sections
+            .iter()
+            .find(|s| section_name(&s.name) == name)
+            .and_then(|s| image.get(s.raw.clone()))
+    }
+
     /// The file ranges the digest covers, in order, with sections ordered by `order`.
     pub fn hashed(&self, order: SectionOrder) -> Vec<Range<usize>> {
         let mut secs: Vec<&Section> = self.sections.iter().collect();

@@ -123,6 +123,7 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
         if let Some(g) = loader.gate.as_mut() {
             let narrowed = crate::runtime::uefi_keys::module_trust_logged(&g.trust, keys);
             initramfs_trust = Some(std::mem::replace(&mut g.trust, narrowed));
+            g.policy.hash_blacklist = keys.module_hash_blacklist();
             log::info!(
                 "module gate: Secure Boot {}; trusted: {} certificate(s) ({})",
                 match keys.secure_boot {

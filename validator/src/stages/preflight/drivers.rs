@@ -205,6 +205,7 @@ pub fn load_root_modules(ctx: &mut Context, bom: &Bom, report: &mut PreflightRep
     // The firmware's keys decide what the kernel trusts for modules (efivarfs is mounted
     // by now on a UEFI boot): the gate follows (`runtime::uefi_keys::module_trust`).
     gate.trust = crate::runtime::uefi_keys::module_trust_logged(&gate.trust, ctx.uefi_keys());
+    gate.policy.hash_blacklist = ctx.uefi_keys().module_hash_blacklist();
     let all = closure(&index, &names);
     let exporters = add_root_exports(&mut gate, &dir, &index, &all);
     log::info!(

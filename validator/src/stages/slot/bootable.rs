@@ -9,19 +9,35 @@
 //! Contract: [`check`] takes Secure Boot and the firmware's keys as the boot read them
 //! ([`crate::runtime::uefi_keys`]); when Secure Boot is not on (off, no UEFI, or
 //! unreadable), nothing is checked (without lockdown the kernel does not check a kexec'd
-//! kernel's signature). When it is on, the trusted keys are the kernel's built-in
-//! certificates (as mkinitramfs put them in the initramfs), UEFI `db` and the MOK list;
-//! an image digest in `dbx` is refused. A database that cannot be read or parsed is left
-//! out and named in the note; a kernel that cannot be read is a refusal.
+//! kernel's signature, and nothing checks the boot chain). When it is on, the kernel is
+//! checked with the trusted keys the kernel's built-in certificates (as mkinitramfs put
+//! them in the initramfs), UEFI `db` and the MOK list, and the revocation shim applies
+//! when it boots that kernel after a reboot: `dbx` and `MokListXRT` (image digests, and
+//! certificates its signature reaches: [`crate::trust::revocation`], as shim reads them)
+//! and the
+//! SBAT level `SbatLevelRT` (a kernel without `.sbat` passes, as through shim's protocol).
+//! The boot chain in front of it, when the caller names it ([`Chain`]: shim and the GRUB
+//! it starts, on the ESP), is judged as the firmware and shim will judge it at that
+//! reboot: shim against `db` and `dbx` with the firmware's rule (EDK2's revocation,
+//! certificate digests included), its own SBAT against the level (shim's self-check);
+//! GRUB against `db`, the MOK list, `dbx` and `MokListXRT` as shim reads them, and its
+//! SBAT (mandatory for what shim loads). A database that cannot be read or
+//! parsed is left out and named in the note; an image that cannot be read is a refusal.
 //!
-//! Limits: `dbx` certificate entries, SBAT and `MokListXRT` are not judged; the fleet's
-//! own certificates in the initramfs are not used (the kernel does not hold them for
-//! kexec unless they are built in, in `db` or in MOK).
+//! Limits: the fleet's own certificates in the initramfs are not used (the kernel does not
+//! hold them for kexec unless they are built in, in `db` or in MOK); the SBAT level is
+//! the one in force, not the one shim may write at the next boot from its built-in
+//! levels under `SbatPolicy`; with several signatures on one image, shim passes it when
+//! one verifies although another reaches a revoked certificate, where this check (EDK2's
+//! rule) refuses it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
+use crate::formats::pe;
+use crate::formats::sbat::{self, Loaded};
 use crate::runtime::uefi_keys::{self, UefiKeys};
 use crate::trust::authenticode::{self, Rule};
+use crate::trust::revocation::Revocations;
 use crate::trust::TrustStore;
 use crate::util::fs::read_limited;
 
@@ -37,10 +53,23 @@ pub struct Verdict {
     pub note: String,
 }
 
-/// Checks the kernel at `kernel` as [`crate::stages::slot::bootable`] says, with the
-/// firmware's `keys` and the kernel's built-in certificates from the initramfs at
-/// `initramfs_root`.
-pub fn check(keys: &UefiKeys, initramfs_root: &Path, kernel: &Path) -> Verdict {
+/// The boot chain in front of the kernel after a reboot: shim (what the firmware starts)
+/// and the second stage it loads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chain {
+    pub shim: PathBuf,
+    pub second_stage: PathBuf,
+}
+
+/// Checks the kernel at `kernel`, and the boot chain `chain` in front of it, as
+/// [`crate::stages::slot::bootable`] says, with the firmware's `keys` and the kernel's
+/// built-in certificates from the initramfs at `initramfs_root`.
+pub fn check(
+    keys: &UefiKeys,
+    initramfs_root: &Path,
+    kernel: &Path,
+    chain: Option<&Chain>,
+) -> Verdict {
     if keys.secure_boot != Some(true) {
         return Verdict {
             refused: None,
@@ -55,39 +84,99 @@ pub fn check(keys: &UefiKeys, initramfs_root: &Path, kernel: &Path) -> Verdict {
             builtin_notes.join("; ")
         ));
     }
-    let mut store = TrustStore::new();
+    let revoked = keys.revocations();
+    let by_shim = revoked.clone().map(|l| l.as_shim_reads_it());
+    let mut kernel_store = TrustStore::new();
     for c in builtin
         .into_iter()
         .chain(keys.db.iter().cloned())
         .chain(keys.mok.iter().cloned())
     {
-        store.add(c);
+        kernel_store.add(c);
     }
-    let image = match read_limited(kernel, KERNEL_MAX) {
-        Ok(b) => b,
-        Err(e) => {
-            return Verdict {
-                refused: Some(format!("{} cannot be read: {e}", kernel.display())),
-                note,
+    let mut checked = Vec::new();
+    if let Some(chain) = chain {
+        let mut db = TrustStore::new();
+        let mut shim_store = TrustStore::new();
+        for c in &keys.db {
+            db.add(c.clone());
+            shim_store.add(c.clone());
+        }
+        for c in &keys.mok {
+            shim_store.add(c.clone());
+        }
+        let steps = [
+            (&chain.shim, &db, &revoked[..1], Loaded::ByShim),
+            (
+                &chain.second_stage,
+                &shim_store,
+                &by_shim[..],
+                Loaded::ByShim,
+            ),
+        ];
+        for (path, store, lists, loaded) in steps {
+            match judge(path, store, lists, Rule::Firmware, keys, loaded) {
+                Ok(ok) => checked.push(ok),
+                Err(why) => {
+                    return Verdict {
+                        refused: Some(format!("{} would not be reached: {why}", kernel.display())),
+                        note,
+                    }
+                }
             }
         }
-    };
-    match authenticode::verify(&image, &store, &keys.dbx_sha256, Rule::Kernel) {
-        Ok(c) => Verdict {
-            refused: None,
-            note: format!(
-                "{}: signature {} trusted through {}; {note}",
-                kernel.display(),
-                c.index,
-                c.anchor
-            ),
-        },
-        Err(e) => Verdict {
-            refused: Some(format!(
-                "{} would not start under Secure Boot: {e}",
-                kernel.display()
-            )),
+    }
+    match judge(
+        kernel,
+        &kernel_store,
+        &by_shim,
+        Rule::Kernel,
+        keys,
+        Loaded::ThroughProtocol,
+    ) {
+        Ok(ok) => {
+            checked.push(ok);
+            Verdict {
+                refused: None,
+                note: format!("{}; {note}", checked.join("; ")),
+            }
+        }
+        Err(why) => Verdict {
+            refused: Some(why),
             note,
         },
     }
+}
+
+/// One image: its signature under `rule` against `store` and `lists`, then its SBAT
+/// against the node's level. `Ok`: what passed; `Err`: why it would not start.
+fn judge(
+    path: &Path,
+    store: &TrustStore,
+    lists: &[Revocations],
+    rule: Rule,
+    keys: &UefiKeys,
+    loaded: Loaded,
+) -> Result<String, String> {
+    let refused = |why: String| {
+        format!(
+            "{} would not start under Secure Boot: {why}",
+            path.display()
+        )
+    };
+    let image = read_limited(path, KERNEL_MAX)
+        .map_err(|e| format!("{} cannot be read: {e}", path.display()))?;
+    let c = authenticode::verify(&image, store, lists, rule).map_err(|e| refused(e.to_string()))?;
+    if let Some(level) = &keys.sbat_level {
+        let section = pe::parse(&image)
+            .ok()
+            .and_then(|p| p.section(&image, ".sbat").map(<[u8]>::to_vec));
+        sbat::judge(section.as_deref(), level, loaded).map_err(|e| refused(e.to_string()))?;
+    }
+    Ok(format!(
+        "{}: signature {} trusted through {}",
+        path.display(),
+        c.index,
+        c.anchor
+    ))
 }

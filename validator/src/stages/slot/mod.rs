@@ -458,13 +458,33 @@ fn target_kernel<'a>(ctx: &Context, rt: &'a Runtime, y: SlotName) -> &'a bootabl
             log::warn!("slot: slot {y}'s kernel not checked (validator.test_skip_kernel_check)");
             return bootable::Verdict::default();
         }
-        let v = bootable::check(ctx.uefi_keys(), &ctx.roots.initramfs, &kernel);
+        let v = bootable::check(
+            ctx.uefi_keys(),
+            &ctx.roots.initramfs,
+            &kernel,
+            boot_chain(rt).as_ref(),
+        );
         match &v.refused {
             None => log::info!("slot: slot {y}'s kernel: {}", v.note),
             Some(why) => log::error!("slot: slot {y}'s kernel: {why} ({})", v.note),
         }
         v
     })
+}
+
+/// The chain in front of the slots' kernels after a reboot, when the ESP holds shim and
+/// the GRUB it loads (Debian's signed chain: `EFI/BOOT/BOOTX64.EFI` and
+/// `EFI/BOOT/grubx64.efi` beside it).
+fn boot_chain(rt: &Runtime) -> Option<bootable::Chain> {
+    if rt.cfg.bootloader != Bootloader::Grub {
+        return None;
+    }
+    let dir = rt.esp_dir.join("EFI/BOOT");
+    let chain = bootable::Chain {
+        shim: dir.join("BOOTX64.EFI"),
+        second_stage: dir.join("grubx64.efi"),
+    };
+    chain.second_stage.is_file().then_some(chain)
 }
 
 /// Why the fallback was given up because the other slot's kernel would not start, when
