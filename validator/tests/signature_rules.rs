@@ -440,10 +440,47 @@ fn sigrule_trust_sources() {
     expect(&[("S38", None, &[])]);
 }
 
-/// Rows S40.
+/// Rows S40: the case passes the gate until its SHA-256 (the whole file) is in the
+/// kernel's `bin:` blacklist, which the init fills from UEFI `dbx` (and `MokListXRT` under
+/// Secure Boot); then `hash-blacklisted`, as the kernel (`qemu/tests/signature_rules.rs`
+/// boots both kernels with the same `dbx`).
 #[test]
 fn sigrule_hash_blacklist() {
     expect(&[("S40", None, &[])]);
+    let mut checked = 0;
+    for k in Kernel::ALL {
+        let set = sigcases::set(k);
+        let Some(c) = set.cases.iter().find(|c| c.id == "S40") else {
+            continue;
+        };
+        let mut gate = judge(k).gate.clone();
+        gate.policy.hash_blacklist = set.dbx_hashes();
+        let raw = std::fs::read(&c.file).unwrap();
+        let name = c.file.file_name().unwrap().to_string_lossy().into_owned();
+        let v = gate.check(c.module, &name, &raw).0;
+        assert_eq!(
+            codes(&v),
+            ["hash-blacklisted"],
+            "{}: {}",
+            k.label(),
+            v.summary()
+        );
+        let hex: String = {
+            use sha2::Digest;
+            sha2::Sha256::digest(&raw)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect()
+        };
+        assert!(
+            v.summary()
+                .contains(&format!("Module hash {hex} is blacklisted")),
+            "{}",
+            v.summary()
+        );
+        checked += 1;
+    }
+    assert!(checked > 0);
 }
 
 /// Rows S41.
