@@ -53,6 +53,8 @@ impl Scenario {
             | Name::SbFallback
             | Name::SbUnsignedB
             | Name::SbUntrustedB
+            | Name::SbDbxB
+            | Name::SbDbxSignerB
             | Name::SbUnsignedBUnchecked
             | Name::SbFleetDb
             | Name::SbFleetMok

@@ -28,7 +28,9 @@ use validator::config::bom as vbom;
 
 use crate::disk::{self, Content, PartitionSpec};
 use crate::firmware::{self, EspSpec, Loader, Ovmf, Slot};
-use crate::scenario::{BootPath, KernelSignature, Name, Roots, Scenario, SlotImage, TwoSlots};
+use crate::scenario::{
+    BootPath, KernelSignature, Name, RevokeB, Roots, Scenario, SlotImage, TwoSlots,
+};
 use crate::vm::{self, KillAt, VmConfig};
 use crate::HarnessError;
 
@@ -82,6 +84,18 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
                          echo CRC8-STATE $(cat /sys/module/crc8/initstate 2>/dev/null)"
                 .into();
         }
+        Name::SbDbxB | Name::SbDbxSignerB => {
+            // Slot B carries a fleet build of the kernel, signed by the fleet's key in
+            // db; dbx revokes that build (its digest) or the key that signed it.
+            two.a.tampered_modules.push("crc16".into());
+            two.b.kernel_signature = KernelSignature::Fleet;
+            two.db_snakeoil = true;
+            two.revoke_b = Some(if name == Name::SbDbxB {
+                RevokeB::Digest
+            } else {
+                RevokeB::Signer
+            });
+        }
         Name::SbUnsignedB | Name::SbUntrustedB | Name::SbUnsignedBUnchecked => {
             two.a.tampered_modules.push("crc16".into());
             two.b.kernel_signature = if name != Name::SbUntrustedB {
@@ -118,6 +132,39 @@ pub fn node_firmware(two: &TwoSlots, dir: &Path) -> Result<Ovmf, HarnessError> {
         Vec::new()
     };
     let ovmf = Ovmf::secure_boot_with_db(dir, &extra)?;
+    if let Some(revoke) = two.revoke_b {
+        let entry = match revoke {
+            RevokeB::Digest => {
+                let k = dir.join("slot-B/vmlinuz");
+                let image = std::fs::read(&k).map_err(|e| HarnessError::io(&k, e))?;
+                let pe = validator::formats::pe::parse(&image)
+                    .map_err(|e| HarnessError::Setup(format!("{}: {e}", k.display())))?;
+                let d = pe.digest(
+                    &image,
+                    validator::formats::pkcs7::HashAlg::Sha256,
+                    validator::formats::pe::SectionOrder::Firmware,
+                );
+                crate::efivars::signature_list(crate::efivars::CERT_SHA256, &[d])
+            }
+            RevokeB::Signer => {
+                let der = sigcases::keys::snakeoil(&dir.join("db-keys")).cert_der();
+                crate::efivars::signature_list(crate::efivars::CERT_X509, &[der])
+            }
+        };
+        let mut store = crate::efivars::VarStore::open(&ovmf.vars)?;
+        let vendor = crate::efivars::IMAGE_SECURITY_DATABASE;
+        let mut dbx = store
+            .get("dbx", vendor)
+            .and_then(|v| store.bytes.get(v.data).map(<[u8]>::to_vec))
+            .unwrap_or_default();
+        dbx.extend_from_slice(&entry);
+        if store.get("dbx", vendor).is_some() {
+            store.replace("dbx", vendor, &dbx)?;
+        } else {
+            store.add("dbx", vendor, crate::efivars::NV_BS | 0x4 | 0x20, &dbx)?;
+        }
+        store.write(&ovmf.vars)?;
+    }
     if two.mok_snakeoil {
         let der = sigcases::keys::snakeoil(&dir.join("mok-keys")).cert_der();
         let mut store = crate::efivars::VarStore::open(&ovmf.vars)?;
@@ -159,13 +206,27 @@ pub(crate) fn slot_kernel(
             .arg("--remove")
             .arg(&out),
     )?;
-    if img.kernel_signature == KernelSignature::Untrusted {
-        let signer = sigcases::keys::self_signed(
-            &dir.join(format!("slot-{slot}")),
-            "untrusted-pe",
-            &["rsa:2048"],
-            &[],
-        );
+    if img.kernel_signature == KernelSignature::Fleet {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&out)
+            .map_err(|e| HarnessError::io(&out, e))?;
+        std::io::Write::write_all(&mut f, b"fleet-b\n").map_err(|e| HarnessError::io(&out, e))?;
+    }
+    if matches!(
+        img.kernel_signature,
+        KernelSignature::Untrusted | KernelSignature::Fleet
+    ) {
+        let signer = if img.kernel_signature == KernelSignature::Fleet {
+            sigcases::keys::snakeoil(&dir.join("db-keys"))
+        } else {
+            sigcases::keys::self_signed(
+                &dir.join(format!("slot-{slot}")),
+                "untrusted-pe",
+                &["rsa:2048"],
+                &[],
+            )
+        };
         let (key, cert) = (signer.key, signer.cert);
         let signed = dir.join(format!("slot-{slot}/vmlinuz.signed"));
         disk::run(

@@ -206,10 +206,13 @@ fn fallback_attests_as_the_policy_says(b: &Outcome) {
     assert!(a_quote["clock"]["clock"].as_u64().unwrap() <= v.clock.clock);
 }
 
-/// Under Secure Boot, slot B's kernel without a signature (`sb-unsigned-b`) or signed by
-/// a key nothing trusts (`sb-untrusted-b`) would not start: the gate checks it before it
-/// falls back and stops instead (A demoted, B untouched), with a reason naming B's kernel,
-/// rather than a kexec the kernel refuses. The next power-on is the real chain's answer:
+/// Under Secure Boot, slot B's kernel without a signature (`sb-unsigned-b`), signed by a
+/// key nothing trusts (`sb-untrusted-b`), or revoked by `dbx` (issue 36: a fleet build of
+/// the kernel signed by the fleet's key in `db`, whose digest, `sb-dbx-b`, or whose
+/// signer's certificate, `sb-dbx-signer-b`, the node's `dbx` lists) would not start: the
+/// gate checks it (with the `dbx` it reads from efivarfs) before it falls back and stops
+/// instead (A demoted, B untouched), with a reason naming B's kernel, rather than a kexec
+/// or a reboot into a slot shim refuses. The next power-on is the real chain's answer:
 /// GRUB picks B, shim refuses its kernel ("bad shim signature"), the shipped `grub.cfg`
 /// halts; the one after finds no bootable slot and halts. Two power-ons, no loop.
 #[test]
@@ -217,6 +220,8 @@ fn secure_boot_b_kernel_that_would_not_start_is_no_fallback() {
     for (name, why) in [
         (Name::SbUnsignedB, "the image is not signed"),
         (Name::SbUntrustedB, "is not in the trust store"),
+        (Name::SbDbxB, "is revoked (dbx)"),
+        (Name::SbDbxSignerB, "is revoked (dbx)"),
     ] {
         let bed = bed(name);
         let run = bed.boot().unwrap();
@@ -241,7 +246,13 @@ fn secure_boot_b_kernel_that_would_not_start_is_no_fallback() {
         assert!(reason.contains(why), "{name}: {reason}");
         assert!(!o.console.contains("kexec_file_load"), "no kexec tried");
         assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=0", "{name}");
-        if name == Name::SbUnsignedB {
+        if name == Name::SbDbxSignerB {
+            assert!(reason.contains("its certificate"), "{reason}");
+        }
+        if matches!(name, Name::SbDbxB | Name::SbDbxSignerB) {
+            pe_verify_agrees_with_the_dbx(&bed);
+        }
+        if name != Name::SbUntrustedB {
             let next = bed.boot().unwrap();
             let c = &next.console;
             assert!(c.contains("boot gate: slot B"), "{}", next.describe());
@@ -249,6 +260,8 @@ fn secure_boot_b_kernel_that_would_not_start_is_no_fallback() {
             assert!(c.contains(ab::GRUB_KERNEL_REFUSED), "{c}");
             assert!(!c.contains("Linux version"), "no kernel started");
             assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=1");
+        }
+        if name == Name::SbUnsignedB {
             let last = bed.boot().unwrap();
             assert!(
                 last.console.contains(ab::GRUB_NO_SLOT),
@@ -257,6 +270,37 @@ fn secure_boot_b_kernel_that_would_not_start_is_no_fallback() {
             );
         }
     }
+}
+
+/// `validator pe verify` on B's kernel as the ESP holds it, trusting the fleet's
+/// certificate that signed it: verified without a list, refused with `--dbx` the `dbx`
+/// of the node's own variable store (the one OVMF and shim judge by).
+fn pe_verify_agrees_with_the_dbx(bed: &ab::Bed) {
+    let vars = qemu::efivars::VarStore::open(&bed.dir.join("ovmf-vars.fd")).unwrap();
+    let var = vars
+        .get("dbx", qemu::efivars::IMAGE_SECURITY_DATABASE)
+        .unwrap();
+    let dbx = bed.dir.join("dbx.esl");
+    std::fs::write(&dbx, &vars.bytes[var.data]).unwrap();
+    let cli = qemu::paths::validator_cli().unwrap();
+    let verify = |with_dbx: bool| {
+        let mut c = std::process::Command::new(&cli);
+        c.args(["pe", "verify", "--rule", "kernel", "--cert"])
+            .arg(bed.dir.join("db-keys/snake.pem"));
+        if with_dbx {
+            c.arg("--dbx").arg(&dbx);
+        }
+        let out = c.arg(bed.dir.join("slot-B/vmlinuz")).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, line) = verify(false);
+    assert_eq!(code, Some(0), "{line}");
+    let (code, line) = verify(true);
+    assert_eq!(code, Some(1), "{line}");
+    assert!(line.contains("is revoked (--dbx"), "{line}");
 }
 
 /// Without the gate's check (`sb-unsigned-b-unchecked`, a test-bed switch), the kernel's

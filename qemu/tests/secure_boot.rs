@@ -254,3 +254,92 @@ fn shim_refuses_grub_above_its_sbat_generation_as_the_gate_does() {
         }
     }
 }
+
+/// The fallback check (issue 36) on the chain a reboot into slot B goes through, with the
+/// images shim judged above: Debian's shim and GRUB on an ESP, Debian's kernel as B's,
+/// the firmware's keys as the init reads them (Secure Boot on, Microsoft's `db`, shim's
+/// vendor CA as `MokListRT`). At the shipped SBAT level B would start; at the level one
+/// generation above GRUB's `grub` (where shim refused GRUB under OVMF) and at one above
+/// shim's own `shim` (shim's self-check) B would not be reached, and the reason names the
+/// image and the component; so does a `dbx` revoking the CA that signed GRUB.
+#[test]
+fn the_fallback_check_refuses_a_chain_shim_would_refuse() {
+    use validator::formats::efisiglist::{Database, Entry};
+    use validator::formats::sbat::Level;
+    use validator::runtime::uefi_keys::UefiKeys;
+    use validator::stages::slot::bootable::{check, Chain};
+    use validator::trust::revocation::Revocations;
+    let dir = qemu::paths::run_dir("sbat-fallback-check").unwrap();
+    let boot = dir.join("esp/EFI/BOOT");
+    std::fs::create_dir_all(&boot).unwrap();
+    let chain = Chain {
+        shim: boot.join("BOOTX64.EFI"),
+        second_stage: boot.join("grubx64.efi"),
+    };
+    std::fs::write(&chain.shim, shim()).unwrap();
+    std::fs::write(&chain.second_stage, grub()).unwrap();
+    let kernel = qemu::paths::kernel("default").unwrap().vmlinuz;
+    let initramfs = dir.join("initramfs");
+    std::fs::create_dir_all(&initramfs).unwrap();
+    let shipped = shim_shipped_level(&dir);
+    let keys = |level: &str, dbx: Revocations| UefiKeys {
+        secure_boot: Some(true),
+        db: microsoft_db().certs,
+        mok: debian_ca().certs,
+        dbx,
+        sbat_level: Some(Level::parse(level.as_bytes()).unwrap()),
+        ..UefiKeys::default()
+    };
+    let v = check(
+        &keys(&shipped, Revocations::default()),
+        &initramfs,
+        &kernel,
+        Some(&chain),
+    );
+    assert_eq!(v.refused, None, "{}", v.note);
+    assert!(
+        v.note.contains("grubx64.efi: signature 0 trusted"),
+        "{}",
+        v.note
+    );
+    let reached = format!("{} would not be reached: ", kernel.display());
+    for (level, image, says) in [
+        (
+            "sbat,1,2099010100\nshim,4\ngrub,6\n",
+            &chain.second_stage,
+            "its SBAT component grub is at generation 5, below the node's level 6",
+        ),
+        (
+            "sbat,1,2099010100\nshim,5\n",
+            &chain.shim,
+            "its SBAT component shim is at generation 4, below the node's level 5",
+        ),
+    ] {
+        let v = check(
+            &keys(level, Revocations::default()),
+            &initramfs,
+            &kernel,
+            Some(&chain),
+        );
+        let why = v.refused.unwrap_or_else(|| panic!("{level:?}: {}", v.note));
+        assert!(
+            why.starts_with(&format!(
+                "{reached}{} would not start under Secure Boot: {says}",
+                image.display()
+            )),
+            "{why}"
+        );
+    }
+    let ca = qemu::sigrules::debian_ca().unwrap();
+    let dbx = Revocations::from_database(
+        "dbx",
+        &Database {
+            entries: vec![Entry::X509(ca)],
+            other: 0,
+        },
+    );
+    let v = check(&keys(&shipped, dbx), &initramfs, &kernel, Some(&chain));
+    let why = v.refused.unwrap();
+    assert!(why.contains("grubx64.efi would not start"), "{why}");
+    assert!(why.contains("is revoked (dbx)"), "{why}");
+}

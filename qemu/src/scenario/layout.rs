@@ -113,6 +113,19 @@ pub enum KernelSignature {
     Stripped,
     /// Removed, then signed with `sbsign` by a key made for the run, which nothing trusts.
     Untrusted,
+    /// A fleet build: removed, eight bytes appended (so its Authenticode digest is its
+    /// own, not that of the shipped kernel the other slot boots), then signed with
+    /// `sbsign` by OVMF's snakeoil key (the fleet's, in these scenarios).
+    Fleet,
+}
+
+/// What the node's `dbx` revokes of slot B's kernel, beside the firmware's own entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RevokeB {
+    /// Its SHA-256 Authenticode digest (`EFI_CERT_SHA256`).
+    Digest,
+    /// The certificate that signed it (`EFI_CERT_X509`).
+    Signer,
 }
 
 /// The state of the node's ESP (the fault matrix breaks it in these ways).
@@ -166,6 +179,8 @@ pub struct TwoSlots {
     /// --untrust-mok` leaves, so shim does not set `MokListTrustedRT` and the kernel keeps
     /// the MOK list in its platform keyring instead of its machine keyring.
     pub mok_untrusted: bool,
+    /// Under Secure Boot: what `dbx` revokes of slot B's kernel as it is on the ESP.
+    pub revoke_b: Option<RevokeB>,
 }
 
 /// The slot's BOM made from `base`: `image_id` suffixed with `-<slot>`, the FAT modules
@@ -237,6 +252,7 @@ impl TwoSlots {
             db_snakeoil: false,
             mok_snakeoil: false,
             mok_untrusted: false,
+            revoke_b: None,
         }
     }
 

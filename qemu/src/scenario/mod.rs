@@ -22,8 +22,8 @@ mod layout;
 mod name;
 
 pub use layout::{
-    gate_config, slot_bom, Boot, BootPath, EspCondition, KernelSignature, RootSystem, Roots,
-    SlotImage, TwoSlots, ESP_DISK, ESP_MODULES,
+    gate_config, slot_bom, Boot, BootPath, EspCondition, KernelSignature, RevokeB, RootSystem,
+    Roots, SlotImage, TwoSlots, ESP_DISK, ESP_MODULES,
 };
 pub use name::Name;
 
