@@ -46,6 +46,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("pkcs7", pkcs7),
     ("authenticode", authenticode),
     ("efisiglist", efisiglist),
+    ("sbat", sbat),
     ("x509", x509),
     ("vmlinuz", vmlinuz),
     ("verity_superblock", verity_superblock),
@@ -83,6 +84,7 @@ pub const PARSERS: &[(&str, &str)] = &[
     ("kmod::symvers", "symvers"),
     ("newc", "cpio"),
     ("efisiglist", "efisiglist"),
+    ("sbat", "sbat"),
     ("nfd", "nfd"),
     ("pe", "authenticode"),
     ("pkcs7", "pkcs7"),
@@ -347,6 +349,23 @@ pub fn efisiglist(data: &[u8]) {
         assert!(n * 16 <= data.len(), "more entries than the bytes hold");
         let _ = db.certs().count();
         let _ = db.sha256s().count();
+    }
+}
+
+/// SBAT: the bytes as an image's `.sbat` section and as a level, and the one judged
+/// against the other both ways shim meets an image.
+pub fn sbat(data: &[u8]) {
+    use formats::sbat::{components, judge, Level, Loaded};
+    let parsed = components(data);
+    if let Ok(level) = Level::parse(data) {
+        let _ = level.to_string();
+        for loaded in [Loaded::ByShim, Loaded::ThroughProtocol] {
+            let verdict = judge(Some(data), &level, loaded);
+            // A section that does not parse is refused, whatever the level.
+            if parsed.is_err() {
+                assert!(verdict.is_err(), "an unparsed section passed");
+            }
+        }
     }
 }
 
