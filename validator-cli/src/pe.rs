@@ -88,10 +88,7 @@ pub(crate) fn verify(a: PeVerify, out: &mut Out) -> Res {
                     Rule::Kernel => sbat::Loaded::ThroughProtocol,
                     Rule::Firmware => sbat::Loaded::ByShim,
                 };
-                let section = validator::formats::pe::parse(&image)
-                    .ok()
-                    .and_then(|p| p.section(&image, ".sbat").map(<[u8]>::to_vec));
-                if let Err(e) = sbat::judge(section.as_deref(), level, loaded) {
+                if let Err(e) = sbat::judge_pe(&image, level, loaded) {
                     out.line(&format!("{name}: refused: {e}"))?;
                     return Ok(false);
                 }

@@ -122,6 +122,14 @@ pub fn components(section: &[u8]) -> Result<Vec<(String, u32)>, SbatError> {
         .collect())
 }
 
+/// Judges the PE image `image` by its `.sbat` section ([`judge`]); an image whose headers
+/// do not parse has no section (its signature check refuses it first).
+pub fn judge_pe(image: &[u8], level: &Level, loaded: Loaded) -> Result<(), SbatError> {
+    let pe = crate::formats::pe::parse(image).ok();
+    let section = pe.as_ref().and_then(|p| p.section(image, ".sbat"));
+    judge(section, level, loaded)
+}
+
 /// Judges an image's `.sbat` section (`None`: it has none) against `level` as shim does
 /// for an image it meets as `loaded` says.
 pub fn judge(section: Option<&[u8]>, level: &Level, loaded: Loaded) -> Result<(), SbatError> {

@@ -186,7 +186,7 @@ impl Gate {
                 let body_sha256 = h.clone().finalize().to_vec();
                 h.update(image.get(s.body.len()..).unwrap_or_default());
                 let image_sha256 = h.finalize();
-                v.image_sha256 = Some(crate::util::hex(&image_sha256));
+                let hex = crate::util::hex(&image_sha256);
                 // Debian's mod_is_hash_blacklisted: after a signature that verified.
                 if self.check_signature(s.pkcs7, s.body, Some(&body_sha256), &mut v)
                     && self
@@ -197,12 +197,10 @@ impl Gate {
                 {
                     v.reason(
                         ReasonCode::HashBlacklisted,
-                        format!(
-                            "Module hash {} is blacklisted (UEFI dbx or MokListXRT)",
-                            crate::util::hex(&image_sha256)
-                        ),
+                        format!("Module hash {hex} is blacklisted (UEFI dbx or MokListXRT)"),
                     );
                 }
+                v.image_sha256 = Some(hex);
             }
             Err(SigError::Unsigned) => {
                 let mut h = sha2::Sha256::new();

@@ -83,11 +83,6 @@ impl UefiKeys {
         s
     }
 
-    /// Both revocation lists, `dbx` first.
-    pub fn revocations(&self) -> [Revocations; 2] {
-        [self.dbx.clone(), self.mokx.clone()]
-    }
-
     /// The kernel's `bin:` blacklist: the SHA-256 entries of `dbx`, and of `MokListXRT`
     /// under Secure Boot (`load_uefi_certs` reads it only then).
     pub fn module_hash_blacklist(&self) -> Vec<[u8; 32]> {
@@ -169,8 +164,8 @@ pub fn read(sys_root: &Path) -> UefiKeys {
             }
         };
         if what == "dbx" || what == "MokListXRT" {
-            let r = Revocations::from_database(what, &db);
-            k.notes.extend(r.notes.iter().cloned());
+            let mut r = Revocations::from_database(what, &db);
+            k.notes.append(&mut r.notes);
             if what == "dbx" {
                 k.dbx = r;
             } else {

@@ -203,12 +203,7 @@ fn revoked_signature(
     let Ok((msg, content)) = parse_authenticode(der) else {
         return Ok(());
     };
-    let mut embedded = TrustStore::new();
-    for c in &msg.certs {
-        if let Ok(c) = Cert::from_der(&c.der, "the signature") {
-            embedded.add(c);
-        }
-    }
+    let embedded = embedded_certs(&msg);
     let revoked_cert = |c: &Cert, l: &Revocations| AuthenticodeError::RevokedCert {
         index,
         cert: c.label(),
@@ -281,16 +276,22 @@ fn verify_one(
 /// common names and serial.
 fn untrusted_signer(msg: &Message) -> Option<(String, String, String)> {
     let s = msg.signers.first()?;
-    let mut embedded = TrustStore::new();
-    for c in &msg.certs {
-        if let Ok(c) = Cert::from_der(&c.der, "the signature") {
-            embedded.add(c);
-        }
-    }
+    let embedded = embedded_certs(msg);
     let c = crate::trust::pkcs7::find_signer(s, &embedded).ok()?;
     Some((
         c.subject_cn.clone(),
         c.issuer_cn.clone(),
         crate::util::colon_hex(&c.serial),
     ))
+}
+
+/// The certificates a signature embeds that parse, as a store to find signers in.
+fn embedded_certs(msg: &Message) -> TrustStore {
+    let mut embedded = TrustStore::new();
+    for c in &msg.certs {
+        if let Ok(c) = Cert::from_der(&c.der, "the signature") {
+            embedded.add(c);
+        }
+    }
+    embedded
 }

@@ -33,7 +33,6 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::formats::pe;
 use crate::formats::sbat::{self, Loaded};
 use crate::runtime::uefi_keys::{self, UefiKeys};
 use crate::trust::authenticode::{self, Rule};
@@ -84,8 +83,7 @@ pub fn check(
             builtin_notes.join("; ")
         ));
     }
-    let revoked = keys.revocations();
-    let by_shim = revoked.clone().map(|l| l.as_shim_reads_it());
+    let by_shim = [keys.dbx.as_shim_reads_it(), keys.mokx.as_shim_reads_it()];
     let mut kernel_store = TrustStore::new();
     for c in builtin
         .into_iter()
@@ -106,7 +104,12 @@ pub fn check(
             shim_store.add(c.clone());
         }
         let steps = [
-            (&chain.shim, &db, &revoked[..1], Loaded::ByShim),
+            (
+                &chain.shim,
+                &db,
+                std::slice::from_ref(&keys.dbx),
+                Loaded::ByShim,
+            ),
             (
                 &chain.second_stage,
                 &shim_store,
@@ -168,10 +171,7 @@ fn judge(
         .map_err(|e| format!("{} cannot be read: {e}", path.display()))?;
     let c = authenticode::verify(&image, store, lists, rule).map_err(|e| refused(e.to_string()))?;
     if let Some(level) = &keys.sbat_level {
-        let section = pe::parse(&image)
-            .ok()
-            .and_then(|p| p.section(&image, ".sbat").map(<[u8]>::to_vec));
-        sbat::judge(section.as_deref(), level, loaded).map_err(|e| refused(e.to_string()))?;
+        sbat::judge_pe(&image, level, loaded).map_err(|e| refused(e.to_string()))?;
     }
     Ok(format!(
         "{}: signature {} trusted through {}",
