@@ -139,5 +139,14 @@ fn sbat_level(path: &Path) -> Result<sbat::Level, Usage> {
         Some(rest) if !b.starts_with(b"sbat,") && rest.starts_with(b"sbat,") => rest,
         _ => b.as_slice(),
     };
-    sbat::Level::parse(text).map_err(|e| Usage(format!("--sbat-level {}: {e}", path.display())))
+    let level = sbat::Level::parse(text)
+        .map_err(|e| Usage(format!("--sbat-level {}: {e}", path.display())))?;
+    if level.records.is_empty() {
+        // Shim never holds an empty level; an empty file is a mistake, not "no revocation".
+        return Err(Usage(format!(
+            "--sbat-level {}: holds no SBAT record (a level starts with sbat,1,DATE)",
+            path.display()
+        )));
+    }
+    Ok(level)
 }
