@@ -713,5 +713,8 @@ fn sbat_levels_judge_grub_as_shim_does() {
         line.contains("--sbat-level") && line.contains("does not parse"),
         "{line}"
     );
+    let (code, line) = judge("", &grub(), "firmware");
+    assert_eq!(code, Some(2), "{line}");
+    assert!(line.contains("holds no SBAT record"), "{line}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
