@@ -55,6 +55,7 @@ impl Scenario {
             | Name::SbUntrustedB
             | Name::SbDbxB
             | Name::SbDbxSignerB
+            | Name::SbSbatB
             | Name::SbUnsignedBUnchecked
             | Name::SbFleetDb
             | Name::SbFleetMok

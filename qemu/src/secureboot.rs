@@ -19,7 +19,12 @@
 //! unchanged, the table is not hashed), to judge the firmware's walk of that table
 //! (EDK2's, for shim) and shim's (for GRUB).
 //!
-//! Limits: `dbx` is the store's own; only the removable-media path is offered.
+//! Revocation ([`node_firmware`]): `dbx` entries for slot B's kernel and an `SbatLevel`
+//! are written into the variable store before the first power-on, as a firmware or shim
+//! update would leave them; B's fleet kernel can carry a `.sbat` ([`add_section`]).
+//!
+//! Limits: only the removable-media path is offered; a level or list is never changed
+//! between boots of one scenario.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -96,6 +101,18 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
                 RevokeB::Signer
             });
         }
+        Name::SbSbatB => {
+            // Slot B carries a fleet build of the kernel with a `.sbat` at the fleet
+            // component's generation 1, signed by the fleet's key in db; the node's SBAT
+            // level revokes that generation (shim applies it to what GRUB loads through
+            // its protocol).
+            two.a.tampered_modules.push("crc16".into());
+            two.b.kernel_signature = KernelSignature::Fleet;
+            two.b.kernel_sbat = Some(FLEET_KERNEL_SBAT.into());
+            two.db_snakeoil = true;
+            two.sbat_level = Some(FLEET_SBAT_LEVEL.into());
+            two.shim_verbose = true;
+        }
         Name::SbUnsignedB | Name::SbUntrustedB | Name::SbUnsignedBUnchecked => {
             two.a.tampered_modules.push("crc16".into());
             two.b.kernel_signature = if name != Name::SbUntrustedB {
@@ -120,6 +137,18 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
     }
     Ok(())
 }
+
+/// The `.sbat` of slot B's fleet kernel in `sb-sbat-b`: the SBAT record, the upstream
+/// kernel's component, and the fleet's own at generation 1.
+pub const FLEET_KERNEL_SBAT: &str =
+    "sbat,1,SBAT Version,sbat,1,https://github.com/rhboot/shim/blob/main/SBAT.md\n\
+     linux,1,The Linux Developers,linux,6.1,https://linux.org\n\
+     linux.fleet,1,GPU fleet,linux,6.1,https://fleet.invalid/\n";
+
+/// The SBAT level of `sb-sbat-b`: Debian's shim and GRUB at their generations (both start),
+/// the fleet's kernel component at generation 2, dated after shim's own level so shim
+/// keeps it.
+pub const FLEET_SBAT_LEVEL: &str = "sbat,1,2099010100\nshim,4\ngrub,5\nlinux.fleet,2\n";
 
 /// The Secure Boot node's firmware in `dir`: [`Ovmf::secure_boot`], with OVMF's snakeoil
 /// certificate (the fleet's, in these scenarios) added to `db`, or enrolled as a MOK
@@ -165,22 +194,26 @@ pub fn node_firmware(two: &TwoSlots, dir: &Path) -> Result<Ovmf, HarnessError> {
         }
         store.write(&ovmf.vars)?;
     }
+    // Shim's own variables (non-volatile, boot services only), as MokManager, mokutil
+    // and shim's SBAT update leave them.
+    let mut shim_vars: Vec<(&str, Vec<u8>)> = Vec::new();
+    if let Some(level) = &two.sbat_level {
+        shim_vars.push(("SbatLevel", level.as_bytes().to_vec()));
+    }
+    if two.shim_verbose {
+        shim_vars.push(("SHIM_VERBOSE", vec![1]));
+    }
     if two.mok_snakeoil {
         let der = sigcases::keys::snakeoil(&dir.join("mok-keys")).cert_der();
-        let mut store = crate::efivars::VarStore::open(&ovmf.vars)?;
-        store.add(
-            "MokList",
-            crate::efivars::SHIM_LOCK,
-            crate::efivars::NV_BS,
-            &crate::efivars::db(&[der]),
-        )?;
+        shim_vars.push(("MokList", crate::efivars::db(&[der])));
         if two.mok_untrusted {
-            store.add(
-                "MokListTrusted",
-                crate::efivars::SHIM_LOCK,
-                crate::efivars::NV_BS,
-                &[1],
-            )?;
+            shim_vars.push(("MokListTrusted", vec![1]));
+        }
+    }
+    if !shim_vars.is_empty() {
+        let mut store = crate::efivars::VarStore::open(&ovmf.vars)?;
+        for (name, data) in &shim_vars {
+            store.add(name, crate::efivars::SHIM_LOCK, crate::efivars::NV_BS, data)?;
         }
         store.write(&ovmf.vars)?;
     }
@@ -189,7 +222,8 @@ pub fn node_firmware(two: &TwoSlots, dir: &Path) -> Result<Ovmf, HarnessError> {
 
 /// The slot's kernel as it goes on the ESP: Debian's signed `vmlinuz`, or a copy whose
 /// signature is removed (`sbattach --remove`) or replaced by one of a key made for the run
-/// (`sbsign`), which nothing trusts.
+/// (`sbsign`), which nothing trusts, or by the fleet's key after its digest was made its
+/// own (eight bytes appended, or a `.sbat` section added when the image says).
 pub(crate) fn slot_kernel(
     img: &SlotImage,
     slot: Slot,
@@ -206,7 +240,12 @@ pub(crate) fn slot_kernel(
             .arg("--remove")
             .arg(&out),
     )?;
-    if img.kernel_signature == KernelSignature::Fleet {
+    if let (KernelSignature::Fleet, Some(sbat)) = (img.kernel_signature, &img.kernel_sbat) {
+        let image = std::fs::read(&out).map_err(|e| HarnessError::io(&out, e))?;
+        let with = add_section(&image, b".sbat\0\0\0", sbat.as_bytes())
+            .map_err(|m| HarnessError::Setup(format!("{}: adding .sbat: {m}", out.display())))?;
+        std::fs::write(&out, with).map_err(|e| HarnessError::io(&out, e))?;
+    } else if img.kernel_signature == KernelSignature::Fleet {
         let mut f = std::fs::OpenOptions::new()
             .append(true)
             .open(&out)
@@ -241,6 +280,68 @@ pub(crate) fn slot_kernel(
         )?;
         std::fs::rename(&signed, &out).map_err(|e| HarnessError::io(&signed, e))?;
     }
+    Ok(out)
+}
+
+/// `image` (a PE image without a certificate table) with a section `name` of `data`
+/// added: its header in the room left before the first section's data, its data at the
+/// end of the file (padded to the file alignment), its address after the last section's
+/// (the image size grown to cover it). Read-only initialised data, no relocations, as
+/// shim wants a `.sbat`.
+pub fn add_section(image: &[u8], name: &[u8; 8], data: &[u8]) -> Result<Vec<u8>, String> {
+    use validator::util::le::{u16_le, u32_le};
+    let word = |at: usize| u32_le(image, at).ok_or(format!("no 32-bit word at {at:#x}"));
+    let half = |at: usize| u16_le(image, at).ok_or(format!("no 16-bit word at {at:#x}"));
+    let size = |v: u32| usize::try_from(v).map_err(|_| format!("{v:#x} too large"));
+    let align = |v: usize, a: usize| v.div_ceil(a.max(1)) * a.max(1);
+    let pe = size(word(0x3c)?)?;
+    let count = usize::from(half(pe + 6)?);
+    let opt = pe + 24;
+    let table = opt + usize::from(half(pe + 20)?);
+    let (section_align, file_align) = (size(word(opt + 32)?)?, size(word(opt + 36)?)?);
+    if half(opt)? != 0x20b {
+        return Err("not a PE32+ image".into());
+    }
+    if word(opt + 112 + 4 * 8)? != 0 || word(opt + 112 + 4 * 8 + 4)? != 0 {
+        return Err("signed (a certificate table is present)".into());
+    }
+    let mut first_data = usize::MAX;
+    let mut end_va = 0usize;
+    for i in 0..count {
+        let h = table + i * 40;
+        let raw = size(word(h + 20)?)?;
+        if raw != 0 {
+            first_data = first_data.min(raw);
+        }
+        end_va = end_va.max(size(word(h + 12)?)? + size(word(h + 8)?)?);
+    }
+    let new = table + count * 40;
+    if new + 40 > first_data.min(size(word(opt + 60)?)?) {
+        return Err(format!(
+            "no room for another section header at {new:#x} (the headers end at {:#x})",
+            first_data.min(size(word(opt + 60)?)?)
+        ));
+    }
+    let at = align(image.len(), file_align);
+    let raw_len = align(data.len(), file_align);
+    let va = align(end_va, section_align);
+    let u32_of = |v: usize| u32::try_from(v).map_err(|_| format!("{v:#x} too large"));
+    let mut out = image.to_vec();
+    out.resize(at, 0);
+    out.extend_from_slice(data);
+    out.resize(at + raw_len, 0);
+    let mut header = Vec::with_capacity(40);
+    header.extend_from_slice(name);
+    for v in [data.len(), va, raw_len, at, 0, 0] {
+        header.extend_from_slice(&u32_of(v)?.to_le_bytes());
+    }
+    header.extend_from_slice(&[0; 4]);
+    header.extend_from_slice(&0x4000_0040u32.to_le_bytes());
+    out[new..new + 40].copy_from_slice(&header);
+    let count16 = u16::try_from(count + 1).map_err(|_| "too many sections".to_string())?;
+    out[pe + 6..pe + 8].copy_from_slice(&count16.to_le_bytes());
+    let image_size = u32_of(align(va + data.len(), section_align))?;
+    out[opt + 56..opt + 60].copy_from_slice(&image_size.to_le_bytes());
     Ok(out)
 }
 
@@ -417,4 +518,56 @@ fn boot_chain(
         refused: o.console.contains(ACCESS_DENIED),
         console: o.console,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A section added to Debian's kernel (its signature removed) is where the PE parser
+    /// finds it, the other sections keep their data, and a signed image is refused.
+    #[test]
+    fn add_section_to_the_kernel() {
+        let k = crate::paths::kernel("default").unwrap().vmlinuz;
+        let signed = std::fs::read(&k).unwrap();
+        let err = add_section(&signed, b".sbat\0\0\0", b"x").unwrap_err();
+        assert!(err.contains("certificate table"), "{err}");
+        let dir = crate::paths::run_dir("add-section").unwrap();
+        let bare = dir.join("vmlinuz");
+        std::fs::copy(&k, &bare).unwrap();
+        disk::run(
+            std::process::Command::new("sbattach")
+                .arg("--remove")
+                .arg(&bare),
+        )
+        .unwrap();
+        let image = std::fs::read(&bare).unwrap();
+        let out = add_section(&image, b".sbat\0\0\0", FLEET_KERNEL_SBAT.as_bytes()).unwrap();
+        // The parser reads signed images: Debian's, and the new one signed.
+        let unsigned = dir.join("vmlinuz.sbat");
+        std::fs::write(&unsigned, &out).unwrap();
+        let keys = sigcases::keys::snakeoil(&dir.join("keys"));
+        let signed_out = dir.join("vmlinuz.sbat.signed");
+        disk::run(
+            std::process::Command::new("sbsign")
+                .arg("--key")
+                .arg(&keys.key)
+                .arg("--cert")
+                .arg(&keys.cert)
+                .arg("--output")
+                .arg(&signed_out)
+                .arg(&unsigned),
+        )
+        .unwrap();
+        let out = std::fs::read(&signed_out).unwrap();
+        let before = validator::formats::pe::parse(&signed).unwrap();
+        let after = validator::formats::pe::parse(&out).unwrap();
+        assert_eq!(after.sections.len(), before.sections.len() + 1);
+        let sbat = after.section(&out, ".sbat").unwrap();
+        assert!(sbat.starts_with(FLEET_KERNEL_SBAT.as_bytes()));
+        assert!(sbat[FLEET_KERNEL_SBAT.len()..].iter().all(|&b| b == 0));
+        for s in &before.sections {
+            assert_eq!(signed[s.raw.clone()], out[s.raw.clone()]);
+        }
+    }
 }

@@ -222,6 +222,10 @@ fn secure_boot_b_kernel_that_would_not_start_is_no_fallback() {
         (Name::SbUntrustedB, "is not in the trust store"),
         (Name::SbDbxB, "is revoked (dbx)"),
         (Name::SbDbxSignerB, "is revoked (dbx)"),
+        (
+            Name::SbSbatB,
+            "its SBAT component linux.fleet is at generation 1, below the node's level 2",
+        ),
     ] {
         let bed = bed(name);
         let run = bed.boot().unwrap();
@@ -252,12 +256,24 @@ fn secure_boot_b_kernel_that_would_not_start_is_no_fallback() {
         if matches!(name, Name::SbDbxB | Name::SbDbxSignerB) {
             pe_verify_agrees_with_the_dbx(&bed);
         }
+        if name == Name::SbSbatB {
+            pe_verify_agrees_with_the_sbat_level(&bed);
+        }
         if name != Name::SbUntrustedB {
             let next = bed.boot().unwrap();
             let c = &next.console;
             assert!(c.contains("boot gate: slot B"), "{}", next.describe());
             assert!(c.contains("error: bad shim signature"), "{c}");
             assert!(c.contains(ab::GRUB_KERNEL_REFUSED), "{c}");
+            if name == Name::SbSbatB {
+                // Shim's own reason (SHIM_VERBOSE), for the kernel GRUB asked it to verify.
+                assert!(
+                    c.contains(
+                        "component linux.fleet, generation 1, was revoked by SbatLevel variable"
+                    ),
+                    "{c}"
+                );
+            }
             assert!(!c.contains("Linux version"), "no kernel started");
             assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=1");
         }
@@ -276,19 +292,41 @@ fn secure_boot_b_kernel_that_would_not_start_is_no_fallback() {
 /// certificate that signed it: verified without a list, refused with `--dbx` the `dbx`
 /// of the node's own variable store (the one OVMF and shim judge by).
 fn pe_verify_agrees_with_the_dbx(bed: &ab::Bed) {
+    let line = pe_verify_agrees(
+        bed,
+        ("dbx", qemu::efivars::IMAGE_SECURITY_DATABASE),
+        "--dbx",
+    );
+    assert!(line.contains("is revoked (--dbx"), "{line}");
+}
+
+/// The same with `--sbat-level` the `SbatLevel` of the node's variable store (the level
+/// shim applied).
+fn pe_verify_agrees_with_the_sbat_level(bed: &ab::Bed) {
+    let line = pe_verify_agrees(bed, ("SbatLevel", qemu::efivars::SHIM_LOCK), "--sbat-level");
+    assert!(
+        line.contains(
+            "its SBAT component linux.fleet is at generation 1, below the node's level 2"
+        ),
+        "{line}"
+    );
+}
+
+/// `validator pe verify --rule kernel` on B's kernel trusting the fleet's certificate:
+/// exit 0 alone, exit 1 with `flag` naming a copy of the node's variable `var`; the
+/// refusal's line.
+fn pe_verify_agrees(bed: &ab::Bed, var: (&str, &str), flag: &str) -> String {
     let vars = qemu::efivars::VarStore::open(&bed.dir.join("ovmf-vars.fd")).unwrap();
-    let var = vars
-        .get("dbx", qemu::efivars::IMAGE_SECURITY_DATABASE)
-        .unwrap();
-    let dbx = bed.dir.join("dbx.esl");
-    std::fs::write(&dbx, &vars.bytes[var.data]).unwrap();
+    let v = vars.get(var.0, var.1).unwrap();
+    let copy = bed.dir.join(var.0);
+    std::fs::write(&copy, &vars.bytes[v.data]).unwrap();
     let cli = qemu::paths::validator_cli().unwrap();
-    let verify = |with_dbx: bool| {
+    let verify = |with: bool| {
         let mut c = std::process::Command::new(&cli);
         c.args(["pe", "verify", "--rule", "kernel", "--cert"])
             .arg(bed.dir.join("db-keys/snake.pem"));
-        if with_dbx {
-            c.arg("--dbx").arg(&dbx);
+        if with {
+            c.arg(flag).arg(&copy);
         }
         let out = c.arg(bed.dir.join("slot-B/vmlinuz")).output().unwrap();
         (
@@ -300,7 +338,7 @@ fn pe_verify_agrees_with_the_dbx(bed: &ab::Bed) {
     assert_eq!(code, Some(0), "{line}");
     let (code, line) = verify(true);
     assert_eq!(code, Some(1), "{line}");
-    assert!(line.contains("is revoked (--dbx"), "{line}");
+    line
 }
 
 /// Without the gate's check (`sb-unsigned-b-unchecked`, a test-bed switch), the kernel's

@@ -91,6 +91,9 @@ pub struct SlotImage {
     /// Modules put re-signed by the snakeoil key under `/fleet-modules/` in the slot's
     /// root (`<name>.ko`), for the root to `insmod` itself: the kernel's own verdict.
     pub root_snakeoil_modules: Vec<String>,
+    /// With [`KernelSignature::Fleet`]: a `.sbat` section added to the kernel before it is
+    /// signed (as a kernel built with `CONFIG_EFI_SBAT_FILE` carries one), this text.
+    pub kernel_sbat: Option<String>,
 }
 
 /// What runs in the slots' roots after the gate's `switch_root`.
@@ -181,6 +184,13 @@ pub struct TwoSlots {
     pub mok_untrusted: bool,
     /// Under Secure Boot: what `dbx` revokes of slot B's kernel as it is on the ESP.
     pub revoke_b: Option<RevokeB>,
+    /// Under Secure Boot: shim's `SbatLevel` variable as shim keeps it (non-volatile,
+    /// boot services only, a date newer than shim's own), which shim applies and hands
+    /// the kernel as `SbatLevelRT`; `None`: shim's own level.
+    pub sbat_level: Option<String>,
+    /// Under Secure Boot: shim's `SHIM_VERBOSE` variable set, so shim prints its
+    /// reasons (an SBAT revocation names the component) on the console.
+    pub shim_verbose: bool,
 }
 
 /// The slot's BOM made from `base`: `image_id` suffixed with `-<slot>`, the FAT modules
@@ -238,6 +248,7 @@ impl TwoSlots {
             kernel_signature: KernelSignature::AsShipped,
             snakeoil_signed: Vec::new(),
             root_snakeoil_modules: Vec::new(),
+            kernel_sbat: None,
         };
         TwoSlots {
             roots,
@@ -253,6 +264,8 @@ impl TwoSlots {
             mok_snakeoil: false,
             mok_untrusted: false,
             revoke_b: None,
+            sbat_level: None,
+            shim_verbose: false,
         }
     }
 
