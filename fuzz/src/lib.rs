@@ -47,6 +47,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("authenticode", authenticode),
     ("efisiglist", efisiglist),
     ("sbat", sbat),
+    ("modprobe", modprobe),
     ("x509", x509),
     ("vmlinuz", vmlinuz),
     ("verity_superblock", verity_superblock),
@@ -80,6 +81,7 @@ pub const PARSERS: &[(&str, &str)] = &[
     ("kmod", "kmod_index"),
     ("kmod::index", "kmod_index"),
     ("kmod::modinfo", "modinfo"),
+    ("kmod::modprobe", "modprobe"),
     ("kmod::sig", "modsig"),
     ("kmod::symvers", "symvers"),
     ("newc", "cpio"),
@@ -366,6 +368,34 @@ pub fn sbat(data: &[u8]) {
                 assert!(verdict.is_err(), "an unparsed section passed");
             }
         }
+    }
+}
+
+/// `modprobe.d` text and a kernel command line, split at the first NUL: the directives
+/// and the command line's options and blacklist as kmod reads them. Module names are
+/// kept in the kernel's spelling (respelling one changes nothing).
+pub fn modprobe(data: &[u8]) {
+    use formats::kmod::modprobe::{underscores, Config};
+    let (conf, cmdline) = match data.iter().position(|&b| b == 0) {
+        Some(i) => (
+            data.get(..i).unwrap_or_default(),
+            data.get(i + 1..).unwrap_or_default(),
+        ),
+        None => (data, &[][..]),
+    };
+    let mut c = Config::default();
+    c.add_file("fuzz.conf", conf);
+    c.add_cmdline(cmdline);
+    for e in &c.options {
+        assert_eq!(
+            underscores(&e.module).as_deref(),
+            Some(e.module.as_str()),
+            "a module name not in the kernel's spelling"
+        );
+        let _ = c.options(&e.module);
+    }
+    for (m, _) in &c.blacklist {
+        let _ = c.blacklisted(m);
     }
 }
 

@@ -170,14 +170,7 @@ fn runs_against_this_machine() {
 fn gate_modules_judges_the_real_nvidia_driver_on_a_root() {
     let nv = ws().join("target/nvidia");
     let kroot = common::kernel_root("default");
-    let release = std::fs::read_dir(kroot.join("lib/modules"))
-        .unwrap()
-        .next()
-        .unwrap()
-        .unwrap()
-        .file_name()
-        .into_string()
-        .unwrap();
+    let release = common::kernel_release("default");
     let signed = nv.join("proprietary").join(&release).join("signed");
     assert!(
         signed.join("nvidia.ko").is_file(),

@@ -7,7 +7,9 @@
 //! init's own planner ([`crate::runtime::modload::Loader::plan_only`]): on a UEFI boot
 //! `efivarfs` first when the initramfs has it, then the BOM's `modules.load` with their
 //! dependencies, each module's event `module:<name> sha256:<SHA-256 of the image the
-//! kernel gets>` (decompressed when the file is compressed, signature included), built-in
+//! kernel gets>` (decompressed when the file is compressed, signature included), followed
+//! by ` options:<options>` when `modprobe` would give it options (the tree's `modprobe.d`,
+//! then each entry's command line, so per entry), built-in
 //! modules and modules already loaded left out as the init leaves them out. The BOM's
 //! `modules.root` are planned the same way over the root's index and are optional (the
 //! init loads a driver only when the kernel accepts it for a device). Every event gets
@@ -15,7 +17,11 @@
 //! BOM and the command line are extended as their bytes, the root hash as its hex text
 //! (what was signed), every other event as its own text.
 //!
-//! Current limits: a module the kernel would refuse, or one whose load fails for want
+//! Current limits: a symbolic link in a tree's `modprobe.d` is followed on the build
+//! machine (the init follows it inside the root), and an initramfs listing holds no links
+//! (so a linked configuration file there is not read); a module blacklisted by a tree's
+//! configuration is predicted as loaded (the init refuses it, and the boot fails); a
+//! module the kernel would refuse, or one whose load fails for want
 //! of a device, is predicted as loaded (only root drivers are optional); the PCR values
 //! are predicted for a boot that measured every event (`pass`, `quarantine`), not for a
 //! fallback, whose first boot stops wherever its image failed (the verifier follows the
@@ -30,6 +36,7 @@ use super::reference::{
 use crate::config::bom::SlotName;
 use crate::formats::kmod::index::Index;
 use crate::formats::kmod::modinfo::{self, Compression};
+use crate::formats::kmod::modprobe;
 use crate::formats::tpm::measurement::{Decision, Measurement, Phase, PHASE_PCR};
 use crate::formats::tpm::HashAlg;
 use crate::gate::batch::MODULE_FILE_MAX;
@@ -41,6 +48,9 @@ pub trait Tree {
     /// The bytes of `rel` (a path relative to the tree's root, `/`-separated), at most
     /// `limit` bytes; `Ok(None)` when there is no such file.
     fn read(&self, rel: &str, limit: u64) -> Result<Option<Vec<u8>>, String>;
+    /// The names of the regular files (symbolic links followed) directly in the
+    /// directory `rel`; empty when there is no such directory.
+    fn list(&self, rel: &str) -> Result<Vec<String>, String>;
     /// How to name the tree in messages.
     fn name(&self) -> String;
 }
@@ -60,6 +70,23 @@ impl Tree for DirTree {
             }
             Err(e) => Err(e.to_string()),
         }
+    }
+    fn list(&self, rel: &str) -> Result<Vec<String>, String> {
+        let dir = self.0.join(rel);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(format!("{}: {e}", dir.display())),
+        };
+        let mut out = Vec::new();
+        for e in entries {
+            let e = e.map_err(|e| format!("{}: {e}", dir.display()))?;
+            let file = std::fs::metadata(e.path()).is_ok_and(|m| m.is_file());
+            if let (true, Ok(n)) = (file, e.file_name().into_string()) {
+                out.push(n);
+            }
+        }
+        Ok(out)
     }
     fn name(&self) -> String {
         self.0.display().to_string()
@@ -104,6 +131,16 @@ impl Tree for MemTree {
             Some(b) => Ok(Some(b.clone())),
             None => Ok(None),
         }
+    }
+    fn list(&self, rel: &str) -> Result<Vec<String>, String> {
+        let prefix = format!("{}/", rel.trim_start_matches('/').trim_end_matches('/'));
+        Ok(self
+            .files
+            .keys()
+            .filter_map(|k| k.strip_prefix(&prefix))
+            .filter(|n| !n.contains('/'))
+            .map(str::to_string)
+            .collect())
     }
     fn name(&self) -> String {
         self.name.clone()
@@ -163,6 +200,8 @@ pub enum PredictError {
         name: String,
         why: String,
     },
+    #[error("{tree}: module configuration: {why}")]
+    ModuleConfig { tree: String, why: String },
     #[error("the BOM names root modules ({0}): give the root filesystem")]
     NoRoot(String),
     #[error("the BOM has [verity] with no root hash: give the root hash")]
@@ -251,17 +290,16 @@ fn loader(tree: &dyn Tree, release: &str) -> Result<(String, Loader), PredictErr
     ))
 }
 
-/// Plans `names` (after `loaded`, which are live by then) and returns the module events
-/// in plan order, adding what loads to `loaded`.
+/// Plans `names` (after `loaded`, which are live by then) and returns each module that
+/// loads, in plan order, with the SHA-256 of the image the kernel gets, adding it to
+/// `loaded`.
 fn module_events(
     tree: &dyn Tree,
     dir: &str,
     loader: &mut Loader,
     names: &[String],
     loaded: &mut BTreeSet<String>,
-    pcr: u32,
-    optional: bool,
-) -> Result<Vec<ExpectedEvent>, PredictError> {
+) -> Result<Vec<(String, String)>, PredictError> {
     let mut out = Vec::new();
     for (name, path, preset) in loader.plan_only(names) {
         if preset.is_some() || loaded.contains(&name) {
@@ -278,18 +316,59 @@ fn module_events(
             })?,
         };
         let sha256 = crate::util::hex(&HashAlg::Sha256.digest(&image));
-        out.push(expected(
-            &Measurement::Module {
-                name: name.clone(),
-                sha256,
-            },
-            None,
-            pcr,
-            optional,
-        )?);
+        out.push((name.clone(), sha256));
         loaded.insert(name);
     }
     Ok(out)
+}
+
+/// The module configuration `modprobe` reads in `tree`, then `cmdline`, as the init reads
+/// it ([`crate::runtime::modload::read_config`]).
+fn module_config(tree: &dyn Tree, cmdline: &str) -> Result<modprobe::Config, PredictError> {
+    let bad = |why: String| PredictError::ModuleConfig {
+        tree: tree.name(),
+        why,
+    };
+    let mut dirs = Vec::new();
+    for d in modprobe::CONFIG_DIRS {
+        dirs.push(tree.list(d).map_err(bad)?);
+    }
+    let mut cfg = modprobe::Config::default();
+    for (i, name) in modprobe::config_files(&dirs) {
+        let d = modprobe::CONFIG_DIRS.get(i).copied().unwrap_or_default();
+        let rel = format!("{d}/{name}");
+        let bytes = tree
+            .read(&rel, modprobe::CONFIG_FILE_MAX as u64)
+            .map_err(bad)?
+            .ok_or_else(|| bad(format!("{rel} is listed and missing")))?;
+        cfg.add_file(&format!("/{rel}"), &bytes);
+    }
+    cfg.add_cmdline(cmdline.as_bytes());
+    Ok(cfg)
+}
+
+/// The events of `modules` with the options `cfg` gives each.
+fn with_options(
+    modules: &[(String, String)],
+    cfg: &modprobe::Config,
+    pcr: u32,
+    optional: bool,
+) -> Result<Vec<ExpectedEvent>, PredictError> {
+    modules
+        .iter()
+        .map(|(name, sha256)| {
+            expected(
+                &Measurement::Module {
+                    name: name.clone(),
+                    sha256: sha256.clone(),
+                    options: cfg.options(name),
+                },
+                None,
+                pcr,
+                optional,
+            )
+        })
+        .collect()
 }
 
 /// Replays `events` from zeros into PCR 11 and `pcr` in every bank.
@@ -366,8 +445,6 @@ pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
             &mut l,
             &[EFIVARFS.to_string()],
             &mut loaded,
-            pcr,
-            false,
         )?);
     }
     modules.extend(module_events(
@@ -376,11 +453,10 @@ pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
         &mut l,
         &names,
         &mut loaded,
-        pcr,
-        false,
     )?);
     // The verified root's hash.
     let mut root_events = Vec::new();
+    let mut root_modules = Vec::new();
     if let Some(v) = &bom.verity {
         let rh = i
             .root_hash
@@ -407,15 +483,7 @@ pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
             .root
             .ok_or_else(|| PredictError::NoRoot(root_names.join(", ")))?;
         let (rdir, mut rl) = loader(root, &release)?;
-        root_events.extend(module_events(
-            root,
-            &rdir,
-            &mut rl,
-            &root_names,
-            &mut loaded,
-            pcr,
-            true,
-        )?);
+        root_modules = module_events(root, &rdir, &mut rl, &root_names, &mut loaded)?;
     }
     check_slots(&i.slots)?;
     let mut entries: Vec<(&SlotInput, Entry, &str)> = Vec::new();
@@ -451,8 +519,14 @@ pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
                 false,
             )?,
         ];
-        events.extend(modules.iter().cloned());
+        // Each module with the options modprobe would give it under this command line.
+        let init_cfg = module_config(i.initramfs, cmdline)?;
+        events.extend(with_options(&modules, &init_cfg, pcr, false)?);
         events.extend(root_events.iter().cloned());
+        if let (Some(root), false) = (i.root, root_modules.is_empty()) {
+            let root_cfg = module_config(root, cmdline)?;
+            events.extend(with_options(&root_modules, &root_cfg, pcr, true)?);
+        }
         let mut pcrs = BTreeMap::new();
         for d in [Decision::Pass, Decision::Quarantine] {
             let mut all = events.clone();

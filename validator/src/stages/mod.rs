@@ -213,6 +213,13 @@ pub struct Context {
 }
 
 impl Context {
+    /// The kernel command line's bytes as read (what `modprobe` would read).
+    pub fn cmdline_bytes(&self) -> &[u8] {
+        self.cmdline_raw
+            .as_deref()
+            .unwrap_or(self.cmdline.as_bytes())
+    }
+
     pub fn new(roots: Roots) -> Context {
         Context {
             roots,

@@ -29,6 +29,18 @@ pub fn kernel_root(name: &str) -> PathBuf {
     p
 }
 
+/// The release of a provisioned kernel (its one directory under `lib/modules`).
+pub fn kernel_release(name: &str) -> String {
+    std::fs::read_dir(kernel_root(name).join("lib/modules"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .file_name()
+        .into_string()
+        .unwrap()
+}
+
 /// The kernel image of a provisioned kernel.
 pub fn vmlinuz(name: &str) -> PathBuf {
     std::fs::read_dir(kernel_root(name).join("boot"))

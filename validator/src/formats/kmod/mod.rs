@@ -1,12 +1,14 @@
 //! Kernel module files and the module index: `.modinfo` and `__versions` from the ELF
 //! ([`modinfo`]), the appended signature trailer ([`sig`]), `modules.dep` /
-//! `modules.softdep` / `modules.builtin` ([`index`]) and `Module.symvers` ([`symvers`]).
+//! `modules.softdep` / `modules.builtin` ([`index`]), `Module.symvers` ([`symvers`]) and
+//! `modprobe.d` with the command line's module options ([`modprobe`]).
 //!
 //! Contract: pure parsers over bytes; module names are compared in the kernel's spelling
 //! ([`normalize_name`]).
 
 pub mod index;
 pub mod modinfo;
+pub mod modprobe;
 pub mod sig;
 pub mod symvers;
 

@@ -146,10 +146,13 @@ pub enum Measurement {
     },
     /// The kernel command line as text.
     Cmdline(String),
-    /// A loaded module: its name and the SHA-256 of the image the kernel was given.
+    /// A loaded module: its name, the SHA-256 of the image the kernel was given and the
+    /// parameters it was given with it (empty: none; the text then ends at the digest, as
+    /// before options were measured).
     Module {
         name: String,
         sha256: String,
+        options: String,
     },
     /// The verity root hash, lower-case hex.
     VerityRootHash(String),
@@ -201,7 +204,16 @@ impl Measurement {
             Measurement::Phase(p) => p.as_str().to_string(),
             Measurement::Bom { image_id, sha256 } => format!("bom:{image_id} sha256:{sha256}"),
             Measurement::Cmdline(line) => format!("cmdline:{line}"),
-            Measurement::Module { name, sha256 } => format!("module:{name} sha256:{sha256}"),
+            Measurement::Module {
+                name,
+                sha256,
+                options,
+            } if options.is_empty() => format!("module:{name} sha256:{sha256}"),
+            Measurement::Module {
+                name,
+                sha256,
+                options,
+            } => format!("module:{name} sha256:{sha256} options:{options}"),
             Measurement::VerityRootHash(h) => format!("verity-root-hash:{h}"),
             Measurement::Decision(d) => format!("decision:{}", d.as_str()),
             Measurement::Kexec {
@@ -303,9 +315,21 @@ impl Measurement {
         match kind {
             "bom" => named(rest).map(|(image_id, sha256)| Measurement::Bom { image_id, sha256 }),
             "cmdline" => Some(Measurement::Cmdline(rest.to_string())),
-            "module" => named(rest)
-                .filter(|(n, _)| !n.contains(' '))
-                .map(|(name, sha256)| Measurement::Module { name, sha256 }),
+            "module" => {
+                // The name has no space; the digest is fixed-length; the options are the
+                // rest.
+                let (name, rest) = rest.split_once(' ')?;
+                let (digest, options) = match rest.split_once(" options:") {
+                    Some((d, o)) => (d, o.to_string()),
+                    None => (rest, String::new()),
+                };
+                let sha = digest.strip_prefix(SHA256_PREFIX)?;
+                (!name.is_empty() && is_hex(sha, Some(64))).then(|| Measurement::Module {
+                    name: name.to_string(),
+                    sha256: sha.to_string(),
+                    options,
+                })
+            }
             "verity-root-hash" => {
                 is_hex(rest, None).then(|| Measurement::VerityRootHash(rest.to_string()))
             }
@@ -375,6 +399,12 @@ mod tests {
             Measurement::Module {
                 name: "dm_verity".into(),
                 sha256: h.clone(),
+                options: String::new(),
+            },
+            Measurement::Module {
+                name: "nvidia".into(),
+                sha256: h.clone(),
+                options: "NVreg_A=1  NVreg_B=\"x y\" options:z".into(),
             },
             Measurement::VerityRootHash(h.clone()),
             Measurement::Decision(Decision::Fallback),

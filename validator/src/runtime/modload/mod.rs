@@ -26,8 +26,13 @@
 //! [`crate::gate::ModuleDigests`], and judges the module again: the kernel's answer at
 //! the moment it would be asked.
 //!
-//! Layout: the loader here, the index in `index.rs` ([`load_index`]), the report line of
-//! each module in `report.rs` ([`ModuleReport`]).
+//! Each module is given the options `modprobe` would give it ([`Loader::options`], read by
+//! [`read_config`] from the root's `modprobe.d` and the kernel command line); a module
+//! asked for by name that the configuration blacklists is refused, not loaded.
+//!
+//! Layout: the loader here, the index in `index.rs` ([`load_index`]), the module options
+//! in `options.rs` ([`read_config`]), the report line of each module in `report.rs`
+//! ([`ModuleReport`]).
 //!
 //! Current limits: a module is at most [`MODULE_FILE_MAX`] bytes; a compressed module's
 //! image is held whole in memory while it loads; a module signed with a digest other than
@@ -38,13 +43,16 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 mod index;
+mod options;
 mod report;
 
 pub use index::{load_index, IndexLoadError, INDEX_FILE_MAX};
+pub use options::{read_config, OptionsError};
 pub use report::{ModStatus, ModuleReport};
 
 use crate::formats::kmod::index::Index;
 use crate::formats::kmod::modinfo::{self, Compression};
+use crate::formats::kmod::modprobe;
 use crate::gate::batch::MODULE_FILE_MAX;
 use crate::gate::{self, Gate};
 use crate::sys;
@@ -89,6 +97,10 @@ pub struct Loader {
     /// The procfs root (`/proc` on a live system), where the kernel lists the digests it
     /// holds (`crypto`); `None`: only the gate's own knowledge of the kernel counts.
     pub proc_root: Option<PathBuf>,
+    /// The module options and blacklist `modprobe` would apply ([`read_config`]): each
+    /// module is given its options, and a module asked for by name that is blacklisted
+    /// is refused (as `systemd-modules-load` refuses it). Empty: none.
+    pub options: modprobe::Config,
     nodes: Vec<Node>,
     by_name: BTreeMap<String, usize>,
 }
@@ -102,6 +114,7 @@ impl Loader {
             jobs: std::thread::available_parallelism().map_or(1, |n| n.get().min(8)),
             gate: None,
             proc_root: None,
+            options: modprobe::Config::default(),
             nodes: Vec::new(),
             by_name: BTreeMap::new(),
         }
@@ -120,12 +133,17 @@ impl Loader {
         self.by_name.clear();
         let mut visiting = Vec::new();
         for n in names {
-            self.plan(
-                &crate::formats::kmod::normalize_name(n),
-                false,
-                None,
-                &mut visiting,
-            );
+            let name = crate::formats::kmod::normalize_name(n);
+            if self.by_name.contains_key(&name) {
+                continue;
+            }
+            if let Some(origin) = self.options.blacklisted(&name) {
+                let mut r = ModuleReport::new(&name, ModStatus::Rejected);
+                r.message = Some(format!("blacklisted by {origin}"));
+                self.preset(&name, false, None, r);
+                continue;
+            }
+            self.plan(&name, false, None, &mut visiting);
         }
     }
 
@@ -422,6 +440,10 @@ impl Loader {
             return r;
         }
         let path = self.dir.join(rel);
+        let params = self.options.options(name);
+        if !params.is_empty() {
+            r.options = Some(params.clone());
+        }
         let fail = |mut r: ModuleReport, errno: Option<String>, msg: String| {
             r.status = ModStatus::Failed;
             r.errno = errno;
@@ -502,9 +524,9 @@ impl Loader {
             }
         }
         let result = match &image {
-            Some(i) => sys::init_module(i, "", name),
+            Some(i) => sys::init_module(i, &params, name),
             None if kernel_decompresses => {
-                sys::finit_module(&file, "", comp != Compression::None, name)
+                sys::finit_module(&file, &params, comp != Compression::None, name)
             }
             None => return fail(r, None, format!("{}: not decompressed", path.display())),
         };

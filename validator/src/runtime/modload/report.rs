@@ -52,6 +52,11 @@ pub struct ModuleReport {
     /// SHA-256 of the module image the kernel was given (decompressed, signed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sha256: Option<String>,
+    /// The parameters the kernel was given with it, as `modprobe` would give them (the
+    /// root's `modprobe.d` `options`, then the command line's `MODULE.PARAM=`); absent:
+    /// none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options: Option<String>,
     /// When the module's turn came (CLOCK_BOOTTIME, µs); 0 when it was not attempted.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub start_us: u64,
@@ -75,6 +80,7 @@ impl ModuleReport {
             sig_key: None,
             sig_hashalgo: None,
             sha256: None,
+            options: None,
             start_us: 0,
             gate_us: 0,
             duration_us: 0,

@@ -17,7 +17,9 @@ use super::{Classified, Context, Fault};
 use crate::formats::tpm::measurement::Measurement;
 use crate::gate::{self, Gate};
 use crate::runtime::measure::MeasureError;
-use crate::runtime::modload::{load_index, IndexLoadError, Loader, ModStatus, ModuleReport};
+use crate::runtime::modload::{
+    load_index, read_config, IndexLoadError, Loader, ModStatus, ModuleReport,
+};
 use crate::runtime::taint;
 use crate::sys::EFIVARFS;
 
@@ -28,6 +30,8 @@ pub enum ModulesError {
     Index(#[from] IndexLoadError),
     #[error("module gate: {0}")]
     GateSetup(#[from] gate::GateSetupError),
+    #[error("initramfs {0}")]
+    Options(#[from] crate::runtime::modload::OptionsError),
     #[error("module gate refused: {}", .0.join(", "))]
     Refused(Vec<String>),
     #[error("module(s) failed to load: {}", .0.join(", "))]
@@ -45,6 +49,7 @@ impl Classified for ModulesError {
         match self {
             ModulesError::Index(_)
             | ModulesError::GateSetup(_)
+            | ModulesError::Options(_)
             | ModulesError::Refused(_)
             | ModulesError::LoadFailed(_)
             | ModulesError::Tainted(_) => Fault::Image,
@@ -59,19 +64,32 @@ impl Classified for ModulesError {
 /// checked its signature. A loaded module without that digest is an error, never a
 /// second read.
 fn measure_loaded(ctx: &mut Context) -> Result<(), MeasureError> {
-    let loaded: Vec<(String, Option<String>)> = ctx
+    let loaded: Vec<(String, Option<String>, String)> = ctx
         .facts
         .modules
         .iter()
         .filter(|m| m.status == ModStatus::Loaded)
-        .map(|m| (m.name.clone(), m.sha256.clone()))
+        .map(|m| {
+            (
+                m.name.clone(),
+                m.sha256.clone(),
+                m.options.clone().unwrap_or_default(),
+            )
+        })
         .collect();
-    for (name, sha) in loaded {
+    for (name, sha, options) in loaded {
         let sha = sha.ok_or_else(|| MeasureError::Unmeasurable {
             what: format!("module {name}"),
             why: "the gate recorded no digest of the image the kernel was given".into(),
         })?;
-        ctx.measure(&Measurement::Module { name, sha256: sha }, None)?;
+        ctx.measure(
+            &Measurement::Module {
+                name,
+                sha256: sha,
+                options,
+            },
+            None,
+        )?;
     }
     Ok(())
 }
@@ -97,6 +115,8 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
     }
     let mut loader = Loader::new(&dir, index, &ctx.roots.sys);
     loader.proc_root = Some(ctx.roots.proc.clone());
+    // The options modprobe would give: the initramfs's modprobe.d, then the command line.
+    loader.options = read_config(&ctx.roots.initramfs, Some(ctx.cmdline_bytes()))?;
     let mut g = Gate::from_initramfs(&ctx.roots.initramfs, &b.bom)?;
     g.policy.module_blacklist = crate::config::cmdline::module_blacklist(&ctx.cmdline);
     log::info!(

@@ -221,6 +221,17 @@ pub fn load_root_modules(ctx: &mut Context, bom: &Bom, report: &mut PreflightRep
     );
     let mut loader = modules::Loader::new(&dir, index, &ctx.roots.sys);
     loader.proc_root = Some(ctx.roots.proc.clone());
+    // The options modprobe on the root would give: the root's modprobe.d, then the
+    // command line.
+    loader.options = match modules::read_config(&ctx.roots.new_root, Some(ctx.cmdline_bytes())) {
+        Ok(c) => c,
+        Err(e) => {
+            report
+                .checks
+                .push(Check::fail(CHECK, Fault::Image, format!("root {e}")));
+            return;
+        }
+    };
     loader.gate = Some(gate);
     let results = loader.load_all(&names);
     for r in &results {
@@ -239,6 +250,7 @@ pub fn load_root_modules(ctx: &mut Context, bom: &Bom, report: &mut PreflightRep
                 &crate::formats::tpm::measurement::Measurement::Module {
                     name: r.name.clone(),
                     sha256: sha.clone(),
+                    options: r.options.clone().unwrap_or_default(),
                 },
                 None,
             ),
