@@ -545,9 +545,17 @@ impl Scenario {
             BootPath::SystemdBoot => "ab-systemd-boot",
         }
         .into();
+        // A module option on the command line, as a node configures one: every A/B boot's
+        // virtio_blk event carries it, and the attestation's prediction must too.
         s.cmdline = match roots {
-            Roots::Plain => "ro validator.on_stop=poweroff validator.root_timeout=30",
-            Roots::Verity(_) => "validator.on_stop=poweroff validator.root_timeout=30",
+            Roots::Plain => {
+                "ro validator.on_stop=poweroff validator.root_timeout=30 \
+                 virtio_blk.num_request_queues=1"
+            }
+            Roots::Verity(_) => {
+                "validator.on_stop=poweroff validator.root_timeout=30 \
+                 virtio_blk.num_request_queues=1"
+            }
         }
         .into();
         s.boot.path = path;

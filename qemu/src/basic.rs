@@ -15,6 +15,9 @@ use crate::paths;
 use crate::scenario::{Name, Scenario, FORTY_MODULES};
 use crate::HarnessError;
 
+/// The good boot's `/etc/modprobe.d/node.conf` in the initramfs.
+pub const GOOD_MODPROBE_CONF: &str = "options virtio_blk queue_depth=77\n";
+
 /// The good boot, named `name` and set up by [`setup`].
 pub fn named(name: Name) -> Result<Scenario, HarnessError> {
     let mut s = Scenario::good()?;
@@ -26,7 +29,22 @@ pub fn named(name: Name) -> Result<Scenario, HarnessError> {
 /// Sets up the one-root scenario `name` on `s` (the good boot).
 pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
     match name {
-        Name::Good => {}
+        Name::Good => {
+            // The node's module options, as modprobe would give them: one from the
+            // initramfs's modprobe.d, one from the command line; the root shows what the
+            // kernel took.
+            let conf = crate::faults::fault_dir()?.join("good-modprobe.conf");
+            validator::util::fs::write_atomic(&conf, GOOD_MODPROBE_CONF.as_bytes())
+                .map_err(|e| HarnessError::io(&conf, e))?;
+            s.extra_initramfs_files
+                .push((conf, "etc/modprobe.d/node.conf".into()));
+            s.cmdline.push_str(" virtio_blk.num_request_queues=1");
+            s.root_extra.push_str(
+                "echo VIRTIO-BLK-PARAMS \
+                 queue_depth=$(cat /sys/module/virtio_blk/parameters/queue_depth) \
+                 num_request_queues=$(cat /sys/module/virtio_blk/parameters/num_request_queues); ",
+            );
+        }
         Name::NoRoot => {
             s.with_root_disk = false;
             s.cmdline =

@@ -44,6 +44,28 @@ fn good_boot_loads_modules_itself_and_switches_root() {
     }
     let pos = |n: &str| loaded.iter().position(|x| *x == n).unwrap();
     assert!(pos("jbd2") < pos("ext4") && pos("virtio") < pos("virtio_blk"));
+    // The module options modprobe would give: the initramfs's modprobe.d, then the
+    // command line; the kernel took both (sysfs, read by the root), and the report and
+    // the measured event say so.
+    let blk = r.modules.iter().find(|m| m.name == "virtio_blk").unwrap();
+    assert_eq!(
+        blk.options.as_deref(),
+        Some("queue_depth=77 num_request_queues=1")
+    );
+    assert!(
+        o.console
+            .contains("VIRTIO-BLK-PARAMS queue_depth=77 num_request_queues=1"),
+        "{}",
+        o.describe()
+    );
+    assert!(
+        r.modules
+            .iter()
+            .filter(|m| m.name != "virtio_blk")
+            .all(|m| m.options.is_none()),
+        "{:?}",
+        r.modules
+    );
     let root = r.root.as_ref().expect("root in the report");
     assert_eq!(root.partition.label, "root");
     assert_eq!(root.fstype, "ext4");
