@@ -23,6 +23,8 @@ pub struct RootModules {
     pub in_tree: Vec<String>,
     /// Out-of-tree module files, installed under `updates/dkms/`.
     pub dkms: Vec<PathBuf>,
+    /// The root's `/etc/modprobe.d/node.conf`, when given.
+    pub modprobe_conf: Option<String>,
 }
 
 /// A PCIe link setting of a root port, as QEMU spells it (`x-speed=8`, `x-width=4`).
@@ -134,6 +136,12 @@ pub fn install_root_modules(
             .arg(rootdir)
             .arg(&tree.release),
     )?;
+    if let Some(conf) = &m.modprobe_conf {
+        let d = rootdir.join("etc/modprobe.d");
+        std::fs::create_dir_all(&d).map_err(|e| HarnessError::io(&d, e))?;
+        let f = d.join("node.conf");
+        std::fs::write(&f, conf).map_err(|e| HarnessError::io(&f, e))?;
+    }
     Ok(())
 }
 

@@ -16,6 +16,12 @@ use crate::hw::{nvidia_fleet, nvidia_module, Device, Link, RootModules};
 use crate::scenario::{Name, Scenario};
 use crate::HarnessError;
 
+/// The root's `/etc/modprobe.d/node.conf` in `preflight-nvidia` and `preflight-nvidia-open`:
+/// an option the driver knows and one it does not (the kernel names an unknown one as it
+/// parses them, so its log shows what it was given).
+pub const NVIDIA_MODPROBE_CONF: &str =
+    "options nvidia NVreg_EnableGpuFirmware=0 NVreg_FleetRootCanary=1\n";
+
 /// The preflight scenarios.
 ///
 /// `preflight-pcie`: a plain root carrying `nvme`; an NVMe controller behind a
@@ -28,8 +34,9 @@ use crate::HarnessError;
 /// proprietary `nvidia.ko` (76 MB, licence "NVIDIA", signed with the fleet key the BOM
 /// trusts) under `updates/dkms`; the BOM names the built driver and expects 8 GPUs. The VM
 /// has no NVIDIA GPU: the gate passes `nvidia.ko`, the kernel is handed it, and the
-/// preflight attributes the outcome. 2 GiB of memory: the gate and the kernel each hold the
-/// module image.
+/// preflight attributes the outcome; the root's `modprobe.d` and the command line give
+/// `nvidia` options ([`NVIDIA_MODPROBE_CONF`]). 2 GiB of memory: the gate and the kernel
+/// each hold the module image.
 pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
     let hw = |s: &mut Scenario| {
         s.bom.hardware.nvme = Some(1);
@@ -51,7 +58,12 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
             s.root_modules = Some(RootModules {
                 in_tree: vec!["nvme".into()],
                 dkms: vec![nvidia_module(dir, &release, "nvidia.ko")?],
+                // The node's driver options: one the driver knows and one it does not
+                // (the kernel names an unknown one as it parses them, so its log shows
+                // what it was given), and one more on the command line.
+                modprobe_conf: Some(NVIDIA_MODPROBE_CONF.into()),
             });
+            s.cmdline.push_str(" nvidia.NVreg_FleetCmdlineCanary=1");
             s.bom.modules.root = vec![ModuleName("nvme".into()), ModuleName("nvidia".into())];
             s.bom.nvidia = Some(Nvidia {
                 driver_version: Version(version),
@@ -78,6 +90,7 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
             s.root_modules = Some(RootModules {
                 in_tree: vec!["nvme".into()],
                 dkms: vec![],
+                modprobe_conf: None,
             });
             s.bom.modules.root = vec![ModuleName("nvme".into())];
             s.bom.hardware.gpus = Some(0);

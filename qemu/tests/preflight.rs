@@ -115,6 +115,22 @@ fn the_real_nvidia_ko_from_a_verity_root_meets_a_kernel_without_a_gpu() {
         Some("Boot gate test fleet module signing key")
     );
     assert_eq!(nv.sha256.as_ref().map(String::len), Some(64));
+    // The root's modprobe.d, then the command line, as modprobe on the root gives them;
+    // the kernel parsed what it was given (it names the parameters the driver lacks).
+    assert_eq!(
+        nv.options.as_deref(),
+        Some("NVreg_EnableGpuFirmware=0 NVreg_FleetRootCanary=1 NVreg_FleetCmdlineCanary=1")
+    );
+    for line in [
+        "nvidia: unknown parameter 'NVreg_FleetRootCanary' ignored",
+        "nvidia: unknown parameter 'NVreg_FleetCmdlineCanary' ignored",
+    ] {
+        assert!(
+            o.console.contains(line),
+            "{line:?} not on the console: {}",
+            o.describe()
+        );
+    }
     for line in [
         "nvidia: module license 'NVIDIA' taints kernel.",
         "nvidia: module verification failed: signature and/or required key missing - tainting kernel",
