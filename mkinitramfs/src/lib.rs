@@ -112,6 +112,44 @@ pub enum BuildError {
     Gate(Vec<String>),
     #[error("{0}: the init is empty")]
     EmptyInit(PathBuf),
+    #[error(
+        "{bom}: modules.load names {module}, which the initramfs's module configuration \
+         blacklists ({origin}): the init would refuse it"
+    )]
+    Blacklisted {
+        bom: PathBuf,
+        module: String,
+        origin: String,
+    },
+}
+
+/// The module configuration the init will read from the initramfs: the extra files put
+/// in `modprobe.d` directories, in `modprobe`'s order (the command line is the node's, so
+/// not known here).
+fn initramfs_module_config(
+    files: &[(PathBuf, String)],
+) -> Result<validator::formats::kmod::modprobe::Config, BuildError> {
+    use validator::formats::kmod::modprobe::{config_files, Config, CONFIG_DIRS};
+    let mut dirs: Vec<Vec<String>> = vec![Vec::new(); CONFIG_DIRS.len()];
+    let mut sources = BTreeMap::new();
+    for (src, dst) in files {
+        let Some((dir, name)) = dst.trim_start_matches('/').rsplit_once('/') else {
+            continue;
+        };
+        if let Some(i) = CONFIG_DIRS.iter().position(|d| *d == dir) {
+            if let Some(names) = dirs.get_mut(i) {
+                names.push(name.to_string());
+                sources.insert((i, name.to_string()), (src.clone(), dst.clone()));
+            }
+        }
+    }
+    let mut cfg = Config::default();
+    for key in config_files(&dirs) {
+        if let Some((src, dst)) = sources.get(&key) {
+            cfg.add_file(dst, &read(src, limits::EXTRA_FILE_MAX)?);
+        }
+    }
+    Ok(cfg)
 }
 
 /// Output compression.
@@ -216,6 +254,19 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
     }
     let mut names: Vec<String> = bom.bom.modules.load.iter().map(|m| m.0.clone()).collect();
     names.extend(spec.extra_modules.iter().cloned());
+    // A module the initramfs's own modprobe.d blacklists is refused by the init: say so
+    // now.
+    let config = initramfs_module_config(&spec.extra_files)?;
+    for n in &names {
+        let module = validator::formats::kmod::normalize_name(n);
+        if let Some(origin) = config.blacklisted(&module) {
+            return Err(BuildError::Blacklisted {
+                bom: spec.bom.clone(),
+                module,
+                origin: origin.to_string(),
+            });
+        }
+    }
     // efivarfs, which Debian builds as a module: on a UEFI boot the init mounts it to
     // read Secure Boot (the preflight) and systemd-boot's variables (the slot stage).
     if tree.files.contains_key(EFIVARFS) && !names.iter().any(|n| n == EFIVARFS) {

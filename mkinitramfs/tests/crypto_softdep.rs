@@ -9,13 +9,12 @@
     reason = "test code: the helper outside `#[test]` unwraps as the test does"
 )]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use mkinitramfs::closure::KernelTree;
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+mod common;
+use common::workspace;
 
 struct Built {
     modules: Vec<String>,
@@ -23,24 +22,7 @@ struct Built {
 }
 
 fn build(dir: &Path, override_crc8: Option<&Path>) -> Result<Built, mkinitramfs::BuildError> {
-    let root = workspace().join("target/kernels/default");
-    let tree = KernelTree::open(&root).unwrap();
-    let bom = dir.join("bom.toml");
-    std::fs::write(
-        &bom,
-        format!(
-            "schema = 1\nimage_id = \"sha512-test\"\n\n[kernel]\nrelease = \"{}\"\n\n\
-             [modules]\nload = [\"crc8\"]\n\n[policy]\ntrust = [\"snake.pem\"]\n",
-            tree.release
-        ),
-    )
-    .unwrap();
-    let init = dir.join("init");
-    std::fs::write(&init, b"#!/bin/sh\n").unwrap();
-    let mut spec = mkinitramfs::Spec::new(&root, &bom, &init);
-    spec.mtime = 0;
-    spec.compress = mkinitramfs::Compress::None;
-    spec.gate = true;
+    let mut spec = common::small_spec(dir, "sha512-test", &["crc8"], &["snake.pem"]);
     if let Some(p) = override_crc8 {
         spec.module_overrides = vec![("crc8".into(), p.to_path_buf())];
     }
