@@ -33,7 +33,7 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
             // The node's module options, as modprobe would give them: one from the
             // initramfs's modprobe.d, one from the command line; the root shows what the
             // kernel took.
-            let conf = crate::faults::fault_dir()?.join("good-modprobe.conf");
+            let conf = paths::edited_files_dir()?.join("good-modprobe.conf");
             validator::util::fs::write_atomic(&conf, GOOD_MODPROBE_CONF.as_bytes())
                 .map_err(|e| HarnessError::io(&conf, e))?;
             s.extra_initramfs_files

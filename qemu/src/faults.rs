@@ -124,7 +124,7 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
                 .bom
                 .to_toml()
                 .map_err(|e| HarnessError::Setup(format!("BOM as TOML: {e}")))?;
-            let f = fault_dir()?.join("corrupt-bom.toml");
+            let f = paths::edited_files_dir()?.join("corrupt-bom.toml");
             write_atomic(&f, &corrupt_bom(&good))?;
             s.extra_initramfs_files
                 .push((f, CORRUPT_BOM.trim_start_matches('/').into()));
@@ -179,15 +179,6 @@ pub enum ModuleEdit {
     Truncated,
 }
 
-/// This process's directory for edited files.
-pub fn fault_dir() -> Result<PathBuf, HarnessError> {
-    let d = paths::workspace()
-        .join("target/qemu-runs")
-        .join(format!("fault-files-{}", std::process::id()));
-    std::fs::create_dir_all(&d).map_err(|e| HarnessError::io(&d, e))?;
-    Ok(d)
-}
-
 /// Writes `bytes` by rename, so tests running at once never see a partial file.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), HarnessError> {
     validator::util::fs::write_atomic(path, bytes).map_err(|e| HarnessError::io(path, e))
@@ -214,14 +205,14 @@ fn body_of(signed: &[u8]) -> Result<Vec<u8>, HarnessError> {
         .map_err(|e| HarnessError::Setup(format!("{MODULE}: {e}")))
 }
 
-/// [`MODULE`] edited as `edit` says, written under [`fault_dir`].
+/// [`MODULE`] edited as `edit` says, written under [`paths::edited_files_dir`].
 pub fn edited_module(edit: ModuleEdit) -> Result<PathBuf, HarnessError> {
     let (_, signed) = default_module()?;
     let (bytes, name) = match edit {
         ModuleEdit::Unsigned => (body_of(&signed)?, "unsigned"),
         ModuleEdit::Truncated => (signed[..signed.len() / 2].to_vec(), "truncated"),
     };
-    let out = fault_dir()?.join(format!("{MODULE}-{name}.ko"));
+    let out = paths::edited_files_dir()?.join(format!("{MODULE}-{name}.ko"));
     write_atomic(&out, &bytes)?;
     Ok(out)
 }
@@ -255,7 +246,7 @@ pub fn crc_mismatch_module() -> Result<(PathBuf, PathBuf), HarnessError> {
         .position(|w| w == rec.as_slice())
         .ok_or_else(|| HarnessError::Setup(format!("{MODULE}: no __versions record for {sym}")))?;
     body[at] ^= 0x01;
-    let dir = fault_dir()?;
+    let dir = paths::edited_files_dir()?;
     let (key, cert) = (dir.join("crc-signer.key"), dir.join("crc-signer.pem"));
     let der = dir.join("crc-signer.der");
     if !der.exists() {

@@ -130,6 +130,16 @@ fn build_static(
     Ok(p)
 }
 
+/// This process's directory for the files scenarios are set up with (edited BOMs,
+/// modules, configuration), under `target/qemu-runs/`.
+pub fn edited_files_dir() -> Result<PathBuf, HarnessError> {
+    let d = workspace()
+        .join("target/qemu-runs")
+        .join(format!("fault-files-{}", std::process::id()));
+    std::fs::create_dir_all(&d).map_err(|e| HarnessError::io(&d, e))?;
+    Ok(d)
+}
+
 /// A fresh working directory under `target/qemu-runs/` for one run; kept for its logs.
 pub fn run_dir(name: &str) -> Result<PathBuf, HarnessError> {
     use std::sync::atomic::{AtomicU32, Ordering};

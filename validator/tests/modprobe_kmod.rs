@@ -39,6 +39,11 @@ const ETC: &[(&str, &str)] = &[
 ];
 const LIB: &[(&str, &str)] = &[
     ("gpu.conf", "options nvidia hidden=1\n"),
+    // /etc has a directory of this name: left out, so this file is read.
+    (
+        "dir.conf",
+        "options virtio_ring from_lib=1\noptions mbcache a=1\0junk=2\n",
+    ),
     (
         "00-first.conf",
         "options virtio_blk poll_queues=1\nblacklist bochs\n",
@@ -84,6 +89,7 @@ fn options_and_blacklist_are_modprobes() {
     let root = common::tmpdir("modprobe-kmod");
     fill(&root.join("etc/modprobe.d"), ETC);
     fill(&root.join("lib/modprobe.d"), LIB);
+    std::fs::create_dir(root.join("etc/modprobe.d/dir.conf")).unwrap();
     let cmdline = root.join("cmdline");
     std::fs::write(&cmdline, CMDLINE).unwrap();
     let ours = read_config(&root, Some(CMDLINE.as_bytes())).unwrap();
@@ -112,6 +118,8 @@ fn options_and_blacklist_are_modprobes() {
     assert!(mine.contains(&"options mbcache dyndbg=\"file x.c +p\"".to_string()));
     assert!(ours.options("nvidia").contains("NVreg_EnableGpuFirmware=0"));
     assert!(!ours.options("nvidia").contains("hidden"));
+    assert!(ours.options("virtio_ring").contains("from_lib=1"));
+    assert!(ours.options("mbcache").starts_with("a=1 "));
 
     // What each module of the real kernel is given, dependencies included: a module
     // tree of the modules involved, indexed by `depmod` as an install indexes it.

@@ -48,8 +48,9 @@ pub trait Tree {
     /// The bytes of `rel` (a path relative to the tree's root, `/`-separated), at most
     /// `limit` bytes; `Ok(None)` when there is no such file.
     fn read(&self, rel: &str, limit: u64) -> Result<Option<Vec<u8>>, String>;
-    /// The names of the regular files (symbolic links followed) directly in the
-    /// directory `rel`; empty when there is no such directory.
+    /// The names directly in the directory `rel` that are not directories (symbolic
+    /// links followed); empty when there is no such directory, an error when `rel` is a
+    /// file or a name is not UTF-8.
     fn list(&self, rel: &str) -> Result<Vec<String>, String>;
     /// How to name the tree in messages.
     fn name(&self) -> String;
@@ -81,10 +82,17 @@ impl Tree for DirTree {
         let mut out = Vec::new();
         for e in entries {
             let e = e.map_err(|e| format!("{}: {e}", dir.display()))?;
-            let file = std::fs::metadata(e.path()).is_ok_and(|m| m.is_file());
-            if let (true, Ok(n)) = (file, e.file_name().into_string()) {
-                out.push(n);
+            if std::fs::metadata(e.path()).is_ok_and(|m| m.is_dir()) {
+                continue;
             }
+            let n = e.file_name().into_string().map_err(|n| {
+                format!(
+                    "{}/{}: the name is not UTF-8",
+                    dir.display(),
+                    n.to_string_lossy()
+                )
+            })?;
+            out.push(n);
         }
         Ok(out)
     }
@@ -133,7 +141,11 @@ impl Tree for MemTree {
         }
     }
     fn list(&self, rel: &str) -> Result<Vec<String>, String> {
-        let prefix = format!("{}/", rel.trim_start_matches('/').trim_end_matches('/'));
+        let dir = rel.trim_start_matches('/').trim_end_matches('/');
+        if self.files.contains_key(dir) {
+            return Err(format!("{rel}: a file, not a directory"));
+        }
+        let prefix = format!("{dir}/");
         Ok(self
             .files
             .keys()
@@ -329,11 +341,16 @@ fn module_config(tree: &dyn Tree, cmdline: &str) -> Result<modprobe::Config, Pre
         tree: tree.name(),
         why,
     };
+    let too_much = || bad("more files or bytes than the init reads".into());
     let mut dirs = Vec::new();
     for d in modprobe::CONFIG_DIRS {
         dirs.push(tree.list(d).map_err(bad)?);
     }
+    if dirs.iter().map(Vec::len).sum::<usize>() > modprobe::CONFIG_FILES_MAX {
+        return Err(too_much());
+    }
     let mut cfg = modprobe::Config::default();
+    let mut total = 0usize;
     for (i, name) in modprobe::config_files(&dirs) {
         let d = modprobe::CONFIG_DIRS.get(i).copied().unwrap_or_default();
         let rel = format!("{d}/{name}");
@@ -341,7 +358,14 @@ fn module_config(tree: &dyn Tree, cmdline: &str) -> Result<modprobe::Config, Pre
             .read(&rel, modprobe::CONFIG_FILE_MAX as u64)
             .map_err(bad)?
             .ok_or_else(|| bad(format!("{rel} is listed and missing")))?;
+        total += bytes.len();
+        if total > crate::runtime::modload::CONFIG_TOTAL_MAX {
+            return Err(too_much());
+        }
         cfg.add_file(&format!("/{rel}"), &bytes);
+        if let Some(o) = cfg.not_utf8.first() {
+            return Err(bad(format!("{o}: a line that is not UTF-8")));
+        }
     }
     cfg.add_cmdline(cmdline.as_bytes());
     Ok(cfg)

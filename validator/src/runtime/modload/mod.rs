@@ -28,7 +28,9 @@
 //!
 //! Each module is given the options `modprobe` would give it ([`Loader::options`], read by
 //! [`read_config`] from the root's `modprobe.d` and the kernel command line); a module
-//! asked for by name that the configuration blacklists is refused, not loaded.
+//! asked for by name that the configuration blacklists is refused, not loaded, unless
+//! another module asked for depends on it (as `systemd-modules-load`, which applies
+//! kmod's blacklist to the names it loads; a plain `modprobe NAME` would not apply it).
 //!
 //! Layout: the loader here, the index in `index.rs` ([`load_index`]), the module options
 //! in `options.rs` ([`read_config`]), the report line of each module in `report.rs`
@@ -47,7 +49,7 @@ mod options;
 mod report;
 
 pub use index::{load_index, IndexLoadError, INDEX_FILE_MAX};
-pub use options::{read_config, OptionsError};
+pub use options::{read_config, OptionsError, CONFIG_TOTAL_MAX};
 pub use report::{ModStatus, ModuleReport};
 
 use crate::formats::kmod::index::Index;
@@ -97,9 +99,10 @@ pub struct Loader {
     /// The procfs root (`/proc` on a live system), where the kernel lists the digests it
     /// holds (`crypto`); `None`: only the gate's own knowledge of the kernel counts.
     pub proc_root: Option<PathBuf>,
-    /// The module options and blacklist `modprobe` would apply ([`read_config`]): each
-    /// module is given its options, and a module asked for by name that is blacklisted
-    /// is refused (as `systemd-modules-load` refuses it). Empty: none.
+    /// The module options and blacklist ([`read_config`]): each module is given the
+    /// options `modprobe` would give it, and a module asked for by name that is
+    /// blacklisted is refused (as `systemd-modules-load` refuses it) unless another
+    /// depends on it. Empty: none.
     pub options: modprobe::Config,
     nodes: Vec<Node>,
     by_name: BTreeMap<String, usize>,
@@ -132,18 +135,30 @@ impl Loader {
         self.nodes.clear();
         self.by_name.clear();
         let mut visiting = Vec::new();
-        for n in names {
-            let name = crate::formats::kmod::normalize_name(n);
+        let names: Vec<String> = names
+            .iter()
+            .map(|n| crate::formats::kmod::normalize_name(n))
+            .collect();
+        // A blacklisted name is refused only where nothing else needs it: a module that
+        // depends on it still gets it, whatever the order (as `systemd-modules-load`
+        // loading each name with kmod's blacklist applied to that name only).
+        let blacklisted = |n: &String| self.options.blacklisted(n).is_some();
+        let (refused, wanted): (Vec<String>, Vec<String>) =
+            names.into_iter().partition(blacklisted);
+        for name in &wanted {
+            self.plan(name, false, None, &mut visiting);
+        }
+        for name in refused {
             if self.by_name.contains_key(&name) {
                 continue;
             }
-            if let Some(origin) = self.options.blacklisted(&name) {
-                let mut r = ModuleReport::new(&name, ModStatus::Rejected);
-                r.message = Some(format!("blacklisted by {origin}"));
-                self.preset(&name, false, None, r);
-                continue;
-            }
-            self.plan(&name, false, None, &mut visiting);
+            let origin = self
+                .options
+                .blacklisted(&name)
+                .map_or_else(String::new, ToString::to_string);
+            let mut r = ModuleReport::new(&name, ModStatus::Rejected);
+            r.message = Some(format!("blacklisted by {origin}"));
+            self.preset(&name, false, None, r);
         }
     }
 
@@ -440,9 +455,16 @@ impl Loader {
             return r;
         }
         let path = self.dir.join(rel);
-        let params = self.options.options(name);
-        if !params.is_empty() {
-            r.options = Some(params.clone());
+        // As modprobe hands them over: the options, then one space (its separator before
+        // options of its own command line), which the kernel's parser skips.
+        let options = self.options.options(name);
+        let params = if options.is_empty() {
+            String::new()
+        } else {
+            format!("{options} ")
+        };
+        if !options.is_empty() {
+            r.options = Some(options);
         }
         let fail = |mut r: ModuleReport, errno: Option<String>, msg: String| {
             r.status = ModStatus::Failed;

@@ -9,8 +9,12 @@
 //!   hides the same name in a later one; the files are read in byte order of their names,
 //!   whatever directory each comes from.
 //! - Lines ([`Config::add_file`]): a `\` before a newline joins the next line, a `\`
-//!   before any other byte is dropped; a line whose first byte is `#` and an empty line are
-//!   skipped; words are split on spaces and tabs. `options MODULE REST`: REST is everything
+//!   before any other byte is dropped (one at the very end is read as the byte 0xFF, as
+//!   kmod stores `EOF`); a line ends at its first NUL; a line whose first byte is `#` and
+//!   an empty line are skipped; words are split on spaces and tabs; a line is placed by
+//!   the physical line it ends on, as kmod's messages place it. A line that is not UTF-8
+//!   is not applied but listed in [`Config::not_utf8`] (kmod would pass its bytes on;
+//!   the init refuses such a file rather than give a module other bytes). `options MODULE REST`: REST is everything
 //!   after the one space or tab that ends MODULE (further leading blanks kept), tabs made
 //!   spaces. `blacklist MODULE`. Module names take `_` for `-` outside `[...]`; a `]`
 //!   without `[`, or a `[` never closed, makes the line bad. `alias`, `install`,
@@ -21,10 +25,14 @@
 //!   over `/proc/cmdline`: a word `MODULE.PARAM[=VALUE]` adds the option `PARAM[=VALUE]`
 //!   for MODULE; a `.` in PARAM, a `=` or `"` in MODULE, or a blank inside quotes outside
 //!   the value drops the word; a quote before MODULE is moved after the `=`
-//!   (`"m.p=a b"` gives `p="a b"`); `modprobe.blacklist=a,b` blacklists `a` and `b`.
+//!   (`"m.p=a b"` gives `p="a b"`, and a value starting with that quote); a word that
+//!   is not UTF-8 is left out and listed in [`Config::not_utf8`];
+//!   `modprobe.blacklist=a,b` blacklists `a` and `b` as written (no `-` to `_`).
 //! - A module's options ([`Config::options`]) are those of every matching entry in that
-//!   order, the non-empty ones joined by one space: the string `modprobe` hands
-//!   `init_module`. The kernel applies them left to right, so a later value wins.
+//!   order, the non-empty ones joined by one space; `modprobe` hands `init_module` that
+//!   string followed by one space (the separator before options given to `modprobe`
+//!   itself), and so does the loader. The kernel applies them left to right, so a later
+//!   value wins.
 //!
 //! Hand-written: no crate reads `modprobe.d` (the `kmod` crates bind libkmod, which a
 //! static PID 1 does not link).
@@ -81,6 +89,10 @@ pub struct Config {
     pub blacklist: Vec<(String, Origin)>,
     /// Lines kmod would log and skip: where, and the line's first word.
     pub ignored: Vec<(Origin, String)>,
+    /// Lines, and command-line words that name a module, whose bytes are not UTF-8: kmod
+    /// would pass them on; the init refuses a file that has one (see [`Config::add_file`])
+    /// and leaves such a command-line word out.
+    pub not_utf8: Vec<Origin>,
 }
 
 /// Of `dirs` (each a directory's label and the names it holds, in kmod's directory order),
@@ -126,21 +138,28 @@ pub fn underscores(name: &str) -> Option<String> {
     Some(out)
 }
 
-/// kmod's `freadline_wrapped` over `text`: the logical lines and the physical line each
-/// starts on.
+/// kmod's `freadline_wrapped` over `text`, each logical line cut at its first NUL (kmod's
+/// string functions stop there): the lines and the physical line each ends on (the number
+/// kmod's messages give). A `\` at the very end stands for the byte kmod stores in its
+/// place (`EOF` as a `char`, 0xFF).
 fn logical_lines(text: &[u8]) -> Vec<(usize, Vec<u8>)> {
     let mut out = Vec::new();
     let mut line = Vec::new();
-    let mut start = 1;
     let mut at = 1;
     let mut i = 0;
+    let mut finish = |line: &mut Vec<u8>, at: usize| {
+        let mut l = std::mem::take(line);
+        if let Some(nul) = l.iter().position(|&b| b == 0) {
+            l.truncate(nul);
+        }
+        out.push((at, l));
+    };
     while let Some(&c) = text.get(i) {
         i += 1;
         match c {
             b'\n' => {
-                out.push((start, std::mem::take(&mut line)));
+                finish(&mut line, at);
                 at += 1;
-                start = at;
             }
             b'\\' => match text.get(i) {
                 Some(b'\n') => {
@@ -151,13 +170,13 @@ fn logical_lines(text: &[u8]) -> Vec<(usize, Vec<u8>)> {
                     line.push(d);
                     i += 1;
                 }
-                None => {}
+                None => line.push(0xff),
             },
             c => line.push(c),
         }
     }
     if !line.is_empty() {
-        out.push((start, line));
+        finish(&mut line, at);
     }
     out
 }
@@ -186,8 +205,13 @@ impl Config {
                 file: name.to_string(),
                 line,
             };
-            let text = String::from_utf8_lossy(&bytes);
-            let Some((cmd, rest)) = word(&text) else {
+            // kmod would hand the bytes on as they are; we pass on only what we can
+            // report and measure faithfully.
+            let Ok(text) = std::str::from_utf8(&bytes) else {
+                self.not_utf8.push(origin);
+                continue;
+            };
+            let Some((cmd, rest)) = word(text) else {
                 continue;
             };
             let ok = match cmd {
@@ -286,18 +310,26 @@ impl Config {
                 Some(_) => {}
             }
             if complete {
-                let text = |r: std::ops::Range<usize>| {
-                    String::from_utf8_lossy(buf.get(r).unwrap_or_default()).into_owned()
-                };
-                let name = text(modname..param.saturating_sub(1));
-                let mut opt = text(param..p);
-                if let (Some(q), Some(v)) = (quote_start, value) {
-                    if q < modname {
-                        // The quote goes after the `=`: `"m.p=a b"` is `p="a b"`.
-                        opt = format!("{}=\"{}", text(param..v - 1), text(v..p));
+                let word = buf.get(modname..p).unwrap_or_default();
+                if std::str::from_utf8(word).is_err() {
+                    self.not_utf8.push(Origin::Cmdline);
+                } else {
+                    let text = |r: std::ops::Range<usize>| {
+                        String::from_utf8_lossy(buf.get(r).unwrap_or_default()).into_owned()
+                    };
+                    let name = text(modname..param.saturating_sub(1));
+                    let mut opt = text(param..p);
+                    let mut val = value.map(|v| text(v..p));
+                    if let (Some(q), Some(v)) = (quote_start, value) {
+                        if q < modname {
+                            // The quote goes after the `=`: `"m.p=a b"` is `p="a b"`
+                            // (and the value starts with it).
+                            opt = format!("{}=\"{}", text(param..v - 1), text(v..p));
+                            val = Some(format!("\"{}", text(v..p)));
+                        }
                     }
+                    self.add_cmdline_word(&name, &opt, val);
                 }
-                self.add_cmdline_word(&name, &opt, value.map(|v| text(v..p)));
                 modname = p + 1;
                 st = St::Modname;
                 quote_start = None;

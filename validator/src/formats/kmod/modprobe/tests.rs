@@ -20,11 +20,12 @@ fn options_lines_join_in_order_and_keep_what_kmod_keeps() {
     assert_eq!(c.options("nvidia_drm"), "modeset=1 fbdev=1");
     assert_eq!(c.options("nvidia-drm"), "");
     assert_eq!(c.options("absent"), "");
+    // Placed by the line it ends on, as kmod's messages place it.
     assert_eq!(
         c.options[3].origin,
         Origin::File {
             file: "t.conf".into(),
-            line: 6
+            line: 7
         }
     );
     assert!(c.ignored.is_empty(), "{:?}", c.ignored);
@@ -112,7 +113,7 @@ fn command_line_edges() {
         (b"\"m.p\"=1", ""),
         (b"m.p=1\0m.q=2", "p=1"),
         (b"m.p=a\tm.q=b\r", "p=a q=b"),
-        (b"\xff.p=1 m.p=\xfe", "p=\u{fffd}"),
+        (b"\xff.p=1 m.p=\xfe m.q=2", "q=2"),
     ] {
         let mut c = Config::default();
         c.add_cmdline(line);
@@ -145,4 +146,39 @@ fn underscores_as_kmod() {
     assert_eq!(underscores("a[-x]-b").as_deref(), Some("a[-x]_b"));
     assert_eq!(underscores("a]"), None);
     assert_eq!(underscores("a[b"), None);
+}
+
+#[test]
+fn nul_ends_a_line_and_a_final_backslash_is_kmods_eof_byte() {
+    let c = conf("blacklist m\0x\noptions m a=1\0b\noptions n z=1\\");
+    assert!(c.blacklisted("m").is_some());
+    assert_eq!(c.options("m"), "a=1");
+    // `a=1\xff`: not UTF-8, so not applied, and said.
+    assert_eq!(c.options("n"), "");
+    assert_eq!(
+        c.not_utf8,
+        [Origin::File {
+            file: "t.conf".into(),
+            line: 3
+        }]
+    );
+}
+
+#[test]
+fn bytes_that_are_not_utf8_are_said_not_passed_on() {
+    let mut c = Config::default();
+    c.add_file("t.conf", b"options m p=caf\xe9\noptions m q=1\n");
+    c.add_cmdline(b"m.r=\xfe m.s=2");
+    assert_eq!(c.options("m"), "q=1 s=2");
+    assert_eq!(c.not_utf8.len(), 2, "{:?}", c.not_utf8);
+}
+
+#[test]
+fn a_quoted_blacklist_word_keeps_its_quote_as_kmod_does() {
+    let mut c = Config::default();
+    c.add_cmdline(b"\"modprobe.blacklist=nouveau,x y\" modprobe.blacklist=bochs");
+    assert_eq!(c.blacklisted("nouveau"), None);
+    assert!(c.blacklisted("\"nouveau").is_some());
+    assert!(c.blacklisted("x y\"").is_some());
+    assert!(c.blacklisted("bochs").is_some());
 }
