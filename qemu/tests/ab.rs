@@ -215,18 +215,39 @@ fn fallback_attests_as_the_policy_says(b: &Outcome) {
 /// or a reboot into a slot shim refuses. The next power-on is the real chain's answer:
 /// GRUB picks B, shim refuses its kernel ("bad shim signature"), the shipped `grub.cfg`
 /// halts; the one after finds no bootable slot and halts. Two power-ons, no loop.
+/// (One test per scenario, so the two test threads share the boots.)
 #[test]
 fn secure_boot_b_kernel_that_would_not_start_is_no_fallback() {
-    for (name, why) in [
-        (Name::SbUnsignedB, "the image is not signed"),
-        (Name::SbUntrustedB, "is not in the trust store"),
-        (Name::SbDbxB, "is revoked (dbx)"),
-        (Name::SbDbxSignerB, "is revoked (dbx)"),
-        (
-            Name::SbSbatB,
-            "its SBAT component linux.fleet is at generation 1, below the node's level 2",
-        ),
-    ] {
+    no_fallback(Name::SbUnsignedB, "the image is not signed");
+}
+
+#[test]
+fn secure_boot_b_kernel_that_would_not_start_is_no_fallback_untrusted() {
+    no_fallback(Name::SbUntrustedB, "is not in the trust store");
+}
+
+#[test]
+fn secure_boot_b_kernel_that_would_not_start_is_no_fallback_dbx_digest() {
+    no_fallback(Name::SbDbxB, "is revoked (dbx)");
+}
+
+#[test]
+fn secure_boot_b_kernel_that_would_not_start_is_no_fallback_dbx_signer() {
+    no_fallback(Name::SbDbxSignerB, "is revoked (dbx)");
+}
+
+#[test]
+fn secure_boot_b_kernel_that_would_not_start_is_no_fallback_sbat() {
+    no_fallback(
+        Name::SbSbatB,
+        "its SBAT component linux.fleet is at generation 1, below the node's level 2",
+    );
+}
+
+/// One scenario of [`secure_boot_b_kernel_that_would_not_start_is_no_fallback`]: `why` is
+/// in the gate's reason.
+fn no_fallback(name: Name, why: &str) {
+    {
         let bed = bed(name);
         let run = bed.boot().unwrap();
         no_kernel_panic(&run);
