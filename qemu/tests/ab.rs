@@ -247,65 +247,63 @@ fn secure_boot_b_kernel_that_would_not_start_is_no_fallback_sbat() {
 /// One scenario of [`secure_boot_b_kernel_that_would_not_start_is_no_fallback`]: `why` is
 /// in the gate's reason.
 fn no_fallback(name: Name, why: &str) {
-    {
-        let bed = bed(name);
-        let run = bed.boot().unwrap();
-        no_kernel_panic(&run);
-        assert_eq!(run.boots.len(), 1, "{name}: {}", run.describe());
-        let o = &run.boots[0];
-        let r = report(o);
-        assert_eq!(
-            (r.decision, r.fault),
-            (Decision::Stop, Some(Fault::Image)),
-            "{name}"
-        );
-        let reason = r.reason.as_deref().unwrap();
-        assert!(reason.starts_with("modules: "), "{reason}");
-        assert!(
-            reason.contains(
-                "; no fallback: slot B's kernel /run/validator/esp/B/vmlinuz would not start \
-                 under Secure Boot: "
-            ),
-            "{reason}"
-        );
-        assert!(reason.contains(why), "{name}: {reason}");
-        assert!(!o.console.contains("kexec_file_load"), "no kexec tried");
-        assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=0", "{name}");
-        if name == Name::SbDbxSignerB {
-            assert!(reason.contains("its certificate"), "{reason}");
-        }
-        if matches!(name, Name::SbDbxB | Name::SbDbxSignerB) {
-            pe_verify_agrees_with_the_dbx(&bed);
-        }
+    let bed = bed(name);
+    let run = bed.boot().unwrap();
+    no_kernel_panic(&run);
+    assert_eq!(run.boots.len(), 1, "{name}: {}", run.describe());
+    let o = &run.boots[0];
+    let r = report(o);
+    assert_eq!(
+        (r.decision, r.fault),
+        (Decision::Stop, Some(Fault::Image)),
+        "{name}"
+    );
+    let reason = r.reason.as_deref().unwrap();
+    assert!(reason.starts_with("modules: "), "{reason}");
+    assert!(
+        reason.contains(
+            "; no fallback: slot B's kernel /run/validator/esp/B/vmlinuz would not start \
+             under Secure Boot: "
+        ),
+        "{reason}"
+    );
+    assert!(reason.contains(why), "{name}: {reason}");
+    assert!(!o.console.contains("kexec_file_load"), "no kexec tried");
+    assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=0", "{name}");
+    if name == Name::SbDbxSignerB {
+        assert!(reason.contains("its certificate"), "{reason}");
+    }
+    if matches!(name, Name::SbDbxB | Name::SbDbxSignerB) {
+        pe_verify_agrees_with_the_dbx(&bed);
+    }
+    if name == Name::SbSbatB {
+        pe_verify_agrees_with_the_sbat_level(&bed);
+    }
+    if name != Name::SbUntrustedB {
+        let next = bed.boot().unwrap();
+        let c = &next.console;
+        assert!(c.contains("boot gate: slot B"), "{}", next.describe());
+        assert!(c.contains("error: bad shim signature"), "{c}");
+        assert!(c.contains(ab::GRUB_KERNEL_REFUSED), "{c}");
         if name == Name::SbSbatB {
-            pe_verify_agrees_with_the_sbat_level(&bed);
-        }
-        if name != Name::SbUntrustedB {
-            let next = bed.boot().unwrap();
-            let c = &next.console;
-            assert!(c.contains("boot gate: slot B"), "{}", next.describe());
-            assert!(c.contains("error: bad shim signature"), "{c}");
-            assert!(c.contains(ab::GRUB_KERNEL_REFUSED), "{c}");
-            if name == Name::SbSbatB {
-                // Shim's own reason (SHIM_VERBOSE), for the kernel GRUB asked it to verify.
-                assert!(
-                    c.contains(
-                        "component linux.fleet, generation 1, was revoked by SbatLevel variable"
-                    ),
-                    "{c}"
-                );
-            }
-            assert!(!c.contains("Linux version"), "no kernel started");
-            assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=1");
-        }
-        if name == Name::SbUnsignedB {
-            let last = bed.boot().unwrap();
+            // Shim's own reason (SHIM_VERBOSE), for the kernel GRUB asked it to verify.
             assert!(
-                last.console.contains(ab::GRUB_NO_SLOT),
-                "{}",
-                last.describe()
+                c.contains(
+                    "component linux.fleet, generation 1, was revoked by SbatLevel variable"
+                ),
+                "{c}"
             );
         }
+        assert!(!c.contains("Linux version"), "no kernel started");
+        assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=1");
+    }
+    if name == Name::SbUnsignedB {
+        let last = bed.boot().unwrap();
+        assert!(
+            last.console.contains(ab::GRUB_NO_SLOT),
+            "{}",
+            last.describe()
+        );
     }
 }
 

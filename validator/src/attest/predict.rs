@@ -358,14 +358,11 @@ fn module_config(tree: &dyn Tree, cmdline: &str) -> Result<modprobe::Config, Pre
             .read(&rel, modprobe::CONFIG_FILE_MAX as u64)
             .map_err(bad)?
             .ok_or_else(|| bad(format!("{rel} is listed and missing")))?;
-        total += bytes.len();
-        if total > crate::runtime::modload::CONFIG_TOTAL_MAX {
-            return Err(too_much());
-        }
-        cfg.add_file(&format!("/{rel}"), &bytes);
-        if let Some(o) = cfg.not_utf8.first() {
-            return Err(bad(format!("{o}: a line that is not UTF-8")));
-        }
+        cfg.add_file_checked(&format!("/{rel}"), &bytes, &mut total)
+            .map_err(|r| match r {
+                modprobe::Refusal::TooMuch => too_much(),
+                modprobe::Refusal::NotUtf8(o) => bad(format!("{o}: a line that is not UTF-8")),
+            })?;
     }
     cfg.add_cmdline(cmdline.as_bytes());
     Ok(cfg)

@@ -49,7 +49,7 @@ mod options;
 mod report;
 
 pub use index::{load_index, IndexLoadError, INDEX_FILE_MAX};
-pub use options::{read_config, OptionsError, CONFIG_TOTAL_MAX};
+pub use options::{read_config, OptionsError};
 pub use report::{ModStatus, ModuleReport};
 
 use crate::formats::kmod::index::Index;
@@ -142,20 +142,21 @@ impl Loader {
         // A blacklisted name is refused only where nothing else needs it: a module that
         // depends on it still gets it, whatever the order (as `systemd-modules-load`
         // loading each name with kmod's blacklist applied to that name only).
-        let blacklisted = |n: &String| self.options.blacklisted(n).is_some();
-        let (refused, wanted): (Vec<String>, Vec<String>) =
-            names.into_iter().partition(blacklisted);
+        let mut refused = Vec::new();
+        let mut wanted = Vec::new();
+        for name in names {
+            match self.options.blacklisted(&name) {
+                Some(origin) => refused.push((name, origin.to_string())),
+                None => wanted.push(name),
+            }
+        }
         for name in &wanted {
             self.plan(name, false, None, &mut visiting);
         }
-        for name in refused {
+        for (name, origin) in refused {
             if self.by_name.contains_key(&name) {
                 continue;
             }
-            let origin = self
-                .options
-                .blacklisted(&name)
-                .map_or_else(String::new, ToString::to_string);
             let mut r = ModuleReport::new(&name, ModStatus::Rejected);
             r.message = Some(format!("blacklisted by {origin}"));
             self.preset(&name, false, None, r);

@@ -16,12 +16,12 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::formats::kmod::modprobe::{self, Config, Origin, CONFIG_DIRS};
+use crate::formats::kmod::modprobe::{
+    self, Config, Origin, Refusal, CONFIG_DIRS, CONFIG_TOTAL_MAX,
+};
 use crate::runtime::rootpath::{resolve_in_root, ResolveError};
 use crate::util::fs::{read_limited, InputError};
 
-/// The most configuration bytes read from one root.
-pub const CONFIG_TOTAL_MAX: usize = 16 << 20;
 /// The most notes logged.
 pub const NOTES_LOGGED: usize = 32;
 
@@ -78,21 +78,17 @@ pub fn read_config(root: &Path, cmdline: Option<&[u8]>) -> Result<Config, Option
             source,
         })?;
         match read_limited(&path, modprobe::CONFIG_FILE_MAX as u64) {
-            Ok(bytes) => {
-                total += bytes.len();
-                if total > CONFIG_TOTAL_MAX {
-                    return Err(OptionsError::TooMuch);
-                }
-                cfg.add_file(&abs, &bytes);
-            }
+            Ok(bytes) => cfg
+                .add_file_checked(&abs, &bytes, &mut total)
+                .map_err(|r| match r {
+                    Refusal::TooMuch => OptionsError::TooMuch,
+                    Refusal::NotUtf8(o) => OptionsError::NotUtf8(o),
+                })?,
             Err(InputError::NotAFile { kind, .. }) => cfg.ignored.push((
                 Origin::File { file: abs, line: 0 },
                 format!("a {kind}, not a file"),
             )),
             Err(e) => return Err(e.into()),
-        }
-        if let Some(o) = cfg.not_utf8.first() {
-            return Err(OptionsError::NotUtf8(o.clone()));
         }
     }
     if let Some(line) = cmdline {

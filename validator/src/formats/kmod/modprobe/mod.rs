@@ -54,6 +54,18 @@ pub const CONFIG_DIRS: [&str; 4] = [
 pub const CONFIG_FILE_MAX: usize = 1 << 20;
 pub const CONFIG_FILES_MAX: usize = 4096;
 
+/// The most configuration bytes read for one root, all files together.
+pub const CONFIG_TOTAL_MAX: usize = 16 << 20;
+
+/// Why a configuration, read file by file, is not applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// More than [`CONFIG_TOTAL_MAX`] bytes in all.
+    TooMuch,
+    /// A line that is not UTF-8 (kmod would pass its bytes on).
+    NotUtf8(Origin),
+}
+
 /// Where an entry came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Origin {
@@ -241,6 +253,26 @@ impl Config {
             if ok.is_none() {
                 self.ignored.push((origin, cmd.to_string()));
             }
+        }
+    }
+
+    /// [`Config::add_file`] as a reader of a whole configuration applies it: `total` (the
+    /// bytes read so far) stays within [`CONFIG_TOTAL_MAX`], and a line that is not UTF-8
+    /// refuses the configuration.
+    pub fn add_file_checked(
+        &mut self,
+        name: &str,
+        text: &[u8],
+        total: &mut usize,
+    ) -> Result<(), Refusal> {
+        *total = total.saturating_add(text.len());
+        if *total > CONFIG_TOTAL_MAX {
+            return Err(Refusal::TooMuch);
+        }
+        self.add_file(name, text);
+        match self.not_utf8.first() {
+            Some(o) => Err(Refusal::NotUtf8(o.clone())),
+            None => Ok(()),
         }
     }
 
