@@ -214,11 +214,13 @@ fn gate_modules_judges_the_real_nvidia_driver_on_a_root() {
         .unwrap()
         .replace("release = \"6.1.0-57-amd64\"", &format!("release = \"{release}\""))
         .replace("flavour = \"open\"", "flavour = \"proprietary\"")
+        // The fleet certificate comes with --trust (and is left out to see the refusal).
+        .replace("trust = [\"certs/fleet.pem\"]", "trust = []")
         .replace(
             "root = [\n  \"mlx5_core\", \"mlx5_ib\",\n  \"nvidia\", \"nvidia_uvm\", \"nvidia_modeset\", \"nvidia_peermem\",\n]",
             "root = [\"nvidia\", \"nvidia_uvm\"]",
         );
-    assert!(text.contains("root = [\"nvidia\", \"nvidia_uvm\"]"));
+    assert!(text.contains("root = [\"nvidia\", \"nvidia_uvm\"]") && text.contains("trust = []"));
     std::fs::write(&bom, &text).unwrap();
     let vz = common::vmlinuz("default");
     let fleet = nv.join("fleet-key/fleet.crt");

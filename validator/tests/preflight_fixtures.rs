@@ -448,6 +448,95 @@ fn garbage_in_any_file_names_the_file() {
     std::fs::remove_dir_all(&tmp).unwrap();
 }
 
+/// A front-end NIC of another model, firmware and width than the compute fabric's passes
+/// under the fixture node's BOM (which selects the fabric by model and address) and is
+/// held to its own `frontend_link_*` bounds; without the selection it would fail the
+/// fabric's firmware and link checks. The GPU's and NVSwitch's firmware keys are judged.
+#[test]
+fn a_front_end_nic_is_judged_on_its_own_terms() {
+    let tmp = std::fs::canonicalize(common::tmpdir("preflight-frontend")).unwrap();
+    common::copy_tree(&fixtures().join("good"), &tmp);
+    let sys = tmp.join("sys");
+    // The dual-port front-end function becomes an x8 BlueField-3 (Gen5), firmware 32.x.
+    for (f, dev) in [("0000:aa:00.0", "mlx5_5"), ("0000:aa:00.1", "mlx5_6")] {
+        let dir = std::fs::canonicalize(sys.join("bus/pci/devices").join(f)).unwrap();
+        std::fs::write(dir.join("device"), "0xa2dc\n").unwrap();
+        std::fs::write(dir.join("current_link_width"), "8\n").unwrap();
+        std::fs::write(dir.join("max_link_width"), "8\n").unwrap();
+        std::fs::write(
+            dir.join("infiniband").join(dev).join("fw_ver"),
+            "32.43.1010\n",
+        )
+        .unwrap();
+    }
+    let b = bom();
+    let r = run(&tmp, &b, &opts());
+    assert!(r.decide().is_none(), "{}", r.summary());
+    let c = r.check("frontend-links").unwrap();
+    assert_eq!(c.status, CheckStatus::Pass, "{c:?}");
+    assert!(r
+        .check("mlx5-firmware")
+        .unwrap()
+        .detail
+        .contains("8 device(s)"));
+    let front: Vec<_> = r.ports.iter().filter(|p| p.frontend).collect();
+    assert_eq!(front.len(), 2);
+    assert!(front.iter().all(|p| p.fw_ver == "32.43.1010" && !p.up));
+    assert_eq!(
+        r.links
+            .iter()
+            .filter(|l| l.role == preflight::pci::Role::FrontendNic)
+            .count(),
+        2
+    );
+    // Held to its own minimum.
+    let mut strict = b.clone();
+    strict.hardware.frontend_link_min_width = Some(16);
+    let r = run(&tmp, &strict, &opts());
+    let (fault, c) = r.decide().unwrap();
+    assert_eq!(
+        (fault, c.name.as_str()),
+        (Fault::Hardware, "frontend-links")
+    );
+    assert!(c.detail.contains("0000:aa:00.0"), "{}", c.detail);
+    // Without the selection every mlx5 function is the fabric's: the BlueField fails its
+    // firmware and its link.
+    let mut all = b.clone();
+    all.hardware.mlx5_pci_ids.clear();
+    all.hardware.mlx5_pci_addresses.clear();
+    let r = run(&tmp, &all, &opts());
+    let fw = r.check("mlx5-firmware").unwrap();
+    assert!(
+        fw.failed() && fw.detail.contains("mlx5_5 runs 32.43.1010"),
+        "{fw:?}"
+    );
+    let links = r.check("nic-links").unwrap();
+    assert!(
+        links.failed() && links.detail.contains("0000:aa:00.1"),
+        "{links:?}"
+    );
+    // Firmware of GPUs and NVSwitches: as the driver prints it, any case in the BOM.
+    let mut fw = b.clone();
+    fw.hardware.gpu_vbios = Some(validator::config::bom::hardware::FwVersion(
+        "96.00.A5.00.01".into(),
+    ));
+    let r = run(&tmp, &fw, &opts());
+    assert_eq!(r.check("gpu-vbios").unwrap().status, CheckStatus::Pass);
+    assert_eq!(r.check("nvswitch-bios").unwrap().status, CheckStatus::Pass);
+    let info = tmp.join("proc/driver/nvidia/gpus/0000:43:00.0/information");
+    let text = std::fs::read_to_string(&info).unwrap();
+    std::fs::write(&info, text.replace("96.00.a5.00.01", "96.00.a4.00.02")).unwrap();
+    let r = run(&tmp, &b, &opts());
+    let (fault, c) = r.decide().unwrap();
+    assert_eq!((fault, c.name.as_str()), (Fault::Hardware, "gpu-vbios"));
+    assert!(
+        c.detail.contains("0000:43:00.0 runs 96.00.a4.00.02"),
+        "{}",
+        c.detail
+    );
+    std::fs::remove_dir_all(&tmp).unwrap();
+}
+
 #[test]
 fn make_fixtures_check_passes() {
     let out = std::process::Command::new("python3")

@@ -96,6 +96,28 @@ pub(super) fn check(bom: &Bom, lines: &KeyLines<'_>) -> Result<(), (usize, Strin
             format!("module {m} is listed twice (in modules.load and modules.root)"),
         ));
     }
+    // MLNX_OFED's modules are out of tree: a BOM that names an OFED must allow them.
+    if bom.components.ofed.is_some() {
+        for (key, names) in [("load", &bom.modules.load), ("root", &bom.modules.root)] {
+            let refused = names.iter().enumerate().find(|(_, m)| {
+                super::OFED_MODULES.contains(&m.normalized().as_str())
+                    && !bom
+                        .policy
+                        .out_of_tree
+                        .iter()
+                        .any(|o| o.normalized() == m.normalized())
+            });
+            if let Some((i, m)) = refused {
+                return Err((
+                    lines.of(&["modules", key], Some(i)),
+                    format!(
+                        "components.ofed names an OFED, whose {m} is built out of tree, but \
+                         policy.out_of_tree does not list {m}: the gate would refuse it"
+                    ),
+                ));
+            }
+        }
+    }
     let pins = ["policy", "module_sha256"];
     for k in bom.policy.module_sha256.keys() {
         if !is_module_name(k) {

@@ -7,8 +7,17 @@
 //! (`formats::sysfs`), so a BOM's `"32.0 GT/s"` and a kernel's `32 GT/s` mean the same
 //! speed. Bad values are refused by [`validate`] with the BOM's line.
 //!
+//! The mlx5 functions are split in two by `mlx5_pci_ids` / `mlx5_pci_addresses`: the
+//! compute fabric (the functions both select; every mlx5 function when neither is set),
+//! held to the `mlx5_*` and `nic_link_*` keys, and the front end (every other mlx5
+//! function: a BlueField-3 or ConnectX-6 Dx on the node's own network), held only to
+//! `frontend_link_*` and AER, its ports and firmware reported.
+//!
 //! Current limits: one GPU model family per BOM (any of `gpu_pci_ids`), one mlx5 link
 //! layer judged per BOM (`mlx5_link_layer`); ports of the other layer are reported only.
+//! One firmware version each for GPUs, NVSwitches and the compute fabric's mlx5 devices;
+//! the front end's firmware and the BMC's are not judged (the BMC is not visible from the
+//! node's kernel).
 
 use std::fmt;
 
@@ -155,6 +164,12 @@ checked_string!(
         && s.bytes().all(|c| c.is_ascii_graphic() || c == b' ')
 );
 checked_string!(
+    /// A PCI function's address as sysfs names it (`0000:1b:00.0`, lower-case hex).
+    PciAddress,
+    "PCI address (dddd:bb:dd.f, lower-case hex, e.g. \"0000:18:00.0\")",
+    |s| sysfs::is_pci_address(s)
+);
+checked_string!(
     /// A firmware version (`28.42.1000`).
     FwVersion,
     "firmware version (letters, digits and .-_ only)",
@@ -177,6 +192,10 @@ pub struct Hardware {
     /// Every GPU must be one of these (`"10de:2335"`); empty: any NVIDIA GPU.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_pci_ids: Vec<PciId>,
+    /// The video BIOS every GPU must run (`Video BIOS` in the driver's procfs entry, e.g.
+    /// `96.00.a5.00.01`; compared without regard to case, as `nvidia-smi` prints it in
+    /// upper case).
+    pub gpu_vbios: Option<FwVersion>,
     /// Least negotiated PCIe speed of every GPU link.
     pub gpu_link_min_speed: Option<MinLinkSpeed>,
     /// Least negotiated PCIe width of every GPU link.
@@ -186,12 +205,22 @@ pub struct Hardware {
     pub nvswitches: Option<u32>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nvswitch_pci_ids: Vec<PciId>,
+    /// The BIOS every NVSwitch must run (`BIOS Version` in `nvidia-nvswitch`'s procfs
+    /// entry; compared without regard to case).
+    pub nvswitch_bios: Option<FwVersion>,
     /// NVMe controllers in state `live`.
     pub nvme: Option<u32>,
     /// Every live controller's model must be one of these; empty: any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nvme_models: Vec<NvmeModel>,
-    /// mlx5 ports of `mlx5_link_layer` that must be up.
+    /// The compute fabric's mlx5 functions by model (`"15b3:1021"`, ConnectX-7); empty:
+    /// every model.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mlx5_pci_ids: Vec<PciId>,
+    /// The compute fabric's mlx5 functions by PCI address; empty: every address.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mlx5_pci_addresses: Vec<PciAddress>,
+    /// mlx5 ports of `mlx5_link_layer` on the compute fabric that must be up.
     pub mlx5_ports: Option<u32>,
     /// The link layer of the ports counted (default `InfiniBand`).
     pub mlx5_link_layer: Option<LinkLayer>,
@@ -201,11 +230,15 @@ pub struct Hardware {
     pub mlx5_phys_state: Option<PortStateName>,
     /// Least rate of each counted port.
     pub mlx5_min_rate: Option<MinIbRate>,
-    /// The firmware every mlx5 device must run (`fw_ver`).
+    /// The firmware every compute fabric mlx5 device must run (`fw_ver`).
     pub mlx5_fw_version: Option<FwVersion>,
-    /// Least negotiated PCIe speed / width of every mlx5 PCI function.
+    /// Least negotiated PCIe speed / width of every compute fabric mlx5 function.
     pub nic_link_min_speed: Option<MinLinkSpeed>,
     pub nic_link_min_width: Option<u32>,
+    /// Least negotiated PCIe speed / width of every front-end mlx5 function (one the
+    /// `mlx5_pci_*` keys leave out).
+    pub frontend_link_min_speed: Option<MinLinkSpeed>,
+    pub frontend_link_min_width: Option<u32>,
     /// Least negotiated PCIe speed / width of every NVMe controller.
     pub nvme_link_min_speed: Option<MinLinkSpeed>,
     pub nvme_link_min_width: Option<u32>,
@@ -241,6 +274,17 @@ impl Hardware {
     pub fn mlx5_link_layer(&self) -> LinkLayer {
         self.mlx5_link_layer.unwrap_or_default()
     }
+
+    /// Whether the mlx5 function at `address` with `id` is on the compute fabric (both
+    /// `mlx5_pci_*` keys select it; every function when neither is set); `None`: one
+    /// whose id or address is not known, on the fabric only when nothing selects.
+    pub fn is_fabric_nic(&self, address: Option<&str>, id: Option<PciId>) -> bool {
+        let by_id =
+            self.mlx5_pci_ids.is_empty() || id.is_some_and(|i| self.mlx5_pci_ids.contains(&i));
+        let by_address = self.mlx5_pci_addresses.is_empty()
+            || address.is_some_and(|a| self.mlx5_pci_addresses.iter().any(|x| x.as_str() == a));
+        by_id && by_address
+    }
 }
 
 /// A `[hardware]` value out of range: the key and why.
@@ -256,6 +300,7 @@ pub fn validate(h: &Hardware) -> Result<(), Invalid> {
     for (key, w) in [
         ("gpu_link_min_width", h.gpu_link_min_width),
         ("nic_link_min_width", h.nic_link_min_width),
+        ("frontend_link_min_width", h.frontend_link_min_width),
         ("nvme_link_min_width", h.nvme_link_min_width),
     ] {
         if let Some(w) = w {
@@ -280,6 +325,7 @@ pub fn validate(h: &Hardware) -> Result<(), Invalid> {
     for (key, ids) in [
         ("gpu_pci_ids", &h.gpu_pci_ids),
         ("nvswitch_pci_ids", &h.nvswitch_pci_ids),
+        ("mlx5_pci_ids", &h.mlx5_pci_ids),
     ] {
         let mut seen = std::collections::BTreeSet::new();
         for id in ids {
@@ -289,6 +335,15 @@ pub fn validate(h: &Hardware) -> Result<(), Invalid> {
                     message: format!("hardware.{key} lists {id} twice"),
                 });
             }
+        }
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for a in &h.mlx5_pci_addresses {
+        if !seen.insert(a.as_str()) {
+            return Err(Invalid {
+                key: "mlx5_pci_addresses",
+                message: format!("hardware.mlx5_pci_addresses lists {a} twice"),
+            });
         }
     }
     Ok(())

@@ -19,7 +19,6 @@
 //! and limits have names of their own). `checked` makes the checked string types,
 //! `lines` finds the line of a key, `checks` holds the cross-checks.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -42,7 +41,7 @@ mod slot;
 mod verity;
 
 pub use checked::Version;
-pub use components::Components;
+pub use components::{Components, OFED_MODULES};
 /// The hardware the image expects on the node (`[hardware]`, see [`hardware`]).
 pub use hardware::Hardware;
 pub use kernel::Kernel;
@@ -87,9 +86,6 @@ pub struct Bom {
     pub nvidia: Option<Nvidia>,
     #[serde(default)]
     pub components: Components,
-    /// Firmware set: component name to version.
-    #[serde(default)]
-    pub firmware: BTreeMap<String, Version>,
     #[serde(default)]
     pub modules: Modules,
     #[serde(default)]
@@ -136,7 +132,7 @@ pub fn parse(bytes: &[u8], path: &Path) -> Result<LoadedBom, BomError> {
     let bom: Bom = toml::from_str(text).map_err(|e| {
         let at = e.span().map(|s| s.start);
         let line = at.map_or(1, |o| line_of(text, o));
-        invalid(line, parse_message(text, at, e.message()))
+        invalid(line, removed_hint(parse_message(text, at, e.message())))
     })?;
     checks::check(&bom, &KeyLines::new(text)).map_err(|(line, message)| invalid(line, message))?;
     Ok(LoadedBom {
@@ -145,6 +141,19 @@ pub fn parse(bytes: &[u8], path: &Path) -> Result<LoadedBom, BomError> {
         sha256: hex(&Sha256::digest(bytes)),
         path: path.to_path_buf(),
     })
+}
+
+/// A parser message with a pointer to what replaced a removed key.
+fn removed_hint(message: String) -> String {
+    if message.starts_with("unknown field `firmware`") {
+        format!(
+            "{message}; [firmware] was never checked and is no longer read: the firmware \
+             the preflight holds the node to is hardware.gpu_vbios, hardware.nvswitch_bios \
+             and hardware.mlx5_fw_version"
+        )
+    } else {
+        message
+    }
 }
 
 /// Reads and parses a BOM file.

@@ -17,8 +17,8 @@ fabric_manager_version = "550.127.05"
 [components]
 kubelet = "1.31.4"
 
-[firmware]
-cx7 = "28.42.1000"
+# Firmware versions the preflight checks are [hardware] keys
+# (gpu_vbios, nvswitch_bios, mlx5_fw_version).
 
 [modules]
 load = ["virtio_pci", "virtio-blk", "ext4"]
@@ -53,6 +53,85 @@ fn unknown_key_names_its_line() {
     let (line, msg) = err(&text);
     assert_eq!(line, 24);
     assert!(msg.contains("unknown field `gpu`"), "{msg}");
+}
+
+/// `[firmware]` is refused with a pointer to the keys the preflight checks.
+#[test]
+fn firmware_section_is_refused_with_its_replacements() {
+    let text = GOOD.replace(
+        "# Firmware versions the preflight checks are [hardware] keys\n#",
+        "[firmware]\ncx7 = \"28.42.1000\"\n#",
+    );
+    let (line, msg) = err(&text);
+    assert_eq!(line, 16);
+    assert!(msg.contains("unknown field `firmware`"), "{msg}");
+    assert!(msg.contains("hardware.mlx5_fw_version"), "{msg}");
+}
+
+/// A BOM naming an OFED must let the OFED's modules it loads be out of tree.
+#[test]
+fn ofed_modules_must_be_allowed_out_of_tree() {
+    let root = "[modules]\nroot = [\"nvidia\", \"mlx5-ib\"]\n";
+    let base = format!(
+        "schema = 1\nimage_id = \"x\"\n[kernel]\nrelease = \"6.1.0-57-amd64\"\n\
+         [components]\nofed = \"24.10-1.1.4.0\"\n{root}[policy]\nout_of_tree = [\"nvidia\"]\n"
+    );
+    let (line, msg) = err(&base);
+    assert_eq!(line, 8);
+    assert!(
+        msg.contains("components.ofed") && msg.contains("mlx5-ib") && msg.contains("out_of_tree"),
+        "{msg}"
+    );
+    // Listed (either spelling): accepted; no OFED named: the kernel's in-tree mlx5 loads.
+    let ok = base.replace("[\"nvidia\"]\n", "[\"nvidia\", \"mlx5_ib\"]\n");
+    parse(ok.as_bytes(), Path::new("b")).unwrap();
+    let no_ofed = base.replace("ofed = \"24.10-1.1.4.0\"", "kubelet = \"1.31.4\"");
+    parse(no_ofed.as_bytes(), Path::new("b")).unwrap();
+}
+
+/// The compute fabric's selectors and the new firmware keys: checked values, no repeats.
+#[test]
+fn nic_selection_and_firmware_keys() {
+    let hw = |extra: &str| GOOD.replace("gpus = 8", &format!("gpus = 8\n{extra}"));
+    let b = parse(
+        hw(
+            "mlx5_pci_ids = [\"15b3:1021\"]\nmlx5_pci_addresses = [\"0000:18:00.0\"]\n\
+            frontend_link_min_width = 8\ngpu_vbios = \"96.00.A5.00.01\"\n\
+            nvswitch_bios = \"96.10.6D.00.01\"",
+        )
+        .as_bytes(),
+        Path::new("b"),
+    )
+    .unwrap();
+    let h = &b.bom.hardware;
+    let cx7 = hardware::PciId::parse("15b3:1021");
+    let bf3 = hardware::PciId::parse("15b3:a2dc");
+    assert!(h.is_fabric_nic(Some("0000:18:00.0"), cx7));
+    assert!(!h.is_fabric_nic(Some("0000:aa:00.0"), cx7));
+    assert!(!h.is_fabric_nic(Some("0000:18:00.0"), bf3));
+    assert!(!h.is_fabric_nic(None, None));
+    assert!(Hardware::default().is_fabric_nic(None, None));
+    for (extra, want) in [
+        (
+            "mlx5_pci_addresses = [\"0000:18:00.0\", \"0000:18:00.0\"]",
+            "twice",
+        ),
+        (
+            "mlx5_pci_addresses = [\"0000:18:00\"]",
+            "invalid PCI address",
+        ),
+        (
+            "mlx5_pci_addresses = [\"0000:1A:00.0\"]",
+            "invalid PCI address",
+        ),
+        ("mlx5_pci_ids = [\"15b3:1021\", \"15B3:1021\"]", "twice"),
+        ("frontend_link_min_width = 3", "not a PCIe link width"),
+        ("gpu_vbios = \"96 00\"", "invalid firmware version"),
+    ] {
+        let (line, msg) = err(&hw(extra));
+        assert_eq!(line, 24, "{extra}: {msg}");
+        assert!(msg.contains(want), "{extra}: {msg}");
+    }
 }
 
 #[test]

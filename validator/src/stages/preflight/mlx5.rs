@@ -3,6 +3,11 @@
 //! port (found through the PCI function's `net/` directory, or `gid_attrs/ndevs/0` for
 //! RoCE; never by name, since the initramfs has no udev) with its `operstate`.
 //!
+//! Only the compute fabric is judged (the functions the BOM's `mlx5_pci_ids` /
+//! `mlx5_pci_addresses` select, every one when neither is set); a front-end device's
+//! ports are reported with `frontend` set, never counted, and its firmware is not held
+//! to `mlx5_fw_version`.
+//!
 //! `mlx5-ports` (hardware): at least `hardware.mlx5_ports` ports of the BOM's link layer
 //! must be in the BOM's state (`ACTIVE`) and physical state (`LinkUp`) at the BOM's
 //! minimum rate. While they are not, the caller waits (the ports train and the subnet
@@ -12,12 +17,14 @@
 //! administratively down (reading `carrier` fails, or it is absent) has not been brought
 //! up and is reported, not counted as down hardware.
 //!
-//! `mlx5-firmware` (hardware): every mlx5 device's `fw_ver` equals `mlx5_fw_version`.
+//! `mlx5-firmware` (hardware): every compute fabric mlx5 device's `fw_ver` equals
+//! `mlx5_fw_version`.
 
 use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use super::pci::{Inventory, Role};
 use super::{list_dir, parse_value, read_optional, resolve, Check, HwRoots, Issue};
 use crate::config::bom::hardware::{Hardware, LinkLayer};
 use crate::formats::sysfs;
@@ -46,6 +53,9 @@ pub struct PortFact {
     pub operstate: Option<String>,
     /// The netdev is administratively up (its `carrier` can be read).
     pub admin_up: bool,
+    /// On a front-end device (the BOM's `mlx5_pci_*` keys leave it out): reported only.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub frontend: bool,
     /// Counted as up against the BOM.
     pub up: bool,
 }
@@ -90,7 +100,7 @@ fn carrier(path: &Path) -> Result<bool, Issue> {
     }
 }
 
-fn read_device(sys: &Path, name: &str, hw: &Hardware) -> Result<Vec<Port>, Issue> {
+fn read_device(sys: &Path, name: &str, hw: &Hardware, inv: &Inventory) -> Result<Vec<Port>, Issue> {
     let dir = resolve(&sys.join("class/infiniband").join(name))?;
     let pci_dir = dir
         .parent()
@@ -101,6 +111,11 @@ fn read_device(sys: &Path, name: &str, hw: &Hardware) -> Result<Vec<Port>, Issue
         .and_then(|n| n.to_str())
         .filter(|n| sysfs::is_pci_address(n))
         .map(str::to_string);
+    // The inventory's role where PCI lists the function; the BOM's selection otherwise.
+    let frontend = match pci.as_deref().and_then(|a| inv.role_of(a)) {
+        Some(role) => role != Role::Nic,
+        None => !hw.is_fabric_nic(pci.as_deref(), None),
+    };
     let fw_ver = parse_value(&dir.join("fw_ver"), |t| {
         sysfs::padded(t, "a firmware version")
     })?;
@@ -135,7 +150,7 @@ fn read_device(sys: &Path, name: &str, hw: &Hardware) -> Result<Vec<Port>, Issue
                 (Some(op), carrier(&ndir.join("carrier"))?)
             }
         };
-        let counted = link_layer == hw.mlx5_link_layer().as_str();
+        let counted = !frontend && link_layer == hw.mlx5_link_layer().as_str();
         let rate_ok = hw
             .mlx5_min_rate
             .as_ref()
@@ -157,6 +172,7 @@ fn read_device(sys: &Path, name: &str, hw: &Hardware) -> Result<Vec<Port>, Issue
                 netdev,
                 operstate,
                 admin_up,
+                frontend,
                 up,
             },
             state,
@@ -169,7 +185,7 @@ fn read_device(sys: &Path, name: &str, hw: &Hardware) -> Result<Vec<Port>, Issue
 
 /// Reads every mlx5 port and judges them: the facts, the `mlx5-ports` and
 /// `mlx5-firmware` checks, and whether waiting could still change the outcome.
-pub fn check(roots: &HwRoots, hw: &Hardware) -> (Vec<PortFact>, Vec<Check>, bool) {
+pub fn check(roots: &HwRoots, hw: &Hardware, inv: &Inventory) -> (Vec<PortFact>, Vec<Check>, bool) {
     let mut ports = Vec::new();
     let mut issues = Vec::new();
     match list_dir(&roots.sys.join("class/infiniband")) {
@@ -180,7 +196,7 @@ pub fn check(roots: &HwRoots, hw: &Hardware) -> (Vec<PortFact>, Vec<Check>, bool
                 .iter()
                 .filter(|n| n.starts_with("mlx5_"))
             {
-                match read_device(&roots.sys, n, hw) {
+                match read_device(&roots.sys, n, hw, inv) {
                     Ok(p) => ports.extend(p),
                     Err(e) => issues.push(e.to_string()),
                 }
@@ -190,7 +206,7 @@ pub fn check(roots: &HwRoots, hw: &Hardware) -> (Vec<PortFact>, Vec<Check>, bool
     let layer = hw.mlx5_link_layer();
     let judged: Vec<&Port> = ports
         .iter()
-        .filter(|p| p.fact.link_layer == layer.as_str())
+        .filter(|p| !p.fact.frontend && p.fact.link_layer == layer.as_str())
         // A RoCE port mirrors its netdev; down because nobody brought it up is no finding.
         .filter(|p| layer != LinkLayer::Ethernet || p.fact.admin_up)
         .collect();
@@ -257,6 +273,7 @@ pub fn check(roots: &HwRoots, hw: &Hardware) -> (Vec<PortFact>, Vec<Check>, bool
         Some(want) => {
             let mut devs: Vec<(&str, &str)> = ports
                 .iter()
+                .filter(|p| !p.fact.frontend)
                 .map(|p| (p.fact.device.as_str(), p.fact.fw_ver.as_str()))
                 .collect();
             devs.dedup();

@@ -347,7 +347,7 @@ pub fn check(roots: &HwRoots, bom: &Bom, opts: &Options, report: &mut PreflightR
     let start = Instant::now();
     let deadline = start + opts.link_wait;
     loop {
-        let (ports, port_checks, ports_settling) = mlx5::check(roots, hw);
+        let (ports, port_checks, ports_settling) = mlx5::check(roots, hw, &inv);
         let (ctrls, nvme_check, nvme_settling) = nvme::check(roots, hw);
         let done = !(ports_settling || nvme_settling) || Instant::now() >= deadline;
         if done {

@@ -8,8 +8,16 @@
 //!   image's fault (wrong driver for the GPU, a driver that failed to initialise it);
 //! - `driver-version`, `driver-flavour` (image): `/proc/driver/nvidia/version` against
 //!   the BOM's `[nvidia]`, cross-checked with `/sys/module/nvidia/{version,taint}`;
+//! - `gpu-vbios` (hardware): every GPU the driver sees runs `hardware.gpu_vbios` (its
+//!   entry's `Video BIOS`);
 //! - `nvswitches` (hardware on PCI, image behind `nvidia-nvswitch`):
-//!   `/proc/driver/nvidia-nvswitch/devices/<bdf>/information` for each NVSwitch on PCI.
+//!   `/proc/driver/nvidia-nvswitch/devices/<bdf>/information` for each NVSwitch on PCI;
+//! - `nvswitch-bios` (hardware): every NVSwitch `nvidia-nvswitch` sees runs
+//!   `hardware.nvswitch_bios` (its entry's `BIOS Version`).
+//!
+//! Firmware versions are compared without regard to case (the driver prints
+//! `96.00.a5.00.01`, `nvidia-smi` `96.00.A5.00.01`); a device the driver does not see has
+//! no version to judge and is the `gpu-driver` / `nvswitches` failure.
 //!
 //! With no NVIDIA device on PCI at all, the driver checks are skipped: there is nothing
 //! for a driver to see, and the missing hardware is already the `gpus` failure.
@@ -18,6 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use super::pci::{Inventory, Role};
 use super::{list_dir, parse_value, read_optional, Check, HwRoots, PreflightReport};
+use crate::config::bom::hardware::FwVersion;
 use crate::config::bom::{Bom, Flavour};
 use crate::formats::sysfs::{self, DriverFlavour};
 use crate::stages::Fault;
@@ -36,6 +45,9 @@ pub struct GpuFact {
     pub minor: Option<u32>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub excluded: bool,
+    /// `Video BIOS` from the driver's procfs entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vbios: Option<String>,
 }
 
 /// One NVSwitch on PCI.
@@ -96,6 +108,7 @@ pub fn check(roots: &HwRoots, bom: &Bom, inv: &Inventory, report: &mut Preflight
             model: None,
             minor: None,
             excluded: false,
+            vbios: None,
         })
         .collect();
     let listed = gpus
@@ -149,7 +162,12 @@ pub fn check(roots: &HwRoots, bom: &Bom, inv: &Inventory, report: &mut Preflight
 
     if gpus.is_empty() && switches.is_empty() {
         let why = "no NVIDIA device on PCI: nothing for the driver to see";
-        for name in ["gpu-driver", "driver-version", "driver-flavour"] {
+        for name in [
+            "gpu-driver",
+            "gpu-vbios",
+            "driver-version",
+            "driver-flavour",
+        ] {
             report.checks.push(Check::skip(name, why));
         }
         report.gpus = facts;
@@ -196,6 +214,7 @@ pub fn check(roots: &HwRoots, bom: &Bom, inv: &Inventory, report: &mut Preflight
                         f.model = Some(info.model);
                         f.minor = info.minor;
                         f.excluded = info.excluded;
+                        f.vbios = info.vbios;
                     }
                     Err(e) => problems.push(e.to_string()),
                 }
@@ -223,6 +242,15 @@ pub fn check(roots: &HwRoots, bom: &Bom, inv: &Inventory, report: &mut Preflight
     } else {
         Check::pass("gpu-driver", format!("the driver sees all {seen} GPU(s)"))
     });
+    report.checks.push(firmware_check(
+        "gpu-vbios",
+        "GPU",
+        "gpu_vbios",
+        hw.gpu_vbios.as_ref(),
+        facts
+            .iter()
+            .map(|f| (f.address.as_str(), f.vbios.as_deref())),
+    ));
     report.gpus = facts;
 
     // The driver's version and flavour.
@@ -423,5 +451,58 @@ fn switch_checks(roots: &HwRoots, bom: &Bom, inv: &Inventory, report: &mut Prefl
             format!("{on_pci} NVSwitch(es) on PCI, all seen by nvidia-nvswitch"),
         ),
     });
+    report.checks.push(firmware_check(
+        "nvswitch-bios",
+        "NVSwitch",
+        "nvswitch_bios",
+        hw.nvswitch_bios.as_ref(),
+        facts
+            .iter()
+            .map(|f| (f.address.as_str(), f.bios.as_deref())),
+    ));
     report.nvswitches = facts;
+}
+
+/// Judges the firmware the driver reports for each device (`None`: not seen, judged by
+/// the device's own check) against the BOM's `key`.
+fn firmware_check<'a>(
+    name: &str,
+    what: &str,
+    key: &str,
+    want: Option<&FwVersion>,
+    devices: impl Iterator<Item = (&'a str, Option<&'a str>)>,
+) -> Check {
+    let seen: Vec<(&str, &str)> = devices.filter_map(|(a, v)| Some((a, v?))).collect();
+    let Some(want) = want else {
+        let mut versions: Vec<&str> = seen.iter().map(|(_, v)| *v).collect();
+        versions.sort_unstable();
+        versions.dedup();
+        return Check::skip(
+            name,
+            format!(
+                "{what} firmware {}; the BOM sets no {key}",
+                if versions.is_empty() {
+                    "not seen".to_string()
+                } else {
+                    versions.join(", ")
+                }
+            ),
+        );
+    };
+    let wrong: Vec<String> = seen
+        .iter()
+        .filter(|(_, v)| !v.eq_ignore_ascii_case(want.as_str()))
+        .map(|(a, v)| format!("{a} runs {v}"))
+        .collect();
+    if seen.is_empty() {
+        Check::skip(name, format!("no {what} seen by the driver to run {want}"))
+    } else if wrong.is_empty() {
+        Check::pass(name, format!("{} {what}(s) run {want}", seen.len()))
+    } else {
+        Check::fail(
+            name,
+            Fault::Hardware,
+            format!("not the BOM's {key} {want}: {}", wrong.join(", ")),
+        )
+    }
 }

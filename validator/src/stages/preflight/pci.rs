@@ -6,7 +6,9 @@
 //! `0x0300xx` / 3D controllers `0x0302xx` are GPUs (an NVIDIA audio function `0x0403xx` is
 //! not); NVIDIA `0x0680xx` ("bridge, other") are NVSwitches, and so are NVIDIA PCI bridges
 //! `0x0604xx` whose id the BOM lists in `nvswitch_pci_ids`; Mellanox (`0x15b3`) network
-//! controllers `0x02xxxx` are mlx5 functions; `0x010802` are NVMe controllers. Any other
+//! controllers `0x02xxxx` are mlx5 functions, on the compute fabric (`nic`) or the front
+//! end (`frontend-nic`) as the BOM's `mlx5_pci_ids` / `mlx5_pci_addresses` select them;
+//! `0x010802` are NVMe controllers. Any other
 //! vendor's display device (QEMU's VGA `1234:1111`) is not a GPU.
 
 use std::path::{Path, PathBuf};
@@ -28,7 +30,11 @@ pub const MELLANOX: u16 = 0x15b3;
 pub enum Role {
     Gpu,
     NvSwitch,
+    /// An mlx5 function on the compute fabric.
     Nic,
+    /// An mlx5 function the BOM leaves out of the compute fabric.
+    #[serde(rename = "frontend-nic")]
+    FrontendNic,
     Nvme,
     Other,
 }
@@ -54,7 +60,13 @@ impl PciDevice {
             (NVIDIA, 0x0300 | 0x0302) => Role::Gpu,
             (NVIDIA, 0x0680) => Role::NvSwitch,
             (NVIDIA, 0x0604) if hw.nvswitch_pci_ids.contains(&self.id) => Role::NvSwitch,
-            (MELLANOX, c) if c >> 8 == 0x02 => Role::Nic,
+            (MELLANOX, c) if c >> 8 == 0x02 => {
+                if hw.is_fabric_nic(Some(&self.address), Some(self.id)) {
+                    Role::Nic
+                } else {
+                    Role::FrontendNic
+                }
+            }
             (_, 0x0108) if self.class & 0xff == 0x02 => Role::Nvme,
             _ => Role::Other,
         }
@@ -133,6 +145,14 @@ impl Inventory {
             .filter(|(_, r)| *r == role)
             .map(|(d, _)| d)
             .collect()
+    }
+
+    /// The role of the function at `address`.
+    pub fn role_of(&self, address: &str) -> Option<Role> {
+        self.devices
+            .iter()
+            .find(|(d, _)| d.address == address)
+            .map(|(_, r)| *r)
     }
 
     /// The function at `address`.

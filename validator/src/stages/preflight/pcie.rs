@@ -7,8 +7,9 @@
 //! as numbers (`32.0 GT/s PCIe` and `32 GT/s` are equal); `Unknown` and width 0 mean the
 //! link is down.
 //!
-//! `gpu-links` / `nic-links` / `nvme-links` (hardware): every GPU (NIC, NVMe) link at or
-//! above the BOM's `gpu_link_min_*` (`nic_link_min_*`, `nvme_link_min_*`); without a BOM
+//! `gpu-links` / `nic-links` / `frontend-links` / `nvme-links` (hardware): every GPU
+//! (compute fabric NIC, front-end NIC, NVMe) link at or above the BOM's `gpu_link_min_*`
+//! (`nic_link_min_*`, `frontend_link_min_*`, `nvme_link_min_*`); without a BOM
 //! minimum, a downtrained link is a warning. `nvswitch-links` reports downtrained NVSwitch
 //! links as warnings. A link below its upstream port's capability but at the device's own
 //! is reported in the facts (`below_port`), not judged.
@@ -283,6 +284,9 @@ pub fn check(hw: &Hardware, inv: &Inventory, report: &mut PreflightReport) {
         let bounded = match role {
             Role::Gpu => hw.gpu_link_min_speed.is_some() || hw.gpu_link_min_width.is_some(),
             Role::Nic => hw.nic_link_min_speed.is_some() || hw.nic_link_min_width.is_some(),
+            Role::FrontendNic => {
+                hw.frontend_link_min_speed.is_some() || hw.frontend_link_min_width.is_some()
+            }
             Role::Nvme => hw.nvme_link_min_speed.is_some() || hw.nvme_link_min_width.is_some(),
             Role::NvSwitch | Role::Other => false,
         };
@@ -325,6 +329,13 @@ pub fn check(hw: &Hardware, inv: &Inventory, report: &mut PreflightReport) {
         "NIC",
         hw.nic_link_min_speed,
         hw.nic_link_min_width,
+    ));
+    report.checks.push(for_roles(
+        "frontend-links",
+        &[Role::FrontendNic],
+        "front-end NIC",
+        hw.frontend_link_min_speed,
+        hw.frontend_link_min_width,
     ));
     report.checks.push(for_roles(
         "nvme-links",
