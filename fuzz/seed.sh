@@ -31,7 +31,7 @@ seed() {
     cat >"$OUT/$1/$2"
 }
 # frame CERT FILE: [u16 LE length][certificate][file], the framing of the targets that
-# take a trust store (fuzz/src/lib.rs).
+# take a trust store (test-support/src/fuzz.rs).
 frame() {
     n=$(stat -c %s "$1")
     # shellcheck disable=SC2059

@@ -14,14 +14,14 @@
 //!
 //! `fuzz/seed.sh` runs it (after the tool-made seeds); each file it writes is printed.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 use validator::formats::tpm::cel::CelRecord;
 use validator::formats::tpm::eventlog::EventLog;
 use validator::formats::tpm::{HashAlg, TpmError};
+use test_support::swtpm::{create_state, Channel, Swtpm};
 use validator::sys::tpm::{TcpTransport, Tpm, Transport};
 
 type Res<T> = Result<T, String>;
@@ -65,57 +65,13 @@ fn compress(args: &[&str], input: &[u8], work: &Path) -> Res<Vec<u8>> {
     run(Command::new(args[0]).args(&args[1..]).arg(&f))
 }
 
-/// A running swtpm, killed when dropped.
-struct Swtpm(Child, u16);
-
-impl Drop for Swtpm {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port_pair() -> Res<u16> {
-    for _ in 0..100 {
-        let l = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
-        let p = l.local_addr().map_err(|e| e.to_string())?.port();
-        if p < u16::MAX && TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
-            return Ok(p);
-        }
-    }
-    Err("no free port pair".into())
-}
-
+/// A swtpm on `dir` (a fresh state with `banks` first, when given), over TCP.
 fn swtpm(dir: &Path, banks: Option<&str>, flags: &str) -> Res<Swtpm> {
     std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     if let Some(b) = banks {
-        run(Command::new("swtpm_setup")
-            .args(["--tpm2", "--tpmstate"])
-            .arg(dir)
-            .args(["--pcr-banks", b, "--overwrite"]))?;
+        create_state(dir, b, false).map_err(|e| e.to_string())?;
     }
-    let port = free_port_pair()?;
-    let child = Command::new("swtpm")
-        .args(["socket", "--tpm2", "--tpmstate"])
-        .arg(format!("dir={}", dir.display()))
-        .arg("--server")
-        .arg(format!("type=tcp,port={port},bindaddr=127.0.0.1"))
-        .arg("--ctrl")
-        .arg(format!("type=tcp,port={},bindaddr=127.0.0.1", port + 1))
-        .args(["--flags", flags])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("swtpm: {e}"))?;
-    let t = Swtpm(child, port);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            return Ok(t);
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    Err("swtpm did not start".into())
+    Swtpm::serve(dir, &Channel::Tcp, flags, &dir.join("swtpm.log")).map_err(|e| e.to_string())
 }
 
 /// Passes commands to swtpm and keeps every response.
@@ -150,9 +106,8 @@ fn tpm_seeds(out: &Path, work: &Path) -> Res<()> {
     ];
     for (name, banks, flags) in cases {
         let t = swtpm(&work.join(format!("swtpm-{name}")), banks, flags)?;
-        let addr = SocketAddr::from(([127, 0, 0, 1], t.1));
         let inner =
-            TcpTransport::connect(addr, Duration::from_secs(2)).map_err(|e| e.to_string())?;
+            TcpTransport::connect(t.addr(), Duration::from_secs(2)).map_err(|e| e.to_string())?;
         let mut tpm = Tpm::new(Recorder {
             inner,
             responses: Vec::new(),

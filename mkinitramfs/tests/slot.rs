@@ -41,15 +41,7 @@ fn inputs(d: &Path) {
         ("key.pem", "cert.pem", "fleet"),
         ("other.pem", "other-cert.pem", "x"),
     ] {
-        sh(Command::new("openssl")
-            .args([
-                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30", "-subj",
-            ])
-            .arg(format!("/CN={cn}"))
-            .arg("-keyout")
-            .arg(d.join(key))
-            .arg("-out")
-            .arg(d.join(cert)));
+        test_support::keys::rsa(&d.join(key), &d.join(cert), cn);
     }
     let tree = mkinitramfs::closure::KernelTree::open(&workspace().join("target/kernels/default"))
         .unwrap();

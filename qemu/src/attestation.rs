@@ -9,10 +9,9 @@
 //! Limits: GRUB nodes (the command line is what the shipped `grub.cfg` gives the kernel:
 //! `BOOT_IMAGE=/<slot>/vmlinuz validator.slot=<slot> ` then `node.cfg`'s `CMDLINE`).
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+
+use std::time::Duration;
 
 use validator::attest::predict::{self, Inputs, MemTree, SlotInput};
 use validator::attest::reference::Reference;
@@ -24,6 +23,7 @@ use validator::sys::tpm::{TcpTransport, Tpm, RH_ENDORSEMENT};
 
 use crate::vm::Outcome;
 use crate::HarnessError;
+use test_support::swtpm::{Channel, Swtpm};
 
 /// What a boot leaves for a verifier.
 #[derive(Debug, Clone)]
@@ -62,17 +62,10 @@ pub fn dirs(o: &Outcome) -> (PathBuf, PathBuf) {
     (tpm, images)
 }
 
-/// A swtpm serving `state` (copied first) on a free 127.0.0.1 port, killed when dropped.
-struct Served(std::process::Child, SocketAddr);
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve(state: &Path, scratch: &Path) -> Result<Served, HarnessError> {
+/// A swtpm serving `state` (copied first; a fresh one when there is none) on a free
+/// 127.0.0.1 port, killed when dropped.
+fn serve(state: &Path, scratch: &Path) -> Result<Swtpm, HarnessError> {
+    let setup = |e: test_support::swtpm::SwtpmError| HarnessError::Setup(e.to_string());
     let _ = std::fs::remove_dir_all(scratch);
     std::fs::create_dir_all(scratch).map_err(|e| HarnessError::io(scratch, e))?;
     if state.is_dir() {
@@ -82,57 +75,16 @@ fn serve(state: &Path, scratch: &Path) -> Result<Served, HarnessError> {
                 .map_err(|err| HarnessError::io(&e.path(), err))?;
         }
     } else {
-        crate::disk::run(
-            Command::new("swtpm_setup")
-                .arg("--tpm2")
-                .arg("--tpmstate")
-                .arg(scratch)
-                .args(["--pcr-banks", "sha256", "--overwrite"]),
-        )?;
+        test_support::swtpm::create_state(scratch, "sha256", false).map_err(setup)?;
     }
-    for _ in 0..5 {
-        let port = loop {
-            let l = TcpListener::bind("127.0.0.1:0").map_err(|e| HarnessError::io(scratch, e))?;
-            let p = l
-                .local_addr()
-                .map_err(|e| HarnessError::io(scratch, e))?
-                .port();
-            if p < u16::MAX && TcpListener::bind(("127.0.0.1", p + 1)).is_ok() {
-                break p;
-            }
-        };
-        let child = Command::new("swtpm")
-            .args(["socket", "--tpm2", "--tpmstate"])
-            .arg(format!("dir={}", scratch.display()))
-            .arg("--server")
-            .arg(format!("type=tcp,port={port},bindaddr=127.0.0.1"))
-            .arg("--ctrl")
-            .arg(format!("type=tcp,port={},bindaddr=127.0.0.1", port + 1))
-            .args(["--flags", "not-need-init,startup-clear"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| HarnessError::Setup(format!("cannot start swtpm: {e}")))?;
-        let mut s = Served(child, SocketAddr::from(([127, 0, 0, 1], port)));
-        let t = Instant::now();
-        while t.elapsed() < Duration::from_secs(5) {
-            if s.0.try_wait().ok().flatten().is_some() {
-                break;
-            }
-            if TcpStream::connect(s.1).is_ok() {
-                return Ok(s);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let _ = s.0.kill();
-    }
-    Err(HarnessError::Setup("swtpm did not start".into()))
+    let log = scratch.with_extension("log");
+    Swtpm::serve(scratch, &Channel::Tcp, "not-need-init,startup-clear", &log).map_err(setup)
 }
 
-fn ak_of(served: &Served, kind: KeyKind) -> Result<Public, HarnessError> {
+fn ak_of(served: &Swtpm, kind: KeyKind) -> Result<Public, HarnessError> {
     let tpm_err = |e: validator::formats::tpm::TpmError| HarnessError::Setup(e.to_string());
     let mut tpm =
-        Tpm::new(TcpTransport::connect(served.1, Duration::from_secs(5)).map_err(tpm_err)?);
+        Tpm::new(TcpTransport::connect(served.addr(), Duration::from_secs(5)).map_err(tpm_err)?);
     let key = tpm
         .create_primary(RH_ENDORSEMENT, &ak_template(kind))
         .map_err(tpm_err)?;

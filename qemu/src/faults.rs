@@ -250,25 +250,14 @@ pub fn crc_mismatch_module() -> Result<(PathBuf, PathBuf), HarnessError> {
     let (key, cert) = (dir.join("crc-signer.key"), dir.join("crc-signer.pem"));
     let der = dir.join("crc-signer.der");
     if !der.exists() {
-        disk::run(
-            Command::new("openssl")
-                .args([
-                    "req",
-                    "-new",
-                    "-x509",
-                    "-nodes",
-                    "-newkey",
-                    "rsa:2048",
-                    "-days",
-                    "2",
-                    "-subj",
-                    "/CN=fleet test module signing",
-                ])
-                .arg("-keyout")
-                .arg(&key)
-                .arg("-out")
-                .arg(&cert),
-        )?;
+        test_support::keys::self_signed(
+            &key,
+            &cert,
+            "fleet test module signing",
+            "rsa:2048",
+            2,
+            &[],
+        );
         disk::run(
             Command::new("openssl")
                 .args(["x509", "-outform", "DER", "-in"])

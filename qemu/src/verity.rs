@@ -48,15 +48,14 @@ fn run(cmd: &mut Command) -> Result<String, HarnessError> {
 pub fn make_key(dir: &Path, name: &str) -> Result<(PathBuf, PathBuf), HarnessError> {
     let key = dir.join(format!("{name}.key"));
     let cert = dir.join(format!("{name}.pem"));
-    run(Command::new("openssl")
-        .args([
-            "req", "-new", "-x509", "-nodes", "-newkey", "rsa:2048", "-days", "2", "-subj",
-        ])
-        .arg(format!("/CN=fleet image signing {name}"))
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert))?;
+    test_support::keys::self_signed(
+        &key,
+        &cert,
+        &format!("fleet image signing {name}"),
+        "rsa:2048",
+        2,
+        &[],
+    );
     Ok((key, cert))
 }
 

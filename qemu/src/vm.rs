@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use crate::rootfs::MARKER;
 use crate::HarnessError;
+use test_support::swtpm::{Channel, Swtpm};
 use validator::report::{Decision, Report};
 
 /// The accelerator. TCG is the default: KVM guests hang on the machines we test on.
@@ -391,46 +392,19 @@ pub fn classify(
 }
 
 /// Starts a swtpm for one VM: a fresh state with `banks`, a control socket in `dir`.
-/// swtpm exits when QEMU disconnects; the guard kills it in any case.
-fn start_swtpm(dir: &Path, banks: &[String]) -> Result<(Group, PathBuf), HarnessError> {
+/// swtpm exits when QEMU disconnects; dropping it kills its process group in any case.
+fn start_swtpm(dir: &Path, banks: &[String]) -> Result<Swtpm, HarnessError> {
+    let setup = |e: test_support::swtpm::SwtpmError| HarnessError::Setup(e.to_string());
     let state = dir.join("tpm-state");
     let _ = std::fs::remove_dir_all(&state);
-    std::fs::create_dir_all(&state).map_err(|e| HarnessError::io(&state, e))?;
-    crate::disk::run(
-        Command::new("swtpm_setup")
-            .arg("--tpm2")
-            .arg("--tpmstate")
-            .arg(&state)
-            .args(["--pcr-banks", &banks.join(","), "--overwrite"]),
-    )?;
-    let sock = dir.join("swtpm.sock");
-    let _ = std::fs::remove_file(&sock);
-    let log = std::fs::File::create(dir.join("swtpm.log")).map_err(|e| HarnessError::io(dir, e))?;
-    let child = Command::new("swtpm")
-        .args(["socket", "--tpm2", "--tpmstate"])
-        .arg(format!("dir={}", state.display()))
-        .arg("--ctrl")
-        .arg(format!("type=unixio,path={}", sock.display()))
-        .args(["--flags", "startup-clear"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log)
-        .process_group(0)
-        .spawn()
-        .map_err(|e| {
-            HarnessError::Setup(format!("cannot start swtpm: {e} (run scripts/provision)"))
-        })?;
-    let g = Group(child);
-    let t = Instant::now();
-    while !sock.exists() {
-        if t.elapsed() > Duration::from_secs(10) {
-            return Err(HarnessError::Setup(
-                "swtpm did not create its socket".into(),
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    Ok((g, sock))
+    test_support::swtpm::create_state(&state, &banks.join(","), false).map_err(setup)?;
+    Swtpm::serve(
+        &state,
+        &Channel::Unix(dir.join("swtpm.sock")),
+        "startup-clear",
+        &dir.join("swtpm.log"),
+    )
+    .map_err(setup)
 }
 
 /// Boots `cfg`, writing the console to `<dir>/console.log`; one outcome for the whole
@@ -676,7 +650,7 @@ fn watch(cfg: &VmConfig, dir: &Path) -> Result<Watched, HarnessError> {
         None => None,
     };
     let mut cmd = cfg.command(&log_path);
-    if let Some((_, sock)) = &swtpm {
+    if let Some(sock) = swtpm.as_ref().and_then(|t| t.socket.as_ref()) {
         cmd.arg("-chardev")
             .arg(format!("socket,id=chrtpm,path={}", sock.display()))
             .args([
@@ -741,7 +715,7 @@ fn watch(cfg: &VmConfig, dir: &Path) -> Result<Watched, HarnessError> {
         }
         if let (Some(c), Some(_)) = (tpm_text.as_mut(), &swtpm) {
             if c.update(&console) > 0 {
-                swtpm = None; // the guard kills the swtpm's process group
+                swtpm = None; // dropping it kills the swtpm's process group
             }
         }
         if let Some(limit) = cfg.follow_reboots {

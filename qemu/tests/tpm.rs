@@ -429,15 +429,14 @@ fn two_signings(
         let key = dir.join(format!("fleet-{i}.key"));
         let cert = dir.join(format!("fleet-{i}.pem"));
         let der = dir.join(format!("fleet-{i}.der"));
-        ok(Command::new("openssl")
-            .args([
-                "req", "-new", "-x509", "-nodes", "-newkey", "rsa:2048", "-days", "2",
-            ])
-            .args(["-subj", &format!("/CN=fleet modules {i}")])
-            .arg("-keyout")
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert));
+        test_support::keys::self_signed(
+            &key,
+            &cert,
+            &format!("fleet modules {i}"),
+            "rsa:2048",
+            2,
+            &[],
+        );
         ok(Command::new("openssl")
             .args(["x509", "-outform", "DER", "-in"])
             .arg(&cert)

@@ -6,8 +6,7 @@
     reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
-#[path = "../../validator/tests/common/mod.rs"]
-mod common;
+use test_support as common;
 
 use std::path::{Path, PathBuf};
 

@@ -24,8 +24,7 @@
     reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
-#[path = "../../validator/tests/common/mod.rs"]
-mod common;
+use test_support as common;
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
@@ -156,28 +155,14 @@ fn setup(dir: &Path) -> (Files, String) {
         .unwrap();
     let key = dir.join("sig.key");
     let pem = dir.join("sig.pem");
-    let st = Command::new("openssl")
-        .args([
-            "req",
-            "-new",
-            "-x509",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=root signer",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-keyout",
-        ])
-        .arg(&key)
-        .arg("-out")
-        .arg(&pem)
-        .output()
-        .unwrap();
-    assert!(st.status.success());
+    common::keys::self_signed(
+        &key,
+        &pem,
+        "root signer",
+        "ec",
+        2,
+        &["-pkeyopt", "ec_paramgen_curve:prime256v1"],
+    );
     let rh = dir.join("rh.txt");
     std::fs::write(&rh, &root).unwrap();
     let p7 = dir.join("rh.p7s");

@@ -18,8 +18,7 @@
     reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
-#[path = "../../validator/tests/common/mod.rs"]
-mod common;
+use test_support as common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -89,15 +88,7 @@ fn debian_ca(dir: &Path) -> (PathBuf, PathBuf) {
 fn untrusted(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     let key = dir.join(format!("{name}.key"));
     let cert = dir.join(format!("{name}.pem"));
-    ok(Command::new("openssl")
-        .args([
-            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "30",
-        ])
-        .args(["-subj", &format!("/CN={name}")])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert));
+    common::keys::rsa(&key, &cert, name);
     (cert, key)
 }
 

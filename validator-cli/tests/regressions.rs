@@ -9,8 +9,7 @@
     reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
-#[path = "../../validator/tests/common/mod.rs"]
-mod common;
+use test_support as common;
 
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -44,25 +43,17 @@ fn event_log() -> Vec<u8> {
     log.to_bytes()
 }
 
-/// `openssl req` for a self-signed certificate with the given key options.
-fn cert(dir: &Path, name: &str, key: &[&str]) -> PathBuf {
+/// A self-signed certificate with a key of `algorithm` (openssl's `-newkey` argument) and
+/// its options (`-pkeyopt ...`).
+fn cert(dir: &Path, name: &str, algorithm: &str, extra: &[&str]) -> PathBuf {
     let pem = dir.join(format!("{name}.pem"));
-    let out = Command::new("openssl")
-        .args(["req", "-new", "-x509", "-nodes", "-days", "2", "-subj"])
-        .arg(format!(
-            "/CN={name} test certificate with a long enough subject name/O=fleet"
-        ))
-        .args(key)
-        .arg("-keyout")
-        .arg(dir.join(format!("{name}.key")))
-        .arg("-out")
-        .arg(&pem)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::keys::self_signed(
+        &dir.join(format!("{name}.key")),
+        &pem,
+        &format!("{name} test certificate with a long enough subject name/O=fleet"),
+        algorithm,
+        2,
+        extra,
     );
     pem
 }
@@ -353,13 +344,14 @@ fn item08_tpm_replay_arguments_and_logs() {
 #[test]
 fn item11_keys_extract_all_or_nothing_and_p521() {
     let dir = tmpdir("reg11");
-    let rsa = der_of(&cert(&dir, "rsa", &["-newkey", "rsa:2048"]));
+    let rsa = der_of(&cert(&dir, "rsa", "rsa:2048", &[]));
     let p521 = der_of(&cert(
         &dir,
         "p521",
-        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:secp521r1"],
+        "ec",
+        &["-pkeyopt", "ec_paramgen_curve:secp521r1"],
     ));
-    let ed = der_of(&cert(&dir, "ed25519", &["-newkey", "ed25519"]));
+    let ed = der_of(&cert(&dir, "ed25519", "ed25519", &[]));
     let vmlinux = dir.join("vmlinux");
     std::fs::write(&vmlinux, fake_vmlinux(&[rsa.clone(), p521.clone(), ed])).unwrap();
     let out = dir.join("out");
@@ -463,7 +455,8 @@ fn item16_18_messages_name_what_and_where() {
     let p192 = cert(
         &dir,
         "p192",
-        &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime192v1"],
+        "ec",
+        &["-pkeyopt", "ec_paramgen_curve:prime192v1"],
     );
     let crc8 = module("default", "crc8.ko");
     let r = validator(&[

@@ -10,8 +10,7 @@
     clippy::indexing_slicing
 )]
 
-#[path = "../../validator/tests/common/mod.rs"]
-mod common;
+use test_support as common;
 
 use std::path::Path;
 use std::process::Command;

@@ -8,8 +8,7 @@
     reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
-#[path = "../../validator/tests/common/mod.rs"]
-mod common;
+use test_support as common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -291,28 +290,14 @@ fn signed_root_hash_needs_a_trusted_cert() {
     let mk = |name: &str| {
         let key = dir.join(format!("{name}.key"));
         let cert = dir.join(format!("{name}.pem"));
-        let st = Command::new("openssl")
-            .args([
-                "req",
-                "-new",
-                "-x509",
-                "-nodes",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-days",
-                "1",
-                "-subj",
-                &format!("/CN={name}"),
-            ])
-            .arg("-keyout")
-            .arg(&key)
-            .arg("-out")
-            .arg(&cert)
-            .output()
-            .unwrap();
-        assert!(st.status.success());
+        common::keys::self_signed(
+            &key,
+            &cert,
+            name,
+            "ec",
+            1,
+            &["-pkeyopt", "ec_paramgen_curve:prime256v1"],
+        );
         (key, cert)
     };
     let (key, cert) = mk("image-key");

@@ -11,7 +11,6 @@
 //! attest`). Needs swtpm and tpm2-tools. Not a test.
 #![expect(
     clippy::unwrap_used,
-    clippy::panic,
     clippy::indexing_slicing,
     reason = "benchmark code: a failed setup step should stop the run loudly"
 )]
@@ -21,9 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-#[path = "../tests/common/swtpm.rs"]
-#[allow(dead_code)]
-mod swtpm;
+use test_support::swtpm;
 
 use base64::Engine as _;
 use validator::attest::reference::Reference;

@@ -17,7 +17,7 @@
     reason = "benchmark code: a failed setup step should stop the run loudly"
 )]
 
-mod common;
+use test_support::bench as common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -14,7 +14,7 @@
     reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
-mod common;
+use test_support as common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -452,7 +452,7 @@ fn attack_3_a_boot_loader_file_is_judged_by_its_digest() {
         r => panic!("{r:?}"),
     }
     // What such a list cannot tell: another kernel read first, the predicted one
-    // extended after (README: a fleet then pins PCR 9, or predicts the whole list).
+    // extended after (docs/ATTESTATION.md: a fleet then pins PCR 9, or predicts the whole list).
     assert!(check("attack-3-loose-appended", &appended).is_ok());
 }
 

@@ -11,7 +11,7 @@
     reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
-mod common;
+use test_support as common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

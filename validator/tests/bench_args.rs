@@ -2,8 +2,7 @@
 //! cargo runs benchmarks (and this test) in `validator/`: the benchmark's argument must
 //! still find the tree.
 
-#[path = "../benches/common/mod.rs"]
-mod bench_common;
+use test_support::bench as bench_common;
 
 #[test]
 fn bench_paths_resolve_from_the_repository_root() {

@@ -1,22 +1,16 @@
 //! The fuzz targets' committed inputs, replayed on the stable toolchain without libFuzzer:
 //! every file under `fuzz/regressions/<target>/` (each finding of `scripts/fuzz`, and a few
 //! hand-picked inputs per target) goes through the same entry point the fuzz target runs
-//! (`fuzz/src/lib.rs`, included here rather than copied), with its round-trip and verdict
+//! (`test_support::fuzz`, the functions the libFuzzer targets call), with its round-trip and verdict
 //! assertions. A fixed finding stays fixed in CI's default run.
 
 #![expect(
     clippy::unwrap_used,
     clippy::panic,
-    clippy::indexing_slicing,
     reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
-#[path = "../../fuzz/src/lib.rs"]
-#[expect(
-    dead_code,
-    reason = "the fuzz crate's helpers that only its targets call"
-)]
-mod fuzz_entry;
+use test_support::fuzz as fuzz_entry;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};

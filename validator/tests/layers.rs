@@ -1,6 +1,7 @@
 //! The layer rule: each module of the validator uses only its own layer and those below
-//! it (util -> formats -> trust -> sys -> config -> gate -> runtime -> stages -> report -> boot).
-//! This test reads every source file and fails on a `crate::` or `super::` path that
+//! it (util -> formats -> trust -> sys -> config -> gate -> runtime -> stages -> report ->
+//! attest -> boot). This test reads every source file with the workspace's one import
+//! scanner (`test_support::imports`, which the import-cycle check uses too) and fails on a `crate::` or `super::` path that
 //! points up, on an import cycle between the modules of one layer (`stages::storage` and
 //! `stages::verity`, say), and on a stage that uses another stage (`stages::verity` using
 //! `stages::storage`): what stages share lives in `runtime`, and only the framework of
@@ -19,6 +20,8 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
+use test_support::imports::{self, module_path, sources};
+
 /// The layers, bottom first.
 const LAYERS: &[&str] = &[
     "util", "formats", "trust", "sys", "config", "gate", "runtime", "stages", "report", "attest",
@@ -36,92 +39,26 @@ fn rank(top: &str) -> Option<usize> {
     LAYERS.iter().position(|l| *l == top)
 }
 
-/// The module path of a source file relative to `src/` (`stages/modules/gate.rs` ->
-/// `[stages, modules, gate]`, `stages/mod.rs` -> `[stages]`, `lib.rs` -> `[]`).
-fn module_path(rel: &Path) -> Vec<String> {
-    let mut parts: Vec<String> = rel
-        .iter()
-        .map(|c| c.to_string_lossy().trim_end_matches(".rs").to_string())
-        .collect();
-    if matches!(parts.last().map(String::as_str), Some("mod" | "lib")) {
-        parts.pop();
-    }
-    parts
-}
-
-/// Every module path a source text refers to through `crate::` or `super::` (its first
-/// two names: `stages::verity`), with the line it is on. `module` is the text's own
-/// module path.
+/// Every module path a source text refers to (`crate::`, `super::`, `self::`, through
+/// the shared scanner: `use` groups over several lines and inline modules included), as
+/// its first two names (`stages::verity`), with the line it is on. `module` is the text's
+/// own module path.
 fn references(text: &str, module: &[String]) -> Vec<(usize, String)> {
-    fn two(path: &str) -> String {
-        let end = path
-            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':' || c == ' '))
-            .unwrap_or(path.len());
-        let names: Vec<&str> = path[..end]
-            .split("::")
-            .map(|n| n.trim())
-            .take_while(|n| !n.is_empty() && n.chars().all(|c| c.is_alphanumeric() || c == '_'))
-            .take(2)
-            .collect();
-        names.join("::")
-    }
-    // The paths a use names from `rest` on: `a::b`, a group `{a, b::c}`, or a group after
-    // a prefix `a::{b, c}` (each item its first two names, the prefix included).
-    fn paths(rest: &str) -> Vec<String> {
-        let end = rest
-            .find(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':' || c == ' '))
-            .unwrap_or(rest.len());
-        let (prefix, after) = rest.split_at(end);
-        match after.strip_prefix('{') {
-            Some(group) if prefix.is_empty() || prefix.trim_end().ends_with("::") => group
-                .split('}')
-                .next()
-                .unwrap_or("")
-                .split(',')
-                .map(|item| two(&format!("{}{}", prefix.trim_end(), item.trim())))
-                .collect(),
-            _ => vec![two(rest)],
-        }
-    }
-    let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let code = line.split("//").next().unwrap_or("");
-        for (i, _) in code.match_indices("crate::") {
-            let rest = &code[i + "crate::".len()..];
-            // `crate::{a, b::c}` and `crate::a::{b, c}` name several modules.
-            for name in paths(rest) {
-                if !name.is_empty() {
-                    out.push((n + 1, name));
-                }
-            }
-        }
-        for (i, _) in code.match_indices("super::") {
-            // Only the first `super` of a chain: count the chain.
-            if code[..i].ends_with("super::") {
-                continue;
-            }
-            let mut rest = &code[i..];
-            let mut up = 0;
-            while let Some(r) = rest.strip_prefix("super::") {
-                up += 1;
-                rest = r;
-            }
-            // The parent of a module file is its module path minus one.
-            let mut base: Vec<String> = module.to_vec();
-            for _ in 0..up {
-                base.pop();
-            }
-            for next in paths(rest) {
-                let mut full = base.clone();
-                full.extend(next.split("::").filter(|s| !s.is_empty()).map(String::from));
-                let path = full.into_iter().take(2).collect::<Vec<_>>().join("::");
-                if !path.is_empty() {
-                    out.push((n + 1, path));
-                }
-            }
-        }
-    }
-    out
+    imports::references(text, module)
+        .into_iter()
+        .map(|r| {
+            (
+                r.line,
+                r.path
+                    .iter()
+                    .take(2)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join("::"),
+            )
+        })
+        .filter(|(_, p)| !p.is_empty())
+        .collect()
 }
 
 /// The violations in one file's text.
@@ -144,17 +81,6 @@ fn violations(rel: &Path, text: &str) -> Vec<String> {
             })
         })
         .collect()
-}
-
-fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            sources(&p, out);
-        } else if p.extension().is_some_and(|x| x == "rs") {
-            out.push(p);
-        }
-    }
 }
 
 /// The edges between modules of one layer (`stages::storage` -> `stages::verity`): the
@@ -277,6 +203,20 @@ fn the_check_catches_upward_imports() {
     assert!(violations(f, "use crate::util::hex;").is_empty());
     assert_eq!(violations(f, "use crate::report::Report;").len(), 1);
     assert_eq!(violations(f, "use crate::{util, stages::Fault};").len(), 1);
+    // A group over several lines, and a nested one.
+    assert_eq!(
+        violations(f, "use crate::{\n    util::hex,\n    report::Report,\n};").len(),
+        1
+    );
+    assert_eq!(
+        violations(
+            f,
+            "use crate::{util::{hex, le}, stages::{Context,\n Fault}};"
+        )
+        .len(),
+        2
+    );
+    assert!(violations(f, "let s = \"crate::report::Report\";").is_empty());
     assert!(violations(f, "// use crate::report::Report;").is_empty());
     // `super::` from a nested module resolves within its layer...
     let g = Path::new("stages/modules/gate.rs");

@@ -14,7 +14,7 @@
     reason = "test code: helpers outside `#[test]` functions unwrap as the tests do"
 )]
 
-mod common;
+use test_support as common;
 
 use std::path::Path;
 use std::process::Command;

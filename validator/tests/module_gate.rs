@@ -9,7 +9,7 @@
     reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
-mod common;
+use test_support as common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -172,38 +172,31 @@ fn sign_file_signed_modules_pass_exactly_when_our_cert_is_trusted() {
     let k61 = facts("default");
     let dir = tmpdir("signfile");
     for (label, keyopt, hash) in [
-        ("rsa2048", vec!["-newkey", "rsa:2048"], "sha256"),
-        ("rsa3072", vec!["-newkey", "rsa:3072"], "sha512"),
+        ("rsa2048", ("rsa:2048", vec![]), "sha256"),
+        ("rsa3072", ("rsa:3072", vec![]), "sha512"),
         (
             "p256",
-            vec!["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"],
+            ("ec", vec!["-pkeyopt", "ec_paramgen_curve:prime256v1"]),
             "sha256",
         ),
         (
             "p384",
-            vec!["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:secp384r1"],
+            ("ec", vec!["-pkeyopt", "ec_paramgen_curve:secp384r1"]),
             "sha384",
         ),
     ] {
         let key = dir.join(format!("{label}.key"));
         let pem = dir.join(format!("{label}.pem"));
         let der = dir.join(format!("{label}.der"));
-        run(Command::new("openssl")
-            .args([
-                "req",
-                "-new",
-                "-x509",
-                "-nodes",
-                "-days",
-                "2",
-                "-subj",
-                &format!("/CN=fleet test {label}"),
-            ])
-            .args(&keyopt)
-            .arg("-keyout")
-            .arg(&key)
-            .arg("-out")
-            .arg(&pem));
+        let (algorithm, opts) = keyopt;
+        common::keys::self_signed(
+            &key,
+            &pem,
+            &format!("fleet test {label}"),
+            algorithm,
+            2,
+            &opts,
+        );
         run(Command::new("openssl")
             .args(["x509", "-outform", "DER", "-in"])
             .arg(&pem)
@@ -466,27 +459,19 @@ fn policy_pins_and_out_of_tree() {
     std::fs::write(&m, &oot).unwrap();
     let key = dir.join("k.key");
     let der = dir.join("k.der");
-    run(Command::new("openssl")
-        .args([
-            "req",
-            "-new",
-            "-x509",
-            "-nodes",
-            "-newkey",
-            "ec",
+    common::keys::self_signed(
+        &key,
+        &der,
+        "oot",
+        "ec",
+        1,
+        &[
             "-pkeyopt",
             "ec_paramgen_curve:prime256v1",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=oot",
             "-outform",
             "DER",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&der));
+        ],
+    );
     run(Command::new(sign_file())
         .arg("sha256")
         .arg(&key)
@@ -743,27 +728,14 @@ fn p521_signed_modules_pass_when_trusted() {
     let dir = tmpdir("p521");
     let key = dir.join("p521.key");
     let der = dir.join("p521.der");
-    run(Command::new("openssl")
-        .args([
-            "req",
-            "-new",
-            "-x509",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=fleet test p521",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:secp521r1",
-            "-outform",
-            "DER",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&der));
+    common::keys::self_signed(
+        &key,
+        &der,
+        "fleet test p521",
+        "ec",
+        2,
+        &["-pkeyopt", "ec_paramgen_curve:secp521r1", "-outform", "DER"],
+    );
     let m = unsigned_module(&dir, "crc16");
     run(Command::new(sign_file())
         .arg("sha512")

@@ -12,7 +12,7 @@
     clippy::indexing_slicing
 )]
 
-mod common;
+use test_support as common;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

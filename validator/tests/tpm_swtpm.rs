@@ -12,7 +12,7 @@
     reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
-mod common;
+use test_support as common;
 
 use common::swtpm::{have_tools, setup_state, Swtpm};
 
@@ -30,7 +30,7 @@ use validator::formats::tpm::{from_hex, to_hex, HashAlg, PcrValues};
 
 /// Sends `sig` to the swtpm (stop it, let it go on).
 fn signal(swtpm: &Swtpm, sig: Signal) {
-    kill(Pid::from_raw(swtpm.child.id().cast_signed()), sig).unwrap();
+    kill(Pid::from_raw(swtpm.pid().cast_signed()), sig).unwrap();
 }
 
 /// A fresh directory `target/test-tmp/tpm-swtpm-<name>-<pid>`.
@@ -289,7 +289,7 @@ fn hung_then_killed_tpm_gives_errors_not_hangs() {
     let mut tpm = swtpm.connect();
     assert_eq!(tpm.get_pcr_banks().unwrap(), vec![HashAlg::Sha256]);
     signal(&swtpm, Signal::SIGSTOP);
-    let pid = Pid::from_raw(swtpm.child.id().cast_signed());
+    let pid = Pid::from_raw(swtpm.pid().cast_signed());
     let killer = thread::spawn(move || {
         thread::sleep(Duration::from_millis(300));
         kill(pid, Signal::SIGKILL).unwrap();

@@ -1,8 +1,9 @@
 //! What the benchmarks share: reading their path arguments.
 //!
-//! Cargo runs a benchmark in its package's directory (`validator/`), while the README and
-//! `scripts/bench` give paths from the repository root: a relative path that does not
-//! exist where the benchmark runs is taken from the workspace root.
+//! Cargo runs a benchmark in its package's directory (`validator/`), while
+//! `docs/PERFORMANCE.md` and `scripts/bench` give paths from the repository root: a
+//! relative path that does not exist where the benchmark runs is taken from the workspace
+//! root.
 
 use std::path::{Path, PathBuf};
 

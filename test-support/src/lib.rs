@@ -1,26 +1,40 @@
-//! What the integration tests share: the provisioned kernels, scratch directories and a
-//! deterministic generator. (Each test crate uses a part of it.)
-// Test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do
-// (a failure should stop the test loudly); the workspace denies these outside tests.
-#![expect(
+//! What the workspace's tests share (a dev-dependency of every crate that tests; never a
+//! dependency of what ships): the provisioned kernels, scratch directories, a
+//! deterministic generator, processes run under a deadline, hostile inputs (a FIFO, a
+//! sparse file, a name that is not UTF-8), fixture trees copied with their links, one
+//! swtpm launcher ([`swtpm`]), one maker of test keys and certificates ([`keys`]), the
+//! benchmarks' path arguments ([`bench`]), the one import scanner the layer and
+//! import-cycle checks read the sources with ([`imports`]), and the fuzz targets' entry
+//! points ([`fuzz`]: libFuzzer's targets in `fuzz/` and the regression replay call the same
+//! functions).
+//!
+//! Contract: test code - a helper that cannot do its job panics with what went wrong
+//! (the calling test fails loudly); paths are found from the workspace root, whatever
+//! crate's test calls.
+#![allow(
     clippy::unwrap_used,
+    clippy::expect_used,
     clippy::panic,
-    reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
+    clippy::indexing_slicing,
+    reason = "test code: a helper that cannot do its job fails the calling test"
 )]
-// `allow`, not `expect`: each test crate that includes this module uses a different part of
-// it, so whether `dead_code` fires depends on the crate (and one using all of it would
-// leave an expectation unfulfilled).
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 
+pub mod bench;
+pub mod fuzz;
+pub mod imports;
+pub mod keys;
 pub mod swtpm;
+
+/// The workspace root (the repository).
+pub fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
 
 /// An unpacked kernel package fetched by `scripts/provision` (`default`, `k612`, `cloud`).
 pub fn kernel_root(name: &str) -> PathBuf {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/kernels")
-        .join(name);
+    let p = workspace().join("target/kernels").join(name);
     assert!(
         p.join("lib/modules").is_dir(),
         "{} missing: run PROVISION_KERNELS=all scripts/provision",
@@ -71,8 +85,8 @@ pub fn module(kernel: &str, file: &str) -> PathBuf {
 
 /// A fresh directory `target/test-tmp/<name>-<pid>`.
 pub fn tmpdir(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/test-tmp")
+    let d = workspace()
+        .join("target/test-tmp")
         .join(format!("{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
@@ -80,9 +94,14 @@ pub fn tmpdir(name: &str) -> PathBuf {
 }
 
 /// A tiny deterministic generator (xorshift), so failures reproduce.
+#[derive(Debug)]
 pub struct Rng(pub u64);
 
 impl Rng {
+    #[expect(
+        clippy::should_implement_trait,
+        reason = "an endless generator, not an iterator: `next` never ends"
+    )]
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
