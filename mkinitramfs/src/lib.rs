@@ -39,7 +39,7 @@ pub mod slot;
 pub mod unpack;
 
 /// The largest input of each kind that mkinitramfs reads (a larger one is an error
-/// naming the file and the limit; the README lists them).
+/// naming the file and the limit; `docs/PREFLIGHT.md` lists them).
 pub mod limits {
     /// The init binary (`--init`).
     pub const INIT_MAX: u64 = 64 << 20;
@@ -121,7 +121,18 @@ pub enum BuildError {
         module: String,
         origin: String,
     },
+    #[error(
+        "{bom}: the BOM has [slot], so the init mounts the ESP (vfat, with the kernel's \
+         default code page 437 and character set ascii), but modules.load does not name {} \
+         and the kernel does not build it in: add it to modules.load",
+        .missing.join(", ")
+    )]
+    EspModules { bom: PathBuf, missing: Vec<String> },
 }
+
+/// What mounting the ESP takes, as modules: the file system and the two character sets
+/// its default mount options name (Debian builds all three as modules).
+pub const ESP_MODULES: &[&str] = &["vfat", "nls_cp437", "nls_ascii"];
 
 /// The module configuration the init will read from the initramfs: the extra files put
 /// in `modprobe.d` directories, in `modprobe`'s order (the command line is the node's, so
@@ -264,6 +275,25 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
                 bom: spec.bom.clone(),
                 module,
                 origin: origin.to_string(),
+            });
+        }
+    }
+    // With slots the init mounts the ESP: its modules must come from the initramfs.
+    if bom.bom.slot.is_some() {
+        let missing: Vec<String> = ESP_MODULES
+            .iter()
+            .filter(|m| {
+                !tree.builtin.contains(**m)
+                    && !names
+                        .iter()
+                        .any(|n| validator::formats::kmod::normalize_name(n) == **m)
+            })
+            .map(|m| (*m).to_string())
+            .collect();
+        if !missing.is_empty() {
+            return Err(BuildError::EspModules {
+                bom: spec.bom.clone(),
+                missing,
             });
         }
     }

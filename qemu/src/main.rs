@@ -264,7 +264,7 @@ mod tests {
     #[test]
     fn callers_argument_syntax_still_parses() {
         let parse = |args: &[&str]| Cli::try_parse_from(args).map(|c| format!("{:?}", c.command));
-        // scripts/demo, scripts/bench, docs/PERFORMANCE.md, docs/FAULTS.md.
+        // scripts/demo, scripts/bench, docs/PERFORMANCE.md, docs/FAULTS.md, docs/TESTBED.md.
         assert_eq!(
             parse(&["qemu-harness", "run", "node"]).unwrap(),
             "Run { name: Node }"

@@ -1,8 +1,8 @@
 //! Every BOM the project shows an operator parses as the init would read it: the files
 //! under `examples/` and each `toml` block of the README and `docs/` (a block without
 //! `schema` is a part of a BOM and is parsed under a minimal header). A `[hardware]`
-//! table in the docs names only keys the parser knows, and the README's `[hardware]` key
-//! table lists every key of the type.
+//! table in the docs names only keys the parser knows, and `docs/BOM.md`'s `[hardware]`
+//! key table lists every key of the type.
 #![expect(
     clippy::unwrap_used,
     reason = "test code: helpers outside `#[test]` functions unwrap as the tests do"
@@ -69,7 +69,7 @@ fn every_bom_snippet_in_the_docs_parses() {
             seen += 1;
         }
     }
-    // The README's full BOM and the fixture node's part at least.
+    // docs/BOM.md's full BOM and the fixture node's part (docs/FIXTURES.md) at least.
     assert!(seen >= 2, "{seen} snippets");
 }
 
@@ -88,20 +88,31 @@ fn every_example_bom_parses() {
     assert_eq!(n, 3);
 }
 
-/// The README's `[hardware]` table has a row for every key the parser takes.
+/// `docs/BOM.md`'s `[hardware]` table (its section "`[hardware]` keys") has a row for
+/// every key the parser takes.
 #[test]
-fn the_readme_lists_every_hardware_key() {
-    let readme = std::fs::read_to_string(workspace().join("README.md")).unwrap();
+fn the_bom_doc_lists_every_hardware_key() {
+    let doc = std::fs::read_to_string(workspace().join("docs/BOM.md")).unwrap();
+    let start = doc
+        .find("\n## `[hardware]` keys\n")
+        .expect("docs/BOM.md has a section \"`[hardware]` keys\"");
+    let section = &doc[start + 1..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
     // Every key, set: serialize a value with each key present.
     let full =
         std::fs::read_to_string(workspace().join("examples/hgx-h200-training.toml")).unwrap();
     let b = bom::parse(full.as_bytes(), Path::new("h200")).unwrap().bom;
     let table = toml::Table::try_from(&b.hardware).unwrap();
-    let rows: Vec<&str> = readme.lines().filter(|l| l.starts_with("| `")).collect();
+    // The first cell of each row: the keys it is about.
+    let rows: Vec<&str> = section
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| l.split('|').nth(1).unwrap_or_default())
+        .collect();
     for key in table.keys() {
         assert!(
             rows.iter().any(|r| r.contains(&format!("`{key}`"))),
-            "README's [hardware] table has no row for {key}"
+            "docs/BOM.md's [hardware] table has no row for {key}"
         );
     }
 }

@@ -1,11 +1,11 @@
-//! The scenario names: the one list the CLI, the tests and the README use.
+//! The scenario names: the one list the CLI, the tests and `docs/TESTBED.md` use.
 //!
 //! Contract: [`Name`] is every scenario the catalogue ([`crate::catalogue`]) can set up,
 //! with its command-line spelling ([`Name::as_str`], [`Name::parse`]) and its place in
-//! the README's list ([`Name::ALL`]; a unit test holds the README to it). Nothing here
-//! builds or boots anything.
+//! `docs/TESTBED.md`'s scenario tables ([`Name::ALL`]; a unit test holds the tables to
+//! it). Nothing here builds or boots anything.
 
-/// The scenarios, by name: the one list the CLI, the tests and the README use.
+/// The scenarios, by name: the one list the CLI, the tests and `docs/TESTBED.md` use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Name {
     Good,
@@ -73,8 +73,7 @@ pub enum Name {
 }
 
 impl Name {
-    /// Every scenario, in the README's order (`node`, the demo's default, is described
-    /// there on its own).
+    /// Every scenario, in the order of `docs/TESTBED.md`'s scenario tables.
     pub const ALL: &'static [Name] = &[
         Name::Good,
         Name::NoRoot,
@@ -223,31 +222,33 @@ mod tests {
     use super::*;
     use crate::paths;
 
-    /// The README's scenario list is this enum, in this order.
+    /// `docs/TESTBED.md`'s scenario tables are this enum, in this order: the first cell of
+    /// every row of the section "Scenarios" names one scenario, each exactly once, and
+    /// every row says what it shows.
     #[test]
-    fn readme_lists_every_scenario() {
-        let readme = std::fs::read_to_string(paths::workspace().join("README.md")).unwrap();
-        let start = readme
-            .find("`scripts/demo NAME` boots another scenario:")
-            .expect("the README's scenario list");
-        let para = &readme[start..];
-        let para = &para[..para.find("\n\n").unwrap_or(para.len())];
-        let listed: Vec<&str> = para
-            .split('`')
-            .skip(3) // `scripts/demo NAME` itself
-            .step_by(2)
-            .filter(|w| {
-                Name::parse(w).is_some()
-                    || w.chars()
-                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            })
-            .collect();
-        let want: Vec<&str> = Name::ALL
-            .iter()
-            .filter(|n| **n != Name::Node)
-            .map(|n| n.as_str())
-            .collect();
-        assert_eq!(listed, want, "README scenario list vs qemu::scenario::Name");
+    fn testbed_lists_every_scenario() {
+        let doc = std::fs::read_to_string(paths::workspace().join("docs/TESTBED.md")).unwrap();
+        let start = doc
+            .find("\n## Scenarios\n")
+            .expect("docs/TESTBED.md has a section \"Scenarios\"");
+        let section = &doc[start + 1..];
+        let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+        let mut listed: Vec<&str> = Vec::new();
+        for row in section.lines().filter(|l| l.starts_with("| `")) {
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            // "| `good` | what it shows |" splits into ["", "`good`", "what it shows", ""].
+            let name = cells[1].trim_matches('`');
+            assert!(
+                cells.len() == 4 && !cells[2].is_empty(),
+                "docs/TESTBED.md: the row of {name} does not say what it shows: {row}"
+            );
+            listed.push(name);
+        }
+        let want: Vec<&str> = Name::ALL.iter().map(|n| n.as_str()).collect();
+        assert_eq!(
+            listed, want,
+            "docs/TESTBED.md scenario tables vs qemu::scenario::Name::ALL"
+        );
         for n in Name::ALL {
             assert_eq!(Name::parse(n.as_str()), Some(*n));
         }

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Why the gate refuses a module: a stable code, one per rule (the README and
+/// Why the gate refuses a module: a stable code, one per rule (`docs/PREFLIGHT.md` and
 /// `docs/SIGNATURE-RULES.md` list them).
 #[derive(
     Debug,

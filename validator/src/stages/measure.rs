@@ -1,7 +1,7 @@
 //! Stage `measure`: what the boot checked goes into the TPM, with logs a verifier can
 //! replay.
 //!
-//! The measurement plan (also in the README):
+//! The measurement plan (also in `docs/ATTESTATION.md`, "The PCR plan"):
 //! - PCR 11: the phase strings `enter-initrd` (when the init starts) and `leave-initrd`
 //!   (just before `switch_root`), each extended as the SHA digests of the bare string, as
 //!   systemd-pcrphase does, so PCR 11 policies signed for systemd-based boots keep working;

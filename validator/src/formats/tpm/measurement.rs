@@ -9,7 +9,7 @@
 //! ([`PHASE_PCR`], [`DEFAULT_PCR`], [`PINNED_PCRS`], [`BOOT_LOADER_FILE_PCR`]) lives here
 //! and nowhere else.
 //!
-//! The events, in the order a boot makes them (README, "The PCR plan"):
+//! The events, in the order a boot makes them (`docs/ATTESTATION.md`, "The PCR plan"):
 //! `enter-initrd` (PCR 11); `bom:<image_id> sha256:<hex>` (digest of the BOM's bytes);
 //! `cmdline:<line>` (digest of `/proc/cmdline`'s bytes); `module:<name> sha256:<hex>` (digest
 //! of the text); `verity-root-hash:<hex>` (digest of the hex text, what was signed);
