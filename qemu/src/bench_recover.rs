@@ -239,7 +239,7 @@ pub fn bench_recover(runs: usize) -> Result<Recovery, HarnessError> {
                 ))
             })
         };
-        let load_ms = logged(validator::stages::slot::kexec::KERNEL_LOAD_LOG, true)?;
+        let load_ms = logged(validator::runtime::slot::KERNEL_LOAD_LOG, true)?;
         let kernel_load = validator::util::as_f64(load_ms) / 1000.0;
         // "slot: kexec_file_load .../vmlinuz with .../initrd.img (N bytes), ..."
         initrd_bytes = logged(" bytes), command line", false)?.next_multiple_of(4096);

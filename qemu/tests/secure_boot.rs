@@ -266,8 +266,8 @@ fn shim_refuses_grub_above_its_sbat_generation_as_the_gate_does() {
 fn the_fallback_check_refuses_a_chain_shim_would_refuse() {
     use validator::formats::efisiglist::{Database, Entry};
     use validator::formats::sbat::Level;
+    use validator::runtime::slot::bootable::{check, Chain};
     use validator::runtime::uefi_keys::UefiKeys;
-    use validator::stages::slot::bootable::{check, Chain};
     use validator::trust::revocation::Revocations;
     let dir = qemu::paths::run_dir("sbat-fallback-check").unwrap();
     let boot = dir.join("esp/EFI/BOOT");

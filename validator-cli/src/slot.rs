@@ -1,6 +1,6 @@
 //! `validator slot status|mark-good|mark-bad`: the A/B state - the boot loader's
-//! variables or entries, and our record on the ESP - read and changed with the slot
-//! stage's own code (`validator::stages::slot::Runtime`).
+//! variables or entries, and our record on the ESP - read and changed with the A/B
+//! library the boot gate's slot stage uses (`validator::runtime::slot::Runtime`).
 //!
 //! Contract: `status` exits 0 when there is no problem and 1 when there is one, each
 //! named on a `problem:` line (`docs/SLOTS.md` lists them: a boot loader state or a record
@@ -103,7 +103,7 @@ fn booted_slot(arg: Option<SlotArg>) -> Result<validator::config::bom::SlotName,
 /// `validator slot ...`.
 pub(crate) fn run(c: SlotCmd, out: &mut Out) -> Res {
     use validator::config::bom::SlotName;
-    use validator::stages::slot::Runtime;
+    use validator::runtime::slot::Runtime;
     match c {
         SlotCmd::Status { at, json } => {
             let (cfg, dir, record) = slot_target(&at)?;
@@ -155,10 +155,10 @@ pub(crate) fn run(c: SlotCmd, out: &mut Out) -> Res {
 /// The load errors that count: all of them, except a missing record when none is
 /// required (`--grubenv` alone names no record).
 fn fatal(
-    errors: &[validator::stages::slot::SlotError],
+    errors: &[validator::runtime::slot::SlotError],
     record: bool,
-) -> Vec<&validator::stages::slot::SlotError> {
-    use validator::stages::slot::SlotError;
+) -> Vec<&validator::runtime::slot::SlotError> {
+    use validator::runtime::slot::SlotError;
     errors
         .iter()
         .filter(|e| record || !matches!(e, SlotError::NoRecord { .. }))
@@ -168,14 +168,14 @@ fn fatal(
 /// Whether a load error stops a `mark-*`: every one that counts ([`fatal`]) except a
 /// record with no valid copy, over which the mark starts a new record as a boot does
 /// (and says so).
-fn stops_mark(e: &validator::stages::slot::SlotError) -> bool {
-    !matches!(e, validator::stages::slot::SlotError::NoValidCopy { .. })
+fn stops_mark(e: &validator::runtime::slot::SlotError) -> bool {
+    !matches!(e, validator::runtime::slot::SlotError::NoValidCopy { .. })
 }
 
 fn mark(at: SlotWhere, slot: Option<SlotArg>, good: bool, out: &mut Out) -> Res {
     let s = booted_slot(slot)?;
     let (cfg, dir, record) = slot_target(&at)?;
-    let l = validator::stages::slot::Runtime::load(&cfg, s, dir, false);
+    let l = validator::runtime::slot::Runtime::load(&cfg, s, dir, false);
     let mut rt = l.runtime;
     // The boot loader's state must have been read whole; a record is optional with
     // --grubenv, required with --esp.

@@ -424,10 +424,10 @@ pub fn decision_events(decision: Decision, pcr: u32) -> Result<Vec<ExpectedEvent
 }
 
 /// The command line the init gives slot `to`'s kernel on a kexec from a GRUB boot whose
-/// line was `from_line` (`stages::slot::kexec::same_line_for`: GRUB gives every slot the
+/// line was `from_line` (`runtime::slot::same_line_for`: GRUB gives every slot the
 /// same line, so the init keeps it, naming the slot and dropping `BOOT_IMAGE=`).
 pub fn kexec_cmdline_grub(from_line: &str, to: SlotName) -> String {
-    crate::stages::slot::kexec::same_line_for(from_line, to)
+    crate::runtime::slot::same_line_for(from_line, to)
 }
 
 /// The slots given: at least one; a file of any content only in a complete list.

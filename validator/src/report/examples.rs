@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 use super::schema::{Report, StageReport, StageStatus};
 use crate::config::bom::{Slot, SlotName};
 use crate::config::layout;
-use crate::stages::slot::{act, fallback_target, open_dir, SlotFacts};
+use crate::runtime::slot::SlotFacts;
+use crate::stages::slot::{act, fallback_target, open_dir};
 use crate::stages::{Context, Decision, Fault, Roots, Stage};
 
 const IMAGE: &str = "qemu-node-2026.12.01";

@@ -3,7 +3,9 @@
 //! verity root's partitions ([`verity_parts`]), reading critical files in full
 //! ([`critical`]), loading gated modules ([`modload`]) and reading the kernel's taint
 //! ([`taint`]), resolving a path inside the new root ([`rootpath`]), the node's
-//! identity ([`node`]) and how a boot that does not hand over ends ([`power`]).
+//! identity ([`node`]), how a boot that does not hand over ends ([`power`]), and the A/B
+//! state ([`slot`]: the boot loaders, our record, whether a slot's kernel would start),
+//! which the `slot` stage, the operator's `validator slot` and `attest predict` share.
 //!
 //! Contract: each module takes its roots (`/sys`, `/dev`, `/proc`, `/run`, the new root)
 //! and its policy as parameters; nothing here knows the stages' `Context` or the report
@@ -20,6 +22,7 @@ pub mod modload;
 pub mod node;
 pub mod power;
 pub mod rootpath;
+pub mod slot;
 pub mod taint;
 pub mod uefi_keys;
 pub mod verity_parts;

@@ -1,6 +1,6 @@
 //! The ESP: finding it ([`find`]: `validator.esp=`, else the one partition of the EFI
-//! System type), mounting it read-write under `/run` ([`mount`]), paths on it
-//! ([`esp_path`]). (efivarfs, for the boot loader's EFI variables, is mounted with the
+//! System type), mounting it read-write under `/run` ([`mount`]); paths on it are
+//! `crate::runtime::slot::esp_path`. (efivarfs, for the boot loader's EFI variables, is mounted with the
 //! API filesystems: `crate::sys::mount_efivarfs`.)
 //!
 //! Contract: more than one match is an error, never a guess; no match within the
@@ -19,11 +19,6 @@ use crate::config::ESP_TYPE;
 /// Where the stage mounts the ESP.
 pub fn mountpoint(ctx: &Context) -> PathBuf {
     ctx.roots.run.join("validator/esp")
-}
-
-/// `p` (a path the BOM gives, absolute or not) on the ESP mounted at `esp_dir`.
-pub fn esp_path(esp_dir: &Path, p: &str) -> PathBuf {
-    esp_dir.join(p.trim_start_matches('/'))
 }
 
 /// Waits for the ESP to appear and returns its device node.

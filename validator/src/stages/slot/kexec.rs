@@ -16,32 +16,16 @@ use super::{Context, Plan, SlotError};
 use crate::config::bom::SlotName;
 use crate::config::layout;
 use crate::formats::tpm::measurement::Measurement;
+use crate::runtime::slot::{same_line_for, KERNEL_LOAD_LOG};
 use crate::util::fs::read_limited;
 
 /// The other slot's kernel command line: what its boot loader would give it (see
-/// [`super::loader::BootLoader::kexec_cmdline`]), or this boot's line naming it.
+/// [`crate::runtime::slot::BootLoader::kexec_cmdline`]), or this boot's line naming it.
 pub fn target_cmdline(ctx: &Context, y: SlotName) -> String {
     match ctx.slot.as_ref() {
         Some(rt) => rt.loader.kexec_cmdline(y, &ctx.cmdline),
         None => same_line_for(&ctx.cmdline, y),
     }
-}
-
-/// This boot's command line `this_boot` with `validator.slot=` naming `y` (GRUB, whose
-/// configuration gives every slot the same line).
-pub fn same_line_for(this_boot: &str, y: SlotName) -> String {
-    let mut words: Vec<String> = this_boot
-        .split_whitespace()
-        // BOOT_IMAGE= is the boot loader's note of the kernel it loaded, not ours to keep.
-        .filter(|w| {
-            !["validator.slot=", "validator-slot=", "BOOT_IMAGE="]
-                .iter()
-                .any(|p| w.starts_with(p))
-        })
-        .map(str::to_string)
-        .collect();
-    words.insert(0, format!("validator.slot={y}"));
-    words.join(" ")
 }
 
 /// The other slot's kernel and initramfs as read from the ESP for a kexec.
@@ -111,7 +95,3 @@ pub fn stage(
     log::info!("slot: {KERNEL_LOAD_LOG} {} ms", t.elapsed().as_millis());
     Ok(())
 }
-
-/// The words before the milliseconds `kexec_file_load(2)` itself took, in the init's log
-/// (read by the recovery benchmark).
-pub const KERNEL_LOAD_LOG: &str = "kexec_file_load returned in";

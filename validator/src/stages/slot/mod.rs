@@ -3,17 +3,12 @@
 //! good, or demoted, and the fallback to the other slot by kexec or reboot ([`fall_back`]).
 //!
 //! State lives on the ESP, which the stage finds (`validator.esp=`, else the one partition
-//! of the EFI System type) and mounts read-write ([`esp`]). What a boot loader does is one
-//! trait, [`BootLoader`], with one implementation per loader:
-//! - GRUB ([`Bootloader::Grub`], `examples/grub/grub.cfg`, [`grub`]): RAUC's `ORDER`,
-//!   `X_OK`, `X_TRY` in the grubenv, read and rewritten in place as GRUB's `save_env`
-//!   does. A grubenv that does not parse is never written.
-//! - systemd-boot ([`bls`]): the slots' BLS entries with boot counters; marking good or
-//!   bad renames the entry file, as `systemd-bless-boot` does.
-//! - Our record ([`record`], [`crate::formats::slotstate`], two copies under `state_dir`):
-//!   attempts of each slot's image, the last decision and report of each slot,
-//!   consecutive failed boots. The record bounds the boots ([`Slot::max_boots`]) even
-//!   when the boot loader's counters are lost.
+//! of the EFI System type) and mounts read-write ([`esp`]); what the boot loaders and our
+//! record hold, and how they change, is the A/B library [`crate::runtime::slot`] (the
+//! operator's `validator slot` and `attest predict` use the same code). This stage keeps
+//! what a boot does with it: load it at the start ([`run`]), say whether and where it may
+//! fall back ([`fallback_target`], [`no_fallback`], [`over_bound`]), and carry out the
+//! decision ([`act`], [`keep_report`], [`prepare_kexec`], [`fall_back`]).
 //!
 //! The kexec into the other slot is staged by [`kexec`]; errors are [`SlotError`].
 //!
@@ -24,83 +19,28 @@
 //! Current limits: two slots, `A` and `B`; the ESP is vfat (its modules must be in the
 //! BOM's `modules.load`).
 
-pub mod bls;
-pub mod bootable;
-mod error;
 pub mod esp;
-pub mod grub;
 pub mod kexec;
-pub mod loader;
-pub mod record;
 #[cfg(test)]
 mod tests;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use serde::{Deserialize, Serialize};
-
 use super::{Context, Decision, Fault};
 use crate::config::bom::{Bootloader, FallbackVia, MarkGood, Slot, SlotName};
 use crate::config::layout;
-use crate::formats::slotstate::{self, SlotRecord, State};
+use crate::formats::slotstate::{self, SlotRecord};
 use crate::util::fs::read_limited;
 
-pub use error::SlotError;
-pub use loader::BootLoader;
-use record::Store;
+use crate::runtime::slot::bootable;
+pub use crate::runtime::slot::{BootLoader, Previous, Runtime, SlotError, SlotFacts};
 
-/// The boot that led to this one, when it fell back.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct Previous {
-    pub slot: String,
-    /// `kexec` (its report came along) or `reboot` (read from our record).
-    pub via: String,
-    pub image_id: Option<String>,
-    pub decision: Option<String>,
-    pub fault: Option<String>,
-    pub reason: Option<String>,
-    /// That boot's report, as it was written.
-    pub report: Option<serde_json::Value>,
-}
-
-/// What the report says about the slots.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
-pub struct SlotFacts {
-    /// The slot this boot runs from.
-    pub booted: Option<SlotName>,
-    pub bootloader: Option<Bootloader>,
-    /// The ESP's device node.
-    pub esp: Option<String>,
-    /// The boot loader's view before and after this boot's writes (grubenv variables,
-    /// or entry file names).
-    pub before: BTreeMap<String, String>,
-    pub after: BTreeMap<String, String>,
-    /// Boots of this slot's image since it was last marked good, this one included.
-    pub attempts: u32,
-    /// Failed boots in a row before this one, and the bound.
-    pub consecutive_failures: u32,
-    pub max_boots: u32,
-    pub previous: Option<Previous>,
-    /// What this boot did to the slots.
-    pub action: Option<String>,
-    /// Why slot handling is off or incomplete (the boot went on without it).
-    pub error: Option<String>,
-}
-
-/// What the stage keeps for the decision.
-#[derive(Debug)]
-pub struct Runtime {
-    cfg: Slot,
-    slot: SlotName,
-    esp_dir: PathBuf,
-    /// The boot loader's state (unusable state is never written).
-    loader: Box<dyn BootLoader>,
-    /// Our record (not written when it could not be read or created).
-    record: Store,
-    over_bound: bool,
-    /// Whether the other slot's kernel would start ([`bootable`]), checked once.
-    target_kernel: std::cell::OnceCell<bootable::Verdict>,
+impl super::Classified for SlotError {
+    fn fault(&self) -> Fault {
+        // A broken slot state never blames the image or the hardware.
+        Fault::Platform
+    }
 }
 
 /// A fallback about to happen.
@@ -242,150 +182,6 @@ pub(crate) fn open_dir(
     Ok(rt)
 }
 
-/// What [`Runtime::load`] found.
-#[derive(Debug)]
-pub struct Loaded {
-    pub runtime: Runtime,
-    /// The boot loader's view (grubenv variables or entry file names).
-    pub view: BTreeMap<String, String>,
-    /// What could not be read (the rest is still usable), typed: match on these (e.g.
-    /// [`SlotError::NoRecord`]).
-    pub errors: Vec<SlotError>,
-    /// Whether our record was created just now.
-    pub created: bool,
-}
-
-/// The slots as an operator's tool reports them.
-#[derive(Debug, Clone, Serialize)]
-pub struct Status {
-    pub bootloader: Bootloader,
-    /// The boot loader's view (grubenv variables or entry file names).
-    pub bootloader_state: BTreeMap<String, String>,
-    /// Our record (newest valid copy) and its generation.
-    pub record: Option<State>,
-    pub generation: u64,
-    pub problems: Vec<String>,
-}
-
-impl Runtime {
-    /// Reads the boot loader's state and our record from the ESP mounted at `dir`,
-    /// creating the record's two copies when `create` and they are missing. Nothing is
-    /// counted or written otherwise.
-    pub fn load(cfg: &Slot, slot: SlotName, dir: PathBuf, create: bool) -> Loaded {
-        let mut errors = Vec::new();
-        let (loader, e) = loader::open(cfg, &dir);
-        errors.extend(e);
-        let state_dir = PathBuf::from(cfg.state_dir.trim_start_matches('/'));
-        let (mut record, created, e) = Store::open_in(dir.clone(), state_dir, create);
-        errors.extend(e);
-        // A boot starts a new record over a damaged one (and warns); a reader reports it.
-        if !create {
-            errors.extend(record.damaged.take());
-        }
-        let rt = Runtime {
-            cfg: cfg.clone(),
-            slot,
-            esp_dir: dir,
-            loader,
-            record,
-            over_bound: false,
-            target_kernel: std::cell::OnceCell::new(),
-        };
-        Loaded {
-            view: rt.view(),
-            errors,
-            runtime: rt,
-            created,
-        }
-    }
-
-    /// The status report of what was loaded.
-    pub fn status(&self, view: BTreeMap<String, String>, problems: Vec<String>) -> Status {
-        Status {
-            bootloader: self.cfg.bootloader,
-            bootloader_state: view,
-            record: self.record.ok.then(|| self.record.state.clone()),
-            generation: self.record.generation,
-            problems,
-        }
-    }
-
-    /// Marks slot `s` good or bad in the boot loader's state and in our record, as the
-    /// post-boot service (`validator slot mark-good`) or an operator does. Returns what
-    /// was done, in words.
-    ///
-    /// Both or neither: the record's next copy is checked writable before the boot
-    /// loader's state changes; when the record's write still fails, the boot loader's
-    /// change is undone, and the error ([`SlotError::MarkIncomplete`]) says whether that
-    /// worked, i.e. exactly what changed.
-    pub fn mark(&mut self, s: SlotName, good: bool) -> Result<String, SlotError> {
-        if self.record.ok {
-            self.record.check_writable()?;
-        }
-        self.loader.mark(s, good)?;
-        let mut done = format!("marked {s} {}", if good { "good" } else { "bad" });
-        if self.record.ok {
-            let saved = self.record.state.clone();
-            let state = &mut self.record.state;
-            let rec = state.slots.entry(s.as_str().to_string()).or_default();
-            rec.good = Some(good);
-            if good {
-                rec.attempts = 0;
-                state.consecutive_failures = 0;
-            }
-            if let Err(e) = self.record.write() {
-                self.record.state = saved;
-                let undone = self.loader.undo();
-                return Err(SlotError::MarkIncomplete {
-                    slot: s,
-                    good,
-                    source: Box::new(e),
-                    undone: match undone {
-                        Ok(_) => None,
-                        Err(u) => Some(Box::new(u)),
-                    },
-                });
-            }
-            done.push_str(" (boot loader and record)");
-        }
-        Ok(done)
-    }
-
-    /// What an operator is told is wrong with a state that could be read: where the
-    /// boot loader and our record disagree ([`Runtime::disagreements`]), and a boot
-    /// loader state under which no slot would boot ([`BootLoader::unbootable`]).
-    pub fn problems(&self) -> Vec<SlotError> {
-        let mut p = self.disagreements();
-        p.extend(self.loader.unbootable());
-        p
-    }
-
-    /// Where the boot loader's state and our record disagree on a slot being good or bad
-    /// (the record says so, and the boot loader says the opposite).
-    pub fn disagreements(&self) -> Vec<SlotError> {
-        if !self.record.ok {
-            return Vec::new();
-        }
-        [SlotName::A, SlotName::B]
-            .into_iter()
-            .filter_map(|s| {
-                let record = self.record.state.slots.get(s.as_str())?.good?;
-                let loader = self.loader.marked(s)?;
-                (record != loader).then_some(SlotError::Disagree {
-                    slot: s,
-                    loader,
-                    record,
-                })
-            })
-            .collect()
-    }
-
-    /// The boot loader's view now.
-    pub fn view(&self) -> BTreeMap<String, String> {
-        self.loader.view()
-    }
-}
-
 /// The boot that fell back into this one: its report came along (kexec), or our record
 /// says the other slot's last boot fell back (reboot).
 fn previous(ctx: &Context, rt: &Runtime) -> Option<Previous> {
@@ -452,7 +248,7 @@ pub fn fallback_target(ctx: &Context) -> Option<SlotName> {
 /// The other slot's kernel check, made once per boot.
 fn target_kernel<'a>(ctx: &Context, rt: &'a Runtime, y: SlotName) -> &'a bootable::Verdict {
     rt.target_kernel.get_or_init(|| {
-        let kernel = esp::esp_path(&rt.esp_dir, &rt.cfg.path(&rt.cfg.kernel, y));
+        let kernel = crate::runtime::slot::esp_path(&rt.esp_dir, &rt.cfg.path(&rt.cfg.kernel, y));
         #[cfg(feature = "test-hooks")]
         if ctx.args.test_skip_kernel_check {
             log::warn!("slot: slot {y}'s kernel not checked (validator.test_skip_kernel_check)");
@@ -546,8 +342,8 @@ pub fn act(
         plan = Some(Plan {
             target: y,
             via,
-            kernel: esp::esp_path(&rt.esp_dir, &rt.cfg.path(&rt.cfg.kernel, y)),
-            initrd: esp::esp_path(&rt.esp_dir, &rt.cfg.path(&rt.cfg.initrd, y)),
+            kernel: crate::runtime::slot::esp_path(&rt.esp_dir, &rt.cfg.path(&rt.cfg.kernel, y)),
+            initrd: crate::runtime::slot::esp_path(&rt.esp_dir, &rt.cfg.path(&rt.cfg.initrd, y)),
             cmdline: String::new(),
             images: None,
         });

@@ -61,7 +61,7 @@ pub struct Chain {
 }
 
 /// Checks the kernel at `kernel`, and the boot chain `chain` in front of it, as
-/// [`crate::stages::slot::bootable`] says, with the firmware's `keys` and the kernel's
+/// [`crate::runtime::slot::bootable`] says, with the firmware's `keys` and the kernel's
 /// built-in certificates from the initramfs at `initramfs_root`.
 pub fn check(
     keys: &UefiKeys,

@@ -3,8 +3,9 @@
 //!
 //! Contract: the messages are the ones the report's `slot.error`, the warnings and the
 //! operator CLI show (tests match some of them), so a variant's text is part of the
-//! public surface. Every variant is a platform fault ([`super::super::Classified`]): a
-//! broken slot state never blames the image or the hardware.
+//! public surface. Every variant is a platform fault where the `slot` stage returns it
+//! (`stages::slot` classifies it): a broken slot state never blames the image or the
+//! hardware.
 //!
 //! The operator CLI tells these apart by variant: [`SlotError::NoRecord`] (no state record
 //! yet: optional with `--grubenv`), the boot loader's state
@@ -174,11 +175,5 @@ fn read_only_note(read_only: bool) -> &'static str {
         " (the device is read-only)"
     } else {
         ""
-    }
-}
-
-impl super::super::Classified for SlotError {
-    fn fault(&self) -> super::super::Fault {
-        super::super::Fault::Platform
     }
 }

@@ -17,7 +17,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{esp, loader::BootLoader, SlotError};
+use super::{esp_path, loader::BootLoader, SlotError};
 use crate::config::bom::{Slot, SlotName};
 use crate::formats::grubenv::{self, GrubEnv};
 use crate::sys::beneath;
@@ -38,7 +38,7 @@ pub struct Grub {
 impl Grub {
     /// Reads the grubenv `cfg` names on the ESP mounted at `esp_dir`.
     pub fn open(cfg: &Slot, esp_dir: &Path) -> (Grub, Option<SlotError>) {
-        let path = esp::esp_path(esp_dir, &cfg.grubenv);
+        let path = esp_path(esp_dir, &cfg.grubenv);
         let (esp, rel) = (
             esp_dir.to_path_buf(),
             PathBuf::from(cfg.grubenv.trim_start_matches('/')),

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use super::{bls::Bls, grub::Grub, kexec, SlotError};
+use super::{bls::Bls, grub::Grub, same_line_for, SlotError};
 use crate::config::bom::{Bootloader, Slot, SlotName};
 
 /// A boot loader's A/B state on the mounted ESP, and the writes the gate makes to it.
@@ -71,7 +71,7 @@ pub trait BootLoader: std::fmt::Debug + Send + Sync {
     /// by default this boot's line with `validator.slot=` naming `s` (a loader whose
     /// configuration gives every slot the same line).
     fn kexec_cmdline(&self, s: SlotName, this_boot: &str) -> String {
-        kexec::same_line_for(this_boot, s)
+        same_line_for(this_boot, s)
     }
 }
 

@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::{kexec, loader::BootLoader, SlotError};
+use super::{loader::BootLoader, same_line_for, SlotError};
 use crate::config::bom::{Slot, SlotName};
 use crate::config::LOADER_BOOT_COUNT_PATH;
 use crate::formats::bls::{self, EntryName};
@@ -214,7 +214,7 @@ impl BootLoader for Bls {
                 }
             }
         }
-        kexec::same_line_for(this_boot, s)
+        same_line_for(this_boot, s)
     }
 }
 
