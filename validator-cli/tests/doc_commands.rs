@@ -141,7 +141,10 @@ fn commands(file: &str, markdown: &str) -> Vec<DocCommand> {
         let Some((ticks, shell, console)) = &fence else {
             if trimmed.starts_with("```") {
                 let ticks: String = trimmed.chars().take_while(|&c| c == '`').collect();
-                let lang = trimmed[ticks.len()..].split_whitespace().next().unwrap_or("");
+                let lang = trimmed[ticks.len()..]
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or("");
                 let lang = lang.trim_start_matches('{').trim_end_matches('}');
                 let shell = matches!(lang, "sh" | "bash" | "shell" | "console");
                 fence = Some((ticks, shell, lang == "console"));
@@ -225,145 +228,135 @@ fn heredoc_delimiter(line: &str) -> Option<String> {
     (!word.is_empty() && !word.starts_with('<')).then(|| word.to_string())
 }
 
+/// The words of a line being split into simple commands.
+#[derive(Debug, Default)]
+struct Splitter {
+    segs: Vec<Vec<Word>>,
+    seg: Vec<Word>,
+    word: String,
+    in_word: bool,
+    quoted: bool,
+    /// The next word is a redirection's target.
+    drop_next: bool,
+}
+
+impl Splitter {
+    fn end_word(&mut self) {
+        if self.in_word && !std::mem::take(&mut self.drop_next) {
+            self.seg.push(Word {
+                text: std::mem::take(&mut self.word),
+                quoted: self.quoted,
+            });
+        }
+        self.word.clear();
+        self.in_word = false;
+        self.quoted = false;
+    }
+
+    fn end_command(&mut self) {
+        self.end_word();
+        let seg = std::mem::take(&mut self.seg);
+        if !seg.is_empty() {
+            self.segs.push(seg);
+        }
+    }
+
+    fn push(&mut self, c: char) {
+        self.word.push(c);
+        self.in_word = true;
+    }
+}
+
 /// The simple commands of a logical line, as words: split at `&&`, `||`, `;`, `&` and
 /// pipes, redirections and their targets dropped. The docs' notation: `[`/`(` groups
 /// stay in the words' text; inside a group, and at the top level before an option,
 /// ` | ` separates alternatives instead of piping; `a|b` is one word.
 fn segments(line: &str) -> Vec<Vec<Word>> {
     let c: Vec<char> = line.chars().collect();
-    let mut segs = Vec::new();
-    let mut seg: Vec<Word> = Vec::new();
-    let mut word = String::new();
-    let mut in_word = false;
-    let mut quoted = false;
+    let mut s = Splitter::default();
     let mut depth = 0usize;
-    let mut drop_next = false;
-    let end_word = |seg: &mut Vec<Word>,
-                    word: &mut String,
-                    in_word: &mut bool,
-                    quoted: &mut bool,
-                    drop_next: &mut bool| {
-        if *in_word {
-            if *drop_next {
-                *drop_next = false;
-            } else {
-                seg.push(Word {
-                    text: std::mem::take(word),
-                    quoted: *quoted,
-                });
-            }
-        }
-        word.clear();
-        *in_word = false;
-        *quoted = false;
-    };
     let mut i = 0;
     while i < c.len() {
         let ch = c[i];
         let next = c.get(i + 1).copied();
+        i += 1;
         match ch {
             '\'' => {
-                let end = (i + 1..c.len()).find(|&j| c[j] == '\'').unwrap_or(c.len());
-                word.extend(&c[i + 1..end]);
-                (in_word, quoted, i) = (true, true, end + 1);
-                continue;
+                let end = (i..c.len()).find(|&j| c[j] == '\'').unwrap_or(c.len());
+                s.word.extend(&c[i..end]);
+                (s.in_word, s.quoted, i) = (true, true, end + 1);
             }
             '"' | '`' => {
-                let end = skip_quoted(&c, i + 1, ch);
-                word.extend(&c[i + 1..end.min(c.len())]);
-                (in_word, quoted, i) = (true, true, end + 1);
-                continue;
+                let end = skip_quoted(&c, i, ch);
+                s.word.extend(&c[i..end.min(c.len())]);
+                (s.in_word, s.quoted, i) = (true, true, end + 1);
             }
             '$' if next == Some('(') => {
-                let end = skip_subst(&c, i + 2);
-                word.extend(&c[i..(end + 1).min(c.len())]);
-                (in_word, i) = (true, end + 1);
-                continue;
+                let end = skip_subst(&c, i + 1);
+                s.word.extend(&c[i - 1..(end + 1).min(c.len())]);
+                (s.in_word, i) = (true, end + 1);
             }
             '\\' => {
-                word.extend(next);
-                (in_word, i) = (true, i + 2);
-                continue;
-            }
-            c0 if c0.is_whitespace() => {
-                end_word(&mut seg, &mut word, &mut in_word, &mut quoted, &mut drop_next);
+                s.word.extend(next);
+                (s.in_word, i) = (true, i + 1);
             }
             '|' if next == Some('|') => {
-                end_word(&mut seg, &mut word, &mut in_word, &mut quoted, &mut drop_next);
-                segs.push(std::mem::take(&mut seg));
-                i += 2;
-                continue;
+                s.end_command();
+                i += 1;
             }
             '|' => {
-                let spaced = i == 0
-                    || c[i - 1].is_whitespace()
-                    || next.is_none_or(char::is_whitespace);
-                let then_option = c[i + 1..]
+                let spaced =
+                    i == 1 || c[i - 2].is_whitespace() || next.is_none_or(char::is_whitespace);
+                let then_option = c[i..]
                     .iter()
                     .find(|c| !c.is_whitespace())
                     .is_some_and(|&c| c == '-' || c == '[');
                 if !spaced {
                     // `gzip|zstd`, `ak|quote`: one word of alternatives.
-                    word.push('|');
-                    in_word = true;
+                    s.push('|');
+                } else if depth == 0 && !then_option {
+                    s.end_command();
                 } else {
-                    end_word(&mut seg, &mut word, &mut in_word, &mut quoted, &mut drop_next);
-                    if depth == 0 && !then_option {
-                        segs.push(std::mem::take(&mut seg));
-                    }
+                    s.end_word();
                 }
             }
             '&' if next == Some('>') => {
-                end_word(&mut seg, &mut word, &mut in_word, &mut quoted, &mut drop_next);
-                drop_next = true;
-                i += 2;
-                continue;
+                s.end_word();
+                s.drop_next = true;
+                i += 1;
             }
             ';' | '&' => {
-                end_word(&mut seg, &mut word, &mut in_word, &mut quoted, &mut drop_next);
-                segs.push(std::mem::take(&mut seg));
-                i += if next == Some('&') { 2 } else { 1 };
-                continue;
+                s.end_command();
+                i += usize::from(next == Some('&'));
             }
             '>' | '<' => {
                 // `2>`: the descriptor is part of the redirection.
-                if in_word && !quoted && word.chars().all(|d| d.is_ascii_digit()) {
-                    word.clear();
-                    in_word = false;
+                if s.in_word && !s.quoted && s.word.chars().all(|d| d.is_ascii_digit()) {
+                    s.word.clear();
+                    s.in_word = false;
                 }
-                end_word(&mut seg, &mut word, &mut in_word, &mut quoted, &mut drop_next);
-                i += 1;
+                s.end_word();
                 while i < c.len() && matches!(c[i], '>' | '<' | '&' | '-') {
                     i += 1;
                 }
-                drop_next = true;
-                // `2>&1`: the target is glued to the operator.
-                if i < c.len() && !c[i].is_whitespace() {
-                    in_word = true;
-                }
-                continue;
+                s.drop_next = true;
+                // `2>&1`, `>FILE`: the target is glued to the operator.
+                s.in_word = i < c.len() && !c[i].is_whitespace();
             }
+            c0 if c0.is_whitespace() => s.end_word(),
             '[' | '(' => {
                 depth += 1;
-                word.push(ch);
-                in_word = true;
+                s.push(ch);
             }
             ']' | ')' => {
                 depth = depth.saturating_sub(1);
-                word.push(ch);
-                in_word = true;
+                s.push(ch);
             }
-            _ => {
-                word.push(ch);
-                in_word = true;
-            }
+            _ => s.push(ch),
         }
-        i += 1;
     }
-    end_word(&mut seg, &mut word, &mut in_word, &mut quoted, &mut drop_next);
-    segs.push(seg);
-    segs.retain(|s| !s.is_empty());
-    segs
+    s.end_command();
+    s.segs
 }
 
 /// The index of the closing `q` of a quoted string whose text starts at `i` (a `"`
@@ -456,7 +449,10 @@ fn cargo_run(args: &[Word]) -> Option<(Program, Vec<Word>)> {
     }
     let program = if names.iter().any(|n| n == "mkinitramfs") {
         Program::Mkinitramfs
-    } else if names.iter().any(|n| n == "validator-cli" || n == "validator") {
+    } else if names
+        .iter()
+        .any(|n| n == "validator-cli" || n == "validator")
+    {
         Program::Validator
     } else {
         return None;
@@ -546,8 +542,7 @@ fn placeholder(t: &str) -> bool {
     t.is_empty()
         || t.starts_with(['<', '$'])
         || t.chars().all(|c| c == '.')
-        || (t.chars().any(|c| c.is_ascii_uppercase())
-            && t.chars().all(|c| !c.is_ascii_lowercase()))
+        || (t.chars().any(|c| c.is_ascii_uppercase()) && t.chars().all(|c| !c.is_ascii_lowercase()))
 }
 
 /// What is wrong with one command line (nothing when it runs as written), and whether
@@ -730,6 +725,7 @@ SOURCE_DATE_EPOCH=$(git log -1 --format=%ct) cargo run -p mkinitramfs -- \
     list [--bogus] "--quoted" initrd.img 2>&1 > out.txt && sfdisk --nonsense
 validator attest ak|quot ...
 validator preflight --bom bom.toml [--wait SECONDS] [--gate-modules [--vmlinuz V] [--trust CERT]...]
+validator verity verify --data D --hash H (--root-hash HEX | --sgi FILE) | grep --not-ours
 cat <<EOF
 validator no-such-command
 EOF
@@ -755,14 +751,12 @@ validator output line, not a command
             (7, Program::Mkinitramfs),
             (9, Program::Validator),
             (10, Program::Validator),
-            (21, Program::Validator),
+            (11, Program::Validator),
+            (22, Program::Validator),
         ]
     );
     let (problems, checked) = check_all(&cmds, &mut Helps::default());
-    let heads: Vec<&str> = problems
-        .iter()
-        .map(|p| p.lines().next().unwrap())
-        .collect();
+    let heads: Vec<&str> = problems.iter().map(|p| p.lines().next().unwrap()).collect();
     assert_eq!(
         heads,
         [
@@ -771,10 +765,11 @@ validator output line, not a command
             "made-up.md:7: unknown option `--bogus`: `mkinitramfs list --help` does not list it",
             "made-up.md:9: unknown subcommand `quot` of `validator attest` (it has: ak, quote, ek, \
              make-credential, activate, predict, verify, help)",
-            "made-up.md:21: unknown option `--strict`: `validator bom check --help` does not list it",
+            "made-up.md:11: unknown option `--sgi`: `validator verity verify --help` does not list it",
+            "made-up.md:22: unknown option `--strict`: `validator bom check --help` does not list it",
         ],
         "{problems:#?}"
     );
     // The bad subcommands' lines stop at the subcommand.
-    assert_eq!(checked, 5);
+    assert_eq!(checked, 6);
 }

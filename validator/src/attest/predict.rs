@@ -457,16 +457,14 @@ pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
     let (dir, mut l) = loader(i.initramfs, &release)?;
     let mut loaded = BTreeSet::new();
     let mut modules = Vec::new();
-    let mut names: Vec<String> = bom.modules.load.iter().map(|m| m.0.clone()).collect();
-    if i.uefi && l.index.entries.contains_key(EFIVARFS) {
-        names.retain(|n| n != EFIVARFS);
-        modules.extend(module_events(
-            i.initramfs,
-            &dir,
-            &mut l,
-            &[EFIVARFS.to_string()],
-            &mut loaded,
-        )?);
+    let names: Vec<String> = bom.modules.load.iter().map(|m| m.0.clone()).collect();
+    let (first, names) = crate::runtime::modload::gated::initramfs_order(
+        &names,
+        i.uefi,
+        l.index.entries.contains_key(EFIVARFS),
+    );
+    if let Some(f) = first {
+        modules.extend(module_events(i.initramfs, &dir, &mut l, &[f], &mut loaded)?);
     }
     modules.extend(module_events(
         i.initramfs,

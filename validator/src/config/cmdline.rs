@@ -226,7 +226,7 @@ pub struct BootArgs {
     #[cfg(feature = "test-hooks")]
     pub test_panic: Option<String>,
     /// `validator.test_skip_kernel_check`: fall back without checking the other slot's
-    /// kernel first (`stages::slot::bootable`), to show what the kernel and the boot chain
+    /// kernel first (`runtime::slot::bootable`), to show what the kernel and the boot chain
     /// do with it. Test bed only, as `test_panic`.
     #[cfg(feature = "test-hooks")]
     pub test_skip_kernel_check: bool,

@@ -34,7 +34,8 @@
 //!
 //! Layout: the loader here, the index in `index.rs` ([`load_index`]), the module options
 //! in `options.rs` ([`read_config`]), the report line of each module in `report.rs`
-//! ([`ModuleReport`]).
+//! ([`ModuleReport`]), the set-up, load and measurement both stages share and the
+//! initramfs's load order in [`gated`].
 //!
 //! Current limits: a module is at most [`MODULE_FILE_MAX`] bytes; a compressed module's
 //! image is held whole in memory while it loads; a module signed with a digest other than
@@ -44,6 +45,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+pub mod gated;
 mod index;
 mod options;
 mod report;

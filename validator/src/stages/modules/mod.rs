@@ -1,7 +1,8 @@
 //! Stage `modules`: gate and load the BOM's modules from the initramfs, each after its
-//! dependencies, with `finit_module(2)` directly (no kmod binary), through the loader the
-//! preflight's root drivers share ([`crate::runtime::modload`]); then measure each loaded
-//! module's image digest (from the gate's own read) and check the kernel's taint.
+//! dependencies, with `finit_module(2)` directly (no kmod binary), and measure each loaded
+//! module's image digest (from the gate's own read), through the one gated
+//! load-and-measure the preflight's root drivers go through too
+//! ([`crate::runtime::modload::gated`]); then check the kernel's taint.
 //!
 //! On a UEFI boot `efivarfs` is loaded first and mounted, and the firmware's keys decide
 //! the gate's trust as they decide the kernel's (`runtime::uefi_keys::module_trust`:
@@ -11,14 +12,11 @@
 //! A refused module is reported as `rejected` and the kernel never sees it; a refusal,
 //! a failed load or an image taint fails the stage as an image fault.
 
-use std::time::Instant;
-
 use super::{Classified, Context, Fault};
-use crate::formats::tpm::measurement::Measurement;
 use crate::gate::{self, Gate};
 use crate::runtime::measure::MeasureError;
 use crate::runtime::modload::{
-    load_index, read_config, IndexLoadError, Loader, ModStatus, ModuleReport,
+    gated, load_index, read_config, IndexLoadError, ModStatus, ModuleReport,
 };
 use crate::runtime::taint;
 use crate::sys::EFIVARFS;
@@ -59,41 +57,6 @@ impl Classified for ModulesError {
     }
 }
 
-/// Measures the loaded modules in plan order: each event is the module's name and the
-/// SHA-256 of the image the kernel was given, as the gate computed it in the pass that
-/// checked its signature. A loaded module without that digest is an error, never a
-/// second read.
-fn measure_loaded(ctx: &mut Context) -> Result<(), MeasureError> {
-    let loaded: Vec<(String, Option<String>, String)> = ctx
-        .facts
-        .modules
-        .iter()
-        .filter(|m| m.status == ModStatus::Loaded)
-        .map(|m| {
-            (
-                m.name.clone(),
-                m.sha256.clone(),
-                m.options.clone().unwrap_or_default(),
-            )
-        })
-        .collect();
-    for (name, sha, options) in loaded {
-        let sha = sha.ok_or_else(|| MeasureError::Unmeasurable {
-            what: format!("module {name}"),
-            why: "the gate recorded no digest of the image the kernel was given".into(),
-        })?;
-        ctx.measure(
-            &Measurement::Module {
-                name,
-                sha256: sha,
-                options,
-            },
-            None,
-        )?;
-    }
-    Ok(())
-}
-
 /// The stage: gate and load the BOM's modules from the initramfs, measure what was
 /// loaded (even when the stage fails, so an attestation of a stopped boot still names
 /// the modules the kernel runs), then check the kernel's taint.
@@ -101,7 +64,7 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
     let Some(b) = ctx.bom.as_ref() else {
         return Ok("no BOM: nothing to load".into());
     };
-    let mut names: Vec<String> = b.bom.modules.load.iter().map(|m| m.0.clone()).collect();
+    let names: Vec<String> = b.bom.modules.load.iter().map(|m| m.0.clone()).collect();
     let allowed = b.bom.policy.taint_allowed.0.clone();
     let dir = ctx.roots.modules.join(&ctx.release);
     let index = load_index(&dir)?;
@@ -109,33 +72,40 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
     // the EFI variables (the firmware's keys for the gate below, Secure Boot for the
     // preflight, the boot counting of systemd-boot for the slot stage).
     let efi = ctx.roots.sys.join("firmware/efi").is_dir();
-    let efivarfs_first = efi && index.entries.contains_key(EFIVARFS);
-    if efivarfs_first {
-        names.retain(|n| n != EFIVARFS);
-    }
-    let mut loader = Loader::new(&dir, index, &ctx.roots.sys);
-    loader.proc_root = Some(ctx.roots.proc.clone());
+    let (first, names) = gated::initramfs_order(&names, efi, index.entries.contains_key(EFIVARFS));
     // The options modprobe would give: the initramfs's modprobe.d, then the command line.
-    loader.options = read_config(&ctx.roots.initramfs, Some(ctx.cmdline_bytes()))?;
-    let mut g = Gate::from_initramfs(&ctx.roots.initramfs, &b.bom)?;
-    g.policy.module_blacklist = crate::config::cmdline::module_blacklist(&ctx.cmdline);
+    let options = read_config(&ctx.roots.initramfs, Some(ctx.cmdline_bytes()))?;
+    let g = Gate::from_initramfs(&ctx.roots.initramfs, &b.bom)?;
     log::info!(
         "module gate: {} trusted certificate(s), {} symbol CRCs, vermagic {:?}",
         g.trust.certs.len(),
         g.symvers.as_ref().map_or(0, |s| s.map.len()),
         g.policy.kernel_vermagic.as_deref().unwrap_or("")
     );
-    loader.gate = Some(g);
+    let mut loader = gated::loader(
+        &dir,
+        index,
+        g,
+        options,
+        &ctx.cmdline,
+        &ctx.roots.sys,
+        &ctx.roots.proc,
+    );
     // On a UEFI boot: efivarfs first (Debian-signed, judged with the built-in keys), then
     // the firmware's keys decide the gate's trust as they decide the kernel's
     // (`runtime::uefi_keys::module_trust`), then the rest. The initramfs's store as loaded
     // stays for the root hash signature (the verity stage): a userspace check of our own,
     // which the kernel's keyrings do not bound.
-    let mut results = Vec::new();
+    let mut done = Vec::new();
     let mut initramfs_trust = None;
     if efi {
-        if efivarfs_first {
-            results = loader.load_all(&[EFIVARFS.to_string()]);
+        if let Some(f) = first {
+            done.push(gated::load_and_measure(
+                &mut loader,
+                &[f],
+                ctx.measurer.as_mut(),
+                &mut ctx.facts.warnings,
+            ));
         }
         crate::sys::mount_efivarfs(&ctx.roots.sys);
         ctx.uefi = crate::runtime::uefi_keys::read(&ctx.roots.sys).into();
@@ -156,7 +126,25 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
             );
         }
     }
-    results.extend(loader.load_all(&names));
+    // A measurement that failed ends the measuring (the rest still loads).
+    let measure_more = done.iter().all(|d| d.measured.is_ok());
+    done.push(gated::load_and_measure(
+        &mut loader,
+        &names,
+        if measure_more {
+            ctx.measurer.as_mut()
+        } else {
+            None
+        },
+        &mut ctx.facts.warnings,
+    ));
+    let measured_us: u64 = done.iter().map(|d| d.measure_us).sum();
+    let mut measured = Ok(());
+    let mut results = Vec::new();
+    for d in done {
+        results.extend(d.results);
+        measured = measured.and(d.measured);
+    }
     let gate_trust = loader.gate.take().map(|g| g.trust);
     ctx.trust = initramfs_trust.or(gate_trust);
     for r in &results {
@@ -194,9 +182,6 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
         .count();
     let gate_us: u64 = results.iter().map(|m| m.gate_us).sum();
     ctx.facts.modules = results;
-    let t = Instant::now();
-    let measured = measure_loaded(ctx);
-    let measured_us = u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
     if !refused.is_empty() {
         return Err(ModulesError::Refused(refused));
     }

@@ -3,7 +3,7 @@
 //! `<new root>/lib/modules/<release>` with the initramfs's gate ([`Gate::from_initramfs`]:
 //! the trust store, the kernel's vermagic and its CRC table; the trust narrowed to the
 //! kernel's under Secure Boot, `runtime::uefi_keys::module_trust`) and loader
-//! ([`modules::Loader`]): the same checks, the same dependency order, the same
+//! ([`modload::Loader`], through [`modload::gated`], as the initramfs's modules): the same checks, the same dependency order, the same
 //! `finit_module(2)`.
 //!
 //! The module index is the root's own `modules.dep` / `modules.softdep` /
@@ -28,8 +28,7 @@ use crate::config::bom::Bom;
 use crate::formats::kmod::index::Index;
 use crate::formats::kmod::{modinfo, sig};
 use crate::gate::{batch, Gate, Verdict};
-use crate::runtime::measure::MeasureError;
-use crate::runtime::modload::{self as modules, ModStatus, ModuleReport};
+use crate::runtime::modload::{self, ModStatus, ModuleReport};
 use crate::stages::{Context, Fault};
 
 /// The check's name.
@@ -112,8 +111,8 @@ pub fn gate_root_modules(
     mut gate: Gate,
     dir: &Path,
     names: &[String],
-) -> Result<Vec<Verdict>, modules::IndexLoadError> {
-    let index = modules::load_index(dir)?;
+) -> Result<Vec<Verdict>, modload::IndexLoadError> {
+    let index = modload::load_index(dir)?;
     let all = closure(&index, names);
     add_root_exports(&mut gate, dir, &index, &all);
     Ok(all
@@ -180,7 +179,7 @@ fn no_device(r: &ModuleReport) -> bool {
 pub fn load_root_modules(ctx: &mut Context, bom: &Bom, report: &mut PreflightReport) {
     let dir = ctx.roots.new_root.join("lib/modules").join(&ctx.release);
     let names: Vec<String> = bom.modules.root.iter().map(|m| m.normalized()).collect();
-    let index = match modules::load_index(&dir) {
+    let index = match modload::load_index(&dir) {
         Ok(i) => i,
         Err(e) => {
             report.checks.push(Check::fail(
@@ -219,11 +218,9 @@ pub fn load_root_modules(ctx: &mut Context, bom: &Bom, report: &mut PreflightRep
             exporters.join(", ")
         }
     );
-    let mut loader = modules::Loader::new(&dir, index, &ctx.roots.sys);
-    loader.proc_root = Some(ctx.roots.proc.clone());
     // The options modprobe on the root would give: the root's modprobe.d, then the
     // command line.
-    loader.options = match modules::read_config(&ctx.roots.new_root, Some(ctx.cmdline_bytes())) {
+    let options = match modload::read_config(&ctx.roots.new_root, Some(ctx.cmdline_bytes())) {
         Ok(c) => c,
         Err(e) => {
             report
@@ -232,8 +229,23 @@ pub fn load_root_modules(ctx: &mut Context, bom: &Bom, report: &mut PreflightRep
             return;
         }
     };
-    loader.gate = Some(gate);
-    let results = loader.load_all(&names);
+    let mut loader = modload::gated::loader(
+        &dir,
+        index,
+        gate,
+        options,
+        &ctx.cmdline,
+        &ctx.roots.sys,
+        &ctx.roots.proc,
+    );
+    // Measured like the initramfs's modules: name and digest of the image the kernel got.
+    let done = modload::gated::load_and_measure(
+        &mut loader,
+        &names,
+        ctx.measurer.as_mut(),
+        &mut ctx.facts.warnings,
+    );
+    let results = done.results;
     for r in &results {
         log::info!(
             "preflight: module {} {:?} {}",
@@ -242,28 +254,7 @@ pub fn load_root_modules(ctx: &mut Context, bom: &Bom, report: &mut PreflightRep
             r.message.as_deref().unwrap_or("")
         );
     }
-    // Measured like the initramfs's modules: name and digest of the image the kernel got.
-    let mut measure_err = None;
-    for r in results.iter().filter(|r| r.status == ModStatus::Loaded) {
-        let e = match &r.sha256 {
-            Some(sha) => ctx.measure(
-                &crate::formats::tpm::measurement::Measurement::Module {
-                    name: r.name.clone(),
-                    sha256: sha.clone(),
-                    options: r.options.clone().unwrap_or_default(),
-                },
-                None,
-            ),
-            None => Err(MeasureError::Unmeasurable {
-                what: format!("module {}", r.name),
-                why: "the gate recorded no digest".into(),
-            }),
-        };
-        if let Err(e) = e {
-            measure_err = Some(e);
-            break;
-        }
-    }
+    let measure_err = done.measured.err();
     let causes: Vec<&ModuleReport> = results
         .iter()
         .filter(|r| matches!(r.status, ModStatus::Rejected | ModStatus::Failed))
