@@ -27,12 +27,13 @@
 //! kernel signature, vermagic or CRC rule each) to the real kernels with no gate in
 //! between, booted through OVMF with test keys in UEFI `db` ([`efivars`]).
 //!
-//! Module order (no module imports one above it; `tests/import_cycles.rs` checks that
-//! no two import each other, directly or round a circle): `paths`, `aptsources`, `disk`, `rootfs`,
-//! `verity`, `initramfs`, `firmware`, `efivars`, `reportcheck`, `tpmcheck`, `vm`, `hw`,
-//! `sigrules`; then `scenario` (types only); the set-ups `basic`, `ab`, `preflight`,
-//! `faults` and the builder `prepare`; then `catalogue`; then `floor`, `bench` and the
-//! `bench_*` modules.
+//! Modules, roughly from the bottom up (`tests/import_cycles.rs` checks that no two import
+//! each other, directly or round a circle, and that this list names every module):
+//! `paths`, `aptsources`, `disk`, `rootfs`, `verity`, `initramfs`, `firmware`,
+//! `secureboot`, `efivars`, `reportcheck`, `tpmcheck`, `vm`, `hw`, `sigrules`,
+//! `debroot`, `attestation`; then `scenario` (types only); the set-ups `basic`, `ab`,
+//! `preflight`, `faults` and the builder `prepare`; then `catalogue`; then `floor`,
+//! `bench` and the `bench_*` modules.
 //!
 //! Current limits: x86-64 guests only; TCG by default (`VALIDATOR_ACCEL=kvm` switches);
 //! one vCPU unless a config says more; kernels come from `scripts/provision`

@@ -261,6 +261,35 @@ fn test_support_has_no_import_cycle() {
     check("test-support");
 }
 
+/// The test bed's crate doc names every module it declares (the `bench_*` modules as a
+/// group).
+#[test]
+fn the_test_bed_doc_lists_every_module() {
+    let lib = std::fs::read_to_string(workspace().join("qemu/src/lib.rs")).unwrap();
+    let doc: String = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("//!"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let at = doc.find("Modules, roughly from the bottom up").unwrap();
+    let list = &doc[at..];
+    let list = &list[..list.find("\n\n").unwrap_or(list.len())];
+    let declared: Vec<&str> = lib
+        .lines()
+        .filter_map(|l| l.strip_prefix("pub mod ")?.strip_suffix(';'))
+        .collect();
+    assert!(declared.len() > 20, "{declared:?}");
+    let missing: Vec<&&str> = declared
+        .iter()
+        .filter(|m| !list.contains(&format!("`{m}`")))
+        .filter(|m| !(m.starts_with("bench_") && list.contains("`bench_*`")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "qemu/src/lib.rs's module list misses {missing:?}"
+    );
+}
+
 #[test]
 fn every_workspace_member_is_checked() {
     let toml = std::fs::read_to_string(workspace().join("Cargo.toml")).unwrap();

@@ -210,7 +210,7 @@ fn quote(a: QuoteArgs, out: &mut Out) -> Res {
             }
         }
     }
-    let pcr_bytes = selected_values(&sel, &values).map_err(Usage)?;
+    let pcr_bytes = selected_values(&sel, &values).map_err(|e| Usage(e.to_string()))?;
     let files: Vec<(String, Vec<u8>)> = vec![
         ("ak.pub".into(), key.public.to_2b()),
         ("quote.msg".into(), attest.bytes.clone()),

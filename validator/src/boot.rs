@@ -1,4 +1,4 @@
-//! Layer 9: the boot as PID 1 runs it - the order of the stages and the decision, nothing
+//! Layer 11: the boot as PID 1 runs it - the order of the stages and the decision, nothing
 //! else. Each stage's body lives in [`crate::stages`] under its report name; a failed
 //! stage's error carries its fault class, and the decision reads only that class.
 //!

@@ -197,3 +197,61 @@ fn every_named_path_exists() {
         missing.join("\n")
     );
 }
+
+/// "No public function of the library returns `Result<_, String>`": every `pub fn` (and
+/// `FromStr`'s `type Err`) of `validator/src`, its signature joined over lines, returns a
+/// typed error.
+#[test]
+fn no_public_function_returns_a_string_error() {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    assert!(doc().contains("no public function of the library returns `Result<_, String>`"));
+    let mut files = Vec::new();
+    walk(&repo().join("validator/src"), &mut files);
+    let mut found = Vec::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let t = line.trim_start();
+            let signature = if t.starts_with("pub fn ") {
+                // Up to the body's brace or the end of a declaration.
+                let mut s = String::new();
+                for l in &lines[i..] {
+                    s.push_str(l.trim());
+                    s.push(' ');
+                    if l.contains('{') || l.trim_end().ends_with(';') {
+                        break;
+                    }
+                }
+                s
+            } else if t.starts_with("type Err = ") {
+                t.to_string()
+            } else {
+                continue;
+            };
+            let squeezed: String = signature.split_whitespace().collect();
+            let returns = squeezed
+                .rsplit_once("->")
+                .map(|(_, r)| r.trim_end_matches(['{', ';', ' ']).to_string())
+                .unwrap_or_default();
+            let string_err = returns.starts_with("Result<") && returns.ends_with(",String>");
+            if string_err || squeezed.contains("typeErr=String;") {
+                found.push(format!("{}:{}: {}", f.display(), i + 1, t));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "public String errors:\n{}",
+        found.join("\n")
+    );
+}

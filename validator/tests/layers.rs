@@ -231,6 +231,49 @@ fn the_check_catches_upward_imports() {
     assert!(violations(Path::new("boot.rs"), "use crate::report::Report;").is_empty());
 }
 
+/// Each layer's root module (`<layer>/mod.rs`, or `boot.rs`) says which layer it is, as
+/// `//! Layer N` with N its place in [`LAYERS`] (bottom first, from 1), and the README's
+/// layer chain (`util -> formats ... -> boot`) names the layers in this order.
+#[test]
+fn the_layer_headers_and_the_readme_follow_the_list() {
+    let src = src_dir();
+    let mut wrong = Vec::new();
+    for (i, layer) in LAYERS.iter().enumerate() {
+        let file = [
+            src.join(layer).join("mod.rs"),
+            src.join(format!("{layer}.rs")),
+        ]
+        .into_iter()
+        .find(|p| p.is_file())
+        .unwrap();
+        let text = std::fs::read_to_string(&file).unwrap();
+        let first = text.lines().next().unwrap_or("");
+        let want = format!("//! Layer {}", i + 1);
+        let next = first.get(want.len()..want.len() + 1).unwrap_or("");
+        if !first.starts_with(&want) || next.chars().any(|c| c.is_ascii_digit()) {
+            wrong.push(format!(
+                "{}: {first:?} does not start with {want:?}",
+                file.display()
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    let readme = std::fs::read_to_string(src.join("../../README.md")).unwrap();
+    let start = readme.find("util -> ").expect("the README's layer chain");
+    let end = start
+        + readme[start..]
+            .find("boot (")
+            .expect("the chain ends in boot");
+    let chain: Vec<String> = readme[start..end + "boot".len()]
+        .split("->")
+        .map(|part| {
+            // A layer name, then a note in parentheses and line breaks.
+            part.split_whitespace().next().unwrap_or("").to_string()
+        })
+        .collect();
+    assert_eq!(chain, LAYERS, "the README's layer chain");
+}
+
 /// The stages: the modules under `src/stages` (files and directories).
 fn stage_names(src: &Path) -> BTreeSet<String> {
     std::fs::read_dir(src.join("stages"))

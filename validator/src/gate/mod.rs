@@ -1,4 +1,4 @@
-//! The module gate: no module reaches the kernel unless its vermagic, symbol CRCs,
+//! Layer 6: the module gate: no module reaches the kernel unless its vermagic, symbol CRCs,
 //! signature and flavour match what the image promises.
 //!
 //! For each module file the gate decompresses it (as the kernel would), splits off the

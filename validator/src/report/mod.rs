@@ -1,4 +1,4 @@
-//! Layer 8: the one health report of a boot and the ways it leaves the node.
+//! Layer 9: the one health report of a boot and the ways it leaves the node.
 //!
 //! - [`schema`]: the typed report, schema `validator.report/v2` ([`SCHEMA`]), built from
 //!   the stages' [`crate::stages::Facts`] and outcomes; it derives `Serialize`,

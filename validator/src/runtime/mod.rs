@@ -1,4 +1,4 @@
-//! Layer 6: what the boot stages share at run time, so that no stage uses another: the
+//! Layer 7: what the boot stages share at run time, so that no stage uses another: the
 //! TPM measurer ([`measure`]) and the quote at the end of a boot ([`attest`]), finding and waiting for block devices ([`devices`]) and the
 //! verity root's partitions ([`verity_parts`]), reading critical files in full
 //! ([`critical`]), loading gated modules ([`modload`]) and reading the kernel's taint

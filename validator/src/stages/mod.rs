@@ -1,4 +1,4 @@
-//! Layer 7: the boot stages, one module per stage, named as the report names them, in
+//! Layer 8: the boot stages, one module per stage, named as the report names them, in
 //! run order: [`start`], [`measure`], [`modules`], [`slot`], [`storage`], [`verity`],
 //! [`mount`], [`critical`], [`preflight`], [`handover`].
 //!

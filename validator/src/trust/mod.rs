@@ -1,4 +1,4 @@
-//! The trust store: X.509 certificates (DER or PEM) whose keys may sign what we load -
+//! Layer 3: the trust store: X.509 certificates (DER or PEM) whose keys may sign what we load -
 //! kernel modules and root hashes - and the signature checks made with them.
 //!
 //! Keys: RSA (PKCS#1 v1.5) and ECDSA on P-256, P-384 and P-521; digests SHA-1, SHA-224,

@@ -1,4 +1,4 @@
-//! The bottom layer: small helpers every other layer may use and that use nothing of ours.
+//! Layer 1, the bottom layer: small helpers every other layer may use and that use nothing of ours.
 //!
 //! Contract: [`hex`] / [`unhex`] are the one hex encoder and decoder (lower-case out,
 //! either case in, strict: odd lengths and non-hex digits are refused); [`le`] reads

@@ -47,7 +47,8 @@ pub(super) fn replays_to(a: &Attest, hash: HashAlg, records: &[Event]) -> Result
                 .or_insert_with(|| vec![0; bank.size()]);
         }
     }
-    let got = pcr_digest(hash, &a.pcr_select, &values).map_err(VerifyError::Log)?;
+    let got =
+        pcr_digest(hash, &a.pcr_select, &values).map_err(|e| VerifyError::Log(e.to_string()))?;
     if got != a.pcr_digest {
         return Err(VerifyError::PcrDigest {
             pcrs: format_selection(&a.pcr_select),

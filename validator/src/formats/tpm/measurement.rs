@@ -102,11 +102,15 @@ impl fmt::Display for Decision {
     }
 }
 
+/// A word that is no [`Decision`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a decision (pass, quarantine, fallback or stop)")]
+pub struct NotADecision(pub String);
+
 impl std::str::FromStr for Decision {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Decision, String> {
-        Decision::from_word(s)
-            .ok_or_else(|| format!("{s:?} is not a decision (pass, quarantine, fallback or stop)"))
+    type Err = NotADecision;
+    fn from_str(s: &str) -> Result<Decision, NotADecision> {
+        Decision::from_word(s).ok_or_else(|| NotADecision(s.to_string()))
     }
 }
 

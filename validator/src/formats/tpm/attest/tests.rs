@@ -166,7 +166,9 @@ fn selections_parse_format_and_digest() {
     );
     values.get_mut(&HashAlg::Sha1).unwrap().clear();
     assert_eq!(
-        pcr_digest(HashAlg::Sha256, &sel, &values).unwrap_err(),
+        pcr_digest(HashAlg::Sha256, &sel, &values)
+            .unwrap_err()
+            .to_string(),
         "no value for PCR 11 of bank sha1"
     );
     // The selection written and read back is the same.
