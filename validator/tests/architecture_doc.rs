@@ -1,9 +1,10 @@
 //! `docs/ARCHITECTURE.md` kept true by a test: the layers it lists are the crate's layers
 //! in the order `tests/layers.rs` enforces and `src/lib.rs` declares; the stages of its
 //! boot flow are [`Stage::ALL`] in run order; its decisions are every [`Decision`]; and
-//! every source path it names (`validator/src/...`, `stages/slot/grub.rs`, a crate
-//! directory) exists. A moved module, a new stage or a new decision fails here until the
-//! document follows.
+//! every source path it names (`validator/src/...`, `runtime/slot/grub.rs`, a crate
+//! directory) exists; the "Where things live" table names modules and tests that exist; no
+//! public function returns a string error. A moved module, a new stage or a new decision
+//! fails here until the document follows.
 // Test code: helpers unwrap and index as the tests do (a failure should stop the test
 // loudly); the workspace denies these outside tests.
 #![expect(
@@ -254,4 +255,48 @@ fn no_public_function_returns_a_string_error() {
         "public String errors:\n{}",
         found.join("\n")
     );
+}
+
+/// The "Where things live" table: every row names a module that exists and at least one
+/// test file that exists and holds tests (`#[test]`).
+#[test]
+fn where_things_live_names_modules_and_their_tests() {
+    let d = doc();
+    let rows: Vec<&str> = section(&d, "Where things live")
+        .into_iter()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| concept"))
+        .collect();
+    assert!(rows.len() >= 20, "{} rows", rows.len());
+    let paths = |cell: &str| -> Vec<String> {
+        cell.split('`')
+            .enumerate()
+            .filter(|(i, _)| i % 2 == 1)
+            .map(|(_, p)| p.to_string())
+            .collect()
+    };
+    let mut wrong = Vec::new();
+    for row in rows {
+        let cells: Vec<&str> = row.trim_matches('|').split(" | ").collect();
+        let (Some(module), Some(tests)) = (cells.get(1), cells.get(2)) else {
+            wrong.push(format!("{row}: not three cells"));
+            continue;
+        };
+        let (modules, tests) = (paths(module), paths(tests));
+        if modules.is_empty() || tests.is_empty() {
+            wrong.push(format!("{row}: no module or no test named"));
+        }
+        for m in &modules {
+            if !repo().join(m).is_file() {
+                wrong.push(format!("{row}: no module {m}"));
+            }
+        }
+        for t in &tests {
+            match std::fs::read_to_string(repo().join(t)) {
+                Ok(text) if text.contains("#[test]") => {}
+                Ok(_) => wrong.push(format!("{row}: {t} has no test")),
+                Err(e) => wrong.push(format!("{row}: {t}: {e}")),
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
