@@ -3,7 +3,8 @@
 //! slot's boot entry, in one new directory.
 //!
 //! Contract: [`build`] reads the root (an ext4, erofs or squashfs image, recognised by its
-//! superblock magic and refused when shorter than its superblock says, or a directory, which becomes an erofs image made by `mkfs.erofs`
+//! superblock magic (`validator::formats::fsimage`) and refused when shorter than its
+//! superblock says, or a directory, which becomes an erofs image made by `mkfs.erofs`
 //! with every timestamp `SOURCE_DATE_EPOCH` and a UUID derived from it), the unpacked
 //! kernel package, the BOM (it must have a `[verity]` section: a slot whose root the gate
 //! does not verify is refused), the static init, and a PEM key with its certificate, and
@@ -58,6 +59,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use sha2::Digest;
+use validator::formats::fsimage;
 use validator::formats::verity::{superblock, tree};
 
 /// Why a slot image was not built (nothing is left behind).
@@ -183,43 +185,6 @@ pub fn build(spec: &SlotSpec) -> Result<SlotBuilt, SlotError> {
     built
 }
 
-/// The filesystem an image holds, by its superblock magic.
-pub fn filesystem_of(head: &[u8]) -> Option<&'static str> {
-    let at = |o: usize, n: usize| head.get(o..o + n);
-    if at(1080, 2) == Some(&[0x53, 0xef]) {
-        Some("ext4")
-    } else if at(1024, 4) == Some(&[0xe2, 0xe1, 0xf5, 0xe0]) {
-        Some("erofs")
-    } else if at(0, 4) == Some(b"hsqs") {
-        Some("squashfs")
-    } else {
-        None
-    }
-}
-
-/// The bytes the filesystem in `head` says it spans (ext4: blocks times block size;
-/// erofs: blocks of 2^blkszbits; squashfs: `bytes_used`), from its superblock.
-pub fn filesystem_size(head: &[u8]) -> Option<u64> {
-    let u32_at = |o: usize| {
-        head.get(o..o + 4)
-            .and_then(|b| b.try_into().ok())
-            .map(|b| u64::from(u32::from_le_bytes(b)))
-    };
-    match filesystem_of(head)? {
-        "ext4" => {
-            let blocks = u32_at(1024 + 4)? | (u32_at(1024 + 0x150).unwrap_or(0) << 32);
-            blocks.checked_mul(1024u64.checked_shl(u32::try_from(u32_at(1024 + 24)?).ok()?)?)
-        }
-        "erofs" => {
-            u32_at(1024 + 36)?.checked_mul(1u64.checked_shl(u32::from(*head.get(1024 + 12)?))?)
-        }
-        _ => head
-            .get(40..48)
-            .and_then(|b| b.try_into().ok())
-            .map(u64::from_le_bytes),
-    }
-}
-
 fn run(c: &mut Command) -> Result<Vec<u8>, SlotError> {
     let tool = c.get_program().to_string_lossy().into_owned();
     let out = c.output().map_err(|e| SlotError::Tool {
@@ -262,10 +227,12 @@ fn root_image(spec: &SlotSpec, img: &Path) -> Result<&'static str, SlotError> {
         let mut f = std::fs::File::open(&spec.root).map_err(io(&spec.root))?;
         let n = f.read(&mut head).map_err(io(&spec.root))?;
         head.truncate(n);
-        let fs = filesystem_of(&head).ok_or_else(|| {
-            bad("no filesystem image: no ext4, erofs or squashfs superblock".into())
-        })?;
-        let need = filesystem_size(&head).unwrap_or(0);
+        let fs = fsimage::detect(&head)
+            .ok_or_else(
+                || bad("no filesystem image: no ext4, erofs or squashfs superblock".into()),
+            )?
+            .name();
+        let need = fsimage::size(&head).unwrap_or(0);
         if m.len() < need {
             return Err(bad(format!(
                 "truncated: its {fs} superblock says {need} bytes, the file has {}",

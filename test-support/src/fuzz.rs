@@ -68,6 +68,7 @@ pub const TARGETS: &[(&str, Entry)] = &[
     ("report", report),
     ("nfd", nfd),
     ("verity_tree", verity_tree),
+    ("fsimage", fsimage),
 ];
 
 /// Every parser module of `validator::formats` (its path under `formats`) and the target
@@ -87,6 +88,7 @@ pub const PARSERS: &[(&str, &str)] = &[
     ("kmod::symvers", "symvers"),
     ("newc", "cpio"),
     ("efisiglist", "efisiglist"),
+    ("fsimage", "fsimage"),
     ("sbat", "sbat"),
     ("nfd", "nfd"),
     ("pe", "authenticode"),
@@ -106,6 +108,24 @@ pub const PARSERS: &[(&str, &str)] = &[
     ("verity::tree", "verity_tree"),
     ("vmlinuz", "vmlinuz"),
 ];
+
+/// A root filesystem image's first bytes (`formats::fsimage`): the filesystem and the
+/// size its superblock claims. A size comes only with a filesystem; more bytes after the
+/// superblock never change either answer.
+pub fn fsimage(data: &[u8]) {
+    use formats::fsimage::{detect, size};
+    let (fs, n) = (detect(data), size(data));
+    assert!(n.is_none() || fs.is_some(), "a size without a filesystem");
+    if data.len() >= 4096 {
+        let mut longer = data.to_vec();
+        longer.extend_from_slice(b"trailing bytes");
+        assert_eq!(
+            (detect(&longer), size(&longer)),
+            (fs, n),
+            "trailing bytes changed it"
+        );
+    }
+}
 
 /// The entry point of `name`.
 pub fn target(name: &str) -> Option<Entry> {

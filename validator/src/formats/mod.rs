@@ -19,6 +19,7 @@
 pub mod bls;
 pub mod compress;
 pub mod efisiglist;
+pub mod fsimage;
 pub mod gpt;
 pub mod grubenv;
 pub mod kmod;
