@@ -99,6 +99,7 @@ pub const PARSERS: &[(&str, &str)] = &[
     ("sysfs", "sysfs"),
     ("tpm", "tpm_response"),
     ("tpm::attest", "tpm_attest"),
+    ("tpm::attest::selection", "tpm_attest"),
     ("tpm::cel", "cel"),
     ("tpm::eventlog", "eventlog"),
     ("tpm::measurement", "eventlog"),
@@ -557,6 +558,15 @@ pub fn tpm_attest(data: &[u8]) {
         return;
     }
     if sel % 7 == 5 {
+        // A PCR list (`sha256:0,7+sha1:11`) written back reads as the same selection.
+        use formats::tpm::attest::{format_selection, parse_selection};
+        if let Ok(p) = parse_selection(&String::from_utf8_lossy(rest)) {
+            assert_eq!(
+                parse_selection(&format_selection(&p)).ok().as_ref(),
+                Some(&p),
+                "a PCR list reads back the same"
+            );
+        }
         if let Ok(r) =
             validator::attest::reference::Reference::parse(&String::from_utf8_lossy(rest))
         {

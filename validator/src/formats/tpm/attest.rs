@@ -24,7 +24,7 @@
 //! structures of type quote only. PCR banks outside [`HashAlg`] are refused.
 
 use super::wire::{CommandBuf, Reader};
-use super::{HashAlg, PcrValues, TpmError};
+use super::{HashAlg, TpmError};
 
 /// `TPM_GENERATED_VALUE`: the magic of every structure the TPM signs.
 pub const TPM_GENERATED: u32 = 0xff54_4347;
@@ -490,99 +490,6 @@ pub(crate) fn write_selection(c: &mut CommandBuf, sel: &[(HashAlg, Vec<u32>)]) {
     }
 }
 
-/// Why a PCR list (`sha256:0,1,2+sha1:11`) does not parse.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SelectionError {
-    #[error("{0:?} is not BANK:PCR,PCR,...")]
-    NotBankList(String),
-    #[error("{0:?} is not a PCR bank (sha1, sha256, sha384, sha512)")]
-    UnknownBank(String),
-    #[error("bank {0} given twice")]
-    BankTwice(HashAlg),
-    #[error("{0:?} is not a PCR number")]
-    NotPcr(String),
-    #[error("PCR {0} is out of range 0..{count}", count = super::PCR_COUNT)]
-    OutOfRange(u32),
-}
-
-/// Parses `sha256:0,1,2+sha1:11` (tpm2-tools' PCR list) into a selection, PCRs sorted.
-pub fn parse_selection(text: &str) -> Result<PcrSelection, SelectionError> {
-    let mut sel = PcrSelection::new();
-    for part in text.split('+') {
-        let (bank, list) = part
-            .split_once(':')
-            .ok_or_else(|| SelectionError::NotBankList(part.to_string()))?;
-        let bank = HashAlg::from_name(bank.trim())
-            .ok_or_else(|| SelectionError::UnknownBank(bank.to_string()))?;
-        if sel.iter().any(|(b, _)| *b == bank) {
-            return Err(SelectionError::BankTwice(bank));
-        }
-        let mut pcrs = Vec::new();
-        for p in list.split(',') {
-            let n: u32 = p
-                .trim()
-                .parse()
-                .map_err(|_| SelectionError::NotPcr(p.to_string()))?;
-            if n >= super::PCR_COUNT {
-                return Err(SelectionError::OutOfRange(n));
-            }
-            if !pcrs.contains(&n) {
-                pcrs.push(n);
-            }
-        }
-        pcrs.sort_unstable();
-        sel.push((bank, pcrs));
-    }
-    Ok(sel)
-}
-
-/// Formats a selection as [`parse_selection`] reads it.
-pub fn format_selection(sel: &[(HashAlg, Vec<u32>)]) -> String {
-    sel.iter()
-        .map(|(b, p)| {
-            let list: Vec<String> = p.iter().map(u32::to_string).collect();
-            format!("{}:{}", b.name(), list.join(","))
-        })
-        .collect::<Vec<_>>()
-        .join("+")
-}
-
-/// A selected PCR that has no value.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("no value for PCR {pcr} of bank {bank}")]
-pub struct MissingPcr {
-    pub bank: HashAlg,
-    pub pcr: u32,
-}
-
-/// The quote's PCR digest of `values`: `hash` over the selected PCRs' values, banks in
-/// selection order, PCRs ascending. `Err` names the first PCR `values` lacks.
-pub fn pcr_digest(
-    hash: HashAlg,
-    sel: &[(HashAlg, Vec<u32>)],
-    values: &PcrValues,
-) -> Result<Vec<u8>, MissingPcr> {
-    Ok(hash.digest(&selected_values(sel, values)?))
-}
-
-/// The selected PCRs' values concatenated in quote order (`tpm2_pcrread -o`'s file).
-pub fn selected_values(
-    sel: &[(HashAlg, Vec<u32>)],
-    values: &PcrValues,
-) -> Result<Vec<u8>, MissingPcr> {
-    let mut cat = Vec::new();
-    for (bank, pcrs) in sel {
-        for p in pcrs {
-            let v = values.get(bank).and_then(|m| m.get(p)).ok_or(MissingPcr {
-                bank: *bank,
-                pcr: *p,
-            })?;
-            cat.extend_from_slice(v);
-        }
-    }
-    Ok(cat)
-}
-
 /// The magic of tpm2-tools' credential file (`tpm2_makecredential -o`).
 pub const CREDENTIAL_MAGIC: u32 = 0xBADC_C0DE;
 
@@ -701,6 +608,11 @@ impl Signature {
         c.into_bytes()
     }
 }
+
+mod selection;
+pub use selection::{
+    format_selection, parse_selection, pcr_digest, selected_values, MissingPcr, SelectionError,
+};
 
 #[cfg(test)]
 mod tests;

@@ -1,4 +1,5 @@
 use super::*;
+use crate::formats::tpm::PcrValues;
 
 fn quote_bytes(magic: u32, ty: u16, extra: &[u8]) -> Vec<u8> {
     let mut c = CommandBuf::structure();
