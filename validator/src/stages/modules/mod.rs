@@ -57,6 +57,71 @@ impl Classified for ModulesError {
     }
 }
 
+/// Logs each module's outcome and names the failures: the modules the gate refused, and
+/// those that failed to load or were skipped (not counting soft dependencies, which
+/// modprobe does not require), each with why.
+fn failures(results: &[ModuleReport]) -> (Vec<String>, Vec<String>) {
+    for r in results {
+        match r.status {
+            ModStatus::Failed | ModStatus::Skipped | ModStatus::Rejected => log::error!(
+                "module {}: {:?} {} {}",
+                r.name,
+                r.status,
+                r.errno.as_deref().unwrap_or(""),
+                r.message.as_deref().unwrap_or("")
+            ),
+            s => log::debug!("module {}: {s:?} in {} us", r.name, r.duration_us),
+        }
+    }
+    let why = |r: &ModuleReport| {
+        r.errno
+            .as_deref()
+            .or(r.message.as_deref())
+            .unwrap_or("no reason recorded")
+            .to_string()
+    };
+    let refused: Vec<String> = results
+        .iter()
+        .filter(|r| r.status == ModStatus::Rejected)
+        .map(|r| format!("{} ({})", r.name, r.message.as_deref().unwrap_or("")))
+        .collect();
+    let bad: Vec<String> = results
+        .iter()
+        .filter(|r| !r.ok() && !r.softdep && r.status != ModStatus::Rejected)
+        .map(|r| format!("{} ({})", r.name, why(r)))
+        .collect();
+    (refused, bad)
+}
+
+/// On a UEFI boot, once efivarfs is loaded: mounts it, reads the firmware's keys into the
+/// context, and narrows `gate`'s trust to what the kernel trusts for modules
+/// (`runtime::uefi_keys::module_trust`) with `dbx`'s module hashes refused. Returns the
+/// initramfs's store as it was (the verity stage checks the root hash's signature with
+/// it).
+fn follow_the_firmware(
+    ctx: &mut Context,
+    gate: Option<&mut Gate>,
+) -> Option<crate::trust::TrustStore> {
+    crate::sys::mount_efivarfs(&ctx.roots.sys);
+    ctx.uefi = crate::runtime::uefi_keys::read(&ctx.roots.sys).into();
+    let keys = ctx.uefi_keys();
+    let g = gate?;
+    let narrowed = crate::runtime::uefi_keys::module_trust_logged(&g.trust, keys);
+    let initramfs_trust = std::mem::replace(&mut g.trust, narrowed);
+    g.policy.hash_blacklist = keys.module_hash_blacklist();
+    log::info!(
+        "module gate: Secure Boot {}; trusted: {} certificate(s) ({})",
+        match keys.secure_boot {
+            Some(true) => "on",
+            Some(false) => "off",
+            None => "unknown",
+        },
+        g.trust.certs.len(),
+        keys.describe()
+    );
+    Some(initramfs_trust)
+}
+
 /// The stage: gate and load the BOM's modules from the initramfs, measure what was
 /// loaded (even when the stage fails, so an attestation of a stopped boot still names
 /// the modules the kernel runs), then check the kernel's taint.
@@ -107,24 +172,7 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
                 &mut ctx.facts.warnings,
             ));
         }
-        crate::sys::mount_efivarfs(&ctx.roots.sys);
-        ctx.uefi = crate::runtime::uefi_keys::read(&ctx.roots.sys).into();
-        let keys = ctx.uefi_keys();
-        if let Some(g) = loader.gate.as_mut() {
-            let narrowed = crate::runtime::uefi_keys::module_trust_logged(&g.trust, keys);
-            initramfs_trust = Some(std::mem::replace(&mut g.trust, narrowed));
-            g.policy.hash_blacklist = keys.module_hash_blacklist();
-            log::info!(
-                "module gate: Secure Boot {}; trusted: {} certificate(s) ({})",
-                match keys.secure_boot {
-                    Some(true) => "on",
-                    Some(false) => "off",
-                    None => "unknown",
-                },
-                g.trust.certs.len(),
-                keys.describe()
-            );
-        }
+        initramfs_trust = follow_the_firmware(ctx, loader.gate.as_mut());
     }
     // A measurement that failed ends the measuring (the rest still loads).
     let measure_more = done.iter().all(|d| d.measured.is_ok());
@@ -147,35 +195,7 @@ pub fn run(ctx: &mut Context) -> Result<String, ModulesError> {
     }
     let gate_trust = loader.gate.take().map(|g| g.trust);
     ctx.trust = initramfs_trust.or(gate_trust);
-    for r in &results {
-        match r.status {
-            ModStatus::Failed | ModStatus::Skipped | ModStatus::Rejected => log::error!(
-                "module {}: {:?} {} {}",
-                r.name,
-                r.status,
-                r.errno.as_deref().unwrap_or(""),
-                r.message.as_deref().unwrap_or("")
-            ),
-            s => log::debug!("module {}: {s:?} in {} us", r.name, r.duration_us),
-        }
-    }
-    let why = |r: &ModuleReport| {
-        r.errno
-            .as_deref()
-            .or(r.message.as_deref())
-            .unwrap_or("no reason recorded")
-            .to_string()
-    };
-    let refused: Vec<String> = results
-        .iter()
-        .filter(|r| r.status == ModStatus::Rejected)
-        .map(|r| format!("{} ({})", r.name, r.message.as_deref().unwrap_or("")))
-        .collect();
-    let bad: Vec<String> = results
-        .iter()
-        .filter(|r| !r.ok() && !r.softdep && r.status != ModStatus::Rejected)
-        .map(|r| format!("{} ({})", r.name, why(r)))
-        .collect();
+    let (refused, bad) = failures(&results);
     let loaded = results
         .iter()
         .filter(|r| r.status == ModStatus::Loaded)
