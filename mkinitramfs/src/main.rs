@@ -57,69 +57,14 @@ enum Cmd {
     /// inputs. Every packed module must pass the module gate against the kernel's
     /// built-in keys and the BOM's policy.trust certificates. Entry mtimes come from
     /// SOURCE_DATE_EPOCH (default 0).
-    Build {
-        #[command(flatten)]
-        inputs: Inputs,
-        #[arg(short = 'o', long = "output", value_name = "OUT")]
-        output: PathBuf,
-        #[arg(long, value_enum, default_value = "gzip")]
-        compress: Compression,
-        /// Another module to pack (with its dependencies); repeatable.
-        #[arg(long = "module", value_name = "NAME")]
-        modules: Vec<String>,
-        /// Another file: SRC on this host, DEST its absolute path inside; repeatable.
-        #[arg(long = "file", value_name = "SRC=DEST")]
-        files: Vec<OsString>,
-        /// Pack FILE in place of module NAME's file from the tree; repeatable.
-        #[arg(long = "module-file", value_name = "NAME=FILE")]
-        module_files: Vec<OsString>,
-        /// Skip the module gate (for tests).
-        #[arg(long)]
-        no_gate: bool,
-    },
+    Build(BuildArgs),
     /// Build one A/B slot's image into a new directory: the root image (from an ext4,
     /// erofs or squashfs image, or a directory made into erofs), its dm-verity tree
     /// (veritysetup's format), the signed root hash (root-verity-sig JSON), the BOM, the
     /// kernel and initramfs where the shipped grub.cfg loads them, the systemd-boot entry
     /// and SHA256SUMS, and a RAUC bundle when asked. Timestamps from SOURCE_DATE_EPOCH; the same inputs give
     /// the same bytes (with an RSA key).
-    Slot {
-        /// The root filesystem: an ext4, erofs or squashfs image, or a directory.
-        #[arg(long, value_name = "IMAGE|DIR")]
-        root: PathBuf,
-        #[command(flatten)]
-        inputs: Inputs,
-        /// The root-hash signing key (PEM).
-        #[arg(long, value_name = "FILE")]
-        key: PathBuf,
-        /// Its certificate (PEM), the one the BOM's policy.trust names.
-        #[arg(long, value_name = "FILE")]
-        cert: PathBuf,
-        /// The slot: A or B.
-        #[arg(long, value_name = "A|B", value_parser = ["A", "B"])]
-        slot: String,
-        /// Kernel command-line words for the slot's systemd-boot entry.
-        #[arg(long, value_name = "WORDS", default_value = "")]
-        options: String,
-        /// The kernel command line the slot's GRUB entry gives, as /proc/cmdline shows it
-        /// (BOOT_IMAGE=/B/vmlinuz validator.slot=B ...): write reference.json, the
-        /// measurements a good boot of the slot makes (validator attest verify reads it).
-        #[arg(long, value_name = "LINE")]
-        cmdline: Option<String>,
-        /// Also package the slot as a RAUC bundle (bundle.raucb) for nodes whose RAUC
-        /// system.conf says compatible=COMPATIBLE (examples/rauc/system.conf).
-        #[arg(long, value_name = "COMPATIBLE", requires_all = ["rauc_key", "rauc_cert"])]
-        rauc_bundle: Option<String>,
-        /// The RAUC bundle's signing key (PEM).
-        #[arg(long, value_name = "FILE", requires = "rauc_bundle")]
-        rauc_key: Option<PathBuf>,
-        /// The RAUC bundle's signing certificate (PEM), in the nodes' RAUC keyring.
-        #[arg(long, value_name = "FILE", requires = "rauc_bundle")]
-        rauc_cert: Option<PathBuf>,
-        /// The new directory.
-        #[arg(short = 'o', long = "output", value_name = "DIR")]
-        output: PathBuf,
-    },
+    Slot(SlotArgs),
     /// List the entries of an initramfs (plain cpio parts and gzip, zstd or xz parts,
     /// as the kernel unpacks them).
     List { file: PathBuf },
@@ -130,6 +75,69 @@ enum Cmd {
         #[arg(required = true, value_name = "NAME")]
         names: Vec<String>,
     },
+}
+
+// The options of `mkinitramfs build` (the subcommand's help is the variant's doc).
+#[derive(Debug, clap::Args)]
+struct BuildArgs {
+    #[command(flatten)]
+    inputs: Inputs,
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    output: PathBuf,
+    #[arg(long, value_enum, default_value = "gzip")]
+    compress: Compression,
+    /// Another module to pack (with its dependencies); repeatable.
+    #[arg(long = "module", value_name = "NAME")]
+    modules: Vec<String>,
+    /// Another file: SRC on this host, DEST its absolute path inside; repeatable.
+    #[arg(long = "file", value_name = "SRC=DEST")]
+    files: Vec<OsString>,
+    /// Pack FILE in place of module NAME's file from the tree; repeatable.
+    #[arg(long = "module-file", value_name = "NAME=FILE")]
+    module_files: Vec<OsString>,
+    /// Skip the module gate (for tests).
+    #[arg(long)]
+    no_gate: bool,
+}
+
+// The options of `mkinitramfs slot` (the subcommand's help is the variant's doc).
+#[derive(Debug, clap::Args)]
+struct SlotArgs {
+    /// The root filesystem: an ext4, erofs or squashfs image, or a directory.
+    #[arg(long, value_name = "IMAGE|DIR")]
+    root: PathBuf,
+    #[command(flatten)]
+    inputs: Inputs,
+    /// The root-hash signing key (PEM).
+    #[arg(long, value_name = "FILE")]
+    key: PathBuf,
+    /// Its certificate (PEM), the one the BOM's policy.trust names.
+    #[arg(long, value_name = "FILE")]
+    cert: PathBuf,
+    /// The slot: A or B.
+    #[arg(long, value_name = "A|B", value_parser = ["A", "B"])]
+    slot: String,
+    /// Kernel command-line words for the slot's systemd-boot entry.
+    #[arg(long, value_name = "WORDS", default_value = "")]
+    options: String,
+    /// The kernel command line the slot's GRUB entry gives, as /proc/cmdline shows it
+    /// (BOOT_IMAGE=/B/vmlinuz validator.slot=B ...): write reference.json, the
+    /// measurements a good boot of the slot makes (validator attest verify reads it).
+    #[arg(long, value_name = "LINE")]
+    cmdline: Option<String>,
+    /// Also package the slot as a RAUC bundle (bundle.raucb) for nodes whose RAUC
+    /// system.conf says compatible=COMPATIBLE (examples/rauc/system.conf).
+    #[arg(long, value_name = "COMPATIBLE", requires_all = ["rauc_key", "rauc_cert"])]
+    rauc_bundle: Option<String>,
+    /// The RAUC bundle's signing key (PEM).
+    #[arg(long, value_name = "FILE", requires = "rauc_bundle")]
+    rauc_key: Option<PathBuf>,
+    /// The RAUC bundle's signing certificate (PEM), in the nodes' RAUC keyring.
+    #[arg(long, value_name = "FILE", requires = "rauc_bundle")]
+    rauc_cert: Option<PathBuf>,
+    /// The new directory.
+    #[arg(short = 'o', long = "output", value_name = "DIR")]
+    output: PathBuf,
 }
 
 fn main() -> ExitCode {
@@ -161,115 +169,8 @@ fn split_eq<'a>(v: &'a OsStr, flag: &str, want: &str) -> Result<(&'a OsStr, &'a 
 fn run(cmd: Cmd, out: &mut Out) -> Result<(), String> {
     let io = |e: std::io::Error| e.to_string();
     match cmd {
-        Cmd::Build {
-            inputs: Inputs { kernel, bom, init },
-            output,
-            compress,
-            modules,
-            files,
-            module_files,
-            no_gate,
-        } => {
-            let mut extra_files = Vec::new();
-            for f in &files {
-                let (s, d) = split_eq(f, "--file", "SRC=DEST")?;
-                let d = d
-                    .to_str()
-                    .ok_or_else(|| format!("--file {}: DEST is not UTF-8", f.to_string_lossy()))?;
-                extra_files.push((PathBuf::from(s), d.to_string()));
-            }
-            let mut module_overrides = Vec::new();
-            for m in &module_files {
-                let (n, f) = split_eq(m, "--module-file", "NAME=FILE")?;
-                let n = n.to_str().ok_or_else(|| {
-                    format!("--module-file {}: NAME is not UTF-8", m.to_string_lossy())
-                })?;
-                module_overrides.push((n.to_string(), PathBuf::from(f)));
-            }
-            let spec = mkinitramfs::Spec {
-                kernel,
-                bom,
-                init,
-                extra_modules: modules,
-                extra_files,
-                compress: match compress {
-                    Compression::None => mkinitramfs::Compress::None,
-                    Compression::Gzip => mkinitramfs::Compress::Gzip,
-                    Compression::Zstd => mkinitramfs::Compress::Zstd,
-                },
-                mtime: mkinitramfs::source_date_epoch(),
-                module_overrides,
-                gate: !no_gate,
-                bom_bytes: None,
-            };
-            // Refuse an output that will not be written before the build, not after it.
-            validator::util::fs::check_output_dir(validator::util::fs::output_dir(&output))
-                .and_then(|()| validator::util::fs::check_output_target(&output))
-                .map_err(|e| e.to_string())?;
-            let built = mkinitramfs::build(&spec).map_err(|e| e.to_string())?;
-            for s in &built.unresolved_softdeps {
-                let s = validator::util::escape_controls(s);
-                eprintln!("mkinitramfs: warning: soft dependency {s} is provided by no module (ignored, as modprobe does)");
-            }
-            validator::util::fs::write_output(&output, &built.bytes).map_err(|e| e.to_string())?;
-            out.line(&format!(
-                "{}: {} bytes, kernel {}, {} modules: {}",
-                output.display(),
-                built.bytes.len(),
-                built.release,
-                built.modules.len(),
-                built.modules.join(" ")
-            ))
-            .map_err(io)
-        }
-        Cmd::Slot {
-            root,
-            inputs: Inputs { kernel, bom, init },
-            key,
-            cert,
-            slot,
-            options,
-            rauc_bundle,
-            rauc_key,
-            rauc_cert,
-            cmdline,
-            output,
-        } => {
-            let rauc = match (rauc_bundle, rauc_key, rauc_cert) {
-                (Some(compatible), Some(key), Some(cert)) => Some(mkinitramfs::slot::RaucBundle {
-                    compatible,
-                    key,
-                    cert,
-                }),
-                _ => None,
-            };
-            let spec = mkinitramfs::slot::SlotSpec {
-                root,
-                kernel,
-                bom,
-                init,
-                key,
-                cert,
-                slot,
-                options,
-                out: output.clone(),
-                epoch: mkinitramfs::source_date_epoch(),
-                rauc,
-                cmdline,
-            };
-            let b = mkinitramfs::slot::build(&spec).map_err(|e| e.to_string())?;
-            out.line(&format!(
-                "{}: slot {}, {} root ({} blocks), root hash {}, kernel {}, {} modules",
-                output.display(),
-                spec.slot,
-                b.filesystem,
-                b.data_blocks,
-                b.root_hash,
-                b.release,
-                b.modules
-            ))
-            .map_err(io)
-        }
+        Cmd::Build(a) => build(a, out),
+        Cmd::Slot(a) => slot(a, out),
         Cmd::List { file } => {
             let raw = validator::util::fs::read_limited(&file, mkinitramfs::limits::INITRAMFS_MAX)
                 .map_err(|e| e.to_string())?;
@@ -292,4 +193,119 @@ fn run(cmd: Cmd, out: &mut Out) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// `mkinitramfs build`.
+fn build(a: BuildArgs, out: &mut Out) -> Result<(), String> {
+    let BuildArgs {
+        inputs: Inputs { kernel, bom, init },
+        output,
+        compress,
+        modules,
+        files,
+        module_files,
+        no_gate,
+    } = a;
+    let mut extra_files = Vec::new();
+    for f in &files {
+        let (s, d) = split_eq(f, "--file", "SRC=DEST")?;
+        let d = d
+            .to_str()
+            .ok_or_else(|| format!("--file {}: DEST is not UTF-8", f.to_string_lossy()))?;
+        extra_files.push((PathBuf::from(s), d.to_string()));
+    }
+    let mut module_overrides = Vec::new();
+    for m in &module_files {
+        let (n, f) = split_eq(m, "--module-file", "NAME=FILE")?;
+        let n = n
+            .to_str()
+            .ok_or_else(|| format!("--module-file {}: NAME is not UTF-8", m.to_string_lossy()))?;
+        module_overrides.push((n.to_string(), PathBuf::from(f)));
+    }
+    let spec = mkinitramfs::Spec {
+        kernel,
+        bom,
+        init,
+        extra_modules: modules,
+        extra_files,
+        compress: match compress {
+            Compression::None => mkinitramfs::Compress::None,
+            Compression::Gzip => mkinitramfs::Compress::Gzip,
+            Compression::Zstd => mkinitramfs::Compress::Zstd,
+        },
+        mtime: mkinitramfs::source_date_epoch(),
+        module_overrides,
+        gate: !no_gate,
+        bom_bytes: None,
+    };
+    // Refuse an output that will not be written before the build, not after it.
+    validator::util::fs::check_output_dir(validator::util::fs::output_dir(&output))
+        .and_then(|()| validator::util::fs::check_output_target(&output))
+        .map_err(|e| e.to_string())?;
+    let built = mkinitramfs::build(&spec).map_err(|e| e.to_string())?;
+    for s in &built.unresolved_softdeps {
+        let s = validator::util::escape_controls(s);
+        eprintln!("mkinitramfs: warning: soft dependency {s} is provided by no module (ignored, as modprobe does)");
+    }
+    validator::util::fs::write_output(&output, &built.bytes).map_err(|e| e.to_string())?;
+    out.line(&format!(
+        "{}: {} bytes, kernel {}, {} modules: {}",
+        output.display(),
+        built.bytes.len(),
+        built.release,
+        built.modules.len(),
+        built.modules.join(" ")
+    ))
+    .map_err(|e| e.to_string())
+}
+
+/// `mkinitramfs slot`.
+fn slot(a: SlotArgs, out: &mut Out) -> Result<(), String> {
+    let SlotArgs {
+        root,
+        inputs: Inputs { kernel, bom, init },
+        key,
+        cert,
+        slot,
+        options,
+        rauc_bundle,
+        rauc_key,
+        rauc_cert,
+        cmdline,
+        output,
+    } = a;
+    let rauc = match (rauc_bundle, rauc_key, rauc_cert) {
+        (Some(compatible), Some(key), Some(cert)) => Some(mkinitramfs::slot::RaucBundle {
+            compatible,
+            key,
+            cert,
+        }),
+        _ => None,
+    };
+    let spec = mkinitramfs::slot::SlotSpec {
+        root,
+        kernel,
+        bom,
+        init,
+        key,
+        cert,
+        slot,
+        options,
+        out: output.clone(),
+        epoch: mkinitramfs::source_date_epoch(),
+        rauc,
+        cmdline,
+    };
+    let b = mkinitramfs::slot::build(&spec).map_err(|e| e.to_string())?;
+    out.line(&format!(
+        "{}: slot {}, {} root ({} blocks), root hash {}, kernel {}, {} modules",
+        output.display(),
+        spec.slot,
+        b.filesystem,
+        b.data_blocks,
+        b.root_hash,
+        b.release,
+        b.modules
+    ))
+    .map_err(|e| e.to_string())
 }

@@ -17,8 +17,44 @@ use crate::{Res, Usage};
 
 /// `validator modules check`.
 pub(crate) fn check(a: ModulesCheck, out: &mut Out) -> Res {
+    let g = gate_of(&a)?;
+    let files = module_files(&a.paths)?;
+    let jobs = a.jobs.map_or_else(
+        || std::thread::available_parallelism().map_or(1, |n| n.get()),
+        usize::from,
+    );
+    let b = validator::gate::batch::check_files(&g, &files, jobs);
+    let failed = b.verdicts.iter().filter(|v| !v.pass).count();
+    let mb = as_f64(b.bytes) / 1e6;
+    let secs = b.elapsed.as_secs_f64();
+    if a.json {
+        let doc = serde_json::json!({
+            "modules": b.verdicts,
+            "checked": b.verdicts.len(),
+            "failed": failed,
+            "bytes": b.bytes,
+            "seconds": secs,
+        });
+        out.line(&serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        for v in &b.verdicts {
+            out.line(&verdict_line(v))?;
+        }
+    }
+    eprintln!(
+        "validator: {} modules, {} passed, {failed} failed; {mb:.1} MB in {secs:.2} s ({:.0} MB/s, {jobs} threads)",
+        b.verdicts.len(),
+        b.verdicts.len() - failed,
+        mb / secs.max(1e-9)
+    );
+    Ok(failed == 0)
+}
+
+/// The gate the options describe: the kernel's vermagic and symbol CRCs (`--vmlinuz`,
+/// `--symvers`), the BOM's policy (`--bom`), `--mode`, and the trust store.
+fn gate_of(a: &ModulesCheck) -> Result<validator::gate::Gate, Usage> {
     use validator::config::bom::VermagicMode;
-    use validator::gate::{self, batch};
+    use validator::gate;
     let mut policy = gate::Policy {
         require_signature: true,
         ..gate::Policy::default()
@@ -74,14 +110,18 @@ pub(crate) fn check(a: ModulesCheck, out: &mut Out) -> Res {
         };
     }
     policy.release = release;
-    let g = gate::Gate {
+    Ok(gate::Gate {
         trust: trust_store(&a.trust)?,
         symvers: table,
         policy,
-    };
-    // A named path must be a module file or a directory to search; anything else (a FIFO,
-    // a device, nothing) is unusable input.
-    for p in &a.paths {
+    })
+}
+
+/// The module files under the named paths. A named path must be a module file or a
+/// directory to search; anything else (a FIFO, a device, nothing) is unusable input, and
+/// so is finding no module at all.
+fn module_files(paths: &[std::path::PathBuf]) -> Result<Vec<std::path::PathBuf>, Usage> {
+    for p in paths {
         let m = std::fs::metadata(p).map_err(|e| Usage(format!("{}: {e}", p.display())))?;
         if !m.is_dir() {
             if let Some(kind) = validator::util::fs::kind_of(m.file_type()) {
@@ -92,59 +132,37 @@ pub(crate) fn check(a: ModulesCheck, out: &mut Out) -> Res {
             }
         }
     }
-    let files = batch::collect(&a.paths)?;
+    let files = validator::gate::batch::collect(paths)?;
     if files.is_empty() {
         return Err(Usage(format!(
             "no module files (*.ko, *.ko.xz, *.ko.zst, *.ko.gz) in {}",
-            a.paths
+            paths
                 .iter()
                 .map(|p| p.display().to_string())
                 .collect::<Vec<_>>()
                 .join(", ")
         )));
     }
-    let jobs = a.jobs.map_or_else(
-        || std::thread::available_parallelism().map_or(1, |n| n.get()),
-        usize::from,
-    );
-    let b = batch::check_files(&g, &files, jobs);
-    let failed = b.verdicts.iter().filter(|v| !v.pass).count();
-    let mb = as_f64(b.bytes) / 1e6;
-    let secs = b.elapsed.as_secs_f64();
-    if a.json {
-        let doc = serde_json::json!({
-            "modules": b.verdicts,
-            "checked": b.verdicts.len(),
-            "failed": failed,
-            "bytes": b.bytes,
-            "seconds": secs,
-        });
-        out.line(&serde_json::to_string_pretty(&doc)?)?;
-    } else {
-        for v in &b.verdicts {
-            let sig = match (&v.signer, &v.sig_key, &v.sig_hashalgo) {
-                (Some(s), Some(k), Some(h)) => {
-                    format!(" signer=\"{s}\" sig_key={k} sig_hashalgo={h}")
-                }
-                _ => String::new(),
-            };
-            let vm = v
-                .vermagic
-                .as_deref()
-                .map(|m| format!(" vermagic=\"{}\"", m.trim_end()))
-                .unwrap_or_default();
-            if v.pass {
-                out.line(&format!("PASS {}{sig}{vm}", v.module))?;
-            } else {
-                out.line(&format!("FAIL {}: {}{sig}{vm}", v.module, v.summary()))?;
-            }
+    Ok(files)
+}
+
+/// One verdict as a text line: `PASS name` or `FAIL name: why`, with the signer and the
+/// vermagic when known.
+fn verdict_line(v: &validator::gate::Verdict) -> String {
+    let sig = match (&v.signer, &v.sig_key, &v.sig_hashalgo) {
+        (Some(s), Some(k), Some(h)) => {
+            format!(" signer=\"{s}\" sig_key={k} sig_hashalgo={h}")
         }
+        _ => String::new(),
+    };
+    let vm = v
+        .vermagic
+        .as_deref()
+        .map(|m| format!(" vermagic=\"{}\"", m.trim_end()))
+        .unwrap_or_default();
+    if v.pass {
+        format!("PASS {}{sig}{vm}", v.module)
+    } else {
+        format!("FAIL {}: {}{sig}{vm}", v.module, v.summary())
     }
-    eprintln!(
-        "validator: {} modules, {} passed, {failed} failed; {mb:.1} MB in {secs:.2} s ({:.0} MB/s, {jobs} threads)",
-        b.verdicts.len(),
-        b.verdicts.len() - failed,
-        mb / secs.max(1e-9)
-    );
-    Ok(failed == 0)
 }

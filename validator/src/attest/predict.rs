@@ -451,134 +451,178 @@ fn check_slots(slots: &[SlotInput]) -> Result<(), PredictError> {
 pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
     let loaded_bom = crate::config::bom::parse(i.bom, Path::new("bom.toml"))?;
     let bom = &loaded_bom.bom;
-    let pcr = bom.measure.pcr;
     let release = bom.kernel.release.as_str().to_string();
-    // The initramfs's modules: efivarfs first on UEFI, then the BOM's.
-    let (dir, mut l) = loader(i.initramfs, &release)?;
     let mut loaded = BTreeSet::new();
-    let mut modules = Vec::new();
-    let names: Vec<String> = bom.modules.load.iter().map(|m| m.0.clone()).collect();
-    let (first, names) = crate::runtime::modload::gated::initramfs_order(
-        &names,
-        i.uefi,
-        l.index.entries.contains_key(EFIVARFS),
-    );
-    if let Some(f) = first {
-        modules.extend(module_events(i.initramfs, &dir, &mut l, &[f], &mut loaded)?);
-    }
-    modules.extend(module_events(
-        i.initramfs,
-        &dir,
-        &mut l,
-        &names,
-        &mut loaded,
-    )?);
-    // The verified root's hash.
-    let mut root_events = Vec::new();
-    let mut root_modules = Vec::new();
-    if let Some(v) = &bom.verity {
-        let rh = i
-            .root_hash
-            .clone()
-            .or_else(|| v.root_hash.as_ref().map(|h| h.as_str().to_string()))
-            .ok_or(PredictError::NoRootHash)?
-            .to_ascii_lowercase();
-        if crate::util::unhex(&rh).is_none_or(|b| b.is_empty()) {
-            return Err(PredictError::Invalid(format!(
-                "root hash {rh:?} is not hex"
-            )));
-        }
-        root_events.push(expected(
-            &Measurement::VerityRootHash(rh),
-            None,
-            pcr,
-            false,
-        )?);
-    }
-    // The root's drivers: optional (loaded only when there is a device for them).
-    let root_names: Vec<String> = bom.modules.root.iter().map(|m| m.normalized()).collect();
-    if !root_names.is_empty() {
-        let root = i
-            .root
-            .ok_or_else(|| PredictError::NoRoot(root_names.join(", ")))?;
-        let (rdir, mut rl) = loader(root, &release)?;
-        root_modules = module_events(root, &rdir, &mut rl, &root_names, &mut loaded)?;
-    }
+    let image = Image {
+        bom,
+        bom_sha256: &loaded_bom.sha256,
+        modules: initramfs_modules(i, bom, &release, &mut loaded)?,
+        root_events: root_hash_events(i, bom)?,
+        root_modules: root_modules(i, bom, &release, &mut loaded)?,
+    };
     check_slots(&i.slots)?;
-    let mut entries: Vec<(&SlotInput, Entry, &str)> = Vec::new();
-    for s in &i.slots {
-        entries.push((s, Entry::BootLoader, &s.cmdline));
-        if let Some(k) = &s.kexec_cmdline {
-            entries.push((s, Entry::Kexec, k));
-        }
-    }
     let mut slots = Vec::new();
-    for (s, entry, cmdline) in entries {
-        if cmdline.contains('\n') {
-            return Err(PredictError::Invalid(format!(
-                "slot {}: the command line has a newline",
-                s.slot
-            )));
+    for s in &i.slots {
+        slots.push(slot_reference(i, &image, s, Entry::BootLoader, &s.cmdline)?);
+        if let Some(k) = &s.kexec_cmdline {
+            slots.push(slot_reference(i, &image, s, Entry::Kexec, k)?);
         }
-        let mut events = vec![
-            expected(&Measurement::Phase(Phase::EnterInitrd), None, pcr, false)?,
-            expected(
-                &Measurement::Bom {
-                    image_id: bom.image_id.to_string(),
-                    sha256: loaded_bom.sha256.clone(),
-                },
-                Some(i.bom),
-                pcr,
-                false,
-            )?,
-            expected(
-                &Measurement::Cmdline(cmdline.to_string()),
-                Some(cmdline.as_bytes()),
-                pcr,
-                false,
-            )?,
-        ];
-        // Each module with the options modprobe would give it under this command line.
-        let init_cfg = module_config(i.initramfs, cmdline)?;
-        events.extend(with_options(&modules, &init_cfg, pcr, false)?);
-        events.extend(root_events.iter().cloned());
-        if let (Some(root), false) = (i.root, root_modules.is_empty()) {
-            let root_cfg = module_config(root, cmdline)?;
-            events.extend(with_options(&root_modules, &root_cfg, pcr, true)?);
-        }
-        let mut pcrs = BTreeMap::new();
-        for d in [Decision::Pass, Decision::Quarantine] {
-            let mut all = events.clone();
-            all.extend(decision_events(d, pcr)?);
-            pcrs.insert(d, replay(&all, pcr)?);
-        }
-        slots.push(SlotReference {
-            slot: s.slot,
-            entry,
-            cmdline: cmdline.to_string(),
-            events,
-            // The boot loader's files are read on its own entry only.
-            files: s
-                .files
-                .iter()
-                .filter(|_| entry == Entry::BootLoader)
-                .map(|(p, path, bytes)| ExpectedFile {
-                    pcr: *p,
-                    path: path.clone(),
-                    digests: bytes.as_deref().map(digests).unwrap_or_default(),
-                })
-                .collect(),
-            files_complete: s.files_complete && entry == Entry::BootLoader,
-            pcrs,
-        });
     }
     Ok(Reference {
         schema: SCHEMA.into(),
         image_id: bom.image_id.to_string(),
         bom_sha256: loaded_bom.sha256.clone(),
         kernel_release: release,
-        pcr,
+        pcr: bom.measure.pcr,
         uefi: i.uefi,
         slots,
+    })
+}
+
+/// What every entry of the image measures whatever its command line: the BOM, the
+/// modules of the initramfs and of the root (name and digest; options still to apply),
+/// the root hash.
+struct Image<'a> {
+    bom: &'a crate::config::bom::Bom,
+    bom_sha256: &'a str,
+    modules: Vec<(String, String)>,
+    root_events: Vec<ExpectedEvent>,
+    root_modules: Vec<(String, String)>,
+}
+
+/// The initramfs's modules in the order the init loads them: efivarfs first on UEFI,
+/// then the BOM's.
+fn initramfs_modules(
+    i: &Inputs<'_>,
+    bom: &crate::config::bom::Bom,
+    release: &str,
+    loaded: &mut BTreeSet<String>,
+) -> Result<Vec<(String, String)>, PredictError> {
+    let (dir, mut l) = loader(i.initramfs, release)?;
+    let names: Vec<String> = bom.modules.load.iter().map(|m| m.0.clone()).collect();
+    let (first, names) = crate::runtime::modload::gated::initramfs_order(
+        &names,
+        i.uefi,
+        l.index.entries.contains_key(EFIVARFS),
+    );
+    let mut modules = Vec::new();
+    if let Some(f) = first {
+        modules.extend(module_events(i.initramfs, &dir, &mut l, &[f], loaded)?);
+    }
+    modules.extend(module_events(i.initramfs, &dir, &mut l, &names, loaded)?);
+    Ok(modules)
+}
+
+/// The verified root's hash event (none for a BOM without `[verity]`).
+fn root_hash_events(
+    i: &Inputs<'_>,
+    bom: &crate::config::bom::Bom,
+) -> Result<Vec<ExpectedEvent>, PredictError> {
+    let Some(v) = &bom.verity else {
+        return Ok(Vec::new());
+    };
+    let rh = i
+        .root_hash
+        .clone()
+        .or_else(|| v.root_hash.as_ref().map(|h| h.as_str().to_string()))
+        .ok_or(PredictError::NoRootHash)?
+        .to_ascii_lowercase();
+    if crate::util::unhex(&rh).is_none_or(|b| b.is_empty()) {
+        return Err(PredictError::Invalid(format!(
+            "root hash {rh:?} is not hex"
+        )));
+    }
+    Ok(vec![expected(
+        &Measurement::VerityRootHash(rh),
+        None,
+        bom.measure.pcr,
+        false,
+    )?])
+}
+
+/// The root's drivers: optional (loaded only when there is a device for them).
+fn root_modules(
+    i: &Inputs<'_>,
+    bom: &crate::config::bom::Bom,
+    release: &str,
+    loaded: &mut BTreeSet<String>,
+) -> Result<Vec<(String, String)>, PredictError> {
+    let root_names: Vec<String> = bom.modules.root.iter().map(|m| m.normalized()).collect();
+    if root_names.is_empty() {
+        return Ok(Vec::new());
+    }
+    let root = i
+        .root
+        .ok_or_else(|| PredictError::NoRoot(root_names.join(", ")))?;
+    let (rdir, mut rl) = loader(root, release)?;
+    module_events(root, &rdir, &mut rl, &root_names, loaded)
+}
+
+/// One entry's reference: its events under its command line and the PCR values each
+/// decision leaves.
+fn slot_reference(
+    i: &Inputs<'_>,
+    image: &Image<'_>,
+    s: &SlotInput,
+    entry: Entry,
+    cmdline: &str,
+) -> Result<SlotReference, PredictError> {
+    let pcr = image.bom.measure.pcr;
+    if cmdline.contains('\n') {
+        return Err(PredictError::Invalid(format!(
+            "slot {}: the command line has a newline",
+            s.slot
+        )));
+    }
+    let mut events = vec![
+        expected(&Measurement::Phase(Phase::EnterInitrd), None, pcr, false)?,
+        expected(
+            &Measurement::Bom {
+                image_id: image.bom.image_id.to_string(),
+                sha256: image.bom_sha256.to_string(),
+            },
+            Some(i.bom),
+            pcr,
+            false,
+        )?,
+        expected(
+            &Measurement::Cmdline(cmdline.to_string()),
+            Some(cmdline.as_bytes()),
+            pcr,
+            false,
+        )?,
+    ];
+    // Each module with the options modprobe would give it under this command line.
+    let init_cfg = module_config(i.initramfs, cmdline)?;
+    events.extend(with_options(&image.modules, &init_cfg, pcr, false)?);
+    events.extend(image.root_events.iter().cloned());
+    if let (Some(root), false) = (i.root, image.root_modules.is_empty()) {
+        let root_cfg = module_config(root, cmdline)?;
+        events.extend(with_options(&image.root_modules, &root_cfg, pcr, true)?);
+    }
+    let mut pcrs = BTreeMap::new();
+    for d in [Decision::Pass, Decision::Quarantine] {
+        let mut all = events.clone();
+        all.extend(decision_events(d, pcr)?);
+        pcrs.insert(d, replay(&all, pcr)?);
+    }
+    Ok(SlotReference {
+        slot: s.slot,
+        entry,
+        cmdline: cmdline.to_string(),
+        events,
+        // The boot loader's files are read on its own entry only.
+        files: s
+            .files
+            .iter()
+            .filter(|_| entry == Entry::BootLoader)
+            .map(|(p, path, bytes)| ExpectedFile {
+                pcr: *p,
+                path: path.clone(),
+                digests: bytes.as_deref().map(digests).unwrap_or_default(),
+            })
+            .collect(),
+        files_complete: s.files_complete && entry == Entry::BootLoader,
+        pcrs,
     })
 }

@@ -117,7 +117,34 @@ enum Content {
     IndirectData,
 }
 
+/// Parses `der_bytes` as SignedData whose encapsulated content is `want`: the message
+/// and, for [`Content::IndirectData`], the content's value.
 fn parse_with(der_bytes: &[u8], want: Content) -> Result<(Message, Option<Vec<u8>>), Pkcs7Error> {
+    let (sd, v) = signed_data(der_bytes)?;
+    let content = encapsulated_content(&sd, want)?;
+    // The kernel's grammar gives the digestAlgorithms SET no action: its members, their
+    // parameters and whether they list the signers' digests are ignored. Its decoder
+    // refuses an empty one (EBADMSG).
+    if sd.digest_algorithms.is_empty() {
+        return Err(malformed("empty SignedData digestAlgorithms"));
+    }
+    let mut out = Vec::new();
+    for si in sd.signer_infos.0.iter() {
+        out.push(signer_view(si, v, want)?);
+    }
+    check_signers(&out)?;
+    let certs = embedded_certs(&sd)?;
+    Ok((
+        Message {
+            signers: out,
+            certs,
+        },
+        content,
+    ))
+}
+
+/// The SignedData of the DER ContentInfo `der_bytes`, and its version (1 or 3).
+fn signed_data(der_bytes: &[u8]) -> Result<(cms::signed_data::SignedData, u8), Pkcs7Error> {
     if der_bytes.len() > DER_LEN_MAX {
         return Err(Pkcs7Error::TooLarge(der_bytes.len()));
     }
@@ -132,8 +159,17 @@ fn parse_with(der_bytes: &[u8], want: Content) -> Result<(Message, Option<Vec<u8
     if v != 1 && v != 3 {
         return Err(malformed(format!("unsupported SignedData version {v}")));
     }
+    Ok((sd, v))
+}
+
+/// Checks that `sd`'s encapsulated content is what `want` says; returns the content's
+/// value for [`Content::IndirectData`].
+fn encapsulated_content(
+    sd: &cms::signed_data::SignedData,
+    want: Content,
+) -> Result<Option<Vec<u8>>, Pkcs7Error> {
     let ect = sd.encap_content_info.econtent_type.to_string();
-    let content = match want {
+    match want {
         // Detached: the encapsulated content is id-data with no content.
         Content::Detached => {
             if ect != "1.2.840.113549.1.7.1" || sd.encap_content_info.econtent.is_some() {
@@ -141,7 +177,7 @@ fn parse_with(der_bytes: &[u8], want: Content) -> Result<(Message, Option<Vec<u8
                     "encapsulated content must be detached id-data, not {ect}"
                 )));
             }
-            None
+            Ok(None)
         }
         Content::IndirectData => {
             if ect != MS_INDIRECT_DATA {
@@ -154,108 +190,140 @@ fn parse_with(der_bytes: &[u8], want: Content) -> Result<(Message, Option<Vec<u8
                 .econtent
                 .as_ref()
                 .ok_or_else(|| malformed("SpcIndirectDataContent is absent"))?;
-            Some(c.value().to_vec())
+            Ok(Some(c.value().to_vec()))
         }
-    };
-    // Algorithm parameters must be absent or NULL for every algorithm we accept.
-    let params_ok = |a: &spki::AlgorithmIdentifierOwned| {
-        a.parameters
-            .as_ref()
-            .is_none_or(|p| der::Tagged::tag(p) == der::Tag::Null && p.value().is_empty())
-    };
-    // The kernel's grammar gives the digestAlgorithms SET no action: its members, their
-    // parameters and whether they list the signers' digests are ignored. Its decoder
-    // refuses an empty one (EBADMSG).
-    if sd.digest_algorithms.is_empty() {
-        return Err(malformed("empty SignedData digestAlgorithms"));
     }
-    let mut out = Vec::new();
-    for si in sd.signer_infos.0.iter() {
-        // SignerInfo v1 names the signer by issuer and serial, v3 by key identifier.
-        let sv = si.version as u8;
-        // pkcs7_note_signerinfo_version: v1 only inside SignedData v1, v3 only inside v3.
-        if (sv == 1 && v != 1) || (sv == 3 && v == 1) {
+}
+
+/// Whether `a`'s parameters are absent or NULL, as they must be for every algorithm we
+/// accept.
+fn params_ok(a: &spki::AlgorithmIdentifierOwned) -> bool {
+    a.parameters
+        .as_ref()
+        .is_none_or(|p| der::Tagged::tag(p) == der::Tag::Null && p.value().is_empty())
+}
+
+/// Checks one SignerInfo of a SignedData of version `v` and returns what it says.
+fn signer_view(
+    si: &cms::signed_data::SignerInfo,
+    v: u8,
+    want: Content,
+) -> Result<SignerView, Pkcs7Error> {
+    check_signer_version(si, v)?;
+    // The signer's digest parameters are ignored, as by the kernel; a signature
+    // algorithm with parameters (RSASSA-PSS) is refused.
+    if !params_ok(&si.signature_algorithm) {
+        return Err(malformed("signer algorithm with parameters"));
+    }
+    let oid = si.digest_alg.oid.to_string();
+    let digest = HashAlg::from_oid(&oid).ok_or(Pkcs7Error::UnsupportedDigest(oid))?;
+    let (issuer_der, issuer_cn, serial, skid) = match &si.sid {
+        cms::signed_data::SignerIdentifier::IssuerAndSerialNumber(is) => (
+            is.issuer.to_der().map_err(malformed)?,
+            common_name(&is.issuer),
+            is.serial_number.as_bytes().to_vec(),
+            None,
+        ),
+        cms::signed_data::SignerIdentifier::SubjectKeyIdentifier(k) => (
+            Vec::new(),
+            String::new(),
+            Vec::new(),
+            Some(k.0.as_bytes().to_vec()),
+        ),
+    };
+    let signed_attrs = signed_attributes(si, want)?;
+    Ok(SignerView {
+        sig_alg: si.signature_algorithm.oid.to_string(),
+        issuer_cn,
+        issuer_der,
+        serial,
+        skid,
+        digest,
+        signature: si.signature.as_bytes().to_vec(),
+        signed_attrs,
+    })
+}
+
+/// Checks a SignerInfo's version against its SignedData's (`v`) and its signer
+/// identifier.
+fn check_signer_version(si: &cms::signed_data::SignerInfo, v: u8) -> Result<(), Pkcs7Error> {
+    // SignerInfo v1 names the signer by issuer and serial, v3 by key identifier.
+    let sv = si.version as u8;
+    // pkcs7_note_signerinfo_version: v1 only inside SignedData v1, v3 only inside v3.
+    if (sv == 1 && v != 1) || (sv == 3 && v == 1) {
+        return Err(malformed(format!(
+            "SignedData-SignerInfo version mismatch (SignedData v{v}, SignerInfo v{sv})"
+        )));
+    }
+    let by_serial = matches!(
+        si.sid,
+        cms::signed_data::SignerIdentifier::IssuerAndSerialNumber(_)
+    );
+    if !((sv == 1 && by_serial) || (sv == 3 && !by_serial)) {
+        return Err(malformed(format!(
+            "SignerInfo version {sv} does not match its signer identifier"
+        )));
+    }
+    Ok(())
+}
+
+/// Signed attributes as [`SignerView::signed_attrs`] holds them: the DER of the SET and
+/// their messageDigest.
+type SignedAttrs = (Vec<u8>, Vec<u8>);
+
+/// A SignerInfo's signed attributes (DER of the SET) and their messageDigest, when it
+/// has them; Authenticode (`want`) requires them.
+fn signed_attributes(
+    si: &cms::signed_data::SignerInfo,
+    want: Content,
+) -> Result<Option<SignedAttrs>, Pkcs7Error> {
+    let attrs = match &si.signed_attrs {
+        None if want == Content::IndirectData => {
+            return Err(malformed("Authenticode requires signed attributes"))
+        }
+        None => return Ok(None),
+        Some(attrs) => attrs,
+    };
+    if want == Content::IndirectData {
+        check_content_type_attrs(attrs)?;
+    }
+    let md = attrs
+        .iter()
+        .find(|a| a.oid.to_string() == "1.2.840.113549.1.9.4")
+        .and_then(|a| a.values.iter().next())
+        .and_then(|v| v.decode_as::<der::asn1::OctetString>().ok())
+        .ok_or_else(|| malformed("signed attributes without messageDigest"))?;
+    Ok(Some((
+        attrs.to_der().map_err(malformed)?,
+        md.as_bytes().to_vec(),
+    )))
+}
+
+/// pkcs7_sig_note_authenticated_attr: a content type attribute among `attrs` must name
+/// the message's content type (`SpcIndirectDataContent`).
+fn check_content_type_attrs(attrs: &cms::signed_data::SignedAttributes) -> Result<(), Pkcs7Error> {
+    for a in attrs
+        .iter()
+        .filter(|a| a.oid.to_string() == "1.2.840.113549.1.9.3")
+    {
+        let ct = a
+            .values
+            .iter()
+            .next()
+            .and_then(|v| v.decode_as::<der::asn1::ObjectIdentifier>().ok())
+            .map(|o| o.to_string());
+        if ct.as_deref() != Some(MS_INDIRECT_DATA) {
             return Err(malformed(format!(
-                "SignedData-SignerInfo version mismatch (SignedData v{v}, SignerInfo v{sv})"
+                "signed attribute content type {} is not the message's ({MS_INDIRECT_DATA})",
+                ct.unwrap_or_else(|| "(unreadable)".into())
             )));
         }
-        let by_serial = matches!(
-            si.sid,
-            cms::signed_data::SignerIdentifier::IssuerAndSerialNumber(_)
-        );
-        if !((sv == 1 && by_serial) || (sv == 3 && !by_serial)) {
-            return Err(malformed(format!(
-                "SignerInfo version {sv} does not match its signer identifier"
-            )));
-        }
-        // The signer's digest parameters are ignored, as by the kernel; a signature
-        // algorithm with parameters (RSASSA-PSS) is refused.
-        if !params_ok(&si.signature_algorithm) {
-            return Err(malformed("signer algorithm with parameters"));
-        }
-        let oid = si.digest_alg.oid.to_string();
-        let digest = HashAlg::from_oid(&oid).ok_or(Pkcs7Error::UnsupportedDigest(oid))?;
-        let (issuer_der, issuer_cn, serial, skid) = match &si.sid {
-            cms::signed_data::SignerIdentifier::IssuerAndSerialNumber(is) => (
-                is.issuer.to_der().map_err(malformed)?,
-                common_name(&is.issuer),
-                is.serial_number.as_bytes().to_vec(),
-                None,
-            ),
-            cms::signed_data::SignerIdentifier::SubjectKeyIdentifier(k) => (
-                Vec::new(),
-                String::new(),
-                Vec::new(),
-                Some(k.0.as_bytes().to_vec()),
-            ),
-        };
-        let signed_attrs = match &si.signed_attrs {
-            None if want == Content::IndirectData => {
-                return Err(malformed("Authenticode requires signed attributes"))
-            }
-            None => None,
-            Some(attrs) => {
-                if want == Content::IndirectData {
-                    // pkcs7_sig_note_authenticated_attr: a content type attribute must
-                    // name the message's content type.
-                    for a in attrs
-                        .iter()
-                        .filter(|a| a.oid.to_string() == "1.2.840.113549.1.9.3")
-                    {
-                        let ct = a
-                            .values
-                            .iter()
-                            .next()
-                            .and_then(|v| v.decode_as::<der::asn1::ObjectIdentifier>().ok())
-                            .map(|o| o.to_string());
-                        if ct.as_deref() != Some(MS_INDIRECT_DATA) {
-                            return Err(malformed(format!(
-                                "signed attribute content type {} is not the message's ({MS_INDIRECT_DATA})",
-                                ct.unwrap_or_else(|| "(unreadable)".into())
-                            )));
-                        }
-                    }
-                }
-                let md = attrs
-                    .iter()
-                    .find(|a| a.oid.to_string() == "1.2.840.113549.1.9.4")
-                    .and_then(|a| a.values.iter().next())
-                    .and_then(|v| v.decode_as::<der::asn1::OctetString>().ok())
-                    .ok_or_else(|| malformed("signed attributes without messageDigest"))?;
-                Some((attrs.to_der().map_err(malformed)?, md.as_bytes().to_vec()))
-            }
-        };
-        out.push(SignerView {
-            sig_alg: si.signature_algorithm.oid.to_string(),
-            issuer_cn,
-            issuer_der,
-            serial,
-            skid,
-            digest,
-            signature: si.signature.as_bytes().to_vec(),
-            signed_attrs,
-        });
     }
+    Ok(())
+}
+
+/// Refuses a message without signers or with signed attributes on some signers only.
+fn check_signers(out: &[SignerView]) -> Result<(), Pkcs7Error> {
     if out.is_empty() {
         return Err(Pkcs7Error::NoSigner);
     }
@@ -264,6 +332,11 @@ fn parse_with(der_bytes: &[u8], want: Content) -> Result<(Message, Option<Vec<u8
     if with != 0 && with != out.len() {
         return Err(malformed("Inconsistently supplied authAttrs"));
     }
+    Ok(())
+}
+
+/// The X.509 certificates embedded in `sd` (any other kind is refused).
+fn embedded_certs(sd: &cms::signed_data::SignedData) -> Result<Vec<EmbeddedCert>, Pkcs7Error> {
     let mut certs = Vec::new();
     for c in sd.certificates.iter().flat_map(|s| s.0.iter()) {
         let cms::cert::CertificateChoices::Certificate(c) = c else {
@@ -284,13 +357,7 @@ fn parse_with(der_bytes: &[u8], want: Content) -> Result<(Message, Option<Vec<u8
             der: c.to_der().map_err(malformed)?,
         });
     }
-    Ok((
-        Message {
-            signers: out,
-            certs,
-        },
-        content,
-    ))
+    Ok(certs)
 }
 
 /// A digest algorithm.

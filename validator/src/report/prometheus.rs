@@ -108,6 +108,25 @@ fn mod_status_word(s: ModStatus) -> &'static str {
 pub fn render(r: &Report) -> String {
     let mut out = String::new();
     let o = &mut out;
+    identity(o, r);
+    decision(o, r);
+    checks(o, r);
+    timing(o, r);
+    modules(o, r);
+    measured(o, r);
+    slots(o, r);
+    resources(o, r);
+    family(
+        o,
+        "validator_warnings",
+        "Problems in this boot that did not stop it.",
+    )
+    .sample("validator_warnings", &[], as_f64(r.warnings.len() as u64));
+    out
+}
+
+/// The report's and the node's info families.
+fn identity(o: &mut String, r: &Report) {
     let fault = r.fault.map(|f| f.as_str());
     family(
         o,
@@ -145,6 +164,10 @@ pub fn render(r: &Report) -> String {
         ],
         1.0,
     );
+}
+
+/// The decision family: one series per decision, 1 for the one taken.
+fn decision(o: &mut String, r: &Report) {
     let mut f = family(
         o,
         "validator_decision",
@@ -162,6 +185,10 @@ pub fn render(r: &Report) -> String {
             if d == r.decision { 1.0 } else { 0.0 },
         );
     }
+}
+
+/// The checks: one series per check, then their number by status.
+fn checks(o: &mut String, r: &Report) {
     let mut f = family(
         o,
         "validator_check_status",
@@ -188,6 +215,10 @@ pub fn render(r: &Report) -> String {
             as_f64(n as u64),
         );
     }
+}
+
+/// The stages' durations and the init's start and duration.
+fn timing(o: &mut String, r: &Report) {
     let mut f = family(
         o,
         "validator_stage_duration_seconds",
@@ -223,6 +254,10 @@ pub fn render(r: &Report) -> String {
         &[],
         secs(r.boottime_report_us.saturating_sub(r.boottime_start_us)),
     );
+}
+
+/// The kernel modules by status, one series per status.
+fn modules(o: &mut String, r: &Report) {
     let mut f = family(
         o,
         "validator_modules",
@@ -243,8 +278,10 @@ pub fn render(r: &Report) -> String {
             as_f64(n as u64),
         );
     }
-    measured(o, r);
-    slots(o, r);
+}
+
+/// The GPU counts for each source known and the init's peak memory, when known.
+fn resources(o: &mut String, r: &Report) {
     if let Some(g) = &r.gpus {
         let mut f = family(
             o,
@@ -265,15 +302,9 @@ pub fn render(r: &Report) -> String {
         )
         .sample("validator_peak_rss_bytes", &[], as_f64(b));
     }
-    family(
-        o,
-        "validator_warnings",
-        "Problems in this boot that did not stop it.",
-    )
-    .sample("validator_warnings", &[], as_f64(r.warnings.len() as u64));
-    out
 }
 
+/// The TPM, verity and taint families, for the sections the boot reached.
 fn measured(o: &mut String, r: &Report) {
     if let Some(t) = &r.tpm {
         let flag = |b: bool| if b { 1.0 } else { 0.0 };
@@ -352,6 +383,7 @@ fn measured(o: &mut String, r: &Report) {
     }
 }
 
+/// The slot families, when the boot reached the slot stage.
 fn slots(o: &mut String, r: &Report) {
     let Some(s) = &r.slot else { return };
     family(

@@ -38,6 +38,15 @@ fn not_a_file_path(p: &str) -> Option<&'static str> {
 
 /// Every check beyond the schema's types, with the line of the key at fault.
 pub(super) fn check(bom: &Bom, lines: &KeyLines<'_>) -> Result<(), (usize, String)> {
+    check_measure(bom, lines)?;
+    check_module_lists(bom, lines)?;
+    check_ofed(bom, lines)?;
+    check_pins_and_trust(bom, lines)?;
+    check_sections(bom, lines)
+}
+
+/// The schema version, and the measure PCR and deadline.
+fn check_measure(bom: &Bom, lines: &KeyLines<'_>) -> Result<(), (usize, String)> {
     if bom.schema != SCHEMA {
         return Err((
             lines.of(&["schema"], None),
@@ -65,6 +74,11 @@ pub(super) fn check(bom: &Bom, lines: &KeyLines<'_>) -> Result<(), (usize, Strin
             ),
         ));
     }
+    Ok(())
+}
+
+/// Module names listed twice in a list, or in both `modules.load` and `modules.root`.
+fn check_module_lists(bom: &Bom, lines: &KeyLines<'_>) -> Result<(), (usize, String)> {
     for (field, names) in [
         ("modules.load", &bom.modules.load),
         ("modules.root", &bom.modules.root),
@@ -96,7 +110,11 @@ pub(super) fn check(bom: &Bom, lines: &KeyLines<'_>) -> Result<(), (usize, Strin
             format!("module {m} is listed twice (in modules.load and modules.root)"),
         ));
     }
-    // MLNX_OFED's modules are out of tree: a BOM that names an OFED must allow them.
+    Ok(())
+}
+
+/// MLNX_OFED's modules are out of tree: a BOM that names an OFED must allow them.
+fn check_ofed(bom: &Bom, lines: &KeyLines<'_>) -> Result<(), (usize, String)> {
     if bom.components.ofed.is_some() {
         for (key, names) in [("load", &bom.modules.load), ("root", &bom.modules.root)] {
             let refused = names.iter().enumerate().find(|(_, m)| {
@@ -118,6 +136,12 @@ pub(super) fn check(bom: &Bom, lines: &KeyLines<'_>) -> Result<(), (usize, Strin
             }
         }
     }
+    Ok(())
+}
+
+/// `policy.module_sha256` keys that are no module name or pin one twice, and
+/// `policy.trust` paths that name no file.
+fn check_pins_and_trust(bom: &Bom, lines: &KeyLines<'_>) -> Result<(), (usize, String)> {
     let pins = ["policy", "module_sha256"];
     for k in bom.policy.module_sha256.keys() {
         if !is_module_name(k) {
@@ -146,6 +170,12 @@ pub(super) fn check(bom: &Bom, lines: &KeyLines<'_>) -> Result<(), (usize, Strin
             ));
         }
     }
+    Ok(())
+}
+
+/// The `[slot]`, `[verity]`, `[report]` and `[hardware]` values the init could not boot
+/// with.
+fn check_sections(bom: &Bom, lines: &KeyLines<'_>) -> Result<(), (usize, String)> {
     if let Some(slot) = &bom.slot {
         if let Err(why) = slot.check() {
             let line = match why.key() {

@@ -194,6 +194,39 @@ fn section_name(name: &[u8; 8]) -> String {
 
 /// Parses `image`'s headers and certificate table.
 pub fn parse(image: &[u8]) -> Result<Pe, PeError> {
+    let (coff, opt_at) = coff_header(image)?;
+    let opt = optional_header(image, opt_at)?;
+    let cert_entry_at = opt.dirs_at + CERT_TABLE_INDEX * DATA_DIR_LEN;
+    let cert_table = cert_table(image, cert_entry_at, opt.header_size)?;
+    let sections = sections(image, &coff, &opt)?;
+    let headers = vec![
+        0..opt.checksum_at,
+        opt.checksum_at + 4..cert_entry_at,
+        cert_entry_at + DATA_DIR_LEN..opt.header_size,
+    ];
+    let tail = tail(image, opt.header_size, &sections, cert_table.len())?;
+    let table_end = firmware_walk(image, &cert_table).err();
+    let (signatures, first_unusable) = signatures(image, &cert_table);
+    if signatures.is_empty() {
+        return Err(PeError::CertTable(first_unusable.unwrap_or_else(|| {
+            "no WIN_CERTIFICATE holds a PKCS#7 signature".into()
+        })));
+    }
+    Ok(Pe {
+        headers,
+        sections,
+        tail,
+        cert_table,
+        signatures,
+        first_unusable,
+        table_end,
+        cert_entry: cert_entry_at,
+    })
+}
+
+/// The COFF header after the DOS header and the PE signature it points at, and the file
+/// offset of the optional header that follows it.
+fn coff_header(image: &[u8]) -> Result<(goblin::pe::header::CoffHeader, usize), PeError> {
     if image.len() < DOS_HEADER_LEN {
         return Err(malformed(format!(
             "{} bytes, shorter than a DOS header ({DOS_HEADER_LEN})",
@@ -219,8 +252,24 @@ pub fn parse(image: &[u8]) -> Result<Pe, PeError> {
     let mut coff_at = pe_at + 4;
     let coff = goblin::pe::header::CoffHeader::parse(image, &mut coff_at)
         .map_err(|e| malformed(format!("COFF header at {:#x}: {e}", pe_at + 4)))?;
-    // Then the optional header.
-    let opt_at = coff_at;
+    Ok((coff, coff_at))
+}
+
+/// Where the parts of a checked optional header lie.
+struct OptionalHeader {
+    /// The file offsets of the optional header, its CheckSum and its data directories.
+    at: usize,
+    checksum_at: usize,
+    dirs_at: usize,
+    /// `SizeOfHeaders`: after the data directories and inside the file.
+    header_size: usize,
+    /// `NumberOfRvaAndSizes`: the data directories, which fit in the headers and include
+    /// the certificate table's.
+    n_dirs: usize,
+}
+
+/// Reads and checks the optional header at `opt_at`.
+fn optional_header(image: &[u8], opt_at: usize) -> Result<OptionalHeader, PeError> {
     let magic = le16(image, opt_at).ok_or_else(|| {
         malformed(format!(
             "the optional header at {opt_at:#x} is past the end of the file"
@@ -233,16 +282,8 @@ pub fn parse(image: &[u8]) -> Result<Pe, PeError> {
         PE32_PLUS => (112, 108),
         m => return Err(malformed(format!("unknown optional header magic {m:#06x}"))),
     };
-    let field = |at: usize, what: &str| {
-        le32(image, opt_at + at).ok_or_else(|| {
-            malformed(format!(
-                "{what} (at {:#x}) is past the end of the file",
-                opt_at + at
-            ))
-        })
-    };
-    let size_of_headers = field(60, "SizeOfHeaders")?;
-    let number_of_rva_and_sizes = field(n_dirs_at, "NumberOfRvaAndSizes")?;
+    let size_of_headers = optional_field(image, opt_at, 60, "SizeOfHeaders")?;
+    let number_of_rva_and_sizes = optional_field(image, opt_at, n_dirs_at, "NumberOfRvaAndSizes")?;
     let checksum_at = opt_at + 64;
     let dirs_at = opt_at + fixed;
     let header_size = usize_of(size_of_headers);
@@ -264,7 +305,32 @@ pub fn parse(image: &[u8]) -> Result<Pe, PeError> {
             "{n_dirs} data directories: none for the certificate table"
         )));
     }
-    let cert_entry_at = dirs_at + CERT_TABLE_INDEX * DATA_DIR_LEN;
+    Ok(OptionalHeader {
+        at: opt_at,
+        checksum_at,
+        dirs_at,
+        header_size,
+        n_dirs,
+    })
+}
+
+/// The 32-bit field `what` at `at` in the optional header at `opt_at`.
+fn optional_field(image: &[u8], opt_at: usize, at: usize, what: &str) -> Result<u32, PeError> {
+    le32(image, opt_at + at).ok_or_else(|| {
+        malformed(format!(
+            "{what} (at {:#x}) is past the end of the file",
+            opt_at + at
+        ))
+    })
+}
+
+/// The certificate table the data directory entry at `cert_entry_at` names, checked to
+/// lie after the headers (`header_size` bytes) and inside the file.
+fn cert_table(
+    image: &[u8],
+    cert_entry_at: usize,
+    header_size: usize,
+) -> Result<Range<usize>, PeError> {
     let cert_addr =
         usize_of(le32(image, cert_entry_at).ok_or_else(|| malformed("data directories"))?);
     let cert_size =
@@ -277,18 +343,27 @@ pub fn parse(image: &[u8]) -> Result<Pe, PeError> {
             "{cert_size:#x} bytes at {cert_addr:#x} are not after the headers and inside the file"
         )));
     }
-    let cert_table = cert_addr..cert_addr + cert_size;
+    Ok(cert_addr..cert_addr + cert_size)
+}
+
+/// The sections with raw data, in table order, from the section table after the data
+/// directories (checked to fit in the headers).
+fn sections(
+    image: &[u8],
+    coff: &goblin::pe::header::CoffHeader,
+    opt: &OptionalHeader,
+) -> Result<Vec<Section>, PeError> {
     // The section table follows the data directories (the kernel reads it there).
-    let secs_at = dirs_at + n_dirs * DATA_DIR_LEN;
-    if usize::from(coff.size_of_optional_header) != secs_at - opt_at {
+    let secs_at = opt.dirs_at + opt.n_dirs * DATA_DIR_LEN;
+    if usize::from(coff.size_of_optional_header) != secs_at - opt.at {
         return Err(malformed(format!(
             "SizeOfOptionalHeader {} does not end at the data directories ({})",
             coff.size_of_optional_header,
-            secs_at - opt_at
+            secs_at - opt.at
         )));
     }
     let n_secs = usize::from(coff.number_of_sections);
-    if n_secs > (header_size - secs_at) / SECTION_HEADER_LEN {
+    if n_secs > (opt.header_size - secs_at) / SECTION_HEADER_LEN {
         return Err(malformed(format!(
             "{n_secs} section headers do not fit in the headers"
         )));
@@ -298,41 +373,55 @@ pub fn parse(image: &[u8]) -> Result<Pe, PeError> {
     // depend on names (the kernel reads them only to break ties).
     let mut sections = Vec::new();
     for i in 0..n_secs {
-        let at = secs_at + i * SECTION_HEADER_LEN;
-        let h = image
-            .get(at..at + SECTION_HEADER_LEN)
-            .ok_or_else(|| malformed(format!("section header {i} at {at:#x}")))?;
-        let mut name = [0u8; 8];
-        name.copy_from_slice(h.get(..8).unwrap_or(&[0; 8]));
-        let word = |o: usize| le32(h, o).unwrap_or(0);
-        let (vsize, va, raw_size, raw_ptr) = (word(8), word(12), word(16), word(20));
-        if raw_size == 0 {
-            continue;
+        if let Some(s) = section(image, secs_at, i)? {
+            sections.push(s);
         }
-        let start = usize_of(raw_ptr);
-        let end = start
-            .checked_add(usize_of(raw_size))
-            .filter(|e| *e <= image.len())
-            .ok_or_else(|| {
-                malformed(format!(
-                    "section {}: {raw_size:#x} bytes at {start:#x} are outside the file",
-                    section_name(&name)
-                ))
-            })?;
-        sections.push(Section {
-            name,
-            virtual_size: vsize,
-            virtual_address: va,
-            raw: start..end,
-        });
     }
-    let headers = vec![
-        0..checksum_at,
-        checksum_at + 4..cert_entry_at,
-        cert_entry_at + DATA_DIR_LEN..header_size,
-    ];
+    Ok(sections)
+}
+
+/// Section header `i` of the table at `secs_at`: its raw data, checked to lie inside the
+/// file, or `None` when it has none.
+fn section(image: &[u8], secs_at: usize, i: usize) -> Result<Option<Section>, PeError> {
+    let at = secs_at + i * SECTION_HEADER_LEN;
+    let h = image
+        .get(at..at + SECTION_HEADER_LEN)
+        .ok_or_else(|| malformed(format!("section header {i} at {at:#x}")))?;
+    let mut name = [0u8; 8];
+    name.copy_from_slice(h.get(..8).unwrap_or(&[0; 8]));
+    let word = |o: usize| le32(h, o).unwrap_or(0);
+    let (vsize, va, raw_size, raw_ptr) = (word(8), word(12), word(16), word(20));
+    if raw_size == 0 {
+        return Ok(None);
+    }
+    let start = usize_of(raw_ptr);
+    let end = start
+        .checked_add(usize_of(raw_size))
+        .filter(|e| *e <= image.len())
+        .ok_or_else(|| {
+            malformed(format!(
+                "section {}: {raw_size:#x} bytes at {start:#x} are outside the file",
+                section_name(&name)
+            ))
+        })?;
+    Ok(Some(Section {
+        name,
+        virtual_size: vsize,
+        virtual_address: va,
+        raw: start..end,
+    }))
+}
+
+/// What follows the headers (`header_size` bytes) and `sections` up to the certificate
+/// table (`cert_size` bytes at the end of the file), hashed last.
+fn tail(
+    image: &[u8],
+    header_size: usize,
+    sections: &[Section],
+    cert_size: usize,
+) -> Result<Range<usize>, PeError> {
     let mut sum = header_size;
-    for s in &sections {
+    for s in sections {
         sum = sum
             .checked_add(s.raw.len())
             .ok_or_else(|| malformed("section sizes overflow"))?;
@@ -350,23 +439,7 @@ pub fn parse(image: &[u8]) -> Result<Pe, PeError> {
             })?;
         tail = sum..tail_end;
     }
-    let table_end = firmware_walk(image, &cert_table).err();
-    let (signatures, first_unusable) = signatures(image, &cert_table);
-    if signatures.is_empty() {
-        return Err(PeError::CertTable(first_unusable.unwrap_or_else(|| {
-            "no WIN_CERTIFICATE holds a PKCS#7 signature".into()
-        })));
-    }
-    Ok(Pe {
-        headers,
-        sections,
-        tail,
-        cert_table,
-        signatures,
-        first_unusable,
-        table_end,
-        cert_entry: cert_entry_at,
-    })
+    Ok(tail)
 }
 
 /// Walks the certificate table at `table` as EDK2's `DxeImageVerificationHandler` does;

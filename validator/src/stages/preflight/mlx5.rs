@@ -186,9 +186,22 @@ fn read_device(sys: &Path, name: &str, hw: &Hardware, inv: &Inventory) -> Result
 /// Reads every mlx5 port and judges them: the facts, the `mlx5-ports` and
 /// `mlx5-firmware` checks, and whether waiting could still change the outcome.
 pub fn check(roots: &HwRoots, hw: &Hardware, inv: &Inventory) -> (Vec<PortFact>, Vec<Check>, bool) {
+    let (ports, issues) = read_ports(&roots.sys, hw, inv);
+    let (ports_check, settling) = judge_ports(hw, &ports, &issues);
+    let fw_check = judge_firmware(hw, &ports, &issues);
+    (
+        ports.into_iter().map(|p| p.fact).collect(),
+        vec![ports_check, fw_check],
+        settling,
+    )
+}
+
+/// Reads the ports of every `mlx5_*` device under `<sys>/class/infiniband`, with the
+/// issues of the devices (or the directory) that cannot be read.
+fn read_ports(sys: &Path, hw: &Hardware, inv: &Inventory) -> (Vec<Port>, Vec<String>) {
     let mut ports = Vec::new();
     let mut issues = Vec::new();
-    match list_dir(&roots.sys.join("class/infiniband")) {
+    match list_dir(&sys.join("class/infiniband")) {
         Err(e) => issues.push(e.to_string()),
         Ok(names) => {
             for n in names
@@ -196,13 +209,42 @@ pub fn check(roots: &HwRoots, hw: &Hardware, inv: &Inventory) -> (Vec<PortFact>,
                 .iter()
                 .filter(|n| n.starts_with("mlx5_"))
             {
-                match read_device(&roots.sys, n, hw, inv) {
+                match read_device(sys, n, hw, inv) {
                     Ok(p) => ports.extend(p),
                     Err(e) => issues.push(e.to_string()),
                 }
             }
         }
     }
+    (ports, issues)
+}
+
+/// A port as `mlx5-ports` names it: device, port, state, physical state and rate.
+fn describe_port(p: &Port) -> String {
+    format!(
+        "{} port {}: {} / {} / {}",
+        p.fact.device, p.fact.port, p.state, p.phys, p.rate
+    )
+}
+
+/// What the BOM wants of a port, as `mlx5-ports` words it: state, physical state and
+/// the minimum rate if it sets one.
+fn wanted_port(hw: &Hardware) -> String {
+    format!(
+        "{} / {}{}",
+        hw.mlx5_state(),
+        hw.mlx5_phys_state(),
+        hw.mlx5_min_rate
+            .as_ref()
+            .map(|m| format!(" at >= {} Gb/sec", m.0.gbps()))
+            .unwrap_or_default()
+    )
+}
+
+/// Judges `mlx5-ports`: enough compute fabric ports of the BOM's link layer up (a RoCE
+/// port whose netdev nobody brought up is not judged). The flag is whether waiting
+/// could still change the outcome (too few ports up, no issue).
+fn judge_ports(hw: &Hardware, ports: &[Port], issues: &[String]) -> (Check, bool) {
     let layer = hw.mlx5_link_layer();
     let judged: Vec<&Port> = ports
         .iter()
@@ -211,28 +253,16 @@ pub fn check(roots: &HwRoots, hw: &Hardware, inv: &Inventory) -> (Vec<PortFact>,
         .filter(|p| layer != LinkLayer::Ethernet || p.fact.admin_up)
         .collect();
     let up = judged.iter().filter(|p| p.fact.up).count();
-    let not_up: Vec<&&Port> = judged.iter().filter(|p| !p.fact.up).collect();
-    let describe = |p: &Port| {
-        format!(
-            "{} port {}: {} / {} / {}",
-            p.fact.device, p.fact.port, p.state, p.phys, p.rate
-        )
-    };
-    let want = format!(
-        "{} / {}{}",
-        hw.mlx5_state(),
-        hw.mlx5_phys_state(),
-        hw.mlx5_min_rate
-            .as_ref()
-            .map(|m| format!(" at >= {} Gb/sec", m.0.gbps()))
-            .unwrap_or_default()
-    );
-    let mut settling = false;
-    let ports_check = if !issues.is_empty() {
-        Check::fail("mlx5-ports", Fault::Hardware, issues.join("; "))
-    } else {
-        match hw.mlx5_ports {
-            None => Check::skip(
+    let want = wanted_port(hw);
+    if !issues.is_empty() {
+        return (
+            Check::fail("mlx5-ports", Fault::Hardware, issues.join("; ")),
+            false,
+        );
+    }
+    match hw.mlx5_ports {
+        None => (
+            Check::skip(
                 "mlx5-ports",
                 format!(
                     "{} mlx5 port(s), {up} {} port(s) {want}; the BOM sets no count",
@@ -240,73 +270,80 @@ pub fn check(roots: &HwRoots, hw: &Hardware, inv: &Inventory) -> (Vec<PortFact>,
                     layer.as_str()
                 ),
             ),
-            Some(n) if up >= n as usize => Check::pass(
+            false,
+        ),
+        Some(n) if up >= n as usize => (
+            Check::pass(
                 "mlx5-ports",
                 format!("{up} {} port(s) {want} (BOM {n})", layer.as_str()),
             ),
-            Some(n) => {
-                settling = true;
-                let mut c = Check::fail(
-                    "mlx5-ports",
-                    Fault::Hardware,
-                    format!(
-                        "{up} of {n} {} port(s) {want}{}{}",
-                        layer.as_str(),
-                        if not_up.is_empty() { "" } else { "; not up: " },
-                        not_up
-                            .iter()
-                            .map(|p| describe(p))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                );
-                c.transient = !not_up.is_empty()
-                    && not_up.iter().all(|p| {
-                        p.phys.name == "LinkUp" && matches!(p.state.name.as_str(), "INIT" | "ARMED")
-                    });
-                c
-            }
-        }
-    };
-    let fw_check = match &hw.mlx5_fw_version {
-        None => Check::skip("mlx5-firmware", "the BOM names no mlx5 firmware"),
-        Some(want) => {
-            let mut devs: Vec<(&str, &str)> = ports
+            false,
+        ),
+        Some(n) => (too_few_ports(n, up, &judged, layer, &want), true),
+    }
+}
+
+/// Fails `mlx5-ports` with `up` of the `n` ports the BOM wants (`want`) up, naming the
+/// judged ports that are not; transient when each of those is trained (`LinkUp`) and
+/// waits for the subnet manager (`INIT` or `ARMED`).
+fn too_few_ports(n: u32, up: usize, judged: &[&Port], layer: LinkLayer, want: &str) -> Check {
+    let not_up: Vec<&&Port> = judged.iter().filter(|p| !p.fact.up).collect();
+    let mut c = Check::fail(
+        "mlx5-ports",
+        Fault::Hardware,
+        format!(
+            "{up} of {n} {} port(s) {want}{}{}",
+            layer.as_str(),
+            if not_up.is_empty() { "" } else { "; not up: " },
+            not_up
                 .iter()
-                .filter(|p| !p.fact.frontend)
-                .map(|p| (p.fact.device.as_str(), p.fact.fw_ver.as_str()))
-                .collect();
-            devs.dedup();
-            let wrong: Vec<String> = devs
-                .iter()
-                .filter(|(_, v)| *v != want.as_str())
-                .map(|(d, v)| format!("{d} runs {v}"))
-                .collect();
-            if !issues.is_empty() {
-                Check::fail("mlx5-firmware", Fault::Hardware, issues.join("; "))
-            } else if devs.is_empty() {
-                Check::fail(
-                    "mlx5-firmware",
-                    Fault::Hardware,
-                    format!("no mlx5 device to run firmware {want}"),
-                )
-            } else if wrong.is_empty() {
-                Check::pass(
-                    "mlx5-firmware",
-                    format!("{} device(s) run {want}", devs.len()),
-                )
-            } else {
-                Check::fail(
-                    "mlx5-firmware",
-                    Fault::Hardware,
-                    format!("not the BOM's firmware {want}: {}", wrong.join(", ")),
-                )
-            }
-        }
+                .map(|p| describe_port(p))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+    c.transient = !not_up.is_empty()
+        && not_up
+            .iter()
+            .all(|p| p.phys.name == "LinkUp" && matches!(p.state.name.as_str(), "INIT" | "ARMED"));
+    c
+}
+
+/// Judges `mlx5-firmware`: every compute fabric device runs the BOM's
+/// `mlx5_fw_version`.
+fn judge_firmware(hw: &Hardware, ports: &[Port], issues: &[String]) -> Check {
+    let Some(want) = &hw.mlx5_fw_version else {
+        return Check::skip("mlx5-firmware", "the BOM names no mlx5 firmware");
     };
-    (
-        ports.into_iter().map(|p| p.fact).collect(),
-        vec![ports_check, fw_check],
-        settling,
-    )
+    let mut devs: Vec<(&str, &str)> = ports
+        .iter()
+        .filter(|p| !p.fact.frontend)
+        .map(|p| (p.fact.device.as_str(), p.fact.fw_ver.as_str()))
+        .collect();
+    devs.dedup();
+    let wrong: Vec<String> = devs
+        .iter()
+        .filter(|(_, v)| *v != want.as_str())
+        .map(|(d, v)| format!("{d} runs {v}"))
+        .collect();
+    if !issues.is_empty() {
+        Check::fail("mlx5-firmware", Fault::Hardware, issues.join("; "))
+    } else if devs.is_empty() {
+        Check::fail(
+            "mlx5-firmware",
+            Fault::Hardware,
+            format!("no mlx5 device to run firmware {want}"),
+        )
+    } else if wrong.is_empty() {
+        Check::pass(
+            "mlx5-firmware",
+            format!("{} device(s) run {want}", devs.len()),
+        )
+    } else {
+        Check::fail(
+            "mlx5-firmware",
+            Fault::Hardware,
+            format!("not the BOM's firmware {want}: {}", wrong.join(", ")),
+        )
+    }
 }

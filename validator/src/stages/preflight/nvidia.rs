@@ -22,13 +22,15 @@
 //! With no NVIDIA device on PCI at all, the driver checks are skipped: there is nothing
 //! for a driver to see, and the missing hardware is already the `gpus` failure.
 
+use std::path::Path;
+
 use serde::{Deserialize, Serialize};
 
-use super::pci::{Inventory, Role};
+use super::pci::{Inventory, PciDevice, Role};
 use super::{list_dir, parse_value, read_optional, Check, HwRoots, PreflightReport};
-use crate::config::bom::hardware::FwVersion;
-use crate::config::bom::{Bom, Flavour};
-use crate::formats::sysfs::{self, DriverFlavour};
+use crate::config::bom::hardware::{FwVersion, Hardware};
+use crate::config::bom::{Bom, Flavour, Nvidia};
+use crate::formats::sysfs::{self, DriverFlavour, DriverVersion};
 use crate::stages::Fault;
 
 /// One GPU on PCI, with what the driver says about it.
@@ -92,15 +94,49 @@ pub fn check(roots: &HwRoots, bom: &Bom, inv: &Inventory, report: &mut Preflight
     let switches = inv.of(Role::NvSwitch);
     let procdir = roots.proc.join("driver/nvidia");
 
-    // On PCI. Another vendor's display controller is no GPU of ours.
-    report.other_displays = inv
-        .devices
+    // On PCI.
+    report.other_displays = other_displays(inv);
+    let mut facts = gpu_facts(&gpus);
+    report.checks.push(gpus_check(hw, &gpus));
+
+    if gpus.is_empty() && switches.is_empty() {
+        skip_driver_checks(report);
+        report.gpus = facts;
+        switch_checks(roots, bom, inv, report);
+        return;
+    }
+
+    // Behind the driver.
+    report.checks.push(gpu_driver_check(&procdir, &mut facts));
+    report.checks.push(firmware_check(
+        "gpu-vbios",
+        "GPU",
+        "gpu_vbios",
+        hw.gpu_vbios.as_ref(),
+        facts
+            .iter()
+            .map(|f| (f.address.as_str(), f.vbios.as_deref())),
+    ));
+    report.gpus = facts;
+
+    // The driver's version and flavour.
+    driver_checks(roots, bom, report);
+    switch_checks(roots, bom, inv, report);
+}
+
+/// The display controllers on PCI that are not our GPUs (another vendor's display
+/// controller is no GPU of ours), for the report.
+fn other_displays(inv: &Inventory) -> Vec<String> {
+    inv.devices
         .iter()
         .filter(|(d, r)| *r != Role::Gpu && d.class >> 16 == 0x03)
         .map(|(d, _)| format!("{} {} class {:#08x}", d.address, d.id, d.class))
-        .collect();
-    let mut facts: Vec<GpuFact> = gpus
-        .iter()
+        .collect()
+}
+
+/// A fact for each GPU on PCI, with nothing yet from the driver.
+fn gpu_facts(gpus: &[&PciDevice]) -> Vec<GpuFact> {
+    gpus.iter()
         .map(|d| GpuFact {
             address: d.address.clone(),
             pci_id: d.id.to_string(),
@@ -110,7 +146,12 @@ pub fn check(roots: &HwRoots, bom: &Bom, inv: &Inventory, report: &mut Preflight
             excluded: false,
             vbios: None,
         })
-        .collect();
+        .collect()
+}
+
+/// Judges `gpus`: the NVIDIA GPUs on PCI against the BOM's `gpus` count and
+/// `gpu_pci_ids` models.
+fn gpus_check(hw: &Hardware, gpus: &[&PciDevice]) -> Check {
     let listed = gpus
         .iter()
         .map(|d| format!("{} ({})", d.address, d.id))
@@ -127,7 +168,7 @@ pub fn check(roots: &HwRoots, bom: &Bom, inv: &Inventory, report: &mut Preflight
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(" or ");
-    report.checks.push(match hw.gpus {
+    match hw.gpus {
         None if hw.gpu_pci_ids.is_empty() => Check::skip(
             "gpus",
             format!("{} NVIDIA GPU(s) on PCI; the BOM sets no count", gpus.len()),
@@ -158,74 +199,33 @@ pub fn check(roots: &HwRoots, bom: &Bom, inv: &Inventory, report: &mut Preflight
             "gpus",
             format!("{} NVIDIA GPU(s) on PCI: {listed}", gpus.len()),
         ),
-    });
-
-    if gpus.is_empty() && switches.is_empty() {
-        let why = "no NVIDIA device on PCI: nothing for the driver to see";
-        for name in [
-            "gpu-driver",
-            "gpu-vbios",
-            "driver-version",
-            "driver-flavour",
-        ] {
-            report.checks.push(Check::skip(name, why));
-        }
-        report.gpus = facts;
-        switch_checks(roots, bom, inv, report);
-        return;
     }
+}
 
-    // Behind the driver.
-    let entries = match list_dir(&procdir.join("gpus")) {
-        Ok(e) => Ok(e.unwrap_or_default()),
-        Err(e) => Err(e),
-    };
-    let mut unseen = Vec::new();
-    let mut problems = Vec::new();
-    match entries {
-        Err(e) => problems.push(e.to_string()),
-        Ok(entries) => {
-            for f in facts.iter_mut() {
-                if !entries.contains(&f.address) {
-                    unseen.push(format!(
-                        "{} ({})",
-                        f.address,
-                        match &f.driver {
-                            Some(d) => format!("bound to {d}, no /proc/driver/nvidia/gpus entry"),
-                            None => "bound to no driver".into(),
-                        }
-                    ));
-                    continue;
-                }
-                let path = procdir.join("gpus").join(&f.address).join("information");
-                match parse_value(&path, sysfs::gpu_information) {
-                    Ok(info) => {
-                        if info.bus_location != f.address {
-                            problems.push(format!(
-                                "{}: Bus Location {} is not {}",
-                                path.display(),
-                                info.bus_location,
-                                f.address
-                            ));
-                        }
-                        if info.excluded {
-                            unseen.push(format!("{} (GPU Excluded: Yes)", f.address));
-                        }
-                        f.model = Some(info.model);
-                        f.minor = info.minor;
-                        f.excluded = info.excluded;
-                        f.vbios = info.vbios;
-                    }
-                    Err(e) => problems.push(e.to_string()),
-                }
-            }
-        }
+/// Records the driver checks as skipped: with no NVIDIA device on PCI there is nothing
+/// for the driver to see.
+fn skip_driver_checks(report: &mut PreflightReport) {
+    let why = "no NVIDIA device on PCI: nothing for the driver to see";
+    for name in [
+        "gpu-driver",
+        "gpu-vbios",
+        "driver-version",
+        "driver-flavour",
+    ] {
+        report.checks.push(Check::skip(name, why));
     }
+}
+
+/// Reads the driver's entry of every GPU on PCI (under `procdir`,
+/// `/proc/driver/nvidia`) into its fact and judges `gpu-driver`: the driver sees every
+/// GPU and excludes none.
+fn gpu_driver_check(procdir: &Path, facts: &mut [GpuFact]) -> Check {
+    let (unseen, problems) = read_gpu_entries(procdir, facts);
     let seen = facts
         .iter()
         .filter(|f| f.model.is_some() && !f.excluded)
         .count();
-    report.checks.push(if !problems.is_empty() {
+    if !problems.is_empty() {
         Check::fail("gpu-driver", Fault::Image, problems.join("; "))
     } else if !unseen.is_empty() {
         Check::fail(
@@ -241,36 +241,81 @@ pub fn check(roots: &HwRoots, bom: &Bom, inv: &Inventory, report: &mut Preflight
         Check::skip("gpu-driver", "no GPU on PCI")
     } else {
         Check::pass("gpu-driver", format!("the driver sees all {seen} GPU(s)"))
-    });
-    report.checks.push(firmware_check(
-        "gpu-vbios",
-        "GPU",
-        "gpu_vbios",
-        hw.gpu_vbios.as_ref(),
-        facts
-            .iter()
-            .map(|f| (f.address.as_str(), f.vbios.as_deref())),
-    ));
-    report.gpus = facts;
-
-    // The driver's version and flavour.
-    driver_checks(roots, bom, report);
-    switch_checks(roots, bom, inv, report);
+    }
 }
 
+/// Fills each GPU's fact from `<procdir>/gpus/<bdf>/information`. Returns the GPUs the
+/// driver does not see or excludes, and the entries (or the directory) that cannot be
+/// read or disagree with PCI.
+fn read_gpu_entries(procdir: &Path, facts: &mut [GpuFact]) -> (Vec<String>, Vec<String>) {
+    let mut unseen = Vec::new();
+    let mut problems = Vec::new();
+    let entries = match list_dir(&procdir.join("gpus")) {
+        Ok(e) => e.unwrap_or_default(),
+        Err(e) => {
+            problems.push(e.to_string());
+            return (unseen, problems);
+        }
+    };
+    for f in facts.iter_mut() {
+        if entries.contains(&f.address) {
+            read_gpu_entry(procdir, f, &mut unseen, &mut problems);
+        } else {
+            unseen.push(unseen_gpu(f));
+        }
+    }
+    (unseen, problems)
+}
+
+/// How a GPU without a driver entry is named in `gpu-driver`: its address and what it
+/// is bound to.
+fn unseen_gpu(f: &GpuFact) -> String {
+    format!(
+        "{} ({})",
+        f.address,
+        match &f.driver {
+            Some(d) => format!("bound to {d}, no /proc/driver/nvidia/gpus entry"),
+            None => "bound to no driver".into(),
+        }
+    )
+}
+
+/// Reads one GPU's driver entry into its fact: an excluded GPU goes to `unseen`, an
+/// entry that cannot be read or names another Bus Location to `problems`.
+fn read_gpu_entry(
+    procdir: &Path,
+    f: &mut GpuFact,
+    unseen: &mut Vec<String>,
+    problems: &mut Vec<String>,
+) {
+    let path = procdir.join("gpus").join(&f.address).join("information");
+    match parse_value(&path, sysfs::gpu_information) {
+        Ok(info) => {
+            if info.bus_location != f.address {
+                problems.push(format!(
+                    "{}: Bus Location {} is not {}",
+                    path.display(),
+                    info.bus_location,
+                    f.address
+                ));
+            }
+            if info.excluded {
+                unseen.push(format!("{} (GPU Excluded: Yes)", f.address));
+            }
+            f.model = Some(info.model);
+            f.minor = info.minor;
+            f.excluded = info.excluded;
+            f.vbios = info.vbios;
+        }
+        Err(e) => problems.push(e.to_string()),
+    }
+}
+
+/// Reads the loaded driver's version and flavour and judges `driver-version` and
+/// `driver-flavour` against the BOM's `[nvidia]`.
 fn driver_checks(roots: &HwRoots, bom: &Bom, report: &mut PreflightReport) {
     let path = roots.proc.join("driver/nvidia/version");
-    let parsed = match read_optional(&path) {
-        Ok(Some(text)) => {
-            sysfs::nvidia_version(&text).map_err(|e| format!("{}: {e}", path.display()))
-        }
-        Ok(None) => Err(format!(
-            "the nvidia driver is not loaded ({} does not exist)",
-            path.display()
-        )),
-        Err(e) => Err(e.to_string()),
-    };
-    let v = match parsed {
+    let v = match read_driver_version(&path) {
         Ok(v) => v,
         Err(why) => {
             report
@@ -284,22 +329,8 @@ fn driver_checks(roots: &HwRoots, bom: &Bom, report: &mut PreflightReport) {
     };
     let modver_path = roots.sys.join("module/nvidia/version");
     let taint_path = roots.sys.join("module/nvidia/taint");
-    let module_version = read_optional(&modver_path)
-        .map_err(|e| e.to_string())
-        .and_then(|o| match o {
-            None => Ok(None),
-            Some(t) => sysfs::padded(&t, "a module version")
-                .map(Some)
-                .map_err(|e| format!("{}: {e}", modver_path.display())),
-        });
-    let module_taint = read_optional(&taint_path)
-        .map_err(|e| e.to_string())
-        .and_then(|o| match o {
-            None => Ok(None),
-            Some(t) => sysfs::module_taint(&t)
-                .map(Some)
-                .map_err(|e| format!("{}: {e}", taint_path.display())),
-        });
+    let module_version = read_module_file(&modver_path, module_version_text);
+    let module_taint = read_module_file(&taint_path, sysfs::module_taint);
     let fact = DriverFact {
         version: v.version.clone(),
         flavour: flavour_name(v.flavour).to_string(),
@@ -308,7 +339,69 @@ fn driver_checks(roots: &HwRoots, bom: &Bom, report: &mut PreflightReport) {
         module_taint: module_taint.clone().ok().flatten(),
     };
     let want = bom.nvidia.as_ref();
-    report.checks.push(match (&module_version, want) {
+    report.checks.push(driver_version_check(
+        &v,
+        &path,
+        &module_version,
+        &modver_path,
+        want,
+    ));
+    report.checks.push(driver_flavour_check(
+        &v,
+        &path,
+        &module_taint,
+        &taint_path,
+        want,
+    ));
+    report.driver = Some(fact);
+}
+
+/// Reads and parses `/proc/driver/nvidia/version` (at `path`); the error is the
+/// message both driver checks fail with.
+fn read_driver_version(path: &Path) -> Result<DriverVersion, String> {
+    match read_optional(path) {
+        Ok(Some(text)) => {
+            sysfs::nvidia_version(&text).map_err(|e| format!("{}: {e}", path.display()))
+        }
+        Ok(None) => Err(format!(
+            "the nvidia driver is not loaded ({} does not exist)",
+            path.display()
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Reads a `/sys/module/nvidia` file that may be absent and parses it; the error is the
+/// message of a file that cannot be read or parsed (naming it).
+fn read_module_file(
+    path: &Path,
+    parse: fn(&str) -> Result<String, sysfs::ValueError>,
+) -> Result<Option<String>, String> {
+    read_optional(path)
+        .map_err(|e| e.to_string())
+        .and_then(|o| match o {
+            None => Ok(None),
+            Some(t) => parse(&t)
+                .map(Some)
+                .map_err(|e| format!("{}: {e}", path.display())),
+        })
+}
+
+/// Parses `/sys/module/nvidia/version`.
+fn module_version_text(text: &str) -> Result<String, sysfs::ValueError> {
+    sysfs::padded(text, "a module version")
+}
+
+/// Judges `driver-version`: the procfs version (at `path`) agrees with
+/// `/sys/module/nvidia/version` (at `modver_path`) and with the BOM's driver version.
+fn driver_version_check(
+    v: &DriverVersion,
+    path: &Path,
+    module_version: &Result<Option<String>, String>,
+    modver_path: &Path,
+    want: Option<&Nvidia>,
+) -> Check {
+    match (module_version, want) {
         (Err(e), _) => Check::fail("driver-version", Fault::Image, e.clone()),
         (Ok(Some(m)), _) if *m != v.version => Check::fail(
             "driver-version",
@@ -333,8 +426,19 @@ fn driver_checks(roots: &HwRoots, bom: &Bom, report: &mut PreflightReport) {
             "driver-version",
             format!("driver {}; the BOM has no [nvidia] section", v.version),
         ),
-    });
-    let by_taint = match &module_taint {
+    }
+}
+
+/// Judges `driver-flavour`: the procfs flavour (at `path`) agrees with the module's
+/// taint (`P`: proprietary; read from `taint_path`) and with the BOM's flavour.
+fn driver_flavour_check(
+    v: &DriverVersion,
+    path: &Path,
+    module_taint: &Result<Option<String>, String>,
+    taint_path: &Path,
+    want: Option<&Nvidia>,
+) -> Check {
+    let by_taint = match module_taint {
         Ok(Some(t)) => Some(if t.contains('P') {
             DriverFlavour::Proprietary
         } else {
@@ -342,7 +446,7 @@ fn driver_checks(roots: &HwRoots, bom: &Bom, report: &mut PreflightReport) {
         }),
         _ => None,
     };
-    report.checks.push(match (&module_taint, want) {
+    match (module_taint, want) {
         (Err(e), _) => Check::fail("driver-flavour", Fault::Image, e.clone()),
         (_, _) if by_taint.is_some_and(|t| t != v.flavour) => Check::fail(
             "driver-flavour",
@@ -352,31 +456,38 @@ fn driver_checks(roots: &HwRoots, bom: &Bom, report: &mut PreflightReport) {
                 path.display(),
                 flavour_name(v.flavour),
                 taint_path.display(),
-                fact.module_taint.as_deref().unwrap_or("")
+                module_taint
+                    .as_ref()
+                    .ok()
+                    .and_then(Option::as_deref)
+                    .unwrap_or("")
             ),
         ),
-        (_, Some(n)) => {
-            let want = match n.flavour {
-                Flavour::Open => DriverFlavour::Open,
-                Flavour::Proprietary => DriverFlavour::Proprietary,
-            };
-            if want == v.flavour {
-                Check::pass("driver-flavour", flavour_name(v.flavour))
-            } else {
-                Check::fail(
-                    "driver-flavour",
-                    Fault::Image,
-                    format!(
-                        "the {} driver is loaded, the BOM names the {} flavour",
-                        flavour_name(v.flavour),
-                        flavour_name(want)
-                    ),
-                )
-            }
-        }
+        (_, Some(n)) => flavour_against_bom(v.flavour, n),
         (_, None) => Check::skip("driver-flavour", flavour_name(v.flavour)),
-    });
-    report.driver = Some(fact);
+    }
+}
+
+/// Judges `driver-flavour` once the driver agrees with itself: the loaded flavour
+/// against the BOM's `[nvidia] flavour`.
+fn flavour_against_bom(loaded: DriverFlavour, n: &Nvidia) -> Check {
+    let want = match n.flavour {
+        Flavour::Open => DriverFlavour::Open,
+        Flavour::Proprietary => DriverFlavour::Proprietary,
+    };
+    if want == loaded {
+        Check::pass("driver-flavour", flavour_name(loaded))
+    } else {
+        Check::fail(
+            "driver-flavour",
+            Fault::Image,
+            format!(
+                "the {} driver is loaded, the BOM names the {} flavour",
+                flavour_name(loaded),
+                flavour_name(want)
+            ),
+        )
+    }
 }
 
 fn switch_checks(roots: &HwRoots, bom: &Bom, inv: &Inventory, report: &mut PreflightReport) {

@@ -270,87 +270,91 @@ fn read_aer(d: &PciDevice) -> Result<Option<AerFact>, Issue> {
     Ok(Some(fact))
 }
 
-/// Reads and judges links and AER counters. A file that cannot be read fails the check
-/// of its device's role (links) or `aer`.
-pub fn check(hw: &Hardware, inv: &Inventory, report: &mut PreflightReport) {
-    let mut links = Vec::new();
-    let mut link_issues: Vec<(Role, String)> = Vec::new();
-    let mut aer = Vec::new();
-    let mut aer_issues = Vec::new();
+/// The link checks, in report order: the check's name, the role whose links it judges
+/// and how that role is named in its detail.
+const LINK_CHECKS: [(&str, Role, &str); 5] = [
+    ("gpu-links", Role::Gpu, "GPU"),
+    ("nic-links", Role::Nic, "NIC"),
+    ("frontend-links", Role::FrontendNic, "front-end NIC"),
+    ("nvme-links", Role::Nvme, "NVMe"),
+    ("nvswitch-links", Role::NvSwitch, "NVSwitch"),
+];
+
+/// The BOM's minimum link speed and width for a role's links (none for NVSwitches,
+/// whose downtrained links are only warnings, and for other functions).
+fn link_min(hw: &Hardware, role: Role) -> (Option<MinLinkSpeed>, Option<u32>) {
+    match role {
+        Role::Gpu => (hw.gpu_link_min_speed, hw.gpu_link_min_width),
+        Role::Nic => (hw.nic_link_min_speed, hw.nic_link_min_width),
+        Role::FrontendNic => (hw.frontend_link_min_speed, hw.frontend_link_min_width),
+        Role::Nvme => (hw.nvme_link_min_speed, hw.nvme_link_min_width),
+        Role::NvSwitch | Role::Other => (None, None),
+    }
+}
+
+/// What was read of the functions the preflight cares about: their links and AER
+/// counters, and the issues that kept some from reading (link issues with their role).
+struct Readings {
+    links: Vec<Link>,
+    link_issues: Vec<(Role, String)>,
+    aer: Vec<AerFact>,
+    aer_issues: Vec<String>,
+}
+
+/// Reads the link and the AER counters of every function whose role is not `Other`.
+fn read_devices(hw: &Hardware, inv: &Inventory) -> Readings {
+    let mut r = Readings {
+        links: Vec::new(),
+        link_issues: Vec::new(),
+        aer: Vec::new(),
+        aer_issues: Vec::new(),
+    };
     for (d, role) in &inv.devices {
         if *role == Role::Other {
             continue;
         }
-        let bounded = match role {
-            Role::Gpu => hw.gpu_link_min_speed.is_some() || hw.gpu_link_min_width.is_some(),
-            Role::Nic => hw.nic_link_min_speed.is_some() || hw.nic_link_min_width.is_some(),
-            Role::FrontendNic => {
-                hw.frontend_link_min_speed.is_some() || hw.frontend_link_min_width.is_some()
-            }
-            Role::Nvme => hw.nvme_link_min_speed.is_some() || hw.nvme_link_min_width.is_some(),
-            Role::NvSwitch | Role::Other => false,
-        };
+        let (min_speed, min_width) = link_min(hw, *role);
+        let bounded = min_speed.is_some() || min_width.is_some();
         match read_link(d, *role, bounded) {
-            Ok(Some(l)) => links.push(l),
+            Ok(Some(l)) => r.links.push(l),
             Ok(None) => {}
-            Err(e) => link_issues.push((*role, e.to_string())),
+            Err(e) => r.link_issues.push((*role, e.to_string())),
         }
         match read_aer(d) {
-            Ok(Some(a)) => aer.push(a),
+            Ok(Some(a)) => r.aer.push(a),
             Ok(None) => {}
-            Err(e) => aer_issues.push(e.to_string()),
+            Err(e) => r.aer_issues.push(e.to_string()),
         }
     }
-    let for_roles = |name: &str, roles: &[Role], what: &str, min_speed, min_width| {
-        let issues: Vec<&str> = link_issues
-            .iter()
-            .filter(|(r, _)| roles.contains(r))
-            .map(|(_, i)| i.as_str())
-            .collect();
-        if !issues.is_empty() {
-            return Check::fail(name, Fault::Hardware, issues.join("; "));
-        }
-        let ls: Vec<&Link> = links
-            .iter()
-            .filter(|l| roles.contains(&l.fact.role))
-            .collect();
-        judge(name, what, &ls, min_speed, min_width)
-    };
-    report.checks.push(for_roles(
-        "gpu-links",
-        &[Role::Gpu],
-        "GPU",
-        hw.gpu_link_min_speed,
-        hw.gpu_link_min_width,
-    ));
-    report.checks.push(for_roles(
-        "nic-links",
-        &[Role::Nic],
-        "NIC",
-        hw.nic_link_min_speed,
-        hw.nic_link_min_width,
-    ));
-    report.checks.push(for_roles(
-        "frontend-links",
-        &[Role::FrontendNic],
-        "front-end NIC",
-        hw.frontend_link_min_speed,
-        hw.frontend_link_min_width,
-    ));
-    report.checks.push(for_roles(
-        "nvme-links",
-        &[Role::Nvme],
-        "NVMe",
-        hw.nvme_link_min_speed,
-        hw.nvme_link_min_width,
-    ));
-    report.checks.push(for_roles(
-        "nvswitch-links",
-        &[Role::NvSwitch],
-        "NVSwitch",
-        None,
-        None,
-    ));
+    r
+}
+
+/// Judges one role's links (the check `name`, the role named `what`): a link file that
+/// could not be read fails it, otherwise [`judge`] against the minimum given.
+fn links_check(
+    name: &str,
+    role: Role,
+    what: &str,
+    min_speed: Option<MinLinkSpeed>,
+    min_width: Option<u32>,
+    r: &Readings,
+) -> Check {
+    let issues: Vec<&str> = r
+        .link_issues
+        .iter()
+        .filter(|(ir, _)| *ir == role)
+        .map(|(_, i)| i.as_str())
+        .collect();
+    if !issues.is_empty() {
+        return Check::fail(name, Fault::Hardware, issues.join("; "));
+    }
+    let ls: Vec<&Link> = r.links.iter().filter(|l| l.fact.role == role).collect();
+    judge(name, what, &ls, min_speed, min_width)
+}
+
+/// Judges `aer`: a counter file that could not be read or any non-fatal or fatal error
+/// fails it, correctable errors warn.
+fn aer_check(aer: &[AerFact], aer_issues: &[String]) -> Check {
     let fatal: Vec<String> = aer
         .iter()
         .filter(|a| a.fatal > 0 || a.nonfatal > 0)
@@ -377,7 +381,7 @@ pub fn check(hw: &Hardware, inv: &Inventory, report: &mut PreflightReport) {
             )
         })
         .collect();
-    report.checks.push(if !aer_issues.is_empty() {
+    if !aer_issues.is_empty() {
         Check::fail("aer", Fault::Hardware, aer_issues.join("; "))
     } else if !fatal.is_empty() {
         Check::fail(
@@ -394,7 +398,20 @@ pub fn check(hw: &Hardware, inv: &Inventory, report: &mut PreflightReport) {
         Check::skip("aer", "no AER counters (AER not enabled or not supported)")
     } else {
         Check::pass("aer", format!("no errors on {} device(s)", aer.len()))
-    });
-    report.links = links.into_iter().map(|l| l.fact).collect();
-    report.aer = aer;
+    }
+}
+
+/// Reads and judges links and AER counters. A file that cannot be read fails the check
+/// of its device's role (links) or `aer`.
+pub fn check(hw: &Hardware, inv: &Inventory, report: &mut PreflightReport) {
+    let r = read_devices(hw, inv);
+    for (name, role, what) in LINK_CHECKS {
+        let (min_speed, min_width) = link_min(hw, role);
+        report
+            .checks
+            .push(links_check(name, role, what, min_speed, min_width, &r));
+    }
+    report.checks.push(aer_check(&r.aer, &r.aer_issues));
+    report.links = r.links.into_iter().map(|l| l.fact).collect();
+    report.aer = r.aer;
 }

@@ -6,6 +6,7 @@
 //! The verdict matches `veritysetup verify`: every stored hash block must equal the one
 //! rebuilt from below (zero padding included), and the top block must hash to the root.
 
+use std::ops::ControlFlow;
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -229,6 +230,9 @@ fn build_block(g: &Geometry, digests: &[Vec<u8>]) -> Vec<u8> {
 /// At most this many bytes of data are read at once per worker.
 const READ_CHUNK: usize = 4 << 20;
 
+/// Level-0 hash blocks a worker takes at once.
+const RUN: u64 = 8;
+
 /// Checks the whole tree: data blocks, every hash block, the root. `threads` workers
 /// share level 0 (the data), the upper levels are small and checked in order.
 pub fn verify<D: FileExt + Sync, H: FileExt + Sync>(
@@ -240,7 +244,32 @@ pub fn verify<D: FileExt + Sync, H: FileExt + Sync>(
     root: &[u8],
     threads: usize,
 ) -> Result<Verification, TreeError> {
-    let p = &g.params;
+    check_sizes(g, data_size, hash_size)?;
+    if g.levels == 0 {
+        return verify_single_block(data, &g.params, root);
+    }
+    let level0 = Level0::new(data, hash, g)?;
+    std::thread::scope(|s| {
+        for _ in 1..threads.max(1) {
+            s.spawn(|| level0.work());
+        }
+        level0.work();
+    });
+    let per_len = level0.per_len;
+    let data_bytes = g.data_end();
+    match level0.finish()? {
+        Ok(below) => verify_upper(hash, g, below, per_len, root, data_bytes),
+        Err(f) => Ok(Verification {
+            ok: false,
+            finding: Some(f),
+            computed_root: None,
+            data_bytes,
+        }),
+    }
+}
+
+/// Refuses a data or hash device smaller than the geometry needs.
+fn check_sizes(g: &Geometry, data_size: u64, hash_size: u64) -> Result<(), TreeError> {
     if data_size < g.data_end() {
         return Err(TreeError::TooSmall {
             device: "data",
@@ -255,130 +284,233 @@ pub fn verify<D: FileExt + Sync, H: FileExt + Sync>(
             need: g.hash_end(),
         });
     }
+    Ok(())
+}
+
+/// Checks a tree without levels: the single data block must hash to `root`.
+fn verify_single_block<D: FileExt>(
+    data: &D,
+    p: &Params,
+    root: &[u8],
+) -> Result<Verification, TreeError> {
     let dbs = p.data_block_size as usize;
-    let hbs = p.hash_block_size as usize;
-    if g.levels == 0 {
-        let mut b = vec![0u8; dbs];
-        read_at(data, "data", &mut b, 0)?;
-        let d = block_digest(p, &b);
-        let ok = d == root;
-        return Ok(Verification {
-            ok,
-            finding: (!ok).then_some(Finding::DataBlock {
-                index: 0,
-                hash_block: 0,
-            }),
-            computed_root: Some(d),
-            data_bytes: dbs as u64,
-        });
-    }
-    // Level 0: each job is a run of level-0 hash blocks and the data they cover.
-    let per = 1u64 << g.bits;
-    // `bits` < 64: on x86-64 (the only target) this never saturates.
-    let per_len = usize::try_from(per).unwrap_or(usize::MAX);
-    let (Some(&l0), Some(&l0_start)) = (g.level_blocks.first(), g.level_start.first()) else {
-        return Err(TreeError::NoData);
-    };
-    const RUN: u64 = 8;
-    let next = AtomicU64::new(0);
-    let first_bad = Mutex::new(None::<Finding>);
-    let first_bad_at = AtomicU64::new(u64::MAX);
-    let error = Mutex::new(None::<TreeError>);
-    let digests: Vec<Mutex<Vec<u8>>> = (0..l0).map(|_| Mutex::new(Vec::new())).collect();
-    let done = AtomicUsize::new(0);
-    // Data blocks read at once: a hash block's worth, capped at READ_CHUNK bytes.
-    let batch = per_len.min((READ_CHUNK / dbs).max(1));
-    let work = || {
-        let mut dbuf = vec![0u8; batch * dbs];
-        let mut stored = vec![0u8; hbs];
-        let fail = |e: TreeError| {
-            *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+    let mut b = vec![0u8; dbs];
+    read_at(data, "data", &mut b, 0)?;
+    let d = block_digest(p, &b);
+    let ok = d == root;
+    Ok(Verification {
+        ok,
+        finding: (!ok).then_some(Finding::DataBlock {
+            index: 0,
+            hash_block: 0,
+        }),
+        computed_root: Some(d),
+        data_bytes: dbs as u64,
+    })
+}
+
+/// Level 0 after the workers: the first disagreement, or every level-0 block's digest.
+type Level0Result = Result<Vec<Vec<u8>>, Finding>;
+
+/// The check of level 0, shared by the workers: each job is a run of [`RUN`] level-0
+/// hash blocks and the data they cover.
+struct Level0<'a, D, H> {
+    data: &'a D,
+    hash: &'a H,
+    g: &'a Geometry,
+    /// Data and hash block sizes.
+    dbs: usize,
+    hbs: usize,
+    /// Data blocks per level-0 hash block.
+    per: u64,
+    per_len: usize,
+    /// Level 0's number of blocks and first block.
+    l0: u64,
+    l0_start: u64,
+    /// Data blocks read at once: a hash block's worth, capped at [`READ_CHUNK`] bytes.
+    batch: usize,
+    /// The first hash block of the next job.
+    next: AtomicU64,
+    /// The earliest disagreement found, and the data block it is at.
+    first_bad: Mutex<Option<Finding>>,
+    first_bad_at: AtomicU64,
+    /// A read failure, which stops the workers.
+    error: Mutex<Option<TreeError>>,
+    /// The digest of each level-0 block, as rebuilt.
+    digests: Vec<Mutex<Vec<u8>>>,
+    done: AtomicUsize,
+}
+
+impl<'a, D: FileExt, H: FileExt> Level0<'a, D, H> {
+    /// The level-0 check of `g`'s tree over `data` and `hash`, no job taken yet.
+    fn new(data: &'a D, hash: &'a H, g: &'a Geometry) -> Result<Self, TreeError> {
+        let dbs = g.params.data_block_size as usize;
+        let hbs = g.params.hash_block_size as usize;
+        let per = 1u64 << g.bits;
+        // `bits` < 64: on x86-64 (the only target) this never saturates.
+        let per_len = usize::try_from(per).unwrap_or(usize::MAX);
+        let (Some(&l0), Some(&l0_start)) = (g.level_blocks.first(), g.level_start.first()) else {
+            return Err(TreeError::NoData);
         };
+        Ok(Level0 {
+            data,
+            hash,
+            g,
+            dbs,
+            hbs,
+            per,
+            per_len,
+            l0,
+            l0_start,
+            batch: per_len.min((READ_CHUNK / dbs).max(1)),
+            next: AtomicU64::new(0),
+            first_bad: Mutex::new(None),
+            first_bad_at: AtomicU64::new(u64::MAX),
+            error: Mutex::new(None),
+            digests: (0..l0).map(|_| Mutex::new(Vec::new())).collect(),
+            done: AtomicUsize::new(0),
+        })
+    }
+
+    /// One worker: takes jobs until none is left, one lies past the first disagreement
+    /// found, or a read fails.
+    fn work(&self) {
+        let mut dbuf = vec![0u8; self.batch * self.dbs];
+        let mut stored = vec![0u8; self.hbs];
         loop {
-            let start = next.fetch_add(RUN, Ordering::Relaxed);
-            if start >= l0 || start > first_bad_at.load(Ordering::Relaxed) {
+            let start = self.next.fetch_add(RUN, Ordering::Relaxed);
+            if start >= self.l0 || start > self.first_bad_at.load(Ordering::Relaxed) {
                 return;
             }
-            for j in start..(start + RUN).min(l0) {
-                let first = j * per;
-                let n = per_len.min(usize::try_from(p.data_blocks - first).unwrap_or(usize::MAX));
-                let mut ds: Vec<Vec<u8>> = Vec::with_capacity(n);
-                while ds.len() < n {
-                    let k = (n - ds.len()).min(batch);
-                    let Some(chunk) = dbuf.get_mut(..k * dbs) else {
-                        return;
-                    };
-                    let at = (first + ds.len() as u64) * dbs as u64;
-                    if let Err(e) = read_at(data, "data", chunk, at) {
-                        return fail(e);
-                    }
-                    ds.extend(chunk.chunks_exact(dbs).map(|b| block_digest(p, b)));
+            for j in start..(start + RUN).min(self.l0) {
+                if self.check_block(j, &mut dbuf, &mut stored).is_break() {
+                    return;
                 }
-                let built = build_block(g, &ds);
-                let at = (l0_start + j) * hbs as u64;
-                if let Err(e) = read_at(hash, "hash", &mut stored, at) {
-                    return fail(e);
-                }
-                if built != stored {
-                    // Which entry? A differing entry names its data block; a difference
-                    // only in the padding names the hash block.
-                    let entry = built
-                        .chunks_exact(g.stride)
-                        .zip(stored.chunks_exact(g.stride))
-                        .take(n)
-                        .position(|(a, b)| a != b);
-                    let (pos, f) = match entry {
-                        Some(k) => (
-                            first + k as u64,
-                            Finding::DataBlock {
-                                index: first + k as u64,
-                                hash_block: l0_start + j,
-                            },
-                        ),
-                        None => (
-                            first + n as u64,
-                            Finding::HashBlock {
-                                level: 0,
-                                block: l0_start + j,
-                            },
-                        ),
-                    };
-                    let mut fb = first_bad.lock().unwrap_or_else(|p| p.into_inner());
-                    if pos < first_bad_at.load(Ordering::Relaxed) {
-                        first_bad_at.store(pos, Ordering::Relaxed);
-                        *fb = Some(f);
-                    }
-                }
-                if let Some(slot) = usize::try_from(j).ok().and_then(|j| digests.get(j)) {
-                    *slot.lock().unwrap_or_else(|p| p.into_inner()) = block_digest(p, &built);
-                }
-                done.fetch_add(1, Ordering::Relaxed);
             }
         }
-    };
-    std::thread::scope(|s| {
-        for _ in 1..threads.max(1) {
-            s.spawn(work);
+    }
+
+    /// Checks level-0 hash block `j` against the data it covers and keeps its digest;
+    /// `Break` when the worker must stop.
+    #[inline]
+    fn check_block(&self, j: u64, dbuf: &mut [u8], stored: &mut [u8]) -> ControlFlow<()> {
+        let p = &self.g.params;
+        let first = j * self.per;
+        let n = self
+            .per_len
+            .min(usize::try_from(p.data_blocks - first).unwrap_or(usize::MAX));
+        let ds = self.data_digests(first, n, dbuf)?;
+        let built = build_block(self.g, &ds);
+        let at = (self.l0_start + j) * self.hbs as u64;
+        if let Err(e) = read_at(self.hash, "hash", stored, at) {
+            return self.fail(e);
         }
-        work();
-    });
-    if let Some(e) = error.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        return Err(e);
+        if *built != *stored {
+            self.note_mismatch(j, first, n, &built, stored);
+        }
+        if let Some(slot) = usize::try_from(j).ok().and_then(|j| self.digests.get(j)) {
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = block_digest(p, &built);
+        }
+        self.done.fetch_add(1, Ordering::Relaxed);
+        ControlFlow::Continue(())
     }
-    let data_bytes = g.data_end();
-    if let Some(f) = first_bad.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        return Ok(Verification {
-            ok: false,
-            finding: Some(f),
-            computed_root: None,
-            data_bytes,
-        });
+
+    /// The digests of the `n` data blocks from `first`, read [`Level0::batch`] blocks at
+    /// a time into `dbuf`; `Break` when the worker must stop.
+    #[inline]
+    fn data_digests(&self, first: u64, n: usize, dbuf: &mut [u8]) -> ControlFlow<(), Vec<Vec<u8>>> {
+        let dbs = self.dbs;
+        let mut ds: Vec<Vec<u8>> = Vec::with_capacity(n);
+        while ds.len() < n {
+            let k = (n - ds.len()).min(self.batch);
+            let Some(chunk) = dbuf.get_mut(..k * dbs) else {
+                return ControlFlow::Break(());
+            };
+            let at = (first + ds.len() as u64) * dbs as u64;
+            if let Err(e) = read_at(self.data, "data", chunk, at) {
+                return self.fail(e);
+            }
+            ds.extend(
+                chunk
+                    .chunks_exact(dbs)
+                    .map(|b| block_digest(&self.g.params, b)),
+            );
+        }
+        ControlFlow::Continue(ds)
     }
-    // Upper levels, in order.
-    let mut below: Vec<Vec<u8>> = digests
-        .into_iter()
-        .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
-        .collect();
+
+    /// Keeps the read failure `e` and stops the worker.
+    fn fail<T>(&self, e: TreeError) -> ControlFlow<(), T> {
+        *self.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+        ControlFlow::Break(())
+    }
+
+    /// Keeps the disagreement of level-0 hash block `j` (covering `n` data blocks from
+    /// `first`; `built` from the data, `stored` read) when it is the earliest so far.
+    fn note_mismatch(&self, j: u64, first: u64, n: usize, built: &[u8], stored: &[u8]) {
+        // Which entry? A differing entry names its data block; a difference only in the
+        // padding names the hash block.
+        let entry = built
+            .chunks_exact(self.g.stride)
+            .zip(stored.chunks_exact(self.g.stride))
+            .take(n)
+            .position(|(a, b)| a != b);
+        let (pos, f) = match entry {
+            Some(k) => (
+                first + k as u64,
+                Finding::DataBlock {
+                    index: first + k as u64,
+                    hash_block: self.l0_start + j,
+                },
+            ),
+            None => (
+                first + n as u64,
+                Finding::HashBlock {
+                    level: 0,
+                    block: self.l0_start + j,
+                },
+            ),
+        };
+        let mut fb = self.first_bad.lock().unwrap_or_else(|p| p.into_inner());
+        if pos < self.first_bad_at.load(Ordering::Relaxed) {
+            self.first_bad_at.store(pos, Ordering::Relaxed);
+            *fb = Some(f);
+        }
+    }
+
+    /// After the workers: the read failure, else the earliest disagreement, else every
+    /// level-0 block's digest.
+    fn finish(self) -> Result<Level0Result, TreeError> {
+        if let Some(e) = self.error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            return Err(e);
+        }
+        if let Some(f) = self
+            .first_bad
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner())
+        {
+            return Ok(Err(f));
+        }
+        Ok(Ok(self
+            .digests
+            .into_iter()
+            .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
+            .collect()))
+    }
+}
+
+/// Checks the levels above level 0, in order, from `below` (level 0's digests; `per_len`
+/// of them to a block), then the root.
+fn verify_upper<H: FileExt>(
+    hash: &H,
+    g: &Geometry,
+    mut below: Vec<Vec<u8>>,
+    per_len: usize,
+    root: &[u8],
+    data_bytes: u64,
+) -> Result<Verification, TreeError> {
+    let p = &g.params;
+    let hbs = p.hash_block_size as usize;
     let mut stored = vec![0u8; hbs];
     for (level, &level_start) in (1..g.levels).zip(g.level_start.iter().skip(1)) {
         let mut next_digests = Vec::with_capacity(below.len().div_ceil(per_len));
@@ -475,111 +607,4 @@ pub fn build_from_digests(p: &Params, level0: Vec<Vec<u8>>) -> (Vec<u8>, Vec<u8>
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn params(alg: Algorithm, dbs: u32, hbs: u32, blocks: u64, salt: &[u8]) -> Params {
-        Params {
-            hash_type: 1,
-            algorithm: alg,
-            data_block_size: dbs,
-            hash_block_size: hbs,
-            data_blocks: blocks,
-            salt: salt.to_vec(),
-            uuid: [0; 16],
-        }
-    }
-
-    #[test]
-    fn geometry_like_the_kernel() {
-        // 1 GiB of 4 KiB blocks, sha256: 128 hashes per block, 3 levels.
-        let g =
-            Geometry::new(&params(Algorithm::Sha256, 4096, 4096, 262144, b""), 0, true).unwrap();
-        assert_eq!((g.bits, g.stride, g.levels), (7, 32, 3));
-        assert_eq!(g.hash_start, 1);
-        assert_eq!(g.level_blocks, vec![2048, 16, 1]);
-        assert_eq!(g.level_start, vec![18, 2, 1]);
-        // sha1 entries are padded to 32 bytes; sha512 use 64.
-        let g = Geometry::new(&params(Algorithm::Sha1, 4096, 4096, 10, b""), 0, true).unwrap();
-        assert_eq!((g.bits, g.stride), (7, 32));
-        let g = Geometry::new(&params(Algorithm::Sha512, 512, 512, 10, b""), 4096, true).unwrap();
-        assert_eq!((g.bits, g.stride, g.hash_start), (3, 64, 9));
-        // One data block: no tree, the root is its hash.
-        let g = Geometry::new(&params(Algorithm::Sha256, 4096, 4096, 1, b""), 0, true).unwrap();
-        assert_eq!(g.levels, 0);
-        assert!(Geometry::new(&params(Algorithm::Sha512, 4096, 64, 10, b""), 0, true).is_err());
-    }
-
-    struct Mem(Vec<u8>);
-    impl FileExt for Mem {
-        fn read_at(&self, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
-            let off = usize::try_from(off).unwrap();
-            if off >= self.0.len() {
-                return Ok(0);
-            }
-            let n = buf.len().min(self.0.len() - off);
-            buf[..n].copy_from_slice(&self.0[off..off + n]);
-            Ok(n)
-        }
-        fn write_at(&self, _: &[u8], _: u64) -> std::io::Result<usize> {
-            Err(std::io::ErrorKind::Unsupported.into())
-        }
-    }
-
-    #[test]
-    fn built_trees_verify_and_corruption_is_named() {
-        for (alg, dbs, hbs, blocks, salt) in [
-            (Algorithm::Sha256, 4096u32, 4096u32, 300u64, &b"salty"[..]),
-            (Algorithm::Sha1, 512, 1024, 5000, b""),
-            (Algorithm::Sha512, 1024, 512, 77, &[1u8; 64][..]),
-            (Algorithm::Sha256, 4096, 4096, 1, b"s"),
-        ] {
-            let p = params(alg, dbs, hbs, blocks, salt);
-            let data: Vec<u8> = (0..usize::try_from(blocks).unwrap() * dbs as usize)
-                .map(|i| u8::try_from(i * 31 % 251).unwrap())
-                .collect();
-            let (area, root) = build(&p, &data);
-            let g = Geometry::new(&p, 0, false).unwrap();
-            let check = |d: &[u8], a: &[u8], threads| {
-                verify(
-                    &Mem(d.to_vec()),
-                    d.len() as u64,
-                    &Mem(a.to_vec()),
-                    a.len() as u64,
-                    &g,
-                    &root,
-                    threads,
-                )
-                .unwrap()
-            };
-            for t in [1, 3] {
-                let v = check(&data, &area, t);
-                assert!(v.ok, "{alg:?} {t}: {:?}", v.finding);
-                assert_eq!(v.computed_root.as_deref(), Some(root.as_slice()));
-            }
-            let mut d2 = data.clone();
-            let victim = (blocks / 2) as usize * dbs as usize + 7;
-            d2[victim] ^= 1;
-            let v = check(&d2, &area, 2);
-            assert!(!v.ok);
-            if blocks > 1 {
-                assert_eq!(
-                    v.finding,
-                    Some(Finding::DataBlock {
-                        index: blocks / 2,
-                        hash_block: g.level_start[0] + blocks / 2 / (1 << g.bits)
-                    })
-                );
-                let mut a2 = area.clone();
-                let last = a2.len() - 1;
-                a2[last] ^= 1; // padding of the last block of the lowest level
-                let v = check(&data, &a2, 2);
-                assert!(!v.ok, "{alg:?}: padding corruption missed");
-                assert!(top_matches(&Mem(area.clone()), &g, &root).unwrap());
-                let mut a3 = area.clone();
-                a3[0] ^= 1; // the top block
-                assert!(!top_matches(&Mem(a3), &g, &root).unwrap());
-            }
-        }
-    }
-}
+mod tests;
