@@ -8,13 +8,13 @@
 //! its code is its submodules'). A directory module whose `mod.rs` holds code (`tpm`,
 //! `kmod`, `verity`) counts as a module of its own.
 //!
-//! Each module must be either in the fuzz crate's list `PARSERS` (`test-support/src/fuzz.rs`: the
+//! Each module must be either in the fuzz crate's list `PARSERS` (`test-support/src/fuzz/mod.rs`: the
 //! module and the target that drives it), naming a target of `TARGETS` that has its
 //! `fuzz/fuzz_targets/<name>.rs`, or in the table "Parsers without a fuzz target" of
 //! `docs/FUZZING.md` with a reason; not both. Every entry of either list must name a module
 //! that exists, so a moved or removed parser fails here too.
 //!
-//! Current limits: the test reads `test-support/src/fuzz.rs` as text (it does not build the fuzz
+//! Current limits: the test reads `test-support/src/fuzz/mod.rs` as text (it does not build the fuzz
 //! crate; `fuzz_regressions` does), so it cannot tell whether a target really calls the
 //! parser it is listed for; that stays a reviewer's check of `PARSERS`.
 
@@ -84,7 +84,7 @@ fn parser_modules() -> BTreeSet<String> {
 fn const_pairs(text: &str, name: &str) -> Vec<(String, String)> {
     let start = text
         .find(&format!("pub const {name}:"))
-        .unwrap_or_else(|| panic!("test-support/src/fuzz.rs has no `pub const {name}`"));
+        .unwrap_or_else(|| panic!("test-support/src/fuzz/mod.rs has no `pub const {name}`"));
     let body = &text[start..];
     let body = &body[..body.find("];").unwrap()];
     body.lines()
@@ -138,7 +138,7 @@ fn every_parser_has_a_fuzz_target_or_a_documented_reason() {
         modules.contains("gpt") && modules.contains("verity::tree"),
         "enumeration found {modules:?}"
     );
-    let lib = read("test-support/src/fuzz.rs");
+    let lib = read("test-support/src/fuzz/mod.rs");
     let targets: BTreeSet<String> = const_pairs(&lib, "TARGETS")
         .into_iter()
         .map(|(n, _)| n)
@@ -182,7 +182,7 @@ fn every_parser_has_a_fuzz_target_or_a_documented_reason() {
     for module in &modules {
         if !listed.contains(module) && !unfuzzed.contains_key(module) {
             problems.push(format!(
-                "formats::{module} has no fuzz target (test-support/src/fuzz.rs PARSERS) and is not in \
+                "formats::{module} has no fuzz target (test-support/src/fuzz/mod.rs PARSERS) and is not in \
                  docs/FUZZING.md's table \"Parsers without a fuzz target\""
             ));
         }

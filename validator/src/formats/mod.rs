@@ -6,7 +6,7 @@
 //! does no system call of its own and knows no policy. Each parser has unit tests (most
 //! also a mutation test in `validator/tests/parsers_no_panic.rs`) and is driven by a fuzz
 //! target (`PARSERS` in
-//! `test-support/src/fuzz.rs` says which), or is listed with the reason under "Parsers without a
+//! `test-support/src/fuzz/mod.rs` says which), or is listed with the reason under "Parsers without a
 //! fuzz target" in `docs/FUZZING.md`; `validator/tests/fuzzing_doc.rs` keeps this true.
 //! [`newc`] also holds the one writer of its format (used by `mkinitramfs` and the kexec).
 //!
