@@ -35,10 +35,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use sigcases::{Case, Set};
-use validator::config::bom::VermagicMode;
-use validator::formats::vmlinuz::KernelFacts;
-use validator::gate::{Gate, Policy, Verdict};
-use validator::trust::TrustStore;
+use validator::gate::{Gate, Verdict};
 
 use crate::efivars;
 use crate::vm::{self, Outcome, VmConfig};
@@ -405,9 +402,7 @@ pub fn boot_with(set: &Set, secure_boot: bool) -> Result<Boot, HarnessError> {
     Ok(Boot::parse(&console, o))
 }
 
-/// `db` certificates the gate's trust store could not load: key name and the store's
-/// message.
-pub type Refused = Vec<(&'static str, String)>;
+pub use test_support::sigrules::Refused;
 
 /// The value of `dbx` in the boots' firmware: the S40 file hashes, the S41 certificate's
 /// TBS hash.
@@ -424,44 +419,12 @@ pub fn revocations(set: &Set) -> Result<validator::trust::revocation::Revocation
     ))
 }
 
-/// The gate the kernel's answers are compared with, as the init builds it (with the
-/// boot's command line for `module_blacklist=`) but with the kernel's own vermagic rule (`VermagicMode::Kernel`): the kernel's vermagic and exports
-/// and built-in certificate from its image, plus every test certificate of UEFI `db` that
-/// the trust store can load. Returns the gate and the `db` certificates it refused, with
-/// the store's message. Its hash blacklist is the firmware's `dbx` read back
-/// ([`revocations`]), as the init reads it (S40).
+/// The gate the kernel's answers are compared with: [`test_support::sigrules::gate`] (the
+/// one the gate's own tests use), with the firmware's `dbx` read back ([`revocations`]) as
+/// its hash blacklist, as the init reads it (S40). Returns the gate and the `db`
+/// certificates its trust store refused, with the store's message.
 pub fn gate(set: &Set) -> Result<(Gate, Refused), HarnessError> {
-    let kernel = crate::paths::kernel(set.kernel.dir())?;
-    let image = std::fs::read(&kernel.vmlinuz).map_err(|e| HarnessError::io(&kernel.vmlinuz, e))?;
-    let facts = KernelFacts::from_image(&image)
-        .map_err(|e| HarnessError::Setup(format!("{}: {e}", kernel.vmlinuz.display())))?;
-    let mut trust = TrustStore::new();
-    for c in &facts.certs {
-        trust
-            .add_bytes(c, "kernel")
-            .map_err(|e| HarnessError::Setup(format!("kernel certificate: {e}")))?;
-    }
-    let mut refused = Vec::new();
-    for key in sigcases::keys().db_certs() {
-        if let Err(e) = trust.add_bytes(&key.cert_der(), key.name) {
-            refused.push((key.name, e.to_string()));
-        }
-    }
-    let gate = Gate {
-        trust,
-        symvers: Some(facts.symvers()),
-        policy: Policy {
-            release: Some(facts.release.clone()),
-            kernel_vermagic: facts.vermagic.clone(),
-            mode: VermagicMode::Kernel,
-            require_signature: true,
-            unknown_symbols_fatal: true,
-            module_blacklist: validator::config::cmdline::module_blacklist(&append()),
-            hash_blacklist: revocations(set)?.image_sha256,
-            ..Policy::default()
-        },
-    };
-    Ok((gate, refused))
+    test_support::sigrules::gate(set, revocations(set)?.image_sha256).map_err(HarnessError::Setup)
 }
 
 /// The gate's verdict on one case (with the case's extra trusted certificates).

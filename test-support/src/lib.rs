@@ -3,7 +3,8 @@
 //! deterministic generator, processes run under a deadline, hostile inputs (a FIFO, a
 //! sparse file, a name that is not UTF-8), fixture trees copied with their links, one
 //! swtpm launcher ([`swtpm`]), one maker of test keys and certificates ([`keys`]), the
-//! benchmarks' path arguments ([`bench`]), the one import scanner the layer and
+//! benchmarks' path arguments ([`bench`]), function and file lengths ([`sizes`]), the gate the signature-rule cases are judged
+//! by ([`sigrules`]), the one import scanner the layer and
 //! import-cycle checks read the sources with ([`imports`]), and the fuzz targets' entry
 //! points ([`fuzz`]: libFuzzer's targets in `fuzz/` and the regression replay call the same
 //! functions).
@@ -25,6 +26,8 @@ pub mod bench;
 pub mod fuzz;
 pub mod imports;
 pub mod keys;
+pub mod sigrules;
+pub mod sizes;
 pub mod swtpm;
 
 /// The workspace root (the repository).

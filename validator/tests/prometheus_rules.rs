@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use validator::report::{prometheus, Check, CheckStatus, GpuCounts, Report};
-use validator::stages::slot::{Previous, SlotFacts};
+use validator::runtime::slot::{Previous, SlotFacts};
 use validator::stages::{Fault, Stage};
 
 fn dir() -> PathBuf {

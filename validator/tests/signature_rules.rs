@@ -12,14 +12,10 @@
 use std::sync::OnceLock;
 
 use sigcases::{Case, Kernel, Set};
-use validator::config::bom::VermagicMode;
-use validator::formats::vmlinuz::KernelFacts;
-use validator::gate::{Gate, Policy, Verdict};
-use validator::trust::TrustStore;
+use validator::gate::{Gate, Verdict};
 
-/// The gate for one kernel, as the init builds it but in kernel mode: the kernel's
-/// vermagic and exports, its built-in certificate plus every test certificate the
-/// kernel gets in UEFI db that the trust store can load.
+/// The gate for one kernel ([`test_support::sigrules::gate`], with no hash blacklist: the
+/// S40 test adds its own).
 struct Judge {
     set: &'static Set,
     gate: Gate,
@@ -31,42 +27,7 @@ fn judge(k: Kernel) -> &'static Judge {
     static J: [OnceLock<Judge>; 2] = [OnceLock::new(), OnceLock::new()];
     J[k as usize].get_or_init(|| {
         let set = sigcases::set(k);
-        let vmlinuz = std::fs::read_dir(set.root.join("boot"))
-            .unwrap()
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .find(|p| {
-                p.file_name()
-                    .unwrap()
-                    .to_string_lossy()
-                    .starts_with("vmlinuz-")
-            })
-            .unwrap();
-        let facts = KernelFacts::from_image(&std::fs::read(vmlinuz).unwrap()).unwrap();
-        let mut trust = TrustStore::new();
-        for c in &facts.certs {
-            trust.add_bytes(c, "kernel").unwrap();
-        }
-        let mut refused = Vec::new();
-        for key in sigcases::keys().db_certs() {
-            if let Err(e) = trust.add_bytes(&key.cert_der(), key.name) {
-                refused.push((key.name, e.to_string()));
-            }
-        }
-        let gate = Gate {
-            trust,
-            symvers: Some(facts.symvers()),
-            policy: Policy {
-                release: Some(facts.release.clone()),
-                kernel_vermagic: facts.vermagic.clone(),
-                mode: VermagicMode::Kernel,
-                require_signature: true,
-                unknown_symbols_fatal: true,
-                // The kernel judge boots with `module_blacklist=` naming this module.
-                module_blacklist: vec![sigcases::cases::BLACKLISTED.to_string()],
-                ..Policy::default()
-            },
-        };
+        let (gate, refused) = test_support::sigrules::gate(set, Vec::new()).unwrap();
         Judge { set, gate, refused }
     })
 }

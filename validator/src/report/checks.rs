@@ -171,19 +171,9 @@ fn critical(r: &Report, out: &mut Vec<Check>) {
 }
 
 fn preflight(r: &Report, out: &mut Vec<Check>) {
-    use crate::stages::preflight::CheckStatus as P;
     let Some(p) = &r.preflight else { return };
     for c in &p.checks {
-        let mut k = check(
-            format!("preflight/{}", c.name),
-            Stage::Preflight,
-            match c.status {
-                P::Pass => CheckStatus::Pass,
-                P::Warn => CheckStatus::Warn,
-                P::Fail => CheckStatus::Fail,
-                P::Skip => CheckStatus::Skip,
-            },
-        );
+        let mut k = check(format!("preflight/{}", c.name), Stage::Preflight, c.status);
         k.fault = c.fault;
         k.detail = Some(c.detail.clone());
         out.push(k);

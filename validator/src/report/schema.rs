@@ -59,39 +59,8 @@ pub struct StageReport {
     pub detail: Option<String>,
 }
 
-/// How a check ended.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
-)]
-#[serde(rename_all = "lowercase")]
-pub enum CheckStatus {
-    Pass,
-    /// Reported; did not fail the boot.
-    Warn,
-    Fail,
-    /// Not judged (not attempted, or nothing to judge).
-    Skip,
-}
-
-impl CheckStatus {
-    /// Every status, in the order the metrics list them.
-    pub const ALL: [CheckStatus; 4] = [
-        CheckStatus::Pass,
-        CheckStatus::Warn,
-        CheckStatus::Fail,
-        CheckStatus::Skip,
-    ];
-
-    /// The word the report uses.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CheckStatus::Pass => "pass",
-            CheckStatus::Warn => "warn",
-            CheckStatus::Fail => "fail",
-            CheckStatus::Skip => "skip",
-        }
-    }
-}
+/// How a check ended (the preflight's own type: one list of statuses for both).
+pub use crate::stages::preflight::CheckStatus;
 
 /// One check: a stage as a whole, or one thing a stage judged (a module, a critical file,
 /// the kernel's taint, the TPM, a preflight check).

@@ -243,40 +243,25 @@ pub fn wait_scan<T, E>(
     }
 }
 
-/// Polls for the device every `interval` until `timeout`; `tick` runs between polls (PID 1
-/// reaps zombies there).
-pub fn wait_for(
+/// The root device `spec` names among `parts`: a device path that exists (whatever the
+/// scan saw), else the one partition the spec matches; for [`wait_scan`].
+pub fn find_root(
     spec: &RootSpec,
-    sys_root: &Path,
-    dev_root: &Path,
-    timeout: Duration,
-    interval: Duration,
-    tick: impl FnMut(),
-) -> Result<FoundPartition, StorageError> {
-    wait_scan(
-        &format!("root device {spec}"),
-        sys_root,
-        dev_root,
-        timeout,
-        interval,
-        tick,
-        |parts| {
-            if let RootSpec::Path(p) = spec {
-                if Path::new(p).exists() {
-                    return Ok(Some(FoundPartition {
-                        device: p.clone(),
-                        disk: String::new(),
-                        number: 0,
-                        label: String::new(),
-                        partuuid: String::new(),
-                        type_uuid: String::new(),
-                    }));
-                }
-            }
-            pick(spec, parts)
-        },
-        |e| e,
-    )
+    parts: &[FoundPartition],
+) -> Result<Option<FoundPartition>, StorageError> {
+    if let RootSpec::Path(p) = spec {
+        if Path::new(p).exists() {
+            return Ok(Some(FoundPartition {
+                device: p.clone(),
+                disk: String::new(),
+                number: 0,
+                label: String::new(),
+                partuuid: String::new(),
+                type_uuid: String::new(),
+            }));
+        }
+    }
+    pick(spec, parts)
 }
 
 #[cfg(test)]
@@ -324,13 +309,16 @@ mod tests {
         .unwrap();
         assert_eq!(hit.unwrap().label, "root");
 
-        let e = wait_for(
-            &RootSpec::PartLabel("nope".into()),
+        let spec = RootSpec::PartLabel("nope".into());
+        let e = wait_scan(
+            &format!("root device {spec}"),
             &sys,
             &dev,
             Duration::from_millis(30),
             Duration::from_millis(10),
             || {},
+            |parts| find_root(&spec, parts),
+            |e| e,
         )
         .unwrap_err();
         let msg = e.to_string();

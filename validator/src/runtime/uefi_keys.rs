@@ -100,9 +100,18 @@ pub fn secure_boot(sys_root: &Path) -> Option<bool> {
     crate::formats::sysfs::efi_bool(&b).ok()
 }
 
+/// Where efivarfs shows the EFI variables under a `/sys` root.
+pub const EFIVARS: &str = "firmware/efi/efivars";
+
+/// The efivarfs file of the variable `name_vendor` (`Name-vendor-guid`) under `sys_root`:
+/// four attribute bytes, then the value. Every reader of an EFI variable finds it here.
+pub fn efivar_file(sys_root: &Path, name_vendor: &str) -> std::path::PathBuf {
+    sys_root.join(EFIVARS).join(name_vendor)
+}
+
 /// An efivarfs variable's value (after its four attribute bytes).
 fn efivar(sys_root: &Path, name: &str, vendor: &str) -> Result<Option<Vec<u8>>, String> {
-    let p = sys_root.join(format!("firmware/efi/efivars/{name}-{vendor}"));
+    let p = efivar_file(sys_root, &format!("{name}-{vendor}"));
     if p.symlink_metadata().is_err() {
         return Ok(None);
     }

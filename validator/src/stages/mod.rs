@@ -212,7 +212,33 @@ pub struct Context {
     pub facts: Facts,
 }
 
+/// How often a stage scans for the partitions it waits for.
+pub const SCAN_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl Context {
+    /// Waits for partitions as every stage does (`runtime::devices::wait_scan`): the
+    /// context's `/sys` and `/dev` scanned every [`SCAN_INTERVAL`] up to the command
+    /// line's root timeout, zombies reaped between scans.
+    pub fn wait_scan<T, E>(
+        &self,
+        what: &str,
+        found: impl FnMut(&[crate::runtime::devices::FoundPartition]) -> Result<Option<T>, E>,
+        on_timeout: impl FnOnce(crate::runtime::devices::StorageError) -> E,
+    ) -> Result<T, E> {
+        crate::runtime::devices::wait_scan(
+            what,
+            &self.roots.sys,
+            &self.roots.dev,
+            self.args.root_timeout,
+            SCAN_INTERVAL,
+            || {
+                crate::sys::reap_zombies();
+            },
+            found,
+            on_timeout,
+        )
+    }
+
     /// The kernel command line's bytes as read (what `modprobe` would read).
     pub fn cmdline_bytes(&self) -> &[u8] {
         self.cmdline_raw

@@ -135,9 +135,7 @@ fn read_entries(cfg: &Slot, dir: &Path) -> Result<BTreeMap<SlotName, EntryName>,
 
 /// systemd-boot's `LoaderBootCountPath` EFI variable (the entry it counted this boot).
 fn loader_boot_count_path(sys_root: &Path) -> Option<String> {
-    let p = sys_root
-        .join("firmware/efi/efivars")
-        .join(LOADER_BOOT_COUNT_PATH);
+    let p = crate::runtime::uefi_keys::efivar_file(sys_root, LOADER_BOOT_COUNT_PATH);
     let bytes = read_limited(&p, 4096).ok()?;
     bls::efivar_utf16(&bytes, LOADER_BOOT_COUNT_PATH).ok()
 }

@@ -60,16 +60,40 @@ pub struct HwRoots {
     pub root: PathBuf,
 }
 
-/// How a check ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+/// How a check ended: the preflight's checks and the report's list of every check
+/// (`report::CheckStatus` is this type).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum CheckStatus {
     Pass,
-    /// Reported; does not fail the stage.
+    /// Reported; does not fail the stage or the boot.
     Warn,
     Fail,
-    /// Nothing to check (the BOM asks for nothing here, or nothing is there to judge).
+    /// Not judged (not attempted, the BOM asks for nothing here, or nothing is there to
+    /// judge).
     Skip,
+}
+
+impl CheckStatus {
+    /// Every status, in the order the metrics list them.
+    pub const ALL: [CheckStatus; 4] = [
+        CheckStatus::Pass,
+        CheckStatus::Warn,
+        CheckStatus::Fail,
+        CheckStatus::Skip,
+    ];
+
+    /// The word the report uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckStatus::Pass => "pass",
+            CheckStatus::Warn => "warn",
+            CheckStatus::Fail => "fail",
+            CheckStatus::Skip => "skip",
+        }
+    }
 }
 
 /// One check's result.

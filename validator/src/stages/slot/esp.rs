@@ -11,7 +11,6 @@
 //! partition scan is the storage stage's.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use super::{Context, SlotError};
 use crate::config::ESP_TYPE;
@@ -24,15 +23,8 @@ pub fn mountpoint(ctx: &Context) -> PathBuf {
 /// Waits for the ESP to appear and returns its device node.
 pub fn find(ctx: &Context) -> Result<String, SlotError> {
     let spec = ctx.args.esp.clone();
-    let esp = crate::runtime::devices::wait_scan(
+    let esp = ctx.wait_scan(
         "the ESP",
-        &ctx.roots.sys,
-        &ctx.roots.dev,
-        ctx.args.root_timeout,
-        Duration::from_millis(100),
-        || {
-            crate::sys::reap_zombies();
-        },
         |parts| -> Result<_, SlotError> {
             let hits: Vec<_> = parts
                 .iter()

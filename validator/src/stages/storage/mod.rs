@@ -9,13 +9,11 @@
 
 pub mod verity_parts;
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 
 use super::{Classified, Context, Fault};
 use crate::config::cmdline::RootSpec;
-use crate::runtime::devices::{wait_for, FoundPartition, StorageError};
+use crate::runtime::devices::{find_root, FoundPartition, StorageError};
 use crate::runtime::verity_parts::PartsError;
 
 /// The root filesystem we mount.
@@ -90,15 +88,10 @@ pub fn run(ctx: &mut Context) -> Result<String, StorageStageError> {
         .clone()
         .or_else(|| slot_specs(ctx).0)
         .ok_or(StorageStageError::NoRootSpec)?;
-    let found = wait_for(
-        &spec,
-        &ctx.roots.sys,
-        &ctx.roots.dev,
-        ctx.args.root_timeout,
-        Duration::from_millis(100),
-        || {
-            crate::sys::reap_zombies();
-        },
+    let found = ctx.wait_scan(
+        &format!("root device {spec}"),
+        |parts| find_root(&spec, parts),
+        |e| e,
     )?;
     let detail = format!("{spec} is {}", found.device);
     ctx.facts.root = Some(RootReport {

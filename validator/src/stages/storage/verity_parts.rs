@@ -2,12 +2,9 @@
 //! (found by the rules of [`crate::runtime::verity_parts`]) and read the `root-verity-sig`
 //! partition (parsed here, verified by the `verity` stage).
 
-use std::time::Duration;
-
 use super::{RootReport, StorageStageError};
 use crate::config::bom::{RootHashSource, Verity};
 use crate::formats::verity::sig;
-use crate::runtime::devices::wait_scan;
 use crate::runtime::verity_parts::{
     find_data_hash, find_sig, read_sig_partition, Names, Parts, PartsError, SigPartition,
 };
@@ -26,15 +23,8 @@ pub fn run(ctx: &mut Context, cfg: &Verity) -> Result<String, StorageStageError>
             .or_else(|| super::slot_specs(ctx).1),
     };
     let what = "the verity root's partitions (data, hash and, for a signed root hash, signature)";
-    let parts = wait_scan(
+    let parts = ctx.wait_scan(
         what,
-        &ctx.roots.sys,
-        &ctx.roots.dev,
-        ctx.args.root_timeout,
-        Duration::from_millis(100),
-        || {
-            crate::sys::reap_zombies();
-        },
         |found| -> Result<Option<Parts>, StorageStageError> {
             let (sig, root) = match cfg.source {
                 RootHashSource::Bom => (
