@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{Boot, VerifyError};
+use super::{Boot, BootLoaderError, FileError, KexecError, VerifyError};
 use crate::attest::reference::{Digests, ExpectedFile, Reference, SlotReference};
 use crate::formats::tpm::eventlog::{Event, EV_NO_ACTION};
 use crate::formats::tpm::measurement::Measurement;
@@ -31,22 +31,20 @@ pub(super) fn check_kexec(
     loaded: Option<Measurement>,
     references: &[Reference],
 ) -> Result<(), VerifyError> {
-    let err = |why: String| VerifyError::Kexec { boot: number, why };
+    let err = |why: KexecError| VerifyError::Kexec { boot: number, why };
     let Some(Measurement::Kexec {
         slot,
         kernel_sha256,
         initrd_sha256,
     }) = loaded
     else {
-        return Err(err(
-            "the boot before it measured no kexec (what it loaded is unknown)".into(),
-        ));
+        return Err(err(KexecError::NotMeasured));
     };
     if slot != b.slot.as_str() {
-        return Err(err(format!(
-            "the boot before it loaded slot {slot}'s images, this boot is slot {}",
-            b.slot
-        )));
+        return Err(err(KexecError::OtherSlot {
+            loaded: slot,
+            slot: b.slot,
+        }));
     }
     let files: Vec<&str> = references
         .iter()
@@ -55,12 +53,14 @@ pub(super) fn check_kexec(
         .flat_map(|s| s.files.iter())
         .filter_map(|f| f.digests.get(HashAlg::Sha256.name()).map(String::as_str))
         .collect();
-    for (what, d) in [("kernel", &kernel_sha256), ("initramfs", &initrd_sha256)] {
-        if !files.iter().any(|f| f.eq_ignore_ascii_case(d)) {
-            return Err(err(format!(
-                "the {what} loaded (sha256:{d}) is none of the files image {} has for slot {}",
-                b.image_id, b.slot
-            )));
+    for (what, d) in [("kernel", kernel_sha256), ("initramfs", initrd_sha256)] {
+        if !files.iter().any(|f| f.eq_ignore_ascii_case(&d)) {
+            return Err(err(KexecError::UnknownFile {
+                what,
+                digest: d,
+                image: b.image_id.clone(),
+                slot: b.slot,
+            }));
         }
     }
     Ok(())
@@ -85,16 +85,16 @@ pub(super) fn check_files(records: &[Event], s: &SlotReference) -> Result<usize,
         if got.len() != want.len() {
             return Err(VerifyError::BootLoader {
                 pcr,
-                why: format!(
-                    "{} records ({}), the image's boot loader makes {} ({})",
-                    got.len(),
-                    got.iter().map(|e| text(e)).collect::<Vec<_>>().join(", "),
-                    want.len(),
-                    want.iter()
+                why: BootLoaderError::Count {
+                    got: got.len(),
+                    records: got.iter().map(|e| text(e)).collect::<Vec<_>>().join(", "),
+                    want: want.len(),
+                    files: want
+                        .iter()
                         .map(|f| f.path.as_str())
                         .collect::<Vec<_>>()
-                        .join(", ")
-                ),
+                        .join(", "),
+                },
             });
         }
         for (k, (e, f)) in got.iter().zip(&want).enumerate() {
@@ -104,12 +104,11 @@ pub(super) fn check_files(records: &[Event], s: &SlotReference) -> Result<usize,
             if !same_digests(e, &f.digests) {
                 return Err(VerifyError::BootLoader {
                     pcr,
-                    why: format!(
-                        "record {} ({}) is not {} with its predicted digest",
-                        k + 1,
-                        text(e),
-                        f.path
-                    ),
+                    why: BootLoaderError::Record {
+                        index: k + 1,
+                        record: text(e),
+                        path: f.path.clone(),
+                    },
                 });
             }
             checked += 1;
@@ -122,7 +121,7 @@ pub(super) fn check_files(records: &[Event], s: &SlotReference) -> Result<usize,
 fn check_predicted_files(records: &[Event], slot: &SlotReference) -> Result<usize, VerifyError> {
     let mut checked = 0;
     for f in slot.files.iter().filter(|f| !f.digests.is_empty()) {
-        let err = |why: String| VerifyError::File {
+        let err = |why: FileError| VerifyError::File {
             path: f.path.clone(),
             pcr: f.pcr,
             why,
@@ -131,7 +130,7 @@ fn check_predicted_files(records: &[Event], slot: &SlotReference) -> Result<usiz
             .digests
             .get(HashAlg::Sha256.name())
             .or_else(|| f.digests.values().next())
-            .ok_or_else(|| err("the reference gives no digest".into()))?;
+            .ok_or_else(|| err(FileError::NoDigest))?;
         let mut found = 0;
         for e in records
             .iter()
@@ -146,25 +145,16 @@ fn check_predicted_files(records: &[Event], slot: &SlotReference) -> Result<usiz
                 continue;
             }
             if !same_digests(e, &f.digests) {
-                return Err(err(format!(
-                    "a record ({:?}) has its digest in one bank and another in the next",
-                    String::from_utf8_lossy(&e.data)
-                )));
+                return Err(err(FileError::MixedBanks {
+                    record: String::from_utf8_lossy(&e.data).into_owned(),
+                }));
             }
             found += 1;
         }
         match found {
             1 => checked += 1,
-            0 => {
-                return Err(err(
-                    "no record has the predicted digest: the boot loader read another file".into(),
-                ))
-            }
-            n => {
-                return Err(err(format!(
-                    "{n} records have the predicted digest, one must"
-                )))
-            }
+            0 => return Err(err(FileError::NotRead)),
+            count => return Err(err(FileError::Repeated { count })),
         }
     }
     Ok(checked)

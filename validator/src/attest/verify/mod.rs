@@ -113,6 +113,77 @@ pub struct Verified {
     pub files_checked: usize,
 }
 
+/// Why a boot is not sealed to the report's quote (the attacks the seal stops differ by
+/// which).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SealError {
+    #[error("the event log has no record")]
+    EmptyLog,
+    /// The log's seal names another quote (or none): a report quoted again after the boot.
+    #[error("the log's seal names {log}, the report's quote is sha256:{report}")]
+    OtherQuote { log: String, report: String },
+    /// The log's last record is no seal: a log cut after the quote, or a quote the init did
+    /// not make.
+    #[error("the log's last record ({data:?} on PCR {pcr}) is not the boot's seal: a log cut after the quote, or a quote the init did not make")]
+    NotASeal { data: String, pcr: u32 },
+    /// A boot of the log (counted from 1) does not end with its seal.
+    #[error("boot {boot} of the log does not end with its seal")]
+    BootUnsealed { boot: usize },
+}
+
+/// Why a boot started by kexec is not one the accepted images explain.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KexecError {
+    #[error("the boot before it measured no kexec (what it loaded is unknown)")]
+    NotMeasured,
+    #[error("the boot before it loaded slot {loaded}'s images, this boot is slot {slot}")]
+    OtherSlot { loaded: String, slot: SlotName },
+    /// The kernel or initramfs loaded is none of the image's files for the slot.
+    #[error("the {what} loaded (sha256:{digest}) is none of the files image {image} has for slot {slot}")]
+    UnknownFile {
+        what: &'static str,
+        digest: String,
+        image: String,
+        slot: SlotName,
+    },
+}
+
+/// Why a predicted boot-loader file is not in the log as the image has it (a reference
+/// whose file list is not complete: each file once, by digest).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FileError {
+    #[error("the reference gives no digest")]
+    NoDigest,
+    /// A record matches the file in one bank and not in another.
+    #[error("a record ({record:?}) has its digest in one bank and another in the next")]
+    MixedBanks { record: String },
+    #[error("no record has the predicted digest: the boot loader read another file")]
+    NotRead,
+    #[error("{count} records have the predicted digest, one must")]
+    Repeated { count: usize },
+}
+
+/// Why a PCR's boot-loader records are not the image's complete list.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BootLoaderError {
+    /// Another number of records than the image's boot loader makes (`records` and
+    /// `files` list them).
+    #[error("{got} records ({records}), the image's boot loader makes {want} ({files})")]
+    Count {
+        got: usize,
+        records: String,
+        want: usize,
+        files: String,
+    },
+    /// Record `index` (from 1) is not the file the image reads at that place.
+    #[error("record {index} ({record}) is not {path} with its predicted digest")]
+    Record {
+        index: usize,
+        record: String,
+        path: String,
+    },
+}
+
 /// Why a report or quote is refused.
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyError {
@@ -151,7 +222,7 @@ pub enum VerifyError {
         banks: String,
     },
     #[error("the boot is not sealed to its quote: {0}")]
-    Seal(String),
+    Seal(#[from] SealError),
     #[error("event log record {index} (PCR {pcr}): {why}")]
     NotOurs { index: usize, pcr: u32, why: String },
     #[error("image {0} is not in the accepted set")]
@@ -164,11 +235,15 @@ pub enum VerifyError {
         actual: String,
     },
     #[error("boot {boot}, started by kexec: {why}")]
-    Kexec { boot: usize, why: String },
+    Kexec { boot: usize, why: KexecError },
     #[error("the boot loader's file {path} (PCR {pcr}): {why}")]
-    File { path: String, pcr: u32, why: String },
+    File {
+        path: String,
+        pcr: u32,
+        why: FileError,
+    },
     #[error("PCR {pcr}: {why}: the boot loader read files the image does not have")]
-    BootLoader { pcr: u32, why: String },
+    BootLoader { pcr: u32, why: BootLoaderError },
     #[error("boot {boot} of slot {slot} ended in decision {decision}, which the policy does not accept{}", if *.last { "" } else { " before the last boot" })]
     Decision {
         boot: usize,
@@ -298,12 +373,7 @@ fn boots<'a, 'b>(ours: &'b [Ours<'a>]) -> Result<Vec<&'b [Ours<'a>]>, VerifyErro
             .ok_or_else(|| VerifyError::Log(format!("boot {} has no events", n + 1)))?;
         match boot.split_last() {
             Some((last, rest)) if matches!(last.m, Measurement::Seal(_)) => out.push(rest),
-            _ => {
-                return Err(VerifyError::Seal(format!(
-                    "boot {} of the log does not end with its seal",
-                    n + 1
-                )))
-            }
+            _ => return Err(SealError::BootUnsealed { boot: n + 1 }.into()),
         }
     }
     Ok(out)

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use super::VerifyError;
+use super::{SealError, VerifyError};
 use crate::attest::reference::Reference;
 use crate::formats::tpm::attest::{format_selection, pcr_digest, Attest, Public, Signature};
 use crate::formats::tpm::eventlog::{replay_events, Event, EventLog, EV_IPL};
@@ -67,7 +67,7 @@ pub(super) fn sealed_prefix<'a>(
     pcr: u32,
 ) -> Result<&'a [Event], VerifyError> {
     let Some((last, before)) = log.events().split_last() else {
-        return Err(VerifyError::Seal("the event log has no record".into()));
+        return Err(SealError::EmptyLog.into());
     };
     let seal = (last.pcr == pcr && last.event_type == EV_IPL)
         .then(|| Measurement::parse(last.pcr, &last.data, pcr).ok())
@@ -75,19 +75,19 @@ pub(super) fn sealed_prefix<'a>(
     let want = crate::trust::keys::sha256(attest);
     match seal {
         Some(Measurement::Seal(Seal::Quote(d))) if d == want => Ok(before),
-        Some(Measurement::Seal(s)) => Err(VerifyError::Seal(format!(
-            "the log's seal names {}, the report's quote is sha256:{}",
-            match s {
+        Some(Measurement::Seal(s)) => Err(SealError::OtherQuote {
+            log: match s {
                 Seal::Quote(d) => format!("quote sha256:{}", crate::util::hex(&d)),
                 Seal::Unquoted => "no quote".into(),
             },
-            crate::util::hex(&want)
-        ))),
-        _ => Err(VerifyError::Seal(format!(
-            "the log's last record ({:?} on PCR {}) is not the boot's seal: a log cut after the quote, or a quote the init did not make",
-            String::from_utf8_lossy(&last.data),
-            last.pcr
-        ))),
+            report: crate::util::hex(&want),
+        }
+        .into()),
+        _ => Err(SealError::NotASeal {
+            data: String::from_utf8_lossy(&last.data).into_owned(),
+            pcr: last.pcr,
+        }
+        .into()),
     }
 }
 
