@@ -58,19 +58,23 @@ pub fn kernel_release(name: &str) -> String {
         .unwrap()
 }
 
-/// The kernel image of a provisioned kernel.
-pub fn vmlinuz(name: &str) -> PathBuf {
-    std::fs::read_dir(kernel_root(name).join("boot"))
-        .unwrap()
+/// The file of an unpacked kernel package's `boot/` whose name starts with `prefix`
+/// (`vmlinuz-`, `config-`), if there is one.
+pub fn boot_file(root: &Path, prefix: &str) -> Option<PathBuf> {
+    std::fs::read_dir(root.join("boot"))
+        .ok()?
         .filter_map(Result::ok)
         .map(|e| e.path())
         .find(|p| {
             p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("vmlinuz-")
+                .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
         })
-        .unwrap()
+}
+
+/// The kernel image of a provisioned kernel.
+pub fn vmlinuz(name: &str) -> PathBuf {
+    boot_file(&kernel_root(name), "vmlinuz-")
+        .unwrap_or_else(|| panic!("kernel {name} has no boot/vmlinuz-*"))
 }
 
 /// Every module file of a provisioned kernel, sorted.

@@ -15,23 +15,11 @@ use validator::trust::TrustStore;
 /// db certificates the trust store refused, with its message.
 pub type Refused = Vec<(&'static str, String)>;
 
-/// The kernel image of a case set's kernel package.
-fn vmlinuz(set: &Set) -> Result<std::path::PathBuf, String> {
-    let boot = set.root.join("boot");
-    let dir = std::fs::read_dir(&boot).map_err(|e| format!("{}: {e}", boot.display()))?;
-    dir.filter_map(Result::ok)
-        .map(|e| e.path())
-        .find(|p| {
-            p.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("vmlinuz-"))
-        })
-        .ok_or_else(|| format!("no vmlinuz-* in {}", boot.display()))
-}
-
 /// The gate for `set`'s kernel with `hash_blacklist` as its module hash blacklist, and
 /// the db certificates its trust store refused.
 pub fn gate(set: &Set, hash_blacklist: Vec<[u8; 32]>) -> Result<(Gate, Refused), String> {
-    let path = vmlinuz(set)?;
+    let path = crate::boot_file(&set.root, "vmlinuz-")
+        .ok_or_else(|| format!("no vmlinuz-* in {}", set.root.join("boot").display()))?;
     let image = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
     let facts = KernelFacts::from_image(&image).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut trust = TrustStore::new();

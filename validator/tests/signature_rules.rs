@@ -619,17 +619,7 @@ fn sigrule_decompress() {
 fn sigrule_revocation_list() {
     for k in Kernel::ALL {
         let root = &judge(k).set.root;
-        let config = std::fs::read_dir(root.join("boot"))
-            .unwrap()
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .find(|p| {
-                p.file_name()
-                    .unwrap()
-                    .to_string_lossy()
-                    .starts_with("config-")
-            })
-            .unwrap();
+        let config = test_support::boot_file(root, "config-").unwrap();
         let text = std::fs::read_to_string(&config).unwrap();
         assert!(
             text.lines()
