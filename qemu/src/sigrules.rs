@@ -35,6 +35,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use sigcases::{Case, Set};
+pub use test_support::sigrules::Refused;
 use validator::gate::{Gate, Verdict};
 
 use crate::efivars;
@@ -401,8 +402,6 @@ pub fn boot_with(set: &Set, secure_boot: bool) -> Result<Boot, HarnessError> {
     let console = o.console.clone();
     Ok(Boot::parse(&console, o))
 }
-
-pub use test_support::sigrules::Refused;
 
 /// The value of `dbx` in the boots' firmware: the S40 file hashes, the S41 certificate's
 /// TBS hash.

@@ -3,11 +3,11 @@
 //! deterministic generator, processes run under a deadline, hostile inputs (a FIFO, a
 //! sparse file, a name that is not UTF-8), fixture trees copied with their links, one
 //! swtpm launcher ([`swtpm`]), one maker of test keys and certificates ([`keys`]), the
-//! benchmarks' path arguments ([`bench`]), function and file lengths ([`sizes`]), the gate the signature-rule cases are judged
-//! by ([`sigrules`]), the one import scanner the layer and
-//! import-cycle checks read the sources with ([`imports`]), and the fuzz targets' entry
-//! points ([`fuzz`]: libFuzzer's targets in `fuzz/` and the regression replay call the same
-//! functions).
+//! benchmarks' path arguments ([`bench`]), function and file lengths ([`sizes`]), the
+//! gate the signature-rule cases are judged by ([`sigrules`]), the one import scanner the
+//! layer and import-cycle checks read the sources with ([`imports`]), and the fuzz
+//! targets' entry points ([`fuzz`]: libFuzzer's targets in `fuzz/` and the regression
+//! replay call the same functions).
 //!
 //! Contract: test code - a helper that cannot do its job panics with what went wrong
 //! (the calling test fails loudly); paths are found from the workspace root, whatever

@@ -454,8 +454,7 @@ pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
     let release = bom.kernel.release.as_str().to_string();
     let mut loaded = BTreeSet::new();
     let image = Image {
-        bom,
-        bom_sha256: &loaded_bom.sha256,
+        loaded: &loaded_bom,
         modules: initramfs_modules(i, bom, &release, &mut loaded)?,
         root_events: root_hash_events(i, bom)?,
         root_modules: root_modules(i, bom, &release, &mut loaded)?,
@@ -483,8 +482,7 @@ pub fn predict(i: &Inputs<'_>) -> Result<Reference, PredictError> {
 /// modules of the initramfs and of the root (name and digest; options still to apply),
 /// the root hash.
 struct Image<'a> {
-    bom: &'a crate::config::bom::Bom,
-    bom_sha256: &'a str,
+    loaded: &'a crate::config::bom::LoadedBom,
     modules: Vec<(String, String)>,
     root_events: Vec<ExpectedEvent>,
     root_modules: Vec<(String, String)>,
@@ -567,7 +565,7 @@ fn slot_reference(
     entry: Entry,
     cmdline: &str,
 ) -> Result<SlotReference, PredictError> {
-    let pcr = image.bom.measure.pcr;
+    let pcr = image.loaded.bom.measure.pcr;
     if cmdline.contains('\n') {
         return Err(PredictError::Invalid(format!(
             "slot {}: the command line has a newline",
@@ -578,8 +576,8 @@ fn slot_reference(
         expected(&Measurement::Phase(Phase::EnterInitrd), None, pcr, false)?,
         expected(
             &Measurement::Bom {
-                image_id: image.bom.image_id.to_string(),
-                sha256: image.bom_sha256.to_string(),
+                image_id: image.loaded.bom.image_id.to_string(),
+                sha256: image.loaded.sha256.clone(),
             },
             Some(i.bom),
             pcr,

@@ -104,7 +104,9 @@ pub fn secure_boot(sys_root: &Path) -> Option<bool> {
 pub const EFIVARS: &str = "firmware/efi/efivars";
 
 /// The efivarfs file of the variable `name_vendor` (`Name-vendor-guid`) under `sys_root`:
-/// four attribute bytes, then the value. Every reader of an EFI variable finds it here.
+/// four attribute bytes, then the value. The key databases and systemd-boot's
+/// `LoaderBootCountPath` are found here; [`SECURE_BOOT_VAR`] is the same rule spelled
+/// out as one path (the preflight names it in its messages).
 pub fn efivar_file(sys_root: &Path, name_vendor: &str) -> std::path::PathBuf {
     sys_root.join(EFIVARS).join(name_vendor)
 }
@@ -267,6 +269,16 @@ pub fn module_trust_logged(initramfs: &TrustStore, keys: &UefiKeys) -> TrustStor
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The Secure Boot path is the one rule's: efivarfs's directory, then the name.
+    #[test]
+    fn secure_boot_var_is_an_efivar_file() {
+        let root = Path::new("/sys");
+        assert_eq!(
+            root.join(SECURE_BOOT_VAR),
+            efivar_file(root, "SecureBoot-8be4df61-93ca-11d2-aa0d-00e098032b8c")
+        );
+    }
 
     /// Without efivarfs: Secure Boot unknown, nothing read, nothing noted.
     #[test]

@@ -33,7 +33,8 @@ pub use crate::runtime::uefi_keys::SECURE_BOOT_VAR;
 
 /// Whether efivarfs lists at least one variable under `sys_root` (it is mounted).
 fn efivars_listed(sys_root: &Path) -> bool {
-    std::fs::read_dir(sys_root.join("firmware/efi/efivars")).is_ok_and(|mut d| d.next().is_some())
+    std::fs::read_dir(sys_root.join(crate::runtime::uefi_keys::EFIVARS))
+        .is_ok_and(|mut d| d.next().is_some())
 }
 
 /// Platform facts.
