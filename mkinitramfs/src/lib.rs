@@ -21,6 +21,8 @@
 //!
 //! [`slot`] builds a whole A/B slot image around such an initramfs (`mkinitramfs slot`):
 //! the root image, its dm-verity tree, the signed root hash and the boot entries.
+//! [`install`] writes one or two such slots onto a disk (`mkinitramfs install`): the GPT,
+//! the ESP with the boot chain and the slots' boot files, and each slot's partitions.
 //!
 //! Every error names the file it is about (an input, the BOM, a certificate, a module
 //! file, the `--file` source whose entry clashes); only a compression failure of the
@@ -36,6 +38,7 @@
 mod build;
 pub mod closure;
 pub mod cpio;
+pub mod install;
 pub mod slot;
 pub mod unpack;
 

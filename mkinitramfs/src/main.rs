@@ -65,6 +65,13 @@ enum Cmd {
     /// and SHA256SUMS, and a RAUC bundle when asked. Timestamps from SOURCE_DATE_EPOCH; the same inputs give
     /// the same bytes (with an RSA key).
     Slot(SlotArgs),
+    /// Lay out a blank disk (or a new disk image) as a node's from one or two slot
+    /// directories: the GPT of docs/INSTALL.md, the ESP (FAT32: the grubenv, shim and
+    /// GRUB, grub.cfg, node.cfg, each slot's kernel and initramfs) and each slot's root,
+    /// dm-verity and signature partitions. Every file is checked against its slot's
+    /// SHA256SUMS first and everything is read back after; the partition table is
+    /// written last. A disk that holds a partition table is refused without --force.
+    Install(InstallArgs),
     /// List the entries of an initramfs (plain cpio parts and gzip, zstd or xz parts,
     /// as the kernel unpacks them).
     List { file: PathBuf },
@@ -140,6 +147,45 @@ struct SlotArgs {
     output: PathBuf,
 }
 
+// The options of `mkinitramfs install` (the subcommand's help is the variant's doc).
+#[derive(Debug, clap::Args)]
+struct InstallArgs {
+    /// The disk (a block device, whole) or a disk image (made when missing).
+    #[arg(long, value_name = "DISK")]
+    disk: PathBuf,
+    /// A slot directory made by `mkinitramfs slot`; once or twice (A and B).
+    #[arg(long = "slot", value_name = "DIR", required = true, num_args = 1)]
+    slots: Vec<PathBuf>,
+    /// The shim that starts GRUB, installed as /EFI/BOOT/BOOTX64.EFI.
+    #[arg(long, value_name = "FILE", default_value = mkinitramfs::install::DEBIAN_SHIM, conflicts_with = "no_shim")]
+    shim: PathBuf,
+    /// The GRUB image, installed as /EFI/BOOT/grubx64.efi (with --no-shim: BOOTX64.EFI).
+    #[arg(long, value_name = "FILE", default_value = mkinitramfs::install::DEBIAN_GRUB)]
+    grub: PathBuf,
+    /// No shim: --grub is a standalone GRUB image the firmware starts itself.
+    #[arg(long)]
+    no_shim: bool,
+    /// The grub.cfg to install (default: the shipped examples/grub/grub.cfg).
+    #[arg(long, value_name = "FILE")]
+    grub_cfg: Option<PathBuf>,
+    /// The kernel command line both slots' GRUB entries add, written to /EFI/BOOT/node.cfg
+    /// (console=ttyS0 module.sig_enforce=1 ...).
+    #[arg(long, value_name = "LINE")]
+    cmdline: Option<String>,
+    /// The ESP's size.
+    #[arg(long, value_name = "MiB", default_value_t = 512)]
+    esp_size: u64,
+    /// Each root partition's size (default: the larger root image's).
+    #[arg(long, value_name = "MiB")]
+    root_size: Option<u64>,
+    /// Each dm-verity hash partition's size (default: the tree of a full root partition).
+    #[arg(long, value_name = "MiB")]
+    verity_size: Option<u64>,
+    /// Replace the partition table DISK holds (everything on it is lost).
+    #[arg(long)]
+    force: bool,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let mut out = Out::stdout();
@@ -171,6 +217,7 @@ fn run(cmd: Cmd, out: &mut Out) -> Result<(), String> {
     match cmd {
         Cmd::Build(a) => build(a, out),
         Cmd::Slot(a) => slot(a, out),
+        Cmd::Install(a) => install(a, out),
         Cmd::List { file } => {
             let raw = validator::util::fs::read_limited(&file, mkinitramfs::limits::INITRAMFS_MAX)
                 .map_err(|e| e.to_string())?;
@@ -308,4 +355,46 @@ fn slot(a: SlotArgs, out: &mut Out) -> Result<(), String> {
         b.modules
     ))
     .map_err(|e| e.to_string())
+}
+
+/// `mkinitramfs install`.
+fn install(a: InstallArgs, out: &mut Out) -> Result<(), String> {
+    use mkinitramfs::install::{InstallSpec, Loader, MIB};
+    let mut spec = InstallSpec::new(&a.disk, a.slots);
+    spec.loader = if a.no_shim {
+        Loader::Grub { efi: a.grub }
+    } else {
+        Loader::ShimGrub {
+            shim: a.shim,
+            grub: a.grub,
+        }
+    };
+    spec.grub_cfg = a.grub_cfg;
+    spec.cmdline = a.cmdline;
+    spec.esp_mib = a.esp_size;
+    spec.root_mib = a.root_size;
+    spec.verity_mib = a.verity_size;
+    spec.force = a.force;
+    let done = mkinitramfs::install::install(&spec).map_err(|e| e.to_string())?;
+    let io = |e: std::io::Error| e.to_string();
+    out.line(&format!(
+        "{}: GPT {}, {} MiB",
+        a.disk.display(),
+        done.plan.disk_guid,
+        done.plan.total / MIB
+    ))
+    .map_err(io)?;
+    for p in &done.plan.parts {
+        out.line(&format!(
+            "  {} {:<16} {} at {} MiB, {} MiB",
+            p.number,
+            p.name,
+            p.uuid,
+            p.start / MIB,
+            p.size / MIB
+        ))
+        .map_err(io)?;
+    }
+    out.line(&format!("boot entry: {}", done.efibootmgr))
+        .map_err(io)
 }

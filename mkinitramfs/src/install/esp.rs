@@ -1,0 +1,301 @@
+//! The ESP of a GRUB node: its files, written into a FAT32 file system at an offset of a
+//! disk or image by Debian's `mkfs.vfat` and mtools, and read back.
+//!
+//! Contract: [`EspFiles`] lists the directories and files in the order they are written;
+//! the grubenv ([`GRUBENV_PATH`], made by [`grubenv_bytes`]: the 1024-byte block
+//! `grub-editenv create` and `set` write) comes first after formatting, so its clusters
+//! are contiguous and GRUB's `save_env` and the gate can rewrite it in place. Then the
+//! boot loader, `/EFI/BOOT/grub.cfg` (the shipped `examples/grub/grub.cfg` unless another
+//! is given), `/EFI/BOOT/node.cfg` when a command line is given (`set CMDLINE="..."`,
+//! quoted by [`grub_quote`]), and `/<slot>/vmlinuz`, `/<slot>/initrd.img`. [`write`]
+//! formats and fills; [`read_back`] reads every file back through mtools and compares it
+//! with its source. The test bed writes its GRUB ESPs through this module too.
+//!
+//! Limits: GRUB layouts only; ESP paths must be absolute ASCII without mtools wildcards.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::{input, InstallError, InstallSpec, Loader, SlotDir, MIB};
+
+/// Where the shipped `grub.cfg` reads the A/B state.
+pub const GRUBENV_PATH: &str = "/EFI/BOOT/grubenv";
+/// Where the firmware's default boot path and GRUB's early configuration find GRUB's.
+pub const GRUB_CFG_PATH: &str = "/EFI/BOOT/grub.cfg";
+/// The command line of both slots, sourced by the shipped `grub.cfg`.
+pub const NODE_CFG_PATH: &str = "/EFI/BOOT/node.cfg";
+/// The shipped `grub.cfg`.
+pub const SHIPPED_GRUB_CFG: &str = include_str!("../../../examples/grub/grub.cfg");
+
+/// A file's bytes: from a file on the host, or made by the install.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    File(PathBuf),
+    Bytes(Vec<u8>),
+}
+
+/// What goes on the ESP, in order.
+#[derive(Debug, Clone, Default)]
+pub struct EspFiles {
+    pub dirs: Vec<String>,
+    pub files: Vec<(Source, String)>,
+}
+
+/// The 1024-byte GRUB environment block holding `vars`, as `grub-editenv` writes it.
+pub fn grubenv_bytes(vars: &[(String, String)]) -> Result<Vec<u8>, InstallError> {
+    let bad = |e: validator::formats::grubenv::GrubEnvError| {
+        input(Path::new(GRUBENV_PATH), e.to_string())
+    };
+    let mut env = validator::formats::grubenv::GrubEnv::new(1024).map_err(bad)?;
+    for (k, v) in vars {
+        env.set(k, v).map_err(bad)?;
+    }
+    Ok(env.as_bytes().to_vec())
+}
+
+/// Quotes `s` for a GRUB script double-quoted string (`"`, `\` and `$` escaped); a line
+/// break cannot be quoted.
+pub fn grub_quote(s: &str) -> Option<String> {
+    if s.contains(['\n', '\r']) {
+        return None;
+    }
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        if matches!(c, '"' | '\\' | '$') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('"');
+    Some(out)
+}
+
+/// `node.cfg`: the command line of both slots.
+pub fn node_cfg(cmdline: &str) -> Result<Vec<u8>, InstallError> {
+    let q = grub_quote(cmdline.trim()).ok_or_else(|| {
+        input(
+            Path::new(NODE_CFG_PATH),
+            format!("command line {cmdline:?}: a line break cannot go into node.cfg"),
+        )
+    })?;
+    Ok(
+        format!(
+            "# The kernel command line of both slots (sourced by grub.cfg).\nset CMDLINE={q}\n"
+        )
+        .into_bytes(),
+    )
+}
+
+impl EspFiles {
+    /// The GRUB layout: grubenv, boot loader, `grub.cfg`, `node.cfg`, then each slot's
+    /// kernel and initramfs (`slots`: its name and the two files).
+    pub fn grub(
+        loader: &Loader,
+        grubenv: &[(String, String)],
+        grub_cfg: Source,
+        cmdline: Option<&str>,
+        slots: &[(char, PathBuf, PathBuf)],
+    ) -> Result<EspFiles, InstallError> {
+        let mut e = EspFiles {
+            dirs: vec!["/EFI".into(), "/EFI/BOOT".into()],
+            files: vec![(Source::Bytes(grubenv_bytes(grubenv)?), GRUBENV_PATH.into())],
+        };
+        match loader {
+            Loader::ShimGrub { shim, grub } => {
+                e.add_file(shim, "/EFI/BOOT/BOOTX64.EFI")?;
+                e.add_file(grub, "/EFI/BOOT/grubx64.efi")?;
+            }
+            Loader::Grub { efi } => e.add_file(efi, "/EFI/BOOT/BOOTX64.EFI")?,
+        }
+        e.files.push((grub_cfg, GRUB_CFG_PATH.into()));
+        if let Some(c) = cmdline {
+            e.files
+                .push((Source::Bytes(node_cfg(c)?), NODE_CFG_PATH.into()));
+        }
+        for (slot, vmlinuz, initrd) in slots {
+            e.dirs.push(format!("/{slot}"));
+            e.add_file(vmlinuz, &format!("/{slot}/vmlinuz"))?;
+            e.add_file(initrd, &format!("/{slot}/initrd.img"))?;
+        }
+        Ok(e)
+    }
+
+    /// The ESP of an install.
+    pub fn for_install(spec: &InstallSpec, slots: &[SlotDir]) -> Result<EspFiles, InstallError> {
+        let grubenv = match &spec.grubenv {
+            Some(v) => v.clone(),
+            None => super::initial_grubenv(slots),
+        };
+        let cfg = match &spec.grub_cfg {
+            Some(p) => Source::File(p.clone()),
+            None => Source::Bytes(SHIPPED_GRUB_CFG.as_bytes().to_vec()),
+        };
+        let kernels: Vec<_> = slots
+            .iter()
+            .map(|s| {
+                (
+                    s.slot,
+                    s.path(&format!("esp/{}/vmlinuz", s.slot)),
+                    s.path(&format!("esp/{}/initrd.img", s.slot)),
+                )
+            })
+            .collect();
+        EspFiles::grub(
+            &spec.loader,
+            &grubenv,
+            cfg,
+            spec.cmdline.as_deref(),
+            &kernels,
+        )
+    }
+
+    fn add_file(&mut self, src: &Path, dst: &str) -> Result<(), InstallError> {
+        let m = std::fs::metadata(src).map_err(super::io(src))?;
+        if !m.is_file() {
+            return Err(input(src, "not a regular file"));
+        }
+        self.files
+            .push((Source::File(src.to_path_buf()), dst.into()));
+        Ok(())
+    }
+
+    /// The bytes all files take.
+    pub fn bytes(&self) -> Result<u64, InstallError> {
+        let mut n = 0;
+        for (s, _) in &self.files {
+            n += match s {
+                Source::Bytes(b) => b.len() as u64,
+                Source::File(p) => std::fs::metadata(p).map_err(super::io(p))?.len(),
+            };
+        }
+        Ok(n)
+    }
+}
+
+fn mtools(tool: &str) -> Command {
+    let mut c = Command::new(tool);
+    c.env("MTOOLS_SKIP_CHECK", "1");
+    c
+}
+
+fn run(c: &mut Command) -> Result<Vec<u8>, InstallError> {
+    let tool = c.get_program().to_string_lossy().into_owned();
+    let out = c.output().map_err(|e| InstallError::Tool {
+        tool: tool.clone(),
+        why: format!("{e} (install dosfstools and mtools)"),
+    })?;
+    if !out.status.success() {
+        return Err(InstallError::Tool {
+            tool,
+            why: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        });
+    }
+    Ok(out.stdout)
+}
+
+/// mtools' `-i` argument for the file system at `offset` of `disk`.
+fn image_arg(disk: &Path, offset: u64) -> std::ffi::OsString {
+    let mut t = disk.as_os_str().to_os_string();
+    if offset != 0 {
+        t.push(format!("@@{offset}"));
+    }
+    t
+}
+
+fn mpath(path: &str) -> Result<String, InstallError> {
+    let ok = path.starts_with('/')
+        && path
+            .chars()
+            .all(|c| c.is_ascii() && !c.is_control() && !matches!(c, '*' | '?' | '['));
+    if !ok {
+        return Err(input(
+            Path::new(path),
+            "not an absolute ESP path mtools can name",
+        ));
+    }
+    Ok(format!("::{path}"))
+}
+
+/// Formats FAT32 (label `ESP`, volume id `volume_id`, 8 hex digits) of `size` bytes at
+/// `offset` of `disk` and writes `files` into it.
+pub fn write(
+    files: &EspFiles,
+    disk: &Path,
+    offset: u64,
+    size: u64,
+    sector: u64,
+    volume_id: &str,
+) -> Result<(), InstallError> {
+    if files.bytes()? + 8 * MIB > size {
+        return Err(input(
+            disk,
+            format!("an ESP of {} MiB cannot hold its files", size / MIB),
+        ));
+    }
+    let mut c = Command::new("mkfs.vfat");
+    c.args(["-F", "32", "-n", "ESP", "-i", volume_id, "-S"])
+        .arg(sector.to_string())
+        .arg(format!("--offset={}", offset / sector))
+        .arg(disk)
+        .arg((size / 1024).to_string());
+    run(&mut c)?;
+    let img = image_arg(disk, offset);
+    for d in &files.dirs {
+        run(mtools("mmd").arg("-i").arg(&img).arg(mpath(d)?))?;
+    }
+    let scratch = tempfile(disk)?;
+    let result = (|| {
+        for (src, dst) in &files.files {
+            let from = match src {
+                Source::File(p) => p.clone(),
+                Source::Bytes(b) => {
+                    std::fs::write(&scratch, b).map_err(super::io(&scratch))?;
+                    scratch.clone()
+                }
+            };
+            run(mtools("mcopy")
+                .arg("-i")
+                .arg(&img)
+                .arg(&from)
+                .arg(mpath(dst)?))?;
+        }
+        Ok(())
+    })();
+    let _ = std::fs::remove_file(&scratch);
+    result
+}
+
+/// A scratch file for bytes mcopy copies (in the temporary directory).
+fn tempfile(disk: &Path) -> Result<PathBuf, InstallError> {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("mkinitramfs-install-{}-{n}.bytes", std::process::id());
+    let p = std::env::temp_dir().join(name);
+    let _ = std::fs::remove_file(&p);
+    std::fs::File::create(&p).map_err(|e| input(disk, format!("{}: {e}", p.display())))?;
+    Ok(p)
+}
+
+/// Reads every file back from the ESP at `offset` of `disk` and compares it.
+pub fn read_back(files: &EspFiles, disk: &Path, offset: u64) -> Result<(), InstallError> {
+    let img = image_arg(disk, offset);
+    for (src, dst) in &files.files {
+        let got = run(mtools("mcopy")
+            .arg("-i")
+            .arg(&img)
+            .arg(mpath(dst)?)
+            .arg("-"))?;
+        let want = match src {
+            Source::Bytes(b) => b.clone(),
+            Source::File(p) => std::fs::read(p).map_err(super::io(p))?,
+        };
+        if got != want {
+            return Err(InstallError::ReadBack {
+                path: disk.to_path_buf(),
+                why: format!("the ESP's {dst} is not what was written"),
+            });
+        }
+    }
+    Ok(())
+}
