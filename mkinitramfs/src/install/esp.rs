@@ -173,9 +173,17 @@ impl EspFiles {
     }
 }
 
+/// The time every ESP file and the file system itself are stamped with:
+/// `SOURCE_DATE_EPOCH`, no earlier than FAT's epoch (1980; 0 gives 1980-01-02), so the
+/// same inputs give the same bytes.
+fn fat_epoch() -> String {
+    crate::source_date_epoch().max(315_619_200).to_string()
+}
+
 fn mtools(tool: &str) -> Command {
     let mut c = Command::new(tool);
-    c.env("MTOOLS_SKIP_CHECK", "1");
+    c.env("MTOOLS_SKIP_CHECK", "1")
+        .env("SOURCE_DATE_EPOCH", fat_epoch());
     c
 }
 
@@ -217,64 +225,125 @@ fn mpath(path: &str) -> Result<String, InstallError> {
     Ok(format!("::{path}"))
 }
 
-/// Formats FAT32 (label `ESP`, volume id `volume_id`, 8 hex digits) of `size` bytes at
-/// `offset` of `disk` and writes `files` into it.
-pub fn write(
+/// The fewest clusters of a FAT32 file system (fewer is FAT16 to every reader).
+pub const FAT32_CLUSTERS_MIN: u64 = 65525;
+
+/// The cluster size of an ESP of `size` bytes: the largest up to 4 KiB that leaves FAT32
+/// its clusters (with 5% for the FATs and reserved sectors). `mkfs.vfat` chooses one from
+/// the size of the whole disk or image instead, which on a large disk leaves a small ESP
+/// too few clusters to be FAT32.
+pub fn cluster_size(size: u64, sector: u64) -> Option<u64> {
+    let enough = |c: u64| {
+        size.checked_div(c)
+            .is_some_and(|n| n >= FAT32_CLUSTERS_MIN + FAT32_CLUSTERS_MIN / 20)
+    };
+    let mut c = sector;
+    while c * 2 <= 4096 && enough(c * 2) {
+        c *= 2;
+    }
+    enough(c).then_some(c)
+}
+
+/// A scratch file in the temporary directory, removed when dropped.
+#[derive(Debug)]
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(tag: &str) -> Result<Scratch, InstallError> {
+        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("mkinitramfs-install-{}-{n}.{tag}", std::process::id());
+        let p = std::env::temp_dir().join(name);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&p)
+            .map_err(super::io(&p))?;
+        Ok(Scratch(p))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// Makes the ESP as an image of its own (in the temporary directory, sparse): FAT32
+/// (label `ESP`, volume id `volume_id`, 8 hex digits) of `size` bytes in `sector`-byte
+/// sectors, `files` written into it and read back. The caller copies it to the disk, so
+/// no tool but `sfdisk` opens the disk, and `mkfs.vfat` sizes its clusters by the ESP.
+pub fn build(
     files: &EspFiles,
-    disk: &Path,
-    offset: u64,
     size: u64,
     sector: u64,
     volume_id: &str,
-) -> Result<(), InstallError> {
+) -> Result<Scratch, InstallError> {
+    let image = Scratch::new("esp")?;
+    let what = Path::new("the ESP");
     if files.bytes()? + 8 * MIB > size {
         return Err(input(
-            disk,
+            what,
             format!("an ESP of {} MiB cannot hold its files", size / MIB),
         ));
     }
+    let cluster = cluster_size(size, sector).ok_or_else(|| {
+        input(
+            what,
+            format!(
+                "an ESP of {} MiB on {sector}-byte sectors is too small for FAT32 ({FAT32_CLUSTERS_MIN} clusters)",
+                size / MIB
+            ),
+        )
+    })?;
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(image.path())
+        .map_err(super::io(image.path()))?;
+    f.set_len(size).map_err(super::io(image.path()))?;
+    drop(f);
     let mut c = Command::new("mkfs.vfat");
-    c.args(["-F", "32", "-n", "ESP", "-i", volume_id, "-S"])
+    c.env("SOURCE_DATE_EPOCH", fat_epoch())
+        .args([
+            "--invariant",
+            "-F",
+            "32",
+            "-n",
+            "ESP",
+            "-i",
+            volume_id,
+            "-S",
+        ])
         .arg(sector.to_string())
-        .arg(format!("--offset={}", offset / sector))
-        .arg(disk)
-        .arg((size / 1024).to_string());
+        .arg("-s")
+        .arg((cluster / sector).to_string())
+        .arg(image.path());
     run(&mut c)?;
-    let img = image_arg(disk, offset);
+    let img = image_arg(image.path(), 0);
     for d in &files.dirs {
         run(mtools("mmd").arg("-i").arg(&img).arg(mpath(d)?))?;
     }
-    let scratch = tempfile(disk)?;
-    let result = (|| {
-        for (src, dst) in &files.files {
-            let from = match src {
-                Source::File(p) => p.clone(),
-                Source::Bytes(b) => {
-                    std::fs::write(&scratch, b).map_err(super::io(&scratch))?;
-                    scratch.clone()
-                }
-            };
-            run(mtools("mcopy")
-                .arg("-i")
-                .arg(&img)
-                .arg(&from)
-                .arg(mpath(dst)?))?;
-        }
-        Ok(())
-    })();
-    let _ = std::fs::remove_file(&scratch);
-    result
-}
-
-/// A scratch file for bytes mcopy copies (in the temporary directory).
-fn tempfile(disk: &Path) -> Result<PathBuf, InstallError> {
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let name = format!("mkinitramfs-install-{}-{n}.bytes", std::process::id());
-    let p = std::env::temp_dir().join(name);
-    let _ = std::fs::remove_file(&p);
-    std::fs::File::create(&p).map_err(|e| input(disk, format!("{}: {e}", p.display())))?;
-    Ok(p)
+    let scratch = Scratch::new("bytes")?;
+    for (src, dst) in &files.files {
+        let from = match src {
+            Source::File(p) => p.as_path(),
+            Source::Bytes(b) => {
+                std::fs::write(scratch.path(), b).map_err(super::io(scratch.path()))?;
+                scratch.path()
+            }
+        };
+        run(mtools("mcopy")
+            .arg("-i")
+            .arg(&img)
+            .arg(from)
+            .arg(mpath(dst)?))?;
+    }
+    read_back(files, image.path(), 0)?;
+    Ok(image)
 }
 
 /// Reads every file back from the ESP at `offset` of `disk` and compares it.

@@ -9,26 +9,26 @@
 //! root-verity and a root-verity-sig partition of the Discoverable Partitions types, each
 //! aligned to 1 MiB, the root and hash partitions' PARTUUIDs the halves of the slot's root
 //! hash (the other GUIDs derived from both root hashes, so the same inputs give the same
-//! table), and writes, in this order:
-//! 1. each slot's three images at their partitions' offsets (the signature partition's
-//!    rest zeroed, so no older signature is left behind it);
-//! 2. the ESP: FAT32 made by `mkfs.vfat`, then with mtools the grubenv first (its clusters
-//!    contiguous, so GRUB's `save_env` and the gate rewrite it in place), the boot loader
-//!    (Debian's signed shim and GRUB, or one GRUB image), the shipped `grub.cfg`, an
-//!    optional `node.cfg` with the command line, and each slot's kernel and initramfs
-//!    ([`esp`]);
-//! 3. the GPT, last, by `sfdisk`: a disk whose install stopped half-way holds no partition
-//!    table, so the same command runs again without `--force`.
+//! table), makes the ESP as an image of its own in the temporary directory (FAT32 by
+//! `mkfs.vfat`, then with mtools the grubenv first, its clusters contiguous so GRUB's
+//! `save_env` and the gate rewrite it in place, the boot loader: Debian's signed shim and
+//! GRUB, or one GRUB image, the shipped `grub.cfg`, an optional `node.cfg` with the command
+//! line, and each slot's kernel and initramfs; every file read back: [`esp`]), and then
+//! writes the disk, in this order:
+//! 1. each partition's content at its offset: the ESP's image, each slot's three images
+//!    (the signature partition's rest zeroed, so no older signature is left behind it);
+//! 2. the GPT, last, by `sfdisk`: a disk whose install stopped half-way holds no partition
+//!    table (with `--force` the old one is wiped first), so the same command runs again.
 //!
-//! Then everything is read back: the GPT with the gate's own reader (every partition's
-//! number, name, type, PARTUUID and extent as planned), each image's bytes at its offset
-//! against its digest, and every ESP file through mtools against its source. A missing
+//! Then everything is read back from the disk: the GPT with the gate's own reader (every
+//! partition's number, name, type, PARTUUID and extent as planned) and each image's bytes
+//! at its offset against its digest, the ESP's included. A missing
 //! DISK becomes a new image file, written beside it and renamed into place when all of
 //! that held (so it is whole or absent); an existing regular file or block device is
 //! written in place, and refused when it holds a partition table (GPT, primary or backup,
 //! or an MBR with a partition) unless [`InstallSpec::force`], when a block device is in
-//! use (the kernel's answer to an exclusive open: mounted, or held by device-mapper or
-//! RAID), or when it is too small. A directory, FIFO, character device or socket is
+//! use (the kernel's answer to an exclusive open: mounted, or held by device-mapper, RAID
+//! or another install), or when it is too small. A directory, FIFO, character device or socket is
 //! refused naming the path.
 //!
 //! Hand-written (the rest is Debian's `sfdisk`, `mkfs.vfat` and mtools, the tools an
@@ -357,27 +357,25 @@ pub fn install(spec: &InstallSpec) -> Result<Installed, InstallError> {
     }
     slots.sort_by_key(|s| s.slot);
     let files = esp::EspFiles::for_install(spec, &slots)?;
-    let plan = plan::plan(spec, &slots)?;
-    let esp_part = plan
-        .esp()
-        .ok_or_else(|| input(&spec.disk, "the plan has no ESP"))?
-        .clone();
+    let mut plan = plan::plan(spec, &slots)?;
     let mut t = target::Target::open(&spec.disk, plan.total, spec.force)?;
     let result = (|| {
-        t.write_images(&plan)?;
+        let esp_part = plan
+            .parts
+            .first_mut()
+            .ok_or_else(|| input(&spec.disk, "the plan has no ESP"))?;
         let volume_id: String = esp_part.uuid.chars().take(8).collect();
-        esp::write(
-            &files,
-            &t.path,
-            esp_part.start,
-            esp_part.size,
-            t.sector_size,
-            &volume_id,
-        )?;
+        let image = esp::build(&files, esp_part.size, t.sector_size, &volume_id)?;
+        let (digest, len) = file_digest(image.path())?;
+        esp_part.content = Some((image.path().to_path_buf(), digest, len));
+        t.write_images(&plan)?;
         t.write_gpt(&plan)?;
-        t.read_back(&plan)?;
-        esp::read_back(&files, &t.path, esp_part.start)
+        t.read_back(&plan)
     })();
+    // The ESP's content in the plan was a scratch image, not part of what was installed.
+    if let Some(p) = plan.parts.first_mut() {
+        p.content = None;
+    }
     match result {
         Ok(()) => t.commit()?,
         Err(e) => {

@@ -25,6 +25,10 @@ pub(super) struct Target {
     block: bool,
     pub sector_size: u64,
     file: Option<File>,
+    /// The size found (an image file is extended to the plan's).
+    size: u64,
+    /// `--force`: the old table is wiped first.
+    wipe: bool,
 }
 
 fn refused(path: &Path, why: impl Into<String>) -> InstallError {
@@ -70,7 +74,7 @@ impl Target {
             if e.raw_os_error() == Some(nix::libc::EBUSY) {
                 refused(
                     disk,
-                    "is in use (mounted, or held by device-mapper or RAID)",
+                    "is in use (held exclusively: mounted, or by device-mapper, RAID or another install)",
                 )
             } else {
                 io(disk)(e)
@@ -90,31 +94,26 @@ impl Target {
                 ));
             }
         }
-        if size < total {
-            if block {
-                return Err(refused(
-                    disk,
-                    format!(
-                        "{} MiB: the install needs {} MiB",
-                        size / MIB,
-                        total.div_ceil(MIB)
-                    ),
-                ));
-            }
-            file.set_len(total).map_err(io(disk))?;
+        if size < total && block {
+            return Err(refused(
+                disk,
+                format!(
+                    "{} MiB: the install needs {} MiB",
+                    size / MIB,
+                    total.div_ceil(MIB)
+                ),
+            ));
         }
-        let mut t = Target {
+        Ok(Target {
             path: disk.to_path_buf(),
             given: disk.to_path_buf(),
             new_image: false,
             block,
             sector_size,
             file: Some(file),
-        };
-        if force {
-            t.wipe_table(size.max(total))?;
-        }
-        Ok(t)
+            size,
+            wipe: force,
+        })
     }
 
     fn new_image(disk: &Path, total: u64) -> Result<Target, InstallError> {
@@ -137,6 +136,8 @@ impl Target {
             block: false,
             sector_size: 512,
             file: Some(file),
+            size: 0,
+            wipe: false,
         };
         t.file()?.set_len(total).map_err(io(&tmp))?;
         Ok(t)
@@ -160,8 +161,16 @@ impl Target {
         Ok(())
     }
 
-    /// Each slot's images at their partitions; the signature partitions' rest zeroed.
+    /// Each partition's content (the ESP's image, each slot's images) at its offset; the
+    /// signature partitions' rest zeroed. An image file is extended first, and with
+    /// `--force` the old table is wiped, so a stop from here on leaves no table.
     pub fn write_images(&mut self, plan: &Plan) -> Result<(), InstallError> {
+        if self.size < plan.total && !self.new_image {
+            self.file()?.set_len(plan.total).map_err(io(&self.path))?;
+        }
+        if self.wipe {
+            self.wipe_table(self.size.max(plan.total))?;
+        }
         let f = self.file()?;
         let mut buf = vec![0u8; usize::try_from(MIB).unwrap_or(1 << 20)];
         for p in &plan.parts {

@@ -245,3 +245,13 @@ fn sha256sums_lines_that_are_not_sums_are_refused_by_line() {
     std::fs::write(&f, format!("{HASH_A}  esp/A/vmlinuz\n")).unwrap();
     assert_eq!(parse_sums(&f).unwrap().len(), 1);
 }
+
+#[test]
+fn the_esp_cluster_size_leaves_fat32_its_clusters() {
+    assert_eq!(esp::cluster_size(64 * MIB, 512), Some(512));
+    assert_eq!(esp::cluster_size(200 * MIB, 512), Some(2048));
+    assert_eq!(esp::cluster_size(512 * MIB, 512), Some(4096));
+    assert_eq!(esp::cluster_size(512 * MIB, 4096), Some(4096));
+    assert_eq!(esp::cluster_size(64 * MIB, 4096), None);
+    assert_eq!(esp::cluster_size(64 * MIB, 0), None);
+}
