@@ -208,6 +208,23 @@ pub struct Built {
     pub unresolved_softdeps: Vec<String>,
 }
 
+/// Runs a tool to its end: its stdout, or the tool's name and why it failed (it could not
+/// be started: the error and `hint`, or its stderr).
+pub(crate) fn run_tool(
+    c: &mut std::process::Command,
+    hint: &str,
+) -> Result<Vec<u8>, (String, String)> {
+    let tool = c.get_program().to_string_lossy().into_owned();
+    match c.output() {
+        Err(e) => Err((tool, format!("{e}{hint}"))),
+        Ok(out) if !out.status.success() => Err((
+            tool,
+            String::from_utf8_lossy(&out.stderr).trim().to_string(),
+        )),
+        Ok(out) => Ok(out.stdout),
+    }
+}
+
 /// `SOURCE_DATE_EPOCH` if set and valid, else 0.
 pub fn source_date_epoch() -> u32 {
     std::env::var("SOURCE_DATE_EPOCH")

@@ -186,18 +186,7 @@ pub fn build(spec: &SlotSpec) -> Result<SlotBuilt, SlotError> {
 }
 
 fn run(c: &mut Command) -> Result<Vec<u8>, SlotError> {
-    let tool = c.get_program().to_string_lossy().into_owned();
-    let out = c.output().map_err(|e| SlotError::Tool {
-        tool: tool.clone(),
-        why: e.to_string(),
-    })?;
-    if !out.status.success() {
-        return Err(SlotError::Tool {
-            tool,
-            why: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(out.stdout)
+    crate::run_tool(c, "").map_err(|(tool, why)| SlotError::Tool { tool, why })
 }
 
 /// `root.img` in `tmp` from the root; returns its filesystem.

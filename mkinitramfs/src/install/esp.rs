@@ -1,15 +1,16 @@
-//! The ESP of a GRUB node: its files, written into a FAT32 file system at an offset of a
-//! disk or image by Debian's `mkfs.vfat` and mtools, and read back.
+//! The ESP of a GRUB node: its files, written into a FAT32 image of its own by Debian's
+//! `mkfs.vfat` and mtools, and read back.
 //!
 //! Contract: [`EspFiles`] lists the directories and files in the order they are written;
 //! the grubenv ([`GRUBENV_PATH`], made by [`grubenv_bytes`]: the 1024-byte block
 //! `grub-editenv create` and `set` write) comes first after formatting, so its clusters
 //! are contiguous and GRUB's `save_env` and the gate can rewrite it in place. Then the
 //! boot loader, `/EFI/BOOT/grub.cfg` (the shipped `examples/grub/grub.cfg` unless another
-//! is given), `/EFI/BOOT/node.cfg` when a command line is given (`set CMDLINE="..."`,
-//! quoted by [`grub_quote`]), and `/<slot>/vmlinuz`, `/<slot>/initrd.img`. [`write`]
-//! formats and fills; [`read_back`] reads every file back through mtools and compares it
-//! with its source. The test bed writes its GRUB ESPs through this module too.
+//! is given), `/EFI/BOOT/node.cfg` when a command line is given ([`node_cfg`]:
+//! `set CMDLINE="..."`, quoted by [`grub_quote`]), and `/<slot>/vmlinuz`,
+//! `/<slot>/initrd.img`. [`build`] formats, fills and reads every file back through
+//! mtools; the install copies the image onto the disk. The test bed's GRUB ESPs take
+//! their `node.cfg` from [`node_cfg`].
 //!
 //! Limits: GRUB layouts only; ESP paths must be absolute ASCII without mtools wildcards.
 
@@ -188,27 +189,8 @@ fn mtools(tool: &str) -> Command {
 }
 
 fn run(c: &mut Command) -> Result<Vec<u8>, InstallError> {
-    let tool = c.get_program().to_string_lossy().into_owned();
-    let out = c.output().map_err(|e| InstallError::Tool {
-        tool: tool.clone(),
-        why: format!("{e} (install dosfstools and mtools)"),
-    })?;
-    if !out.status.success() {
-        return Err(InstallError::Tool {
-            tool,
-            why: String::from_utf8_lossy(&out.stderr).trim().to_string(),
-        });
-    }
-    Ok(out.stdout)
-}
-
-/// mtools' `-i` argument for the file system at `offset` of `disk`.
-fn image_arg(disk: &Path, offset: u64) -> std::ffi::OsString {
-    let mut t = disk.as_os_str().to_os_string();
-    if offset != 0 {
-        t.push(format!("@@{offset}"));
-    }
-    t
+    crate::run_tool(c, " (install dosfstools and mtools)")
+        .map_err(|(tool, why)| InstallError::Tool { tool, why })
 }
 
 fn mpath(path: &str) -> Result<String, InstallError> {
@@ -323,9 +305,9 @@ pub fn build(
         .arg((cluster / sector).to_string())
         .arg(image.path());
     run(&mut c)?;
-    let img = image_arg(image.path(), 0);
+    let img = image.path();
     for d in &files.dirs {
-        run(mtools("mmd").arg("-i").arg(&img).arg(mpath(d)?))?;
+        run(mtools("mmd").arg("-i").arg(img).arg(mpath(d)?))?;
     }
     let scratch = Scratch::new("bytes")?;
     for (src, dst) in &files.files {
@@ -338,30 +320,25 @@ pub fn build(
         };
         run(mtools("mcopy")
             .arg("-i")
-            .arg(&img)
+            .arg(img)
             .arg(from)
             .arg(mpath(dst)?))?;
     }
-    read_back(files, image.path(), 0)?;
+    read_back(files, image.path())?;
     Ok(image)
 }
 
-/// Reads every file back from the ESP at `offset` of `disk` and compares it.
-pub fn read_back(files: &EspFiles, disk: &Path, offset: u64) -> Result<(), InstallError> {
-    let img = image_arg(disk, offset);
+/// Reads every file back from the ESP image `img` and compares it.
+pub fn read_back(files: &EspFiles, img: &Path) -> Result<(), InstallError> {
     for (src, dst) in &files.files {
-        let got = run(mtools("mcopy")
-            .arg("-i")
-            .arg(&img)
-            .arg(mpath(dst)?)
-            .arg("-"))?;
+        let got = run(mtools("mcopy").arg("-i").arg(img).arg(mpath(dst)?).arg("-"))?;
         let want = match src {
             Source::Bytes(b) => b.clone(),
             Source::File(p) => std::fs::read(p).map_err(super::io(p))?,
         };
         if got != want {
             return Err(InstallError::ReadBack {
-                path: disk.to_path_buf(),
+                path: img.to_path_buf(),
                 why: format!("the ESP's {dst} is not what was written"),
             });
         }

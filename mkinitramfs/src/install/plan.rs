@@ -100,8 +100,9 @@ pub fn tree_mib(data_mib: u64) -> u64 {
     mib_of(tree.saturating_mul(4096))
 }
 
-/// The plan for `slots` (sorted, one or two) under `spec`'s sizes.
-pub fn plan(spec: &InstallSpec, slots: &[SlotDir]) -> Result<Plan, InstallError> {
+/// Each root and hash partition's size in MiB under `spec`: given, or what the images
+/// need; every size (the ESP's too) checked.
+fn sizes(spec: &InstallSpec, slots: &[SlotDir]) -> Result<(u64, u64), InstallError> {
     if spec.esp_mib < 64 {
         return Err(input(
             &spec.disk,
@@ -147,6 +148,12 @@ pub fn plan(spec: &InstallSpec, slots: &[SlotDir]) -> Result<Plan, InstallError>
             ));
         }
     }
+    Ok((root_mib, verity_mib))
+}
+
+/// The plan for `slots` (sorted, one or two) under `spec`'s sizes.
+pub fn plan(spec: &InstallSpec, slots: &[SlotDir]) -> Result<Plan, InstallError> {
+    let (root_mib, verity_mib) = sizes(spec, slots)?;
     let hashes: String = slots.iter().map(|s| s.root_hash.as_str()).collect();
     let mut parts = Vec::new();
     let mut start = MIB;

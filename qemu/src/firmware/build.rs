@@ -210,25 +210,6 @@ pub fn entry_name(slot: Slot, tries: Option<u32>) -> String {
     }
 }
 
-/// Quotes `s` for a GRUB script double-quoted string.
-fn grub_quote(s: &str) -> Result<String, HarnessError> {
-    if s.contains(['\n', '\r']) {
-        return Err(HarnessError::Setup(format!(
-            "GRUB command line {s:?}: a line break cannot go into node.cfg"
-        )));
-    }
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        if matches!(c, '"' | '\\' | '$') {
-            out.push('\\');
-        }
-        out.push(c);
-    }
-    out.push('"');
-    Ok(out)
-}
-
 /// The early config built into GRUB's image: find the ESP by its `grub.cfg` and load it.
 pub const GRUB_EARLY_CFG: &str = "search --no-floppy --file --set=root /EFI/BOOT/grub.cfg\n\
 configfile /EFI/BOOT/grub.cfg\n";
@@ -297,14 +278,9 @@ pub fn build_esp(spec: &EspSpec, image: &Path, scratch: &Path) -> Result<(), Har
             files.push((spec.grub_cfg.clone(), GRUB_CFG_PATH.into()));
             let node = scratch.join("node.cfg");
             let line = format!("{BASE_CMDLINE} {}", spec.cmdline);
-            std::fs::write(
-                &node,
-                format!(
-                    "# The kernel command line of both slots (sourced by grub.cfg).\nset CMDLINE={}\n",
-                    grub_quote(line.trim_end())?
-                ),
-            )
-            .map_err(|e| HarnessError::io(&node, e))?;
+            let text = mkinitramfs::install::esp::node_cfg(&line)
+                .map_err(|e| HarnessError::Setup(format!("GRUB command line: {e}")))?;
+            std::fs::write(&node, text).map_err(|e| HarnessError::io(&node, e))?;
             files.push((node, NODE_CFG_PATH.into()));
             if let Some(s) = spec.slots.iter().find(|s| !s.options.trim().is_empty()) {
                 return Err(HarnessError::Setup(format!(
@@ -389,15 +365,6 @@ pub fn build_esp(spec: &EspSpec, image: &Path, scratch: &Path) -> Result<(), Har
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn grub_quoting() {
-        assert_eq!(
-            grub_quote("a \"b\" $c \\").unwrap(),
-            "\"a \\\"b\\\" \\$c \\\\\""
-        );
-        assert!(grub_quote("a\nb").is_err());
-    }
 
     /// A real FAT32 image: files written by mtools read back, grubenv made and set by
     /// grub-editenv, then rewritten in place at the clusters mtools allocated.
