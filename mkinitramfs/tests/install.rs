@@ -116,54 +116,6 @@ fn digest(p: &Path) -> Vec<u8> {
     Sha256::digest(std::fs::read(p).unwrap()).to_vec()
 }
 
-/// `sfdisk --dump` with the GUIDs that depend on the root hashes named, as INSTALL.md
-/// shows it.
-fn dump(disk: &Path, hashes: &[(String, String)]) -> String {
-    let o = Command::new("sfdisk")
-        .arg("--dump")
-        .arg(disk)
-        .output()
-        .unwrap();
-    let mut text = ok(&o, "sfdisk --dump")
-        .replace(&disk.display().to_string(), "DISK")
-        .lines()
-        .filter(|l| !l.starts_with("label-id:"))
-        .collect::<Vec<_>>()
-        .join("\n");
-    for (slot, h) in hashes {
-        let guid = |b: &str| {
-            let u = validator::formats::verity::uuid_from_hash(&validator::util::unhex(b).unwrap())
-                .unwrap();
-            u.to_uppercase()
-        };
-        text = text
-            .replace(&guid(&h[..32]), &format!("<root hash {slot}, first half>"))
-            .replace(&guid(&h[32..]), &format!("<root hash {slot}, second half>"));
-    }
-    // The other GUIDs: derived, so any 36-character GUID left is one of them.
-    let mut out = String::new();
-    for line in text.lines() {
-        let mut l = line.to_string();
-        if let Some(i) = l.find("uuid=") {
-            let g = l.get(i + 5..i + 41).unwrap_or_default().to_string();
-            if g.len() == 36 && g.chars().filter(|&c| c == '-').count() == 4 {
-                l = l.replace(&g, "<derived>");
-            }
-        }
-        out.push_str(&l);
-        out.push('\n');
-    }
-    out
-}
-
-/// The table INSTALL.md documents, between its markers.
-fn documented_table() -> String {
-    let doc = std::fs::read_to_string(workspace().join("docs/INSTALL.md")).unwrap();
-    let start = doc.find("<!-- install-dump -->\n```\n").unwrap();
-    let rest = &doc[start + "<!-- install-dump -->\n```\n".len()..];
-    rest[..rest.find("```").unwrap()].to_string()
-}
-
 /// Copies `sectors` 512-byte sectors of `disk` from `start_sector` into `out`.
 fn partition(disk: &Path, start_sector: u64, sectors: u64, out: &Path) {
     use std::os::unix::fs::FileExt;
@@ -203,8 +155,8 @@ fn two_slots_onto_a_new_image_as_debians_tools_read_it() {
         })
         .collect();
     assert_eq!(
-        dump(&disk, &hashes),
-        documented_table(),
+        test_support::install::dump(&disk, &hashes),
+        test_support::install::documented_table(),
         "docs/INSTALL.md's table"
     );
     // Sparse: two small slots in 8 GiB partitions take a few MiB of the image.

@@ -63,6 +63,7 @@ impl Scenario {
             | Name::SbFleetUnenrolled
             | Name::SbRequiredOff => crate::secureboot::setup(&mut s, name)?,
             Name::RealNode => crate::debroot::setup(&mut s)?,
+            Name::RealNodeRecheck => crate::debroot::setup_recheck(&mut s)?,
             Name::PreflightNvidia | Name::PreflightNvidiaOpen | Name::PreflightPcie => {
                 crate::preflight::setup(&mut s, name)?
             }

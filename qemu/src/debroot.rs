@@ -197,8 +197,15 @@ pub fn rauc_key(dir: &Path) -> Result<(PathBuf, PathBuf), HarnessError> {
 
 /// Builds the slot's root tree at `dir` from [`base_tar`]; `extra` is shell that
 /// `node-check` runs after it printed what it sees (before the power-off); `keyring` is
-/// the RAUC bundle certificate the node trusts.
-pub fn build(dir: &Path, extra: &str, keyring: &Path) -> Result<(), HarnessError> {
+/// the RAUC bundle certificate the node trusts. The shipped `validator-recheck.service`
+/// and `.timer` are installed; with `recheck_every_s` the timer is enabled, and a
+/// test-bed drop-in runs it 20 s after boot and every that many seconds.
+pub fn build(
+    dir: &Path,
+    extra: &str,
+    keyring: &Path,
+    recheck_every_s: Option<u32>,
+) -> Result<(), HarnessError> {
     let io = |p: &Path, e| HarnessError::io(p, e);
     let tar = base_tar()?;
     let _ = std::fs::remove_dir_all(dir);
@@ -243,6 +250,25 @@ pub fn build(dir: &Path, extra: &str, keyring: &Path) -> Result<(), HarnessError
         NODE_CHECK_UNIT,
         0o644,
     )?;
+    for u in ["validator-recheck.service", "validator-recheck.timer"] {
+        let p = crate::paths::workspace().join("examples/systemd").join(u);
+        let text = std::fs::read_to_string(&p).map_err(|e| io(&p, e))?;
+        write(&format!("etc/systemd/system/{u}"), &text, 0o644)?;
+    }
+    if let Some(n) = recheck_every_s {
+        // An empty assignment resets every trigger of the timer (systemd.timer(5)), so
+        // one reset, then both.
+        write(
+            "etc/systemd/system/validator-recheck.timer.d/testbed.conf",
+            &format!("[Timer]\nOnBootSec=\nOnBootSec=20s\nOnUnitActiveSec={n}s\nAccuracySec=1s\n"),
+            0o644,
+        )?;
+        let wants = dir.join("etc/systemd/system/timers.target.wants");
+        std::fs::create_dir_all(&wants).map_err(|e| io(&wants, e))?;
+        let l = wants.join("validator-recheck.timer");
+        std::os::unix::fs::symlink("/etc/systemd/system/validator-recheck.timer", &l)
+            .map_err(|e| io(&l, e))?;
+    }
     // RAUC as the updater: the shipped system.conf and drop-in, the bundles' keyring.
     let ex = crate::paths::workspace().join("examples/rauc");
     for (from, to) in [
@@ -355,6 +381,73 @@ pub fn setup(s: &mut Scenario) -> Result<(), HarnessError> {
     Ok(())
 }
 
+/// Printed by the recheck scenario's `node-check` once it showed the boot's state: the
+/// test bed then plugs the NVMe controller into the running node.
+pub const HOTPLUG_NOW: &str = "node-check: plug the controller in now";
+/// The recheck scenario's `node-check` line about the timer: `ROOT-RECHECK-TIMER
+/// active=<is-active> triggered=<LastTriggerUSecMonotonic>` (`25.254362s`; `0`: never).
+pub const RECHECK_TIMER: &str = "ROOT-RECHECK-TIMER ";
+/// Sections of the recheck scenario: the re-check's report, the `recheck:` lines the
+/// service logged, node_exporter's answer and the features file after it, and the
+/// SHA-256 of the boot's `report.json` then.
+pub const RECHECK: &str = "RECHECK";
+pub const RECHECK_LOG: &str = "RECHECK-LOG";
+pub const SCRAPE_AFTER: &str = "SCRAPE-AFTER";
+pub const NFD_AFTER: &str = "NFD-AFTER";
+pub const REPORT_SHA256: &str = "ROOT-REPORT-SHA256 ";
+
+/// What the recheck scenario's `node-check` does after it showed the boot's state: asks
+/// for the controller, waits (up to 3 minutes) until the timer's re-check has run with
+/// it there and passed, stops the timer (nothing rewrites the files while they are
+/// read), then shows what the re-check left.
+fn recheck_script() -> String {
+    format!(
+        "echo \"{HOTPLUG_NOW}\"\n\
+         for i in $(seq 180); do [ -s /run/validator/recheck.json ] && [ -e /sys/class/nvme/nvme0 ] && \
+         [ \"$(systemctl show -P ExecMainStatus validator-recheck.service)\" = 0 ] && break; sleep 1; done\n\
+         echo \"{RECHECK_TIMER}active=$(systemctl is-active validator-recheck.timer) triggered=$(systemctl show -P LastTriggerUSecMonotonic validator-recheck.timer)\"\n\
+         systemctl stop validator-recheck.timer\n\
+         echo ROOT-{RECHECK}-BEGIN; cat /run/validator/recheck.json; echo; echo ROOT-{RECHECK}-END\n\
+         echo ROOT-{RECHECK_LOG}-BEGIN; journalctl -u validator-recheck.service --no-pager -o cat | grep -v -E '^(PASS|FAIL|WARN|SKIP) '; echo ROOT-{RECHECK_LOG}-END\n\
+         curl -sf http://127.0.0.1:9100/metrics > /tmp/scrape-after\n\
+         echo ROOT-{SCRAPE_AFTER}-BEGIN; grep -E '^(# (HELP|TYPE) )?validator_' /tmp/scrape-after; echo ROOT-{SCRAPE_AFTER}-END\n\
+         echo ROOT-{NFD_AFTER}-BEGIN; cat /{nfd}/validator; echo ROOT-{NFD_AFTER}-END\n\
+         echo \"{REPORT_SHA256}$(sha256sum < /run/validator/report.json | cut -d' ' -f1)\"",
+        nfd = crate::rootfs::NFD_DIR,
+    )
+}
+
+/// Sets up `real-node-recheck`: [`setup`]'s node whose BOM also expects one live NVMe
+/// controller (QEMU's model; the gate loads `nvme` and waits 1 s) that is not there when
+/// the gate looks, so the boot is quarantined (a hardware fault); an empty hot-plug root
+/// port, into which the test bed plugs the controller once `node-check` has shown the
+/// boot's state ([`HOTPLUG_NOW`]); the shipped re-check timer enabled (every 5 s here).
+pub fn setup_recheck(s: &mut Scenario) -> Result<(), HarnessError> {
+    setup(s)?;
+    s.name = Name::RealNodeRecheck.as_str().into();
+    s.devices = vec![crate::hw::Device::HotplugNvme {
+        serial: "LATE0001".into(),
+    }];
+    s.hotplug_on = Some(HOTPLUG_NOW.into());
+    s.root_extra = recheck_script();
+    // The wait for the re-check comes on top of the real node's boot.
+    s.boot.min_timeout_s = Some(600);
+    let two = s
+        .boot
+        .slots
+        .as_mut()
+        .ok_or_else(|| HarnessError::Setup("real-node-recheck: no A/B layout".into()))?;
+    two.recheck_every_s = Some(5);
+    for slot in [&mut two.a, &mut two.b] {
+        let hw = &mut slot.bom.hardware;
+        hw.nvme = Some(1);
+        hw.nvme_models = vec![vbom::hardware::NvmeModel("QEMU NVMe Ctrl".into())];
+        hw.link_wait_s = Some(1);
+        slot.bom.modules.load.push(vbom::ModuleName("nvme".into()));
+    }
+    Ok(())
+}
+
 /// systemd, which the gate hands over to (`/sbin/init` links to it).
 pub const SYSTEMD: &str = "/usr/lib/systemd/systemd";
 
@@ -406,6 +499,45 @@ pub fn slot_image(
     Ok((parts, out.join(format!("esp/{slot}/initrd.img"))))
 }
 
+/// The sizes (MiB) the real node's disk is installed with: docs/INSTALL.md's table
+/// (ESP, each root partition, each hash partition), so `sfdisk --dump` of the node's disk
+/// is that table. The image is sparse: the slots fill a few hundred MiB of it.
+pub const INSTALL_MIB: [u64; 3] = [512, 8192, 128];
+
+/// The real node's disk at `disk`, laid out as an operator lays out a blank one: by
+/// `mkinitramfs install` (the library) from the two slot directories `mkinitramfs slot`
+/// made ([`slot_image`]), with Debian's signed shim and GRUB
+/// ([`crate::firmware::SHIM_SIGNED`], [`crate::firmware::GRUB_SIGNED`]), the shipped
+/// `grub.cfg`, `cmdline` in `node.cfg` and `grubenv`'s variables (`None`: install's own,
+/// RAUC's initial state), at [`INSTALL_MIB`]. `force`: over the disk's table (`--force`,
+/// the recovery by reinstall); otherwise the disk is made anew.
+pub fn install_disk(
+    disk: &Path,
+    slot_dirs: Vec<PathBuf>,
+    cmdline: &str,
+    grubenv: Option<&[(String, String)]>,
+    force: bool,
+) -> Result<mkinitramfs::install::Installed, HarnessError> {
+    let ws = crate::paths::workspace();
+    let mut spec = mkinitramfs::install::InstallSpec::new(disk, slot_dirs);
+    spec.loader = mkinitramfs::install::Loader::ShimGrub {
+        shim: ws.join(crate::firmware::SHIM_SIGNED),
+        grub: ws.join(crate::firmware::GRUB_SIGNED),
+    };
+    spec.cmdline = Some(cmdline.to_string());
+    spec.grubenv = grubenv.map(<[_]>::to_vec);
+    let [esp, root, verity] = INSTALL_MIB;
+    spec.esp_mib = esp;
+    spec.root_mib = Some(root);
+    spec.verity_mib = Some(verity);
+    spec.force = force;
+    if !force {
+        let _ = std::fs::remove_file(disk);
+    }
+    mkinitramfs::install::install(&spec)
+        .map_err(|e| HarnessError::Setup(format!("mkinitramfs install {}: {e}", disk.display())))
+}
+
 /// A RAUC update for the real node, built on the host as an operator would: a Debian root
 /// (the same recipe; its `node-check` prints `ROOT-IMAGE <name>`), the slot image made by
 /// `mkinitramfs slot --rauc-bundle` from `bom` with `image_id` `<its id>-<name>`, signed
@@ -426,7 +558,7 @@ pub fn update_disk(
     std::fs::create_dir_all(&d).map_err(|e| io(&d, e))?;
     let (rauc_key, ring) = rauc_key(run_dir)?;
     let tree = d.join("rootfs");
-    build(&tree, &format!("echo \"ROOT-IMAGE {name}\""), &ring)?;
+    build(&tree, &format!("echo \"ROOT-IMAGE {name}\""), &ring, None)?;
     let slot_file = tree.join("etc/slot");
     std::fs::write(&slot_file, format!("{name}\n")).map_err(|e| io(&slot_file, e))?;
     let ext4 = d.join("root.ext4");

@@ -8,7 +8,8 @@
 //! [`Device`]s become QEMU arguments: an NVMe controller (`-device nvme`, with its own
 //! backing file), optionally behind a `pcie-root-port` whose link speed and width are set
 //! (`x-speed`, `x-width`), and the standard VGA (`1234:1111`, a display controller that is
-//! not NVIDIA's).
+//! not NVIDIA's); an NVMe controller can also be hot-plugged into an empty root port while
+//! the node runs ([`Device::HotplugNvme`], [`hotplug_commands`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -43,6 +44,24 @@ pub enum Device {
     Nvme { serial: String, port: Option<Link> },
     /// The standard VGA adapter (PCI `1234:1111`, class `0x030000`).
     Vga,
+    /// An empty `pcie-root-port` (hot-plug capable) and the backing file of an NVMe
+    /// controller that [`hotplug_commands`] plugs into it while the node runs.
+    HotplugNvme { serial: String },
+}
+
+/// QEMU monitor commands that plug in the [`Device::HotplugNvme`] controllers of
+/// `devices` (with the ids [`qemu_args`] gave their ports and drives).
+pub fn hotplug_commands(devices: &[Device]) -> Vec<String> {
+    devices
+        .iter()
+        .enumerate()
+        .filter_map(|(i, d)| match d {
+            Device::HotplugNvme { serial } => Some(format!(
+                "device_add nvme,id=hot{i},serial={serial},drive=nvme{i},bus=rp{i}"
+            )),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The real NVIDIA module `file` (`nvidia.ko`) of `flavour`, signed with the test fleet
@@ -151,6 +170,21 @@ pub fn qemu_args(devices: &[Device], dir: &Path) -> Result<Vec<String>, HarnessE
     for (i, d) in devices.iter().enumerate() {
         match d {
             Device::Vga => args.extend(["-device".to_string(), "VGA".into()]),
+            Device::HotplugNvme { .. } => {
+                let img = dir.join(format!("nvme{i}.img"));
+                let f = std::fs::File::create(&img).map_err(|e| HarnessError::io(&img, e))?;
+                f.set_len(16 << 20).map_err(|e| HarnessError::io(&img, e))?;
+                args.extend([
+                    "-drive".to_string(),
+                    format!("file={},format=raw,if=none,id=nvme{i}", img.display()),
+                    "-device".into(),
+                    format!(
+                        "pcie-root-port,id=rp{i},bus=pcie.0,chassis={},slot={}",
+                        i + 1,
+                        i + 1
+                    ),
+                ]);
+            }
             Device::Nvme { serial, port } => {
                 let img = dir.join(format!("nvme{i}.img"));
                 let f = std::fs::File::create(&img).map_err(|e| HarnessError::io(&img, e))?;

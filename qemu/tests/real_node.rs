@@ -1,10 +1,14 @@
 //! The real node: Debian 12 with systemd behind the gate (scenario `real-node`, under
 //! Secure Boot with Debian's signed shim, GRUB and kernel, signed verity roots, the TPM),
-//! `mark_good = "later"` done by the shipped unit, the rollback of a node that never gets
-//! healthy, and RAUC as the updater: `rauc install` of bundles made by `mkinitramfs slot
-//! --rauc-bundle` writes the other slot, the gate passes a good update and refuses a bad
-//! one (falling back by kexec), and RAUC's view agrees with the gate's. Two nodes, three
-//! power-ons each, booted side by side.
+//! its disk laid out by `mkinitramfs install` from the two slot directories (`sfdisk
+//! --dump` is docs/INSTALL.md's table); `mark_good = "later"` done by the shipped unit,
+//! the rollback of a node that never gets healthy, both slots bad and the node recovered
+//! by the procedure INSTALL.md gives (reinstalled from its slot images); RAUC as the
+//! updater: `rauc install` of bundles made by `mkinitramfs slot --rauc-bundle` writes the
+//! other slot, the gate passes a good update and refuses a bad one (falling back by
+//! kexec), and RAUC's view agrees with the gate's; a quarantine cleared by the shipped
+//! re-check timer once the hardware is there (`real-node-recheck`). Three nodes, booted
+//! side by side two at a time.
 #![expect(
     clippy::unwrap_used,
     clippy::panic,
@@ -18,7 +22,7 @@ use qemu::rootfs::section;
 use qemu::scenario::{Name, Scenario};
 use qemu::tpmcheck;
 use qemu::vm::Outcome;
-use validator::report::Decision;
+use validator::report::{Decision, Fault};
 
 fn grubenv(bed: &ab::Bed) -> String {
     let vars = bed.esp().unwrap().grubenv(&bed.dir).unwrap();
@@ -87,6 +91,22 @@ fn checked(o: Outcome) -> Outcome {
 #[test]
 fn real_node_reaches_multi_user_marks_good_and_rolls_back_when_unhealthy() {
     let bed = Scenario::named(Name::RealNode).unwrap().bed().unwrap();
+    // The disk `mkinitramfs install` laid out from the two slot directories is the table
+    // docs/INSTALL.md shows (its sizes, its types, names and PARTUUIDs).
+    let hashes: Vec<(String, String)> = Slot::ALL
+        .iter()
+        .map(|s| {
+            let f = bed.dir.join(format!("slot-{s}/image/root.roothash"));
+            let h = std::fs::read_to_string(&f).unwrap();
+            (s.to_string(), h.trim().to_string())
+        })
+        .collect();
+    assert_eq!(
+        test_support::install::dump(&bed.disk, &hashes),
+        test_support::install::documented_table(),
+        "sfdisk --dump of {} against docs/INSTALL.md",
+        bed.disk.display()
+    );
 
     // Power-on 1: slot A, healthy.
     let o = power_on(&bed, None);
@@ -174,6 +194,77 @@ fn real_node_reaches_multi_user_marks_good_and_rolls_back_when_unhealthy() {
         status.contains("B_OK=1") && status.contains("B_TRY=0"),
         "{status}"
     );
+
+    // Power-on 4: both slots' images bad (one character of each root hash signature
+    // changed on the disk): the first slot's image fault falls back to the other, whose
+    // image fails too, and the gate stops in the safe state.
+    for slot in Slot::ALL {
+        damage_signature(&bed.disk, &format!("root-{slot}-sig"));
+    }
+    let run = bed.boot().unwrap();
+    assert_eq!(run.boots.len(), 2, "{}", run.log_path.display());
+    let (first, second) = (&run.boots[0], &run.boots[1]);
+    let (r1, r2) = (
+        first.report.as_ref().unwrap(),
+        second.report.as_ref().unwrap(),
+    );
+    assert_eq!(
+        (r1.decision, r1.fault),
+        (Decision::Fallback, Some(Fault::Image)),
+        "{}",
+        first.describe()
+    );
+    assert_eq!(
+        (r2.decision, r2.fault),
+        (Decision::Stop, Some(Fault::Image)),
+        "{}",
+        second.describe()
+    );
+    assert_ne!(r1.booted_slot(), r2.booted_slot());
+    let env = grubenv(&bed);
+    assert!(env.contains("A_OK=0") && env.contains("B_OK=0"), "{env}");
+    // Power-on 5: the halted state docs/INSTALL.md describes: GRUB finds no bootable slot.
+    let halted = bed.boot().unwrap();
+    assert!(
+        halted.console.contains(ab::GRUB_NO_SLOT),
+        "{}",
+        halted.describe()
+    );
+    assert!(
+        !halted.console.contains("Linux version"),
+        "no kernel started"
+    );
+    // The recovery INSTALL.md gives: reinstall the node from its slot images
+    // (`mkinitramfs install --force`); power-on 6 passes on A and is marked good.
+    let installed = bed.reinstall().unwrap();
+    assert!(installed.efibootmgr.contains("efibootmgr --create"));
+    let o = power_on(&bed, None);
+    assert_eq!(ab::root_slot(&o), Some(Slot::A));
+    assert_eq!(mark_good(&o), "success");
+    assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
+}
+
+/// Changes one character of the signature in the DPS signature partition `label` (its
+/// JSON `signature`, base64): the root hash signature no longer verifies.
+fn damage_signature(disk: &std::path::Path, label: &str) {
+    use std::os::unix::fs::FileExt;
+    let (offset, _) = qemu::disk::partition_offset(disk, label).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(disk)
+        .unwrap();
+    let mut head = vec![0u8; 4096];
+    f.read_exact_at(&mut head, offset).unwrap();
+    let key = b"\"signature\":\"";
+    let at = head
+        .windows(key.len())
+        .position(|w| w == key)
+        .unwrap_or_else(|| panic!("{label}: no signature"))
+        + key.len()
+        + 16;
+    head[at] = if head[at] == b'A' { b'B' } else { b'A' };
+    f.write_all_at(&head[at..=at], offset + at as u64).unwrap();
 }
 
 /// RAUC as the updater (a node of its own, so it boots beside the test above): from A,
@@ -238,6 +329,119 @@ fn rauc_updates_the_other_slot_and_an_update_the_gate_refuses_falls_back() {
     assert_eq!(rauc.booted, "B");
     assert_eq!(rauc.status("A"), Some("bad"), "{rauc:?}");
     assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=0");
+}
+
+/// The live re-check under systemd (`real-node-recheck`): the BOM expects an NVMe
+/// controller that is not there when the gate looks, so the boot is quarantined as a
+/// hardware fault; the test bed then plugs the controller into the running node, and the
+/// shipped `validator-recheck.timer` re-runs the preflight: the re-check passes, the
+/// metrics node_exporter serves and the NFD label say pass, and the boot's report is the
+/// one the gate wrote.
+#[test]
+fn a_quarantine_clears_when_the_timer_rechecks_the_recovered_hardware() {
+    let bed = Scenario::named(Name::RealNodeRecheck)
+        .unwrap()
+        .bed()
+        .unwrap();
+    let run = bed.boot().unwrap();
+    assert_eq!(run.boots.len(), 1, "{}", run.log_path.display());
+    let o = &run.boots[0];
+    // The boot: quarantined by the preflight's NVMe check, a hardware fault.
+    let r = o.reached_root();
+    assert_eq!(r.decision, Decision::Quarantine, "{}", o.describe());
+    assert_eq!(r.fault, Some(Fault::Hardware));
+    let nvme = r.check("preflight/nvme").unwrap();
+    assert_eq!(
+        nvme.status,
+        validator::report::CheckStatus::Fail,
+        "{nvme:?}"
+    );
+    let before = section(&o.console, "METRICS").unwrap();
+    assert!(
+        before.contains("validator_decision{decision=\"quarantine\"} 1"),
+        "{before}"
+    );
+    let nfd = section(&o.console, "NFD").unwrap();
+    assert!(
+        nfd.lines().any(|l| l.ends_with("/quarantine=true")),
+        "{nfd}"
+    );
+
+    // The controller plugged in by QEMU's monitor, without an error.
+    let monitor = std::fs::read_to_string(run.log_path.with_file_name("monitor.log")).unwrap();
+    assert!(monitor.contains("device_add nvme"), "{monitor}");
+    assert!(!monitor.to_lowercase().contains("error"), "{monitor}");
+
+    // The timer ran the service (systemd's own record of the trigger), and its last run
+    // passed.
+    let timer = o
+        .console
+        .lines()
+        .find_map(|l| l.strip_prefix(debroot::RECHECK_TIMER))
+        .unwrap_or_else(|| panic!("no timer line: {}", o.describe()));
+    assert!(timer.contains("active=active"), "{timer}");
+    // systemd's time of the last trigger since boot (`25.254362s`), `0` when never.
+    let triggered = timer
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("triggered="))
+        .unwrap_or("0");
+    assert!(triggered != "0" && triggered.ends_with('s'), "{timer}");
+    let log = section(&o.console, debroot::RECHECK_LOG).unwrap();
+    let verdicts: Vec<&str> = log.lines().filter(|l| l.starts_with("recheck: ")).collect();
+    assert_eq!(
+        verdicts.last().copied(),
+        Some("recheck: pass (the boot: quarantine)"),
+        "{log}"
+    );
+    let text = section(&o.console, debroot::RECHECK).unwrap();
+    let live: validator::report::Report = validator::report::json::parse(text.trim()).unwrap();
+    assert_eq!(
+        (live.decision, live.fault),
+        (Decision::Pass, None),
+        "{text}"
+    );
+    let k = live.recheck.as_ref().unwrap();
+    assert_eq!(k.boot_decision, Decision::Quarantine);
+    assert_eq!(
+        live.check("preflight/nvme").unwrap().status,
+        validator::report::CheckStatus::Pass
+    );
+    // What Prometheus scrapes and NFD reads now.
+    let scrape = section(&o.console, debroot::SCRAPE_AFTER).unwrap();
+    assert!(
+        scrape.contains("validator_decision{decision=\"pass\"} 1"),
+        "{scrape}"
+    );
+    assert!(
+        scrape.contains("validator_decision{decision=\"quarantine\"} 0"),
+        "{scrape}"
+    );
+    assert!(
+        scrape.contains("validator_boot_info{decision=\"quarantine\",fault=\"hardware\"} 1"),
+        "{scrape}"
+    );
+    let info = scrape
+        .lines()
+        .find(|l| l.starts_with("validator_report_info{"))
+        .unwrap();
+    assert!(
+        info.contains("decision=\"pass\"") && !info.contains("fault="),
+        "{info}"
+    );
+    let f =
+        validator::formats::nfd::parse(&section(&o.console, debroot::NFD_AFTER).unwrap()).unwrap();
+    let get = |n: &str| f.iter().find(|x| x.name == n).map(|x| x.value.clone());
+    assert_eq!(get("decision").as_deref(), Some("pass"));
+    assert_eq!(get("quarantine").as_deref(), Some("false"));
+    // The boot's report is the file the gate wrote (its console line's digest).
+    let line = validator::report::console::find(&o.console).unwrap();
+    let kept = o
+        .console
+        .lines()
+        .find_map(|l| l.strip_prefix(debroot::REPORT_SHA256))
+        .unwrap()
+        .trim();
+    assert_eq!(kept, line.sha256);
 }
 
 /// `rauc install` of the bundles on the update disk: `<file> <exit status>`.

@@ -4,7 +4,8 @@
 //! sparse file, a name that is not UTF-8), fixture trees copied with their links, one
 //! swtpm launcher ([`swtpm`]), one maker of test keys and certificates ([`keys`]), the
 //! benchmarks' path arguments ([`bench`]), function and file lengths ([`sizes`]), the
-//! gate the signature-rule cases are judged by ([`sigrules`]), the one import scanner the
+//! gate the signature-rule cases are judged by ([`sigrules`]), an installed disk's table
+//! as docs/INSTALL.md shows it ([`install`]), the one import scanner the
 //! layer and import-cycle checks read the sources with ([`imports`]), and the fuzz
 //! targets' entry points ([`fuzz`]: libFuzzer's targets in `fuzz/` and the regression
 //! replay call the same functions).
@@ -25,6 +26,7 @@ use std::path::{Path, PathBuf};
 pub mod bench;
 pub mod fuzz;
 pub mod imports;
+pub mod install;
 pub mod keys;
 pub mod sigrules;
 pub mod sizes;

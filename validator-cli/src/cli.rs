@@ -58,6 +58,11 @@ pub(crate) enum Cmd {
     /// preflight checks, usable on a live node as a post-boot health check.
     #[command(after_help = EXIT_CODES)]
     Preflight(preflight::PreflightArgs),
+    /// Re-run the preflight on the running node against the BOM the boot was judged by:
+    /// update the metrics and node labels, clear a quarantine whose hardware recovered
+    /// or raise one (the boot's report is kept). Exit 0 pass now, 1 quarantined.
+    #[command(after_help = EXIT_CODES)]
+    Recheck(crate::recheck::RecheckArgs),
     /// A boot's health report for a person, as a timeline, metrics or node labels.
     Report(report::ReportArgs),
     /// Show how a kernel command line is read (default: /proc/cmdline).

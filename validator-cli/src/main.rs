@@ -27,6 +27,7 @@ mod man;
 mod modules;
 mod pe;
 mod preflight;
+mod recheck;
 mod report;
 mod slot;
 mod tpm;
@@ -78,6 +79,7 @@ fn run(cmd: Cmd, out: &mut Out) -> Res {
         Cmd::Bom(BomCmd::Check { file }) => bom::check(&file, out),
         Cmd::Slot(c) => slot::run(c, out),
         Cmd::Preflight(a) => preflight::run(a, out),
+        Cmd::Recheck(a) => recheck::run(a, out),
         Cmd::Report(a) => report::run(a, out),
         Cmd::Cmdline { line } => cmdline::show(line, out),
         Cmd::Gpt { disk } => gpt::list(&disk, out),

@@ -21,16 +21,8 @@ pub struct PreflightArgs {
     /// The image's BOM: what the node must have.
     #[arg(long, value_name = "FILE")]
     bom: PathBuf,
-    /// The sysfs root.
-    #[arg(long, value_name = "DIR", default_value = "/sys")]
-    sysfs: PathBuf,
-    /// The procfs root.
-    #[arg(long, value_name = "DIR", default_value = "/proc")]
-    procfs: PathBuf,
-    /// The root holding the fabric manager's package and the drivers (on a live node, the
-    /// booted root).
-    #[arg(long, value_name = "DIR", default_value = "/")]
-    root: PathBuf,
+    #[command(flatten)]
+    roots: NodeRoots,
     /// Seconds to wait for mlx5 ports and NVMe controllers (default: the BOM's
     /// hardware.link_wait_s).
     #[arg(long, value_name = "SECONDS", value_parser = clap::value_parser!(u32).range(0..=i64::from(LINK_WAIT_S_MAX)))]
@@ -50,6 +42,35 @@ pub struct PreflightArgs {
     json: bool,
 }
 
+/// The node's trees the preflight reads (also `validator recheck`'s).
+#[derive(Debug, Args)]
+pub struct NodeRoots {
+    /// The sysfs root.
+    #[arg(long, value_name = "DIR", default_value = "/sys")]
+    pub sysfs: PathBuf,
+    /// The procfs root.
+    #[arg(long, value_name = "DIR", default_value = "/proc")]
+    pub procfs: PathBuf,
+    /// The root holding the fabric manager's package and the drivers (on a live node, the
+    /// booted root).
+    #[arg(long, value_name = "DIR", default_value = "/")]
+    pub root: PathBuf,
+}
+
+impl NodeRoots {
+    /// The three trees, each checked to be a directory.
+    pub fn checked(&self) -> Result<HwRoots, Usage> {
+        directory("sysfs", &self.sysfs)?;
+        directory("procfs", &self.procfs)?;
+        directory("root", &self.root)?;
+        Ok(HwRoots {
+            sys: self.sysfs.clone(),
+            proc: self.procfs.clone(),
+            root: self.root.clone(),
+        })
+    }
+}
+
 fn directory(flag: &str, p: &Path) -> Result<(), Usage> {
     match std::fs::metadata(p) {
         Ok(m) if m.is_dir() => Ok(()),
@@ -66,9 +87,10 @@ fn gate(
     let vmlinuz = match &a.vmlinuz {
         Some(v) => v.clone(),
         None => {
-            let osrelease = a.procfs.join("sys/kernel/osrelease");
+            let osrelease = a.roots.procfs.join("sys/kernel/osrelease");
             let rel = validator::util::fs::read_text_limited(&osrelease, 256)?;
-            a.root
+            a.roots
+                .root
                 .join("boot")
                 .join(format!("vmlinuz-{}", rel.trim_end()))
         }
@@ -104,7 +126,7 @@ fn gate(
     ))
 }
 
-fn status_word(s: CheckStatus) -> &'static str {
+pub(crate) fn status_word(s: CheckStatus) -> &'static str {
     match s {
         CheckStatus::Pass => "PASS",
         CheckStatus::Warn => "WARN",
@@ -116,14 +138,12 @@ fn status_word(s: CheckStatus) -> &'static str {
 /// Runs the command.
 pub fn run(a: PreflightArgs, out: &mut Out) -> Res {
     let bom = validator::config::bom::load(&a.bom)?;
-    directory("sysfs", &a.sysfs)?;
-    directory("procfs", &a.procfs)?;
-    directory("root", &a.root)?;
+    let roots = a.roots.checked()?;
     let mut report = PreflightReport::default();
     let mut verdicts: Vec<Verdict> = Vec::new();
     if a.gate_modules {
         let (g, release) = gate(&a, &bom)?;
-        let dir = a.root.join("lib/modules").join(&release);
+        let dir = a.roots.root.join("lib/modules").join(&release);
         let names: Vec<String> = bom
             .bom
             .modules
@@ -168,11 +188,6 @@ pub fn run(a: PreflightArgs, out: &mut Out) -> Res {
             }
         }
     }
-    let roots = HwRoots {
-        sys: a.sysfs.clone(),
-        proc: a.procfs.clone(),
-        root: a.root.clone(),
-    };
     let mut opts = Options::from_bom(&bom.bom);
     if let Some(w) = a.wait {
         opts.link_wait = Duration::from_secs(u64::from(w));

@@ -105,6 +105,13 @@ fn full_report() -> Report {
         }))
         .unwrap(),
     );
+    // As a live re-check writes it (`validator recheck`).
+    r.recheck = Some(validator::report::Recheck {
+        at_unix_s: 1_700_000_000,
+        boot_decision: validator::report::Decision::Quarantine,
+        boot_fault: Some(Fault::Hardware),
+        boot_reason: None,
+    });
     r
 }
 
@@ -192,6 +199,8 @@ fn every_family_passes_promtool_lint() {
         "validator_previous_boot_info",
         "validator_pcr_info",
         "validator_node_info",
+        "validator_boot_info",
+        "validator_recheck_timestamp_seconds",
     ] {
         assert!(text.contains(f), "{f} missing");
     }

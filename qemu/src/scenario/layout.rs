@@ -191,6 +191,10 @@ pub struct TwoSlots {
     /// Under Secure Boot: shim's `SHIM_VERBOSE` variable set, so shim prints its
     /// reasons (an SBAT revocation names the component) on the console.
     pub shim_verbose: bool,
+    /// Debian roots ([`RootSystem::Debian`]): the shipped `validator-recheck.timer`
+    /// enabled, with a test-bed drop-in that re-checks every this many seconds (the
+    /// first run 20 s after boot); `None`: the units are installed, not enabled.
+    pub recheck_every_s: Option<u32>,
 }
 
 /// The slot's BOM made from `base`: `image_id` suffixed with `-<slot>`, the FAT modules
@@ -266,6 +270,7 @@ impl TwoSlots {
             revoke_b: None,
             sbat_level: None,
             shim_verbose: false,
+            recheck_every_s: None,
         }
     }
 

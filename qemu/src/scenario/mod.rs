@@ -63,8 +63,12 @@ pub struct Scenario {
     pub root_tpm_tools: bool,
     /// Drivers on the root for the preflight (`modules.root`), indexed by `depmod`.
     pub root_modules: Option<crate::hw::RootModules>,
-    /// Emulated devices beyond the disks (NVMe behind a set link, VGA).
+    /// Emulated devices beyond the disks (NVMe behind a set link, VGA, an NVMe
+    /// controller to hot-plug).
     pub devices: Vec<crate::hw::Device>,
+    /// Plug the hot-plug devices ([`crate::hw::Device::HotplugNvme`]) into the running
+    /// node when the console shows this (A/B nodes).
+    pub hotplug_on: Option<String>,
     /// VM memory (default: `VmConfig`'s).
     pub memory_mib: Option<u32>,
     /// The boot path (kernel direct, or OVMF with GRUB or systemd-boot), the A/B slots,
@@ -160,6 +164,7 @@ impl Scenario {
             root_tpm_tools: false,
             root_modules: None,
             devices: Vec::new(),
+            hotplug_on: None,
             memory_mib: None,
             boot: Boot::default(),
         })

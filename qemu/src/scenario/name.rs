@@ -70,6 +70,7 @@ pub enum Name {
     SbFleetUnenrolled,
     SbRequiredOff,
     RealNode,
+    RealNodeRecheck,
 }
 
 impl Name {
@@ -136,6 +137,7 @@ impl Name {
         Name::SbFleetUnenrolled,
         Name::SbRequiredOff,
         Name::RealNode,
+        Name::RealNodeRecheck,
     ];
 
     /// The name on the command line and in run directories.
@@ -202,6 +204,7 @@ impl Name {
             Name::SbFleetUnenrolled => "sb-fleet-unenrolled",
             Name::SbRequiredOff => "sb-required-off",
             Name::RealNode => "real-node",
+            Name::RealNodeRecheck => "real-node-recheck",
         }
     }
 

@@ -55,6 +55,9 @@ pub struct VmConfig {
     pub tpm: Option<Vec<String>>,
     /// Kill the swtpm when the console shows this text (a TPM failing mid-boot).
     pub kill_tpm_on: Option<String>,
+    /// Commands to QEMU's human monitor once the console shows a text (a device
+    /// hot-plugged into the running node).
+    pub monitor_on: Option<MonitorAt>,
     /// Boot UEFI firmware (OVMF) from the disks instead of `-kernel`; `kernel`, `initrd`
     /// and `append` are then unused (the boot loader on the ESP names them).
     pub firmware: Option<crate::firmware::Ovmf>,
@@ -90,6 +93,18 @@ impl KillAt {
     }
 }
 
+/// Commands for QEMU's human monitor (HMP, on the socket [`MONITOR_SOCKET`] in the run
+/// directory), sent in order at the first occurrence of `text` on the console; the
+/// monitor's answers go to `monitor.log` beside the console log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MonitorAt {
+    pub text: String,
+    pub commands: Vec<String>,
+}
+
+/// The monitor's socket, beside the console log.
+pub const MONITOR_SOCKET: &str = "monitor.sock";
+
 /// QEMU block throttling on the disks' writes (`throttling.bps-write`,
 /// `throttling.iops-write` on each `-drive`); `None` leaves that limit off.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -124,6 +139,7 @@ impl VmConfig {
             extra_args: Vec::new(),
             tpm: Some(vec!["sha1".into(), "sha256".into()]),
             kill_tpm_on: None,
+            monitor_on: None,
             firmware: None,
             follow_reboots: None,
             kill_at: None,
@@ -224,6 +240,15 @@ impl VmConfig {
                     d.display()
                 ))
                 .args(["-device", &format!("virtio-blk-pci,drive=d{i}")]);
+        }
+        if self.monitor_on.is_some() {
+            let sock = console.with_file_name(MONITOR_SOCKET);
+            c.arg("-chardev")
+                .arg(format!(
+                    "socket,id=hmp,path={},server=on,wait=off",
+                    sock.display()
+                ))
+                .args(["-mon", "chardev=hmp,mode=readline"]);
         }
         c.args(&self.extra_args);
         c

@@ -10,7 +10,9 @@
 //! is split per boot at [`VmConfig::boot_marker`] and each boot gets its own typed
 //! [`Outcome`]. A run can be cut like a power cut ([`KillAt`]: SIGKILL to QEMU's process
 //! group a given delay after a console text), and disk writes can be throttled
-//! ([`Throttle`]) so a cut lands inside a write more often.
+//! ([`Throttle`]) so a cut lands inside a write more often. Commands can be sent to
+//! QEMU's monitor at a console text ([`MonitorAt`]: a device hot-plugged into the running
+//! node).
 //!
 //! Limits: boots are told apart by a console text, so a boot loader or kernel that prints
 //! nothing is not counted; the console is polled every 20 ms, so times seen on the host
@@ -27,5 +29,8 @@ mod outcome;
 mod watch;
 
 pub use boots::{run, run_boots, Run};
-pub use config::{Accel, KillAt, Throttle, VmConfig, FIRMWARE_BOOT_MARKER, KERNEL_BOOT_MARKER};
+pub use config::{
+    Accel, KillAt, MonitorAt, Throttle, VmConfig, FIRMWARE_BOOT_MARKER, KERNEL_BOOT_MARKER,
+    MONITOR_SOCKET,
+};
 pub use outcome::{classify, Outcome, Verdict};

@@ -105,6 +105,42 @@ pub(super) struct Watched {
     pub(super) wall: Duration,
 }
 
+/// Sends `commands` to QEMU's monitor socket beside `log_path`, each after the previous
+/// one's prompt came back; the monitor's output (or why it could not be reached) goes to
+/// `monitor.log` there.
+fn monitor(log_path: &Path, commands: &[String]) {
+    use std::io::{Read, Write};
+    let sock = log_path.with_file_name(super::config::MONITOR_SOCKET);
+    let mut log = String::new();
+    let mut talk = || -> std::io::Result<()> {
+        let mut s = std::os::unix::net::UnixStream::connect(&sock)?;
+        s.set_read_timeout(Some(Duration::from_secs(10)))?;
+        let mut buf = [0u8; 4096];
+        let mut prompt = |s: &mut std::os::unix::net::UnixStream, log: &mut String| {
+            let mut seen = String::new();
+            while !seen.contains("(qemu)") {
+                let n = s.read(&mut buf)?;
+                if n == 0 {
+                    break;
+                }
+                seen.push_str(&String::from_utf8_lossy(buf.get(..n).unwrap_or_default()));
+            }
+            log.push_str(&seen);
+            std::io::Result::Ok(())
+        };
+        prompt(&mut s, &mut log)?;
+        for c in commands {
+            s.write_all(format!("{c}\n").as_bytes())?;
+            prompt(&mut s, &mut log)?;
+        }
+        Ok(())
+    };
+    if let Err(e) = talk() {
+        log.push_str(&format!("\nmonitor {}: {e}\n", sock.display()));
+    }
+    let _ = std::fs::write(log_path.with_file_name("monitor.log"), log);
+}
+
 /// Starts QEMU for `cfg` (and its swtpm) and watches the console until QEMU ends, the
 /// timeout, the boot limit or the kill; then kills both process groups.
 pub(super) fn watch(cfg: &VmConfig, dir: &Path) -> Result<Watched, HarnessError> {
@@ -148,6 +184,7 @@ pub(super) fn watch(cfg: &VmConfig, dir: &Path) -> Result<Watched, HarnessError>
     let mut file: Option<std::fs::File> = None;
     let mut boots = Counter::new(cfg.boot_marker());
     let mut tpm_text = cfg.kill_tpm_on.as_deref().map(Counter::new);
+    let mut monitor_text = cfg.monitor_on.as_ref().map(|m| Counter::new(&m.text));
     let mut kill_text = cfg.kill_at.as_ref().map(|k| Counter::new(&k.text));
     let mut kill_deadline: Option<Duration> = None;
     let mut read_console = |console: &mut Vec<u8>, arrivals: &mut Vec<(usize, Duration)>| {
@@ -181,6 +218,12 @@ pub(super) fn watch(cfg: &VmConfig, dir: &Path) -> Result<Watched, HarnessError>
         if let (Some(c), Some(_)) = (tpm_text.as_mut(), &swtpm) {
             if c.update(&console) > 0 {
                 swtpm = None; // dropping it kills the swtpm's process group
+            }
+        }
+        if let (Some(m), Some(c)) = (&cfg.monitor_on, monitor_text.as_mut()) {
+            if c.update(&console) > 0 {
+                monitor(&log_path, &m.commands);
+                monitor_text = None;
             }
         }
         if let Some(limit) = cfg.follow_reboots {

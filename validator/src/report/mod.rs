@@ -12,6 +12,8 @@
 //! - [`prometheus`]: the text exposition file for node_exporter's textfile collector.
 //! - [`nfd`]: the Node Feature Discovery local features file, and a parser of that format.
 //! - [`publish`]: what the init does with all of these at the end of a boot.
+//! - [`recheck`]: the node's report now, from the boot's and the preflight run again on
+//!   the running node (`validator recheck`).
 //! - [`timeline`]: the boot as an SVG timeline, for a person (the CLI; not the init).
 //!
 //! Only `boot` (and the CLI) use this layer.
@@ -24,8 +26,11 @@ pub mod json;
 pub mod nfd;
 pub mod prometheus;
 pub mod publish;
+pub mod recheck;
 pub mod schema;
 pub mod timeline;
 
 pub use crate::stages::{Decision, Fault};
-pub use schema::{Check, CheckStatus, GpuCounts, Report, StageReport, StageStatus, SCHEMA};
+pub use schema::{
+    Check, CheckStatus, GpuCounts, Recheck, Report, StageReport, StageStatus, SCHEMA,
+};

@@ -30,8 +30,12 @@
 //! | `validator_gpus` | `source` (`bom`, `pci`, `driver`) | GPUs, for each source known |
 //! | `validator_peak_rss_bytes` | | PID 1's peak resident memory |
 //! | `validator_warnings` | | problems that did not stop the boot |
+//! | `validator_recheck_timestamp_seconds` | | a live re-check's time (Unix) |
+//! | `validator_boot_info` | `decision`, `fault` | a live re-check's file: the boot's own verdict (1) |
 //!
-//! Families whose facts the boot did not reach (no TPM section, no slots) are left out.
+//! Families whose facts the boot did not reach (no TPM section, no slots, no re-check) are
+//! left out. A live re-check (`validator recheck`) replaces the file with its own report,
+//! whose decision and checks are the node's now ([`super::recheck`]).
 
 use std::fmt::Write as _;
 
@@ -116,6 +120,7 @@ pub fn render(r: &Report) -> String {
     measured(o, r);
     slots(o, r);
     resources(o, r);
+    recheck(o, r);
     family(
         o,
         "validator_warnings",
@@ -302,6 +307,34 @@ fn resources(o: &mut String, r: &Report) {
         )
         .sample("validator_peak_rss_bytes", &[], as_f64(b));
     }
+}
+
+/// A live re-check's families (`validator recheck`): when it ran and what the boot decided.
+fn recheck(o: &mut String, r: &Report) {
+    let Some(k) = &r.recheck else { return };
+    family(
+        o,
+        "validator_recheck_timestamp_seconds",
+        "When the preflight last ran again on the running node (Unix time).",
+    )
+    .sample(
+        "validator_recheck_timestamp_seconds",
+        &[],
+        as_f64(k.at_unix_s),
+    );
+    family(
+        o,
+        "validator_boot_info",
+        "The boot's own decision and fault class, before any re-check (always 1).",
+    )
+    .sample(
+        "validator_boot_info",
+        &[
+            ("decision", Some(k.boot_decision.as_str())),
+            ("fault", k.boot_fault.map(|f| f.as_str())),
+        ],
+        1.0,
+    );
 }
 
 /// The TPM, verity and taint families, for the sections the boot reached.

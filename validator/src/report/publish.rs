@@ -9,7 +9,8 @@
 //!    that closes the boot's measurements ([`crate::runtime::measure::Measurer::seal`]:
 //!    `sealed:<digest of the quote>` into our PCR, the logs in `/run` written again), so
 //!    no later quote can vouch for another report;
-//! 3. the JSON, by rename, to `/run/validator/report.json`, which the new root inherits,
+//! 3. the JSON, by rename, to `/run/validator/report.json`, which the new root inherits
+//!    (beside it, when the boot goes on, the BOM it was judged by: [`BOM_RUN_PATH`]),
 //!    and, when quoted, into the slot record (so the next boot and a verifier reading the
 //!    ESP get the quoted report);
 //! 4. the console line, one write, with the digest of that file. The test bed's init
@@ -197,6 +198,19 @@ fn fleet_files(ctx: &Context, report: &mut Report) {
     }
 }
 
+/// Where the BOM this boot was judged by is left for the running node (`validator
+/// recheck` re-runs the preflight against it, checking its digest against the report's).
+pub const BOM_RUN_PATH: &str = "validator/bom.toml";
+
+/// The BOM's exact bytes into `/run` for the new root ([`BOM_RUN_PATH`]).
+fn keep_bom(ctx: &Context) {
+    let Some(b) = ctx.bom.as_ref() else { return };
+    let path = ctx.roots.run.join(BOM_RUN_PATH);
+    if let Err(e) = crate::util::fs::write_atomic(&path, &b.bytes) {
+        log::warn!("cannot write {}: {e}", path.display());
+    }
+}
+
 /// Writes the outputs of the report (see the module's documentation) and logs the
 /// decision.
 pub fn emit(ctx: &mut Context, report: &mut Report) {
@@ -206,6 +220,9 @@ pub fn emit(ctx: &mut Context, report: &mut Report) {
     seal(report, &ctx.roots.proc);
     attest(ctx, report);
     close(ctx, report);
+    if report.decision.hands_over() {
+        keep_bom(ctx);
+    }
     let bytes = json::file_bytes(report);
     let path = ctx.roots.run.join(json::RUN_PATH);
     if let Err(e) = crate::util::fs::write_atomic(&path, &bytes) {

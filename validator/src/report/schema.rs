@@ -141,6 +141,21 @@ pub struct Report {
     /// without this field is what the quote's qualifying data digests).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attestation: Option<crate::runtime::attest::Attestation>,
+    /// Set in a live re-check's report only (`validator recheck`): when it ran and what
+    /// the boot had decided.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recheck: Option<Recheck>,
+}
+
+/// A live re-check: when the preflight ran again, and the boot's own verdict (the report
+/// around it says what the node is now).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Recheck {
+    /// Seconds since the Unix epoch.
+    pub at_unix_s: u64,
+    pub boot_decision: Decision,
+    pub boot_fault: Option<Fault>,
+    pub boot_reason: Option<String>,
 }
 
 impl Report {
@@ -171,6 +186,7 @@ impl Report {
             gpus: None,
             warnings: Vec::new(),
             attestation: None,
+            recheck: None,
         }
     }
 

@@ -13,7 +13,10 @@
 //! (`bom.toml`; the verity root hash filled in when the BOM pins it) and its initramfs;
 //! then the ESP ([`crate::firmware::build_esp`]: both slots' kernels and initramfs
 //! images, GRUB's `grubenv` or systemd-boot's counted entries) and the GPT disk
-//! `disk.img` = ESP + slot A's partitions + slot B's. `Scenario::bed` ([`crate::prepare`])
+//! `disk.img` = ESP + slot A's partitions + slot B's. The Debian node's disk
+//! ([`RootSystem::Debian`], `real-node`) is instead installed as an operator installs a
+//! blank one, by `mkinitramfs install` from the slot directories `mkinitramfs slot` made
+//! ([`crate::debroot::install_disk`]: the same layout at docs/INSTALL.md's sizes). `Scenario::bed` ([`crate::prepare`])
 //! keeps that disk for several power-ons and for reading the ESP back on the host
 //! ([`Bed::esp`]); `Scenario::run` boots once and removes the images.
 //!
@@ -38,10 +41,8 @@
 
 use std::path::{Path, PathBuf};
 
-use validator::config::bom::{self as vbom, RootHashSource};
-
-use crate::disk::{self, Content, PartitionSpec};
-use crate::firmware::{self, Esp, EspSlot, EspSpec, Loader, Ovmf};
+use crate::disk;
+use crate::firmware::{self, Esp, EspSlot, Loader, Ovmf};
 use crate::paths;
 use crate::scenario::{
     gate_config, BootPath, EspCondition, Name, RootSystem, Roots, Scenario, TwoSlots, ESP_DISK,
@@ -50,6 +51,9 @@ use crate::vm::{self, Outcome, Run, VmConfig};
 use crate::HarnessError;
 
 pub use crate::firmware::Slot;
+
+mod layout;
+use layout::{build_disk, build_slot, install_cmdline, install_debian, slot_dirs};
 
 /// Printed by a slot root's init: `ROOT-SLOT A`.
 pub const ROOT_SLOT: &str = "ROOT-SLOT ";
@@ -83,110 +87,6 @@ pub fn cmdline_slot(o: &Outcome) -> Option<Slot> {
     line.split_whitespace()
         .find_map(|w| w.strip_prefix("validator.slot="))
         .and_then(Slot::parse)
-}
-
-/// The paths of one slot's built image.
-#[derive(Debug, Clone)]
-struct BuiltSlot {
-    parts: Vec<PartitionSpec>,
-    initrd: PathBuf,
-}
-
-fn build_slot(
-    s: &Scenario,
-    two: &TwoSlots,
-    slot: Slot,
-    dir: &Path,
-) -> Result<BuiltSlot, HarnessError> {
-    let img = two.slot(slot);
-    let sdir = dir.join(format!("slot-{slot}"));
-    std::fs::create_dir_all(&sdir).map_err(|e| HarnessError::io(&sdir, e))?;
-    let rootdir = sdir.join("rootfs");
-    let mut extra = format!("echo \"{ROOT_SLOT}$(cat /etc/slot)\"\n");
-    for e in [&s.root_extra, &img.root_extra] {
-        if !e.is_empty() {
-            extra.push_str(e);
-            extra.push('\n');
-        }
-    }
-    if s.root_tpm_tools {
-        extra.push_str(crate::scenario::TPM_ROOT_SCRIPT);
-        extra.push('\n');
-    }
-    let debian = two.system == RootSystem::Debian;
-    if debian {
-        let (_, ring) = crate::debroot::rauc_key(dir)?;
-        crate::debroot::build(&rootdir, &extra, &ring)?;
-    } else {
-        crate::rootfs::build(&rootdir, &extra)?;
-    }
-    if !img.root_snakeoil_modules.is_empty() {
-        let key = sigcases::keys::snakeoil(&sdir.join("root-keys"));
-        let to = rootdir.join("fleet-modules");
-        std::fs::create_dir_all(&to).map_err(|e| HarnessError::io(&to, e))?;
-        for m in &img.root_snakeoil_modules {
-            let out = to.join(format!("{m}.ko"));
-            crate::initramfs::resign_module(&img.kernel, m, &key, "sha256", &out)?;
-        }
-    }
-    let slot_file = rootdir.join("etc/slot");
-    std::fs::write(&slot_file, format!("{slot}\n")).map_err(|e| HarnessError::io(&slot_file, e))?;
-    if s.root_tpm_tools && !debian {
-        crate::rootfs::add_host_programs(
-            &rootdir,
-            &["/usr/bin/tpm2"],
-            &[("tpm2_pcrread", "tpm2"), ("tpm2_eventlog", "tpm2")],
-            &["/usr/lib/x86_64-linux-gnu/libtss2-tcti-device.so.0"],
-        )?;
-    }
-    let mut bom = img.bom.clone();
-    let bom_path = sdir.join("bom.toml");
-    let write_bom = |bom: &vbom::Bom| {
-        let text = bom
-            .to_toml()
-            .map_err(|e| HarnessError::Setup(format!("slot {slot} BOM as TOML: {e}")))?;
-        std::fs::write(&bom_path, text).map_err(|e| HarnessError::io(&bom_path, e))
-    };
-    if debian && matches!(two.roots, Roots::Verity(_)) {
-        // As an operator builds a slot: `mkinitramfs slot` from an ext4 image of the root.
-        write_bom(&bom)?;
-        let (parts, initrd) =
-            crate::debroot::slot_image(&img.kernel, &rootdir, &bom_path, slot, &sdir)?;
-        return Ok(BuiltSlot { parts, initrd });
-    }
-    let parts = match two.roots {
-        Roots::Plain => {
-            let size = crate::rootfs::image_size_mib(&rootdir);
-            vec![PartitionSpec::ext4(&format!("root-{slot}"), &rootdir, size)]
-        }
-        Roots::Verity(_) => {
-            let v = crate::verity::build(&rootdir, &sdir, img.verity)?;
-            if v.cert != sdir.join("trusted.pem") {
-                std::fs::copy(&v.cert, sdir.join("trusted.pem"))
-                    .map_err(|e| HarnessError::io(&v.cert, e))?;
-            }
-            if let Some(cfg) = bom.verity.as_mut() {
-                if cfg.source == RootHashSource::Bom && cfg.root_hash.is_none() {
-                    cfg.root_hash = Some(vbom::HexString(v.root_hash.clone()));
-                }
-            }
-            let mut parts = v.disk_parts;
-            for (p, suffix) in parts.iter_mut().zip(["", "-verity", "-sig"]) {
-                p.label = format!("root-{slot}{suffix}");
-            }
-            parts
-        }
-    };
-    write_bom(&bom)?;
-    let initrd = sdir.join("initrd.img");
-    let extras = crate::initramfs::Extras {
-        files: s.extra_initramfs_files.clone(),
-        module_overrides: img.module_overrides.clone(),
-        tampered_modules: img.tampered_modules.clone(),
-        snakeoil_signed: img.snakeoil_signed.clone(),
-    };
-    crate::initramfs::build(&img.kernel, &bom_path, &extras, &initrd, &sdir)?;
-    Ok(BuiltSlot { parts, initrd })
 }
 
 /// The scenario's A/B layout (the default one for a firmware path without one).
@@ -223,7 +123,6 @@ pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
         }
         o.trim().to_string()
     };
-    let mut parts = Vec::new();
     let mut esp_slots = Vec::new();
     let mut built = Vec::new();
     for slot in Slot::ALL {
@@ -248,56 +147,13 @@ pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
         });
         built.push(b);
     }
-    let mut spec = EspSpec::new(loader, esp_slots);
-    spec.cmdline = s.cmdline.clone();
-    spec.grubenv = two.grubenv.clone();
-    spec.tries = two.tries;
-    let esp_img = dir.join("esp.img");
-    if two.esp == EspCondition::Absent && s.boot.path != BootPath::Direct {
-        return Err(HarnessError::Setup(
-            "an ESP-less node can only be booted directly".into(),
-        ));
-    }
-    let esp_part = PartitionSpec {
-        label: firmware::ESP_LABEL.into(),
-        type_uuid: firmware::ESP_TYPE.into(),
-        uuid: None,
-        content: Content::Raw(esp_img.clone()),
-    };
-    let mut esp_disk = None;
-    if two.esp != EspCondition::Absent {
-        firmware::build_esp(&spec, &esp_img, &dir.join("esp-files"))?;
-        match two.esp {
-            EspCondition::Full => {
-                crate::firmware::fill_fat(&esp_img)?;
-            }
-            EspCondition::CorruptGrubenv => {
-                let esp = Esp::image(&esp_img);
-                let mut env = esp.read(firmware::GRUBENV_PATH)?;
-                // "# GRUB Environment Block": the 'G' becomes 'F'.
-                if let Some(b) = env.get_mut(2) {
-                    *b ^= 0x01;
-                }
-                esp.overwrite_in_place(firmware::GRUBENV_PATH, &env)?;
-            }
-            _ => {}
-        }
-        if two.esp == EspCondition::ReadOnlyDisk {
-            let d = dir.join(ESP_DISK);
-            disk::build_disk(&d, std::slice::from_ref(&esp_part), dir)?;
-            esp_disk = Some(d);
-        } else {
-            parts.push(esp_part);
-        }
-    }
-    for b in &built {
-        parts.extend(b.parts.iter().cloned());
-    }
     let disk_img = dir.join("disk.img");
-    crate::progress(
-        "the node's disk: ESP with both slots' kernels and the boot loader, then the slots",
-    );
-    disk::build_disk(&disk_img, &parts, dir)?;
+    let esp_disk = if two.system == RootSystem::Debian {
+        install_debian(s, &two, loader, &built, &disk_img)?;
+        None
+    } else {
+        build_disk(s, &two, loader, esp_slots, &built, dir)?
+    };
     let mut cfg = match s.boot.path {
         BootPath::Direct => {
             let slot = two.direct_slot;
@@ -324,6 +180,14 @@ pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
     }
     cfg.tpm = s.tpm_banks.clone();
     cfg.kill_tpm_on = s.kill_tpm_on.clone();
+    cfg.extra_args
+        .extend(crate::hw::qemu_args(&s.devices, dir)?);
+    if let Some(text) = &s.hotplug_on {
+        cfg.monitor_on = Some(vm::MonitorAt {
+            text: text.clone(),
+            commands: crate::hw::hotplug_commands(&s.devices),
+        });
+    }
     s.boot.apply(&mut cfg);
     Ok(cfg)
 }
@@ -340,6 +204,8 @@ pub struct Bed {
     /// The layout it was built from (its initial boot-loader state included).
     pub slots: TwoSlots,
     power_ons: std::cell::Cell<u32>,
+    /// A Debian node: the slot directories and command line it was installed from.
+    installed_from: Option<(Vec<PathBuf>, String)>,
 }
 
 impl Bed {
@@ -350,6 +216,19 @@ impl Bed {
             return Esp::in_disk(&self.dir.join(ESP_DISK));
         }
         Esp::in_disk(&self.disk)
+    }
+
+    /// The recovery of a node with both slots bad by reinstalling it (docs/INSTALL.md,
+    /// "Recovery: both slots bad"): `mkinitramfs install --force` of the Debian node's
+    /// slot directories onto its disk, as from a rescue system; the boot-loader state is
+    /// RAUC's initial one and our record starts anew.
+    pub fn reinstall(&self) -> Result<mkinitramfs::install::Installed, HarnessError> {
+        let Some((dirs, cmdline)) = &self.installed_from else {
+            return Err(HarnessError::Setup(
+                "only a node installed by mkinitramfs install (Debian) is reinstalled".into(),
+            ));
+        };
+        crate::debroot::install_disk(&self.disk, dirs.clone(), cmdline, None, true)
     }
 
     /// Puts the boot loader's state back as it was built: GRUB's `grubenv` rewritten in
@@ -493,6 +372,8 @@ impl Bed {
     pub(crate) fn new(s: &Scenario, dir: PathBuf, cfg: VmConfig) -> Result<Bed, HarnessError> {
         let slots = layout(s);
         let loader = esp_loader(s.boot.path, &slots);
+        let installed_from =
+            (slots.system == RootSystem::Debian).then(|| (slot_dirs(&dir), install_cmdline(s)));
         let disk = cfg
             .disks
             .first()
@@ -505,6 +386,7 @@ impl Bed {
             loader,
             slots,
             power_ons: std::cell::Cell::new(0),
+            installed_from,
         })
     }
 }
