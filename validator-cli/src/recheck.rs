@@ -61,6 +61,15 @@ fn now_unix_s() -> Result<u64, Usage> {
         .map_err(|e| Usage(format!("the clock is before 1970: {e}")))
 }
 
+/// `a` and `b` name one existing file.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
 /// Where `dir` of the BOM's `[report]` lands in the running root (as the boot placed it).
 fn placed(root: &Path, dir: &str, name: &str) -> Result<PathBuf, Usage> {
     let d = publish::place(root, &root.join("run"), dir)
@@ -100,6 +109,13 @@ pub fn run(a: RecheckArgs, out: &mut Out) -> Res {
             let p = placed(&a.roots.root, &cfg.nfd_dir, nfd::FILE_NAME)?;
             files.push((p, nfd::render(&live, &cfg.nfd_namespace).into_bytes()));
         }
+    }
+    // The boot's report (the quoted one) is never an output.
+    if let Some((p, _)) = files.iter().find(|(p, _)| same_file(p, &a.report)) {
+        return Err(Usage(format!(
+            "{}: the boot's report cannot be an output of the re-check (it is kept as the boot wrote it); nothing was written",
+            p.display()
+        )));
     }
     let set: Vec<(&Path, &[u8])> = files
         .iter()

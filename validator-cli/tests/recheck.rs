@@ -96,9 +96,11 @@ impl Node {
             p("proc"),
             "--root".into(),
             p("root"),
-            "--out".into(),
-            run.join("recheck.json").display().to_string(),
         ];
+        if !extra.contains(&"--out") {
+            args.push("--out".into());
+            args.push(run.join("recheck.json").display().to_string());
+        }
         args.extend(extra.iter().map(|s| s.to_string()));
         validator(&args.iter().map(String::as_str).collect::<Vec<_>>())
     }
@@ -245,6 +247,10 @@ fn a_port_that_came_up_clears_the_quarantine_and_the_boot_report_stays() {
 #[test]
 fn a_port_that_went_down_after_a_passing_boot_raises_a_quarantine() {
     let n = Node::new("raises", "good", "port-down");
+    // The JSON alone first.
+    let (code, _, err) = n.recheck(&["--no-fleet-files"]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(n.written(), ["recheck.json"]);
     let (code, out, err) = n.recheck(&[]);
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("FAIL mlx5-ports:"), "{out}");
@@ -322,6 +328,22 @@ fn what_is_not_the_boots_or_cannot_be_written_is_refused_with_nothing_written() 
     assert_eq!(code, 2, "{err}");
     assert!(!n.d.join("elsewhere").exists());
     std::fs::remove_file(&out).unwrap();
+    assert!(n.written().is_empty(), "{:?}", n.written());
+
+    // The boot's report as the output, by another name: refused, the report untouched.
+    let rp = run.join("report.json");
+    let (code, _, err) = n.recheck(&[
+        "--out",
+        n.d.join("root/run/../run/validator/report.json")
+            .to_str()
+            .unwrap(),
+    ]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("the boot's report cannot be an output"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&rp).unwrap(), boot);
     assert!(n.written().is_empty(), "{:?}", n.written());
 
     // Then it runs.
