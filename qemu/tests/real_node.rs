@@ -213,7 +213,10 @@ fn real_node_reaches_multi_user_marks_good_and_rolls_back_when_unhealthy() {
         stopped.describe()
     );
     assert!(
-        r.reason.as_deref().unwrap_or("").starts_with("verity: root-verity-sig:"),
+        r.reason
+            .as_deref()
+            .unwrap_or("")
+            .starts_with("verity: root-verity-sig:"),
         "{:?}",
         r.reason
     );
