@@ -14,10 +14,16 @@
 //! [`build`] unpacks it into a slot's root tree and adds what a node of this test bed
 //! carries: the slot's name (`/etc/slot`), the validator CLI (`/usr/local/bin/validator`,
 //! static), the shipped `examples/systemd/validator-mark-good.service` with a health check
-//! that stands for the fleet's (node_exporter serves our metrics), and `node-check.service`,
+//! that stands for the fleet's (node_exporter serves our metrics), the shipped
+//! `validator-recheck.service` and `.timer` (enabled in `real-node-recheck`,
+//! [`setup_recheck`]), and `node-check.service`,
 //! which after `multi-user.target` (and after the mark-good unit) prints on the console
 //! what the root sees, in the markers of the busybox root ([`crate::rootfs`]) plus
 //! [`SYSTEM`], [`SCRAPE`] and the slot state, then powers the node off.
+//!
+//! [`install_disk`] lays the node's disk out as an operator does, with `mkinitramfs install`
+//! from the two slot directories [`slot_image`] made (and, `force`, reinstalls it: the
+//! recovery of a node with both slots bad).
 //!
 //! The image is read-only (a verity root): `/etc/fstab` puts tmpfs on `/tmp`, `/var/tmp`,
 //! `/var/log`, `/var/cache` and `/var/lib/systemd`, mounts the ESP at `/boot/efi` (as
