@@ -16,18 +16,10 @@ use std::process::{Command, Output};
 
 use sha2::{Digest, Sha256};
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use test_support::workspace;
 
 fn scratch(tag: &str) -> PathBuf {
-    let d = workspace().join(format!(
-        "target/test-tmp/install-{tag}-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    test_support::tmpdir(&format!("install-{tag}"))
 }
 
 fn ok(o: &Output, what: &str) -> String {

@@ -78,12 +78,7 @@ impl Scenario {
                 crate::hw::install_root_modules(&rootdir, &self.kernel, m)?;
             }
             if self.root_tpm_tools {
-                crate::rootfs::add_host_programs(
-                    &rootdir,
-                    &["/usr/bin/tpm2"],
-                    &[("tpm2_pcrread", "tpm2"), ("tpm2_eventlog", "tpm2")],
-                    &["/usr/lib/x86_64-linux-gnu/libtss2-tcti-device.so.0"],
-                )?;
+                crate::rootfs::add_tpm_tools(&rootdir)?;
             }
             let size = crate::rootfs::image_size_mib(&rootdir);
             let img = dir.join("disk.img");

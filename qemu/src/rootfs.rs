@@ -172,6 +172,17 @@ pub fn ext4_image(dir: &Path, out: &Path) -> Result<(), HarnessError> {
     Ok(())
 }
 
+/// tpm2-tools in a busybox root: `tpm2` with its `tpm2_pcrread` and `tpm2_eventlog` links
+/// and the device TCTI it loads at run time (what [`crate::scenario::TPM_ROOT_SCRIPT`] runs).
+pub fn add_tpm_tools(dir: &Path) -> Result<(), HarnessError> {
+    add_host_programs(
+        dir,
+        &["/usr/bin/tpm2"],
+        &[("tpm2_pcrread", "tpm2"), ("tpm2_eventlog", "tpm2")],
+        &["/usr/lib/x86_64-linux-gnu/libtss2-tcti-device.so.0"],
+    )
+}
+
 /// Copies host programs into the root with the shared libraries `ldd` names (and the
 /// dynamic loader), plus `extra_libs` that are loaded at run time (`dlopen`), and makes
 /// `links` (name in /usr/bin -> program file name).

@@ -61,12 +61,7 @@ pub(super) fn build_slot(
     let slot_file = rootdir.join("etc/slot");
     std::fs::write(&slot_file, format!("{slot}\n")).map_err(|e| HarnessError::io(&slot_file, e))?;
     if s.root_tpm_tools && !debian {
-        crate::rootfs::add_host_programs(
-            &rootdir,
-            &["/usr/bin/tpm2"],
-            &[("tpm2_pcrread", "tpm2"), ("tpm2_eventlog", "tpm2")],
-            &["/usr/lib/x86_64-linux-gnu/libtss2-tcti-device.so.0"],
-        )?;
+        crate::rootfs::add_tpm_tools(&rootdir)?;
     }
     let mut bom = img.bom.clone();
     let bom_path = sdir.join("bom.toml");
@@ -84,7 +79,7 @@ pub(super) fn build_slot(
         return Ok(BuiltSlot {
             parts,
             initrd,
-            image: Some(slot_dirs(dir).swap_remove(usize::from(slot == Slot::B))),
+            image: Some(slot_dir(dir, slot)),
         });
     }
     let parts = match two.roots {
@@ -180,10 +175,12 @@ pub(super) fn install_cmdline(s: &Scenario) -> String {
 
 /// The slot directories `mkinitramfs slot` made for a Debian node in run directory `dir`.
 pub(super) fn slot_dirs(dir: &Path) -> Vec<PathBuf> {
-    Slot::ALL
-        .iter()
-        .map(|s| dir.join(format!("slot-{s}/image")))
-        .collect()
+    Slot::ALL.iter().map(|&s| slot_dir(dir, s)).collect()
+}
+
+/// The directory `mkinitramfs slot` made for `slot` of a Debian node in run directory `dir`.
+fn slot_dir(dir: &Path, slot: Slot) -> PathBuf {
+    dir.join(format!("slot-{slot}/image"))
 }
 
 /// The disk the test bed lays out itself (every node but the Debian one): the ESP

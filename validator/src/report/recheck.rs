@@ -22,7 +22,7 @@
 //! Limits: the checks the preflight stage makes are re-run; the modules, the verified
 //! root and the measurements are the boot's and are not judged again.
 
-use super::schema::{GpuCounts, Recheck, Report, StageReport, StageStatus};
+use super::schema::{Recheck, Report, StageReport, StageStatus};
 use crate::stages::preflight::{drivers, PreflightReport};
 use crate::stages::{Decision, Stage};
 
@@ -92,12 +92,7 @@ pub fn live(boot: &Report, now: PreflightReport, at_unix_s: u64) -> Result<Repor
         (None, Some(_)) => (boot.decision, boot.fault, boot.reason.clone()),
         (None, None) => (Decision::Pass, None, None),
     };
-    let g = r.gpus.get_or_insert_with(GpuCounts::default);
-    g.pci = u32::try_from(pre.gpus.len()).ok();
-    g.driver = pre
-        .driver
-        .as_ref()
-        .and_then(|_| u32::try_from(pre.gpus.iter().filter(|x| x.model.is_some()).count()).ok());
+    r.count_gpus(&pre);
     r.preflight = Some(pre);
     r.attestation = None;
     r.recheck = Some(Recheck {

@@ -218,18 +218,24 @@ impl Report {
             g.bom = facts.bom_gpus;
         }
         if let Some(p) = &facts.preflight {
-            let g = self.gpus.get_or_insert_with(GpuCounts::default);
-            g.pci = u32::try_from(p.gpus.len()).ok();
-            // Behind the driver: the GPUs its procfs describes (none when it is not loaded).
-            g.driver = p.driver.as_ref().and_then(|_| {
-                u32::try_from(p.gpus.iter().filter(|x| x.model.is_some()).count()).ok()
-            });
+            self.count_gpus(p);
         }
         for w in &facts.warnings {
             if !self.warnings.contains(w) {
                 self.warnings.push(w.clone());
             }
         }
+    }
+
+    /// The GPU counts the preflight `p` found: on PCI, and behind the driver (the GPUs its
+    /// procfs describes; none when it is not loaded).
+    pub fn count_gpus(&mut self, p: &crate::stages::preflight::PreflightReport) {
+        let g = self.gpus.get_or_insert_with(GpuCounts::default);
+        g.pci = u32::try_from(p.gpus.len()).ok();
+        g.driver = p
+            .driver
+            .as_ref()
+            .and_then(|_| u32::try_from(p.gpus.iter().filter(|x| x.model.is_some()).count()).ok());
     }
 
     /// The report line of one module, by name.
