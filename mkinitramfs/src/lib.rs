@@ -40,6 +40,7 @@ pub mod closure;
 pub mod cpio;
 pub mod install;
 pub mod slot;
+pub mod uki;
 pub mod unpack;
 
 /// The largest input of each kind that mkinitramfs reads (a larger one is an error

@@ -64,7 +64,7 @@ enum Cmd {
     /// kernel and initramfs where the shipped grub.cfg loads them, the systemd-boot entry
     /// and SHA256SUMS, and a RAUC bundle when asked. Timestamps from SOURCE_DATE_EPOCH; the same inputs give
     /// the same bytes (with an RSA key).
-    Slot(SlotArgs),
+    Slot(Box<SlotArgs>),
     /// Lay out a blank disk (or a new disk image) as a node's from one or two slot
     /// directories: the GPT of docs/INSTALL.md, the ESP (FAT32: the grubenv, shim and
     /// GRUB, grub.cfg, node.cfg, each slot's kernel and initramfs) and each slot's root,
@@ -142,6 +142,27 @@ struct SlotArgs {
     /// The RAUC bundle's signing certificate (PEM), in the nodes' RAUC keyring.
     #[arg(long, value_name = "FILE", requires = "rauc_bundle")]
     rauc_cert: Option<PathBuf>,
+    /// Also build the slot's Unified Kernel Image, esp/<SLOT>/linux.efi (systemd-stub,
+    /// the kernel, the initramfs, an os-release and the command line
+    /// "validator.slot=<SLOT> LINE" as one signed image); reference.json then predicts a
+    /// boot of it (GRUB's chainloader, the stub's PCR 11 events). Needs --uki-key and
+    /// --uki-cert, or --uki-unsigned.
+    #[arg(long, value_name = "LINE", conflicts_with = "cmdline")]
+    uki_cmdline: Option<String>,
+    /// The systemd-stub the image is built on.
+    #[arg(long, value_name = "FILE", default_value = mkinitramfs::uki::DEBIAN_STUB, requires = "uki_cmdline")]
+    uki_stub: PathBuf,
+    /// The fleet's Secure Boot signing key (PEM) for the image, as enrolled in db or as a
+    /// MOK.
+    #[arg(long, value_name = "FILE", requires_all = ["uki_cmdline", "uki_cert"], conflicts_with = "uki_unsigned")]
+    uki_key: Option<PathBuf>,
+    /// Its certificate (PEM).
+    #[arg(long, value_name = "FILE", requires_all = ["uki_cmdline", "uki_key"])]
+    uki_cert: Option<PathBuf>,
+    /// Leave the image unsigned, to be signed outside this tool (an HSM): see
+    /// docs/INSTALL.md, "Signing the image elsewhere".
+    #[arg(long, requires = "uki_cmdline")]
+    uki_unsigned: bool,
     /// The new directory.
     #[arg(short = 'o', long = "output", value_name = "DIR")]
     output: PathBuf,
@@ -216,7 +237,7 @@ fn run(cmd: Cmd, out: &mut Out) -> Result<(), String> {
     let io = |e: std::io::Error| e.to_string();
     match cmd {
         Cmd::Build(a) => build(a, out),
-        Cmd::Slot(a) => slot(a, out),
+        Cmd::Slot(a) => slot(*a, out),
         Cmd::Install(a) => install(a, out),
         Cmd::List { file } => {
             let raw = validator::util::fs::read_limited(&file, mkinitramfs::limits::INITRAMFS_MAX)
@@ -319,8 +340,29 @@ fn slot(a: SlotArgs, out: &mut Out) -> Result<(), String> {
         rauc_key,
         rauc_cert,
         cmdline,
+        uki_cmdline,
+        uki_stub,
+        uki_key,
+        uki_cert,
+        uki_unsigned,
         output,
     } = a;
+    let uki = match (uki_cmdline, uki_key, uki_cert, uki_unsigned) {
+        (None, ..) => None,
+        (Some(cmdline), Some(key), Some(cert), false) => Some(mkinitramfs::slot::UkiSlot {
+            stub: uki_stub,
+            cmdline,
+            signing: mkinitramfs::uki::Signing::Key { key, cert },
+        }),
+        (Some(cmdline), None, None, true) => Some(mkinitramfs::slot::UkiSlot {
+            stub: uki_stub,
+            cmdline,
+            signing: mkinitramfs::uki::Signing::Unsigned,
+        }),
+        (Some(_), ..) => {
+            return Err("--uki-cmdline: give --uki-key and --uki-cert, or --uki-unsigned".into())
+        }
+    };
     let rauc = match (rauc_bundle, rauc_key, rauc_cert) {
         (Some(compatible), Some(key), Some(cert)) => Some(mkinitramfs::slot::RaucBundle {
             compatible,
@@ -342,6 +384,7 @@ fn slot(a: SlotArgs, out: &mut Out) -> Result<(), String> {
         epoch: mkinitramfs::source_date_epoch(),
         rauc,
         cmdline,
+        uki,
     };
     let b = mkinitramfs::slot::build(&spec).map_err(|e| e.to_string())?;
     out.line(&format!(

@@ -86,7 +86,12 @@ fn slot_with(
             "-o",
             out,
         ])
-        .args(["--cmdline", CMDLINE])
+        // A slot with a Unified Kernel Image is predicted from its own command line.
+        .args(if more.contains(&"--uki-cmdline") {
+            &[][..]
+        } else {
+            &["--cmdline", CMDLINE][..]
+        })
         .arg("--kernel")
         .arg(workspace().join("target/kernels/default"))
         .args(more)
@@ -395,4 +400,205 @@ fn hostile_inputs_are_refused_by_name_and_leave_nothing() {
     assert!(left.is_empty(), "left behind: {left:?}");
     assert_eq!(std::fs::read_dir(d.join("exists")).unwrap().count(), 0);
     let _ = std::fs::remove_dir_all(&d);
+}
+
+/// A section of a PE image as objcopy extracts it (an independent reader).
+fn section(image: &Path, name: &str, out: &Path) -> Vec<u8> {
+    sh(Command::new("objcopy")
+        .args(["-O", "binary", "--only-section", name])
+        .arg(image)
+        .arg(out));
+    std::fs::read(out).unwrap()
+}
+
+const UKI_LINE: &str = "console=ttyS0,115200 panic=-1 ro";
+
+/// The slot's Unified Kernel Image: signed by the fleet key as sbverify judges it (and not
+/// by another), the kernel and initramfs inside byte for byte as objcopy extracts them,
+/// the command line naming the slot; the same bytes twice; unsigned and then signed by
+/// sbsign outside the tool, the same image; and what the reference predicts of PCR 11
+/// after the stub is what `systemd-measure calculate` gives for those sections.
+#[test]
+fn uki_is_signed_reproducible_and_predicted_as_systemd_measure_does() {
+    let d = scratch("uki");
+    inputs(&d);
+    let uki = ["--uki-cmdline", UKI_LINE];
+    let signed = [
+        &uki[..],
+        &["--uki-key", "key.pem", "--uki-cert", "cert.pem"],
+    ]
+    .concat();
+    for out in ["u1", "u2"] {
+        let (ok, err) = slot_with(&d, "root", "bom.toml", "key.pem", out, &signed);
+        assert!(ok, "{err}");
+    }
+    assert_eq!(files(&d.join("u1")), files(&d.join("u2")));
+    let out = d.join("u1");
+    let image = out.join("esp/B/linux.efi");
+    let verify = |cert: &str| {
+        Command::new("sbverify")
+            .arg("--cert")
+            .arg(d.join(cert))
+            .arg(&image)
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    assert!(
+        verify("cert.pem"),
+        "sbverify refuses the fleet-signed image"
+    );
+    assert!(
+        !verify("other-cert.pem"),
+        "sbverify took another key's certificate"
+    );
+    let line = section(&image, ".cmdline", &d.join("cmdline"));
+    assert_eq!(line, format!("validator.slot=B {UKI_LINE}").as_bytes());
+    let linux = section(&image, ".linux", &d.join("linux"));
+    assert_eq!(linux, std::fs::read(out.join("esp/B/vmlinuz")).unwrap());
+    let initrd = section(&image, ".initrd", &d.join("initrd"));
+    assert_eq!(initrd, std::fs::read(out.join("esp/B/initrd.img")).unwrap());
+    let osrel = String::from_utf8(section(&image, ".osrel", &d.join("osrel"))).unwrap();
+    assert!(osrel.contains("IMAGE_ID=\"slot-test\""), "{osrel}");
+    // The reference: the image's entry, GRUB's read of it, the stub's events.
+    let r = validator::attest::reference::Reference::parse(
+        &std::fs::read_to_string(out.join("reference.json")).unwrap(),
+    )
+    .unwrap();
+    let b = r.slot(validator::config::bom::SlotName::B).unwrap();
+    assert_eq!(b.cmdline, format!("validator.slot=B {UKI_LINE}"));
+    let sha = |b: &[u8]| validator::util::hex(&<sha2::Sha256 as sha2::Digest>::digest(b));
+    assert_eq!(b.files.len(), 1);
+    assert_eq!(b.files[0].path, "/B/linux.efi");
+    assert_eq!(
+        b.files[0].digests["sha256"],
+        sha(&std::fs::read(&image).unwrap())
+    );
+    let stub = b.stub.as_ref().unwrap();
+    let sections: Vec<&str> = stub.events.iter().map(|e| e.section.as_str()).collect();
+    assert_eq!(
+        sections,
+        [".linux", ".linux", ".osrel", ".osrel", ".cmdline", ".cmdline", ".initrd", ".initrd"]
+    );
+    let measure = Command::new("/lib/systemd/systemd-measure")
+        .arg("calculate")
+        .arg(format!("--linux={}", d.join("linux").display()))
+        .arg(format!("--osrel={}", d.join("osrel").display()))
+        .arg(format!("--cmdline={}", d.join("cmdline").display()))
+        .arg(format!("--initrd={}", d.join("initrd").display()))
+        .args(["--bank=sha256", "--phase=", "--json=short"])
+        .output()
+        .unwrap();
+    let json: serde_json::Value = serde_json::from_slice(&measure.stdout)
+        .unwrap_or_else(|e| panic!("systemd-measure: {e}: {measure:?}"));
+    assert_eq!(
+        json["sha256"][0]["hash"].as_str(),
+        Some(stub.pcr11["sha256"].as_str()),
+        "{json}"
+    );
+    // The kexec entry (a fallback from A) starts no stub.
+    assert!(r
+        .slots
+        .iter()
+        .filter(|s| s.entry == validator::attest::reference::Entry::Kexec)
+        .all(|s| s.stub.is_none()));
+    // Unsigned, then signed outside the tool: the same image.
+    let unsigned = [&uki[..], &["--uki-unsigned"]].concat();
+    let (ok, err) = slot_with(&d, "root", "bom.toml", "key.pem", "u3", &unsigned);
+    assert!(ok, "{err}");
+    let list = Command::new("sbverify")
+        .arg("--list")
+        .arg(d.join("u3/esp/B/linux.efi"))
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&list.stderr).contains("No signature table present"),
+        "{list:?}"
+    );
+    // The signing time the tool gives its own signature: SOURCE_DATE_EPOCH's.
+    sh(Command::new("faketime")
+        .args(["-f", "2023-11-14 22:13:20"])
+        .env("TZ", "UTC")
+        .arg("sbsign")
+        .arg("--key")
+        .arg(d.join("key.pem"))
+        .arg("--cert")
+        .arg(d.join("cert.pem"))
+        .arg("--output")
+        .arg(d.join("hsm.efi"))
+        .arg(d.join("u3/esp/B/linux.efi")));
+    assert_eq!(
+        std::fs::read(d.join("hsm.efi")).unwrap(),
+        std::fs::read(&image).unwrap()
+    );
+}
+
+/// A stub that is no stub, a command line that names another slot, a key that is not
+/// the certificate's: refused by name, nothing left behind.
+#[test]
+fn uki_hostile_inputs_are_refused_by_name_and_leave_nothing() {
+    let d = scratch("uki-hostile");
+    inputs(&d);
+    std::fs::write(d.join("garbage.efi"), vec![0x4d; 5000]).unwrap();
+    let (ok, err) = slot_with(
+        &d,
+        "root",
+        "bom.toml",
+        "key.pem",
+        "good",
+        &["--uki-cmdline", "ro", "--uki-unsigned"],
+    );
+    assert!(ok, "{err}");
+    let built = d.join("good/esp/B/linux.efi");
+    let signed = ["--uki-key", "key.pem", "--uki-cert", "cert.pem"];
+    for (more, says) in [
+        (
+            vec!["--uki-cmdline", "validator.slot=A ro"],
+            "names validator.slot= or BOOT_IMAGE= itself",
+        ),
+        (
+            vec!["--uki-cmdline", "ro", "--uki-stub", built.to_str().unwrap()],
+            "already has a .osrel section",
+        ),
+        (
+            vec!["--uki-cmdline", "ro", "--uki-stub", "garbage.efi"],
+            "garbage.efi: not a PE image",
+        ),
+        (
+            vec!["--uki-cmdline", "ro", "--uki-stub", "."],
+            ".: is a directory",
+        ),
+        (
+            vec!["--uki-cmdline", "ro", "--uki-stub", "missing.efi"],
+            "missing.efi",
+        ),
+    ] {
+        let args = [&more[..], &signed[..]].concat();
+        let (ok, err) = slot_with(&d, "root", "bom.toml", "key.pem", "bad", &args);
+        assert!(!ok, "{more:?} was accepted");
+        assert!(err.contains(says), "{more:?}: {err}");
+        assert!(!d.join("bad").exists(), "{more:?} left its output");
+    }
+    // A key that does not belong to the certificate: sbsign or the check after it.
+    let (ok, err) = slot_with(
+        &d,
+        "root",
+        "bom.toml",
+        "key.pem",
+        "bad",
+        &[
+            "--uki-cmdline",
+            "ro",
+            "--uki-key",
+            "other.pem",
+            "--uki-cert",
+            "cert.pem",
+        ],
+    );
+    assert!(!ok && !d.join("bad").exists(), "{err}");
+    assert!(
+        err.contains("other.pem: not the key of the certificate cert.pem"),
+        "{err}"
+    );
 }

@@ -179,6 +179,7 @@ pub fn image_inputs(
                 Vec::new()
             },
             files_complete: s.as_str() == image,
+            uki: None,
         })
         .collect();
     Ok(ImageInputs {

@@ -490,6 +490,7 @@ pub fn slot_image(
         epoch: 0,
         rauc: None,
         cmdline: None,
+        uki: None,
     };
     let built = mkinitramfs::slot::build(&spec)
         .map_err(|e| HarnessError::Setup(format!("mkinitramfs slot {slot}: {e}")))?;
@@ -602,6 +603,7 @@ pub fn update_disk(
             cert: ring,
         }),
         cmdline: None,
+        uki: None,
     };
     mkinitramfs::slot::build(&spec)
         .map_err(|e| HarnessError::Setup(format!("mkinitramfs slot (update {name}): {e}")))?;

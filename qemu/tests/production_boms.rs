@@ -78,6 +78,7 @@ fn builds_a_slot(example: &str) {
         epoch: 1_700_000_000,
         rauc: None,
         cmdline: Some("BOOT_IMAGE=/A/vmlinuz validator.slot=A ro intel_iommu=on iommu=pt".into()),
+        uki: None,
     });
     let built = built.unwrap_or_else(|e| panic!("{example}: {e}"));
     assert_eq!(std::fs::read(out.join("bom.toml")).unwrap(), bom);

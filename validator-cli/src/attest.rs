@@ -268,6 +268,7 @@ fn predict_cmd(a: PredictArgs, out: &mut Out) -> Res {
             kexec_cmdline: None,
             files: Vec::new(),
             files_complete: a.files_complete,
+            uki: None,
         });
     }
     // GRUB: a slot reached by a kexec fallback gets the other slot's line, as the init

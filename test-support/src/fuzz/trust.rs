@@ -18,7 +18,8 @@ pub fn pkcs7(data: &[u8]) {
 /// A PE image and its Authenticode signatures, framed `[u16 LE length][certificate
 /// DER][image]`: the image's hashed ranges and digest, each signature as Authenticode
 /// PKCS#7 and its `SpcIndirectDataContent`, and the verdict against a store holding that
-/// certificate, which must refuse when the store is empty.
+/// certificate, which must refuse when the store is empty; the image's layout and, read
+/// as a Unified Kernel Image, the events systemd-stub would log of it.
 pub fn authenticode(data: &[u8]) {
     use validator::trust::authenticode::{verify, Rule};
     let (store, image) = framed_store(data);
@@ -40,6 +41,22 @@ pub fn authenticode(data: &[u8]) {
             }
         }
     }
+    // The same image read as a Unified Kernel Image: its layout, the stub's events, and
+    // every event's data read back to its section.
+    if let Ok(layout) = formats::pe::layout(image) {
+        for n in layout.names() {
+            if let Ok(Some(b)) = layout.section_bytes(image, &n) {
+                assert!(b.len() <= image.len(), "section {n} larger than the image");
+            }
+        }
+    }
+    if let Ok(events) = formats::uki::events(image) {
+        for e in &events {
+            let data = formats::uki::event_data(e.section);
+            assert_eq!(formats::uki::section_of(&data), Some(e.section));
+        }
+    }
+    let _ = formats::uki::cmdline(image);
     let _ = verify(image, &store, &[], Rule::Firmware);
     assert!(
         verify(image, &TrustStore::new(), &[], Rule::Kernel).is_err(),

@@ -31,7 +31,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::reference::{
-    Digests, Entry, ExpectedEvent, ExpectedFile, Pcrs, Reference, SlotReference, SCHEMA,
+    Digests, Entry, ExpectedEvent, ExpectedFile, Pcrs, Reference, SlotReference, StubPart,
+    StubRecord, StubReference, SCHEMA,
 };
 use crate::config::bom::SlotName;
 use crate::formats::kmod::index::Index;
@@ -174,6 +175,9 @@ pub struct SlotInput {
     pub files: Vec<(u32, String, Option<Vec<u8>>)>,
     /// Whether `files` are every record the boot loader makes in their PCRs.
     pub files_complete: bool,
+    /// The slot's Unified Kernel Image, when its boot-loader entry starts one: what
+    /// systemd-stub measures of it precedes our events in PCR 11.
+    pub uki: Option<Vec<u8>>,
 }
 
 /// What a prediction is made from.
@@ -392,13 +396,22 @@ fn with_options(
         .collect()
 }
 
-/// Replays `events` from zeros into PCR 11 and `pcr` in every bank.
-fn replay(events: &[ExpectedEvent], pcr: u32) -> Result<Pcrs, PredictError> {
+/// Replays `events` into PCR 11 and `pcr` in every bank, from zeros, PCR 11 from the
+/// stub's value when a stub measured first.
+fn replay(
+    events: &[ExpectedEvent],
+    pcr: u32,
+    stub: Option<&StubReference>,
+) -> Result<Pcrs, PredictError> {
     let mut out = Pcrs::new();
     for a in HashAlg::ALL {
         let bank = out.entry(a.name().to_string()).or_default();
         for p in [PHASE_PCR, pcr] {
-            let mut v = vec![0u8; a.size()];
+            let start = stub
+                .filter(|_| p == PHASE_PCR)
+                .and_then(|s| s.pcr11.get(a.name()))
+                .and_then(|h| crate::util::unhex(h));
+            let mut v = start.unwrap_or_else(|| vec![0u8; a.size()]);
             for e in events.iter().filter(|e| e.pcr == p) {
                 let d = e
                     .digests
@@ -598,11 +611,17 @@ fn slot_reference(
         let root_cfg = module_config(root, cmdline)?;
         events.extend(with_options(&image.root_modules, &root_cfg, pcr, true)?);
     }
+    // The stub measures on the boot loader's entry only (a kexec starts the kernel
+    // itself).
+    let stub = match (&s.uki, entry) {
+        (Some(image), Entry::BootLoader) => Some(stub_reference(image, s.slot)?),
+        _ => None,
+    };
     let mut pcrs = BTreeMap::new();
     for d in [Decision::Pass, Decision::Quarantine] {
         let mut all = events.clone();
         all.extend(decision_events(d, pcr)?);
-        pcrs.insert(d, replay(&all, pcr)?);
+        pcrs.insert(d, replay(&all, pcr, stub.as_ref())?);
     }
     Ok(SlotReference {
         slot: s.slot,
@@ -621,6 +640,38 @@ fn slot_reference(
             })
             .collect(),
         files_complete: s.files_complete && entry == Entry::BootLoader,
+        stub,
         pcrs,
+    })
+}
+
+/// What systemd-stub measures of `image` into PCR 11 ([`crate::formats::uki::events`]),
+/// and PCR 11 after it.
+pub fn stub_reference(image: &[u8], slot: SlotName) -> Result<StubReference, PredictError> {
+    let events = crate::formats::uki::events(image).map_err(|e| {
+        PredictError::Invalid(format!("slot {slot}: its Unified Kernel Image: {e}"))
+    })?;
+    let mut pcr11 = BTreeMap::new();
+    for a in HashAlg::ALL {
+        let mut v = vec![0u8; a.size()];
+        for e in &events {
+            v = a.extend(&v, &a.digest(&e.digested));
+        }
+        pcr11.insert(a.name().to_string(), crate::util::hex(&v));
+    }
+    Ok(StubReference {
+        events: events
+            .iter()
+            .map(|e| StubRecord {
+                section: e.section.to_string(),
+                part: if e.name {
+                    StubPart::Name
+                } else {
+                    StubPart::Content
+                },
+                digests: digests(&e.digested),
+            })
+            .collect(),
+        pcr11,
     })
 }

@@ -68,10 +68,48 @@ pub struct SlotReference {
     /// digests must appear once, and other records are replayed but not judged.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub files_complete: bool,
+    /// When the slot boots through a Unified Kernel Image (`boot-loader` entries only):
+    /// what systemd-stub measures into PCR 11 before the kernel starts, ahead of our
+    /// `enter-initrd`. Absent: the boot loader starts the kernel itself, and no stub
+    /// event may be in the log.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stub: Option<StubReference>,
     /// The values of PCR 11 and our PCR at the end of a boot of this slot that measured
     /// every event above, per decision (`pass`, `quarantine`), as the boot's quote signs
     /// them (before the seal that follows the quote).
     pub pcrs: BTreeMap<Decision, Pcrs>,
+}
+
+/// What systemd-stub measures of a Unified Kernel Image
+/// ([`crate::formats::uki`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StubReference {
+    /// Every event in order: two per measured section, its name, then its content.
+    pub events: Vec<StubRecord>,
+    /// PCR 11 after the last of them, per bank: what `systemd-measure calculate` gives
+    /// for the same sections, and what a TPM policy on the image alone pins.
+    pub pcr11: BTreeMap<String, String>,
+}
+
+/// One event of the stub.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StubRecord {
+    /// The section (`.linux`), the event's data in UTF-16LE in the log.
+    pub section: String,
+    /// `name`: the digests are of the section's name with its NUL; `content`: of the
+    /// section's bytes.
+    pub part: StubPart,
+    pub digests: Digests,
+}
+
+/// Which bytes of a section a stub event digests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum StubPart {
+    Name,
+    Content,
 }
 
 /// How a slot's kernel was started.
@@ -135,6 +173,13 @@ pub enum ReferenceError {
     },
     #[error("schema {0:?} is not {SCHEMA}")]
     Schema(String),
+    #[error("slot {slot} ({entry}), stub event {index}: {why}")]
+    Stub {
+        slot: SlotName,
+        entry: &'static str,
+        index: usize,
+        why: String,
+    },
     #[error("slot {slot} ({entry}), event {index}: {source}")]
     Event {
         slot: SlotName,
@@ -155,8 +200,12 @@ impl Reference {
         if r.schema != SCHEMA {
             return Err(ReferenceError::Schema(r.schema));
         }
-        // Every predicted event is one of ours, on its own PCR.
+        // Every predicted event is one of ours, on its own PCR; every stub event names a
+        // section the stub measures, a name event digesting that name.
         for s in &r.slots {
+            if let Some(stub) = &s.stub {
+                check_stub(s, stub)?;
+            }
             for (i, e) in s.events.iter().enumerate() {
                 e.measurement(r.pcr)
                     .map_err(|source| ReferenceError::Event {
@@ -185,6 +234,43 @@ impl Reference {
             .iter()
             .find(|s| s.slot == slot && s.entry == Entry::BootLoader)
     }
+}
+
+/// A slot's stub events: known sections, boot-loader entries only, a name event's
+/// digests those of its name.
+fn check_stub(s: &SlotReference, stub: &StubReference) -> Result<(), ReferenceError> {
+    let bad = |index: usize, why: String| ReferenceError::Stub {
+        slot: s.slot,
+        entry: s.entry.as_str(),
+        index,
+        why,
+    };
+    if s.entry != Entry::BootLoader {
+        return Err(bad(0, "a kexec entry starts no stub".into()));
+    }
+    for (i, e) in stub.events.iter().enumerate() {
+        let known = crate::formats::uki::section_of(&crate::formats::uki::event_data(&e.section));
+        if known.is_none() {
+            return Err(bad(
+                i + 1,
+                format!("{:?} is no section systemd-stub measures", e.section),
+            ));
+        }
+        if e.part == StubPart::Name {
+            let mut name = e.section.as_bytes().to_vec();
+            name.push(0);
+            for (bank, hex) in &e.digests {
+                let alg = crate::formats::tpm::HashAlg::from_name(bank);
+                if alg.is_some_and(|a| crate::util::hex(&a.digest(&name)) != *hex) {
+                    return Err(bad(
+                        i + 1,
+                        format!("its {bank} digest is not that of the name {:?}", e.section),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The JSON Schema of [`Reference`], as committed in `docs/reference.schema.json`.

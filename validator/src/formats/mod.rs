@@ -33,5 +33,6 @@ pub mod sbat;
 pub mod slotstate;
 pub mod sysfs;
 pub mod tpm;
+pub mod uki;
 pub mod verity;
 pub mod vmlinuz;

@@ -129,6 +129,10 @@ pub struct Report {
     /// here (with that boot's report).
     #[serde(default)]
     pub slot: Option<SlotFacts>,
+    /// How the kernel was started: what systemd-stub said of a Unified Kernel Image, and
+    /// the companion files the init ignored (absent: no stub and nothing ignored).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub boot_image: Option<crate::runtime::uki::BootImage>,
     /// The preflight's checks and the hardware facts behind them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preflight: Option<crate::stages::preflight::PreflightReport>,
@@ -182,6 +186,7 @@ impl Report {
             verity: None,
             tpm: None,
             slot: None,
+            boot_image: None,
             preflight: None,
             gpus: None,
             warnings: Vec::new(),
@@ -212,6 +217,7 @@ impl Report {
         self.verity.clone_from(&facts.verity);
         self.tpm.clone_from(&facts.tpm);
         self.slot.clone_from(&facts.slot);
+        self.boot_image.clone_from(&facts.boot_image);
         self.preflight.clone_from(&facts.preflight);
         if facts.bom_gpus.is_some() {
             let g = self.gpus.get_or_insert_with(GpuCounts::default);

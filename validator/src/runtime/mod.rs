@@ -5,7 +5,8 @@
 //! ([`taint`]), resolving a path inside the new root ([`rootpath`]), the node's
 //! identity ([`node`]), how a boot that does not hand over ends ([`power`]), and the A/B
 //! state ([`slot`]: the boot loaders, our record, whether a slot's kernel would start),
-//! which the `slot` stage, the operator's `validator slot` and `attest predict` share.
+//! which the `slot` stage, the operator's `validator slot` and `attest predict` share,
+//! and what systemd-stub said of a boot through a Unified Kernel Image ([`uki`]).
 //!
 //! Contract: each module takes its roots (`/sys`, `/dev`, `/proc`, `/run`, the new root)
 //! and its policy as parameters; nothing here knows the stages' `Context` or the report
@@ -25,4 +26,5 @@ pub mod rootpath;
 pub mod slot;
 pub mod taint;
 pub mod uefi_keys;
+pub mod uki;
 pub mod verity_parts;

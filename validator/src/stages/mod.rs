@@ -173,6 +173,9 @@ pub struct Facts {
     /// What the preflight checked and found.
     pub preflight: Option<preflight::PreflightReport>,
     pub slot: Option<slot::SlotFacts>,
+    /// What systemd-stub said of this boot and what it added to the initramfs, read once
+    /// efivarfs is mounted (`None`: neither a stub nor anything added).
+    pub boot_image: Option<crate::runtime::uki::BootImage>,
     /// Who the node is (DMI, boot id), read by `start`.
     pub node: NodeFacts,
     /// The GPUs the BOM promises (`hardware.gpus`).

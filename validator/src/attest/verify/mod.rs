@@ -22,6 +22,9 @@
 //! 5. every record on PCR 11 and on our PCR, whatever its type, is one of our events
 //!    ([`crate::formats::tpm::measurement::Measurement`]: `EV_IPL`, its text ours, on its
 //!    own PCR); events whose digest is of their own text carry exactly those digests;
+//!    except, before the first of ours, systemd-stub's section events on PCR 11
+//!    (`stub.rs`), which must be exactly those the first boot's reference entry predicts
+//!    of its Unified Kernel Image (an entry without one admits none);
 //! 6. our events, cut into boots at each `enter-initrd` (the first started by the boot
 //!    loader, each later one by a kexec fallback, whose log is carried over), equal a
 //!    reference slot entry's prediction event for event - the measurement and every
@@ -58,7 +61,7 @@ use std::collections::BTreeSet;
 
 use base64::Engine as _;
 
-use super::reference::{Entry, ExpectedEvent, Reference, SlotReference};
+use super::reference::{Entry, Reference, SlotReference};
 use crate::config::bom::SlotName;
 use crate::formats::tpm::attest::{Attest, ClockInfo, Public};
 use crate::formats::tpm::eventlog::{Event, EventLog, EV_IPL};
@@ -67,8 +70,11 @@ use crate::formats::tpm::HashAlg;
 use crate::trust::quote::QuoteSigError;
 
 mod files;
+mod follow;
 mod quote;
+mod stub;
 use files::{check_files, check_kexec, same_digests};
+use follow::follow;
 use quote::{check_selection, judgeable, replays_to, sealed_prefix, signed_quote};
 
 /// What the fleet accepts.
@@ -225,6 +231,9 @@ pub enum VerifyError {
     Seal(#[from] SealError),
     #[error("event log record {index} (PCR {pcr}): {why}")]
     NotOurs { index: usize, pcr: u32, why: String },
+    /// What systemd-stub measured is not what the accepted image's entry predicts.
+    #[error("event log record {index} (PCR 11): {why}")]
+    Stub { index: usize, why: String },
     #[error("image {0} is not in the accepted set")]
     NotAccepted(String),
     #[error("boot {boot}, event {index} of ours: expected {expected:?}, got {actual:?}")]
@@ -292,10 +301,10 @@ pub fn verify_quote(
 
 /// One record of ours: its index in the log (from 1), the record, what it measures.
 #[derive(Debug, Clone)]
-struct Ours<'a> {
-    index: usize,
-    record: &'a Event,
-    m: Measurement,
+pub(super) struct Ours<'a> {
+    pub(super) index: usize,
+    pub(super) record: &'a Event,
+    pub(super) m: Measurement,
 }
 
 impl Ours<'_> {
@@ -316,6 +325,15 @@ fn ours(records: &[Event], pcr: u32) -> Result<Vec<Ours<'_>>, VerifyError> {
             pcr: e.pcr,
             why,
         };
+        // systemd-stub's records (judged by `stub`) run before the kernel, so before ours.
+        if let Some(section) = stub::section(e) {
+            if !out.is_empty() {
+                return Err(not_ours(format!(
+                    "systemd-stub's event for {section} after the initramfs started: the stub runs before the kernel"
+                )));
+            }
+            continue;
+        }
         if e.event_type != EV_IPL {
             return Err(not_ours(format!(
                 "{:?} has event type {:#x}; every record on PCRs {PHASE_PCR} and {pcr} is one of ours (EV_IPL)",
@@ -379,88 +397,6 @@ fn boots<'a, 'b>(ours: &'b [Ours<'a>]) -> Result<Vec<&'b [Ours<'a>]>, VerifyErro
     Ok(out)
 }
 
-/// Whether the log's record is the predicted event: PCR, measurement and every digest in
-/// a bank we know. Both texts are canonical (the record's was read back by
-/// [`Measurement::parse`], the reference's by [`Reference::parse`] or made by
-/// `predict`), so equal texts are equal measurements.
-fn same(a: &Ours<'_>, x: &ExpectedEvent) -> bool {
-    a.record.pcr == x.pcr
-        && a.record.data == x.data.as_bytes()
-        && same_digests(a.record, &x.digests)
-}
-
-/// How far a boot's events follow a slot's prediction: `Ok(decision)` when all of
-/// them do, else the index (in the boot) of the first that does not, with the expected
-/// text. A boot that passed must have measured every event but the optional ones, in
-/// order; a boot that stopped short (any other decision) measured a part of them, in
-/// order (a stage that failed measures what it did, e.g. the modules that loaded).
-fn follow(
-    boot: &[Ours<'_>],
-    s: &SlotReference,
-    pcr: u32,
-) -> Result<(Decision, Option<Measurement>), (usize, String)> {
-    let exp = &s.events;
-    let Some((dpos, decision)) = boot.iter().enumerate().find_map(|(k, a)| match a.m {
-        Measurement::Decision(d) => Some((k, d)),
-        _ => None,
-    }) else {
-        let want = exp
-            .iter()
-            .find(|x| !x.optional)
-            .map_or("decision:<word>".to_string(), |x| x.data.clone());
-        return Err((
-            boot.len(),
-            format!("{want} ... decision:<word> (the boot has no decision)"),
-        ));
-    };
-    // A boot that went on into its root (pass, quarantine) ran every stage before the
-    // handover: it measured every event but the optional ones.
-    let strict = decision.hands_over();
-    let mut j = 0;
-    for (k, a) in boot.iter().enumerate().take(dpos) {
-        let from = j;
-        loop {
-            match exp.get(j) {
-                None => {
-                    let want = exp.get(from).map_or("decision:<word>", |x| x.data.as_str());
-                    return Err((k, want.to_string()));
-                }
-                Some(x) if same(a, x) => {
-                    j += 1;
-                    break;
-                }
-                Some(x) if x.optional || !strict => j += 1,
-                Some(x) => return Err((k, x.data.clone())),
-            }
-        }
-    }
-    if strict {
-        if let Some(x) = exp.iter().skip(j).find(|x| !x.optional) {
-            return Err((dpos, x.data.clone()));
-        }
-    }
-    let mut k = dpos;
-    let ending = super::predict::decision_events(decision, pcr).map_err(|e| (k, e.to_string()))?;
-    for x in ending {
-        match boot.get(k) {
-            Some(a) if same(a, &x) => k += 1,
-            _ => return Err((k, x.data)),
-        }
-    }
-    // A fallback by kexec measured what it loaded for the next boot.
-    let mut kexec = None;
-    if let Some(a) = boot.get(k).filter(|_| decision == Decision::Fallback) {
-        if matches!(a.m, Measurement::Kexec { .. }) {
-            kexec = Some(a.m.clone());
-            k += 1;
-        }
-    }
-    if boot.get(k).is_some() {
-        return Err((k, "the end of the boot (its seal)".into()));
-    }
-    Ok((decision, kexec))
-}
-
 /// Step 1: the report's JSON (no key twice at any level) and its typed form.
 fn read_report(
     report_json: &[u8],
@@ -489,6 +425,7 @@ fn reference_pcr(references: &[Reference]) -> Result<u32, VerifyError> {
 fn judge_boot<'r>(
     number: usize,
     boot: &[Ours<'_>],
+    stub_seen: &[stub::Seen<'_>],
     references: &'r [Reference],
     pcr: u32,
 ) -> Result<(Boot, &'r SlotReference, Option<Measurement>), VerifyError> {
@@ -512,6 +449,23 @@ fn judge_boot<'r>(
         return Err(VerifyError::NotAccepted(
             bom.map_or_else(|| "without a BOM event".into(), Ours::text),
         ));
+    }
+    // What systemd-stub measured before the first boot's kernel (nothing before a
+    // kexec'd one: the log's stub records all precede our first).
+    let seen: &[stub::Seen<'_>] = if number == 1 { stub_seen } else { &[] };
+    let mut stub_miss = None;
+    let candidates: Vec<_> = candidates
+        .into_iter()
+        .filter(|(_, s)| match stub::matches(seen, s.stub.as_ref()) {
+            Ok(()) => true,
+            Err(e) => {
+                stub_miss.get_or_insert(e);
+                false
+            }
+        })
+        .collect();
+    if let (true, Some((index, why))) = (candidates.is_empty(), stub_miss) {
+        return Err(VerifyError::Stub { index, why });
     }
     let mut best: Option<(usize, String)> = None;
     for (r, s) in &candidates {
@@ -611,6 +565,7 @@ pub fn verify_report_log(
         }
     }
     let ours = ours(log.events(), pcr)?;
+    let stub_seen = stub::seen(log.events());
     let found = boots(&ours)?;
     let mut out = Vec::new();
     let mut first = None;
@@ -618,7 +573,7 @@ pub fn verify_report_log(
     let mut loaded: Option<Measurement> = None;
     for (n, boot) in found.iter().enumerate() {
         let number = n + 1;
-        let (b, entry, kexec) = judge_boot(number, boot, references, pcr)?;
+        let (b, entry, kexec) = judge_boot(number, boot, &stub_seen, references, pcr)?;
         if number == 1 {
             first = Some(entry);
         } else {

@@ -55,6 +55,9 @@ use std::ops::Range;
 use crate::formats::pkcs7::HashAlg;
 use crate::util::le::{u16_le as le16, u32_le as le32};
 
+mod layout;
+pub use layout::{layout, Layout};
+
 /// A PE image the kernel or the firmware would not take, or one not signed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PeError {
@@ -104,7 +107,7 @@ pub enum TableEnd {
     },
 }
 
-fn malformed(what: impl Into<String>) -> PeError {
+pub(super) fn malformed(what: impl Into<String>) -> PeError {
     PeError::Malformed(what.into())
 }
 
@@ -181,12 +184,12 @@ const DOS_HEADER_LEN: usize = 64;
 /// The PE signature and the COFF header.
 const PE_HEADER_LEN: usize = 24;
 
-fn usize_of(v: u32) -> usize {
+pub(super) fn usize_of(v: u32) -> usize {
     usize::try_from(v).unwrap_or(usize::MAX)
 }
 
 /// A section name for messages.
-fn section_name(name: &[u8; 8]) -> String {
+pub(super) fn section_name(name: &[u8; 8]) -> String {
     String::from_utf8_lossy(name)
         .trim_end_matches('\0')
         .to_string()
@@ -226,7 +229,9 @@ pub fn parse(image: &[u8]) -> Result<Pe, PeError> {
 
 /// The COFF header after the DOS header and the PE signature it points at, and the file
 /// offset of the optional header that follows it.
-fn coff_header(image: &[u8]) -> Result<(goblin::pe::header::CoffHeader, usize), PeError> {
+pub(super) fn coff_header(
+    image: &[u8],
+) -> Result<(goblin::pe::header::CoffHeader, usize), PeError> {
     if image.len() < DOS_HEADER_LEN {
         return Err(malformed(format!(
             "{} bytes, shorter than a DOS header ({DOS_HEADER_LEN})",
@@ -256,7 +261,7 @@ fn coff_header(image: &[u8]) -> Result<(goblin::pe::header::CoffHeader, usize), 
 }
 
 /// Where the parts of a checked optional header lie.
-struct OptionalHeader {
+pub(super) struct OptionalHeader {
     /// The file offsets of the optional header, its CheckSum and its data directories.
     at: usize,
     checksum_at: usize,
@@ -266,10 +271,12 @@ struct OptionalHeader {
     /// `NumberOfRvaAndSizes`: the data directories, which fit in the headers and include
     /// the certificate table's.
     n_dirs: usize,
+    /// PE32+ (else PE32).
+    pub(super) plus: bool,
 }
 
 /// Reads and checks the optional header at `opt_at`.
-fn optional_header(image: &[u8], opt_at: usize) -> Result<OptionalHeader, PeError> {
+pub(super) fn optional_header(image: &[u8], opt_at: usize) -> Result<OptionalHeader, PeError> {
     let magic = le16(image, opt_at).ok_or_else(|| {
         malformed(format!(
             "the optional header at {opt_at:#x} is past the end of the file"
@@ -311,11 +318,17 @@ fn optional_header(image: &[u8], opt_at: usize) -> Result<OptionalHeader, PeErro
         dirs_at,
         header_size,
         n_dirs,
+        plus: magic == PE32_PLUS,
     })
 }
 
 /// The 32-bit field `what` at `at` in the optional header at `opt_at`.
-fn optional_field(image: &[u8], opt_at: usize, at: usize, what: &str) -> Result<u32, PeError> {
+pub(super) fn optional_field(
+    image: &[u8],
+    opt_at: usize,
+    at: usize,
+    what: &str,
+) -> Result<u32, PeError> {
     le32(image, opt_at + at).ok_or_else(|| {
         malformed(format!(
             "{what} (at {:#x}) is past the end of the file",
@@ -348,7 +361,7 @@ fn cert_table(
 
 /// The sections with raw data, in table order, from the section table after the data
 /// directories (checked to fit in the headers).
-fn sections(
+pub(super) fn sections(
     image: &[u8],
     coff: &goblin::pe::header::CoffHeader,
     opt: &OptionalHeader,

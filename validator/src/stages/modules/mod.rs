@@ -94,7 +94,7 @@ fn failures(results: &[ModuleReport]) -> (Vec<String>, Vec<String>) {
 }
 
 /// On a UEFI boot, once efivarfs is loaded: mounts it, reads the firmware's keys into the
-/// context, and narrows `gate`'s trust to what the kernel trusts for modules
+/// context and what systemd-stub said of the boot into its facts, and narrows `gate`'s trust to what the kernel trusts for modules
 /// (`runtime::uefi_keys::module_trust`) with `dbx`'s module hashes refused. Returns the
 /// initramfs's store as it was (the verity stage checks the root hash's signature with
 /// it).
@@ -104,6 +104,13 @@ fn follow_the_firmware(
 ) -> Option<crate::trust::TrustStore> {
     crate::sys::mount_efivarfs(&ctx.roots.sys);
     ctx.uefi = crate::runtime::uefi_keys::read(&ctx.roots.sys).into();
+    // Whether a Unified Kernel Image started this kernel, and what its stub added to the
+    // initramfs from outside the image (never read: named in the report).
+    let (image, mut unread) = crate::runtime::uki::read(&ctx.roots.sys, &ctx.roots.initramfs);
+    if image != crate::runtime::uki::BootImage::default() {
+        ctx.facts.boot_image = Some(image);
+    }
+    ctx.facts.warnings.append(&mut unread);
     let keys = ctx.uefi_keys();
     let g = gate?;
     let narrowed = crate::runtime::uefi_keys::module_trust_logged(&g.trust, keys);

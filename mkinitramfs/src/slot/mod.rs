@@ -62,6 +62,9 @@ use sha2::Digest;
 use validator::formats::fsimage;
 use validator::formats::verity::{superblock, tree};
 
+mod rauc;
+use rauc::rauc_bundle;
+
 /// Why a slot image was not built (nothing is left behind).
 #[derive(Debug, thiserror::Error)]
 pub enum SlotError {
@@ -78,6 +81,8 @@ pub enum SlotError {
     Tool { tool: String, why: String },
     #[error(transparent)]
     Build(#[from] crate::BuildError),
+    #[error("the Unified Kernel Image: {0}")]
+    Uki(#[from] crate::uki::UkiError),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SlotError + '_ {
@@ -113,6 +118,39 @@ pub struct SlotSpec {
     /// The kernel command line the slot's GRUB entry gives (as `/proc/cmdline` shows it):
     /// with it, `reference.json` holds the measurements a good boot of the slot makes.
     pub cmdline: Option<String>,
+    /// Also a Unified Kernel Image of the slot (`esp/<SLOT>/linux.efi`).
+    pub uki: Option<UkiSlot>,
+}
+
+/// The slot's Unified Kernel Image: the stub, the command line after
+/// `validator.slot=<SLOT>` (the image's `.cmdline` is both), and how it is signed.
+#[derive(Debug, Clone)]
+pub struct UkiSlot {
+    pub stub: PathBuf,
+    pub cmdline: String,
+    pub signing: crate::uki::Signing,
+}
+
+impl UkiSlot {
+    /// The image's `.cmdline` for `slot`: `validator.slot=<slot>` and the words given.
+    pub fn line(&self, slot: &str) -> Result<String, String> {
+        if self.cmdline.contains(['\n', '\r', '\0']) {
+            return Err("the command line has a line break or a NUL".into());
+        }
+        if self
+            .cmdline
+            .split_ascii_whitespace()
+            .any(|w| w.starts_with("validator.slot=") || w.starts_with("BOOT_IMAGE="))
+        {
+            return Err(format!(
+                "the command line {:?} names validator.slot= or BOOT_IMAGE= itself: the image's line starts with validator.slot={slot}",
+                self.cmdline
+            ));
+        }
+        Ok(format!("validator.slot={slot} {}", self.cmdline.trim())
+            .trim()
+            .to_string())
+    }
 }
 
 /// A RAUC bundle of the slot image: its `compatible` string (the nodes' system.conf's) and
@@ -135,6 +173,9 @@ pub struct SlotBuilt {
     pub release: String,
     pub modules: usize,
 }
+
+/// The slot's Unified Kernel Image on the ESP, in the slot's directory.
+pub const UKI_NAME: &str = "linux.efi";
 
 /// The size of the `root-verity-sig` partition content.
 pub const SIG_PARTITION: usize = 64 * 1024;
@@ -370,102 +411,27 @@ fn signature(spec: &SlotSpec, tmp: &Path, root_hex: &str) -> Result<String, Slot
     Ok(json)
 }
 
-/// RAUC's install hook of the `rootfs` and `rootfs-verity` images in the bundle: writes
-/// the image to the slot's partition and gives the partition the PARTUUID the
-/// Discoverable Partitions convention derives from the new root hash (data: its first
-/// 128 bits, hash tree: its last; as systemd-sysupdate does), which is how the gate finds
-/// a slot's verity partitions; for `rootfs` it then puts the slot's kernel and initramfs
-/// on the ESP where the shipped grub.cfg loads them (`/<bootname>/`), each under a
-/// temporary name, synced, renamed.
-const RAUC_HOOK: &str = r#"#!/bin/sh
-# RAUC slot-install hook of a validator slot bundle (rootfs and rootfs-verity images).
-set -eu
-[ "${1:-}" = slot-install ] || exit 0
-dd if="$RAUC_IMAGE_NAME" of="$RAUC_SLOT_DEVICE" bs=4M conv=fsync status=none
-hex=$(cat "$RAUC_BUNDLE_MOUNT_POINT/root.roothash")
-case "$RAUC_SLOT_CLASS" in
-rootfs) half=$(echo "$hex" | cut -c1-32) ;;
-*) half=$(echo "$hex" | cut -c33-64) ;;
-esac
-uuid=$(echo "$half" | sed 's/^\(.\{8\}\)\(.\{4\}\)\(.\{4\}\)\(.\{4\}\)\(.\{12\}\)$/\1-\2-\3-\4-\5/')
-name=$(basename "$(readlink -f "$RAUC_SLOT_DEVICE")")
-disk=/dev/$(basename "$(readlink -f "/sys/class/block/$name/..")")
-sfdisk --quiet --lock=no --no-reread --no-tell-kernel --part-uuid "$disk" \
-    "$(cat "/sys/class/block/$name/partition")" "$uuid"
-[ "$RAUC_SLOT_CLASS" = rootfs ] || exit 0
-esp=${VALIDATOR_ESP:-/boot/efi}
-mkdir -p "$esp/$RAUC_SLOT_BOOTNAME"
-for f in vmlinuz initrd.img; do
-    cp "$RAUC_BUNDLE_MOUNT_POINT/$f" "$esp/$RAUC_SLOT_BOOTNAME/$f.new"
-    sync "$esp/$RAUC_SLOT_BOOTNAME/$f.new"
-    mv "$esp/$RAUC_SLOT_BOOTNAME/$f.new" "$esp/$RAUC_SLOT_BOOTNAME/$f"
-done
-sync
-echo "validator slot bundle: slot $RAUC_SLOT_BOOTNAME written, its kernel and initramfs on $esp"
-"#;
-
-/// `bundle.raucb` in `tmp`: the slot image's three partitions as images of the slot
-/// classes `rootfs`, `rootfs-verity`, `rootfs-sig` (examples/rauc/system.conf), the kernel
-/// and initramfs for [`RAUC_HOOK`], in RAUC's verity format, signed by `r`'s key.
-fn rauc_bundle(
-    r: &RaucBundle,
-    tmp: &Path,
-    slot: &str,
-    version: &str,
-    root_hex: &str,
-) -> Result<(), SlotError> {
-    let content = tmp.join(".rauc-content");
-    std::fs::create_dir(&content).map_err(io(&content))?;
-    let link = |from: &Path, name: &str| -> Result<(), SlotError> {
-        let to = content.join(name);
-        std::fs::hard_link(from, &to)
-            .or_else(|_| std::fs::copy(from, &to).map(|_| ()))
-            .map_err(io(&to))
-    };
-    for (from, name) in [
-        (tmp.join("root.img"), "root.img"),
-        // RAUC picks its update handler by the file name: `.img` for a raw slot.
-        (tmp.join("root.verity"), "root-verity.img"),
-        (tmp.join("root.verity-sig"), "root-verity-sig.img"),
-        (tmp.join(format!("esp/{slot}/vmlinuz")), "vmlinuz"),
-        (tmp.join(format!("esp/{slot}/initrd.img")), "initrd.img"),
-        (tmp.join("root.roothash"), "root.roothash"),
-    ] {
-        link(&from, name)?;
-    }
-    let hook = content.join("hook.sh");
-    std::fs::write(&hook, RAUC_HOOK).map_err(io(&hook))?;
-    {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755))
-            .map_err(io(&hook))?;
-    }
-    let manifest = format!(
-        "[update]\ncompatible={}\nversion={version}\ndescription=validator slot image {version}, root hash {root_hex}\n\n\
-         [bundle]\nformat=verity\n\n[hooks]\nfilename=hook.sh\n\n\
-         [image.rootfs]\nfilename=root.img\nhooks=install\n\n[image.rootfs-verity]\nfilename=root-verity.img\nhooks=install\n\n\
-         [image.rootfs-sig]\nfilename=root-verity-sig.img\n",
-        r.compatible
-    );
-    let m = content.join("manifest.raucm");
-    std::fs::write(&m, manifest).map_err(io(&m))?;
-    let out = run(Command::new("rauc")
-        .arg("bundle")
-        .arg(format!("--cert={}", r.cert.display()))
-        .arg(format!("--key={}", r.key.display()))
-        .arg(&content)
-        .arg(tmp.join("bundle.raucb")));
-    let _ = std::fs::remove_dir_all(&content);
-    out.map(|_| ())
+/// How GRUB starts the slot whose reference is made.
+enum Boot<'a> {
+    /// `linux` and `initrd` with this command line (as `/proc/cmdline` shows it).
+    Plain(&'a str),
+    /// `chainloader` of the slot's Unified Kernel Image with its `.cmdline`; `signed`:
+    /// the image's bytes are final (GRUB measures them into PCR 9).
+    Uki {
+        line: &'a str,
+        image: &'a [u8],
+        signed: bool,
+    },
 }
 
-/// The reference measurements (`validator.reference/v1`) of the slot booted by GRUB with
-/// `line` (its boot-loader entry, and the kexec entry a fallback from the other slot
+/// The reference measurements (`validator.reference/v1`) of the slot booted by GRUB as
+/// `boot` says (its boot-loader entry, and the kexec entry a fallback from the other slot
 /// gives it), as `validator attest predict` makes them: from the BOM, the initramfs and
-/// the root hash just built, the kernel and initramfs GRUB measures into PCR 9.
+/// the root hash just built, the files GRUB measures into PCR 9 (the kernel and
+/// initramfs, or the signed image), and what systemd-stub measures into PCR 11.
 fn reference(
     spec: &SlotSpec,
-    line: &str,
+    boot: &Boot<'_>,
     bom: &[u8],
     root_hex: &str,
     kernel: &[u8],
@@ -489,6 +455,39 @@ fn reference(
         .root
         .is_dir()
         .then(|| predict::DirTree(spec.root.clone()));
+    let (line, files, uki) = match boot {
+        Boot::Plain(line) => (
+            *line,
+            vec![
+                (file_pcr, format!("/{slot}/vmlinuz"), Some(kernel.to_vec())),
+                (
+                    file_pcr,
+                    format!("/{slot}/initrd.img"),
+                    Some(initrd.to_vec()),
+                ),
+            ],
+            None,
+        ),
+        Boot::Uki {
+            line,
+            image,
+            signed,
+        } => (
+            *line,
+            // An image still to be signed elsewhere: its final bytes are not known here.
+            signed
+                .then(|| {
+                    (
+                        file_pcr,
+                        format!("/{slot}/{UKI_NAME}"),
+                        Some(image.to_vec()),
+                    )
+                })
+                .into_iter()
+                .collect(),
+            Some(image.to_vec()),
+        ),
+    };
     let r = predict::predict(&predict::Inputs {
         bom,
         initramfs: &tree,
@@ -499,16 +498,10 @@ fn reference(
             slot: name,
             cmdline: line.into(),
             kexec_cmdline: Some(predict::kexec_cmdline_grub(line, name)),
-            files: vec![
-                (file_pcr, format!("/{slot}/vmlinuz"), Some(kernel.to_vec())),
-                (
-                    file_pcr,
-                    format!("/{slot}/initrd.img"),
-                    Some(initrd.to_vec()),
-                ),
-            ],
+            files,
             // The ESP's configuration is the install's, not the slot's.
             files_complete: false,
+            uki,
         }],
     })
     .map_err(|e| SlotError::Input {
@@ -622,8 +615,40 @@ fn build_into(spec: &SlotSpec, tmp: &Path) -> Result<SlotBuilt, SlotError> {
     let kernel = validator::util::fs::read_limited(&vmlinuz, crate::limits::VMLINUZ_MAX)
         .map_err(crate::BuildError::Input)?;
     write(&format!("esp/{slot}/vmlinuz"), &kernel)?;
-    if let Some(line) = &spec.cmdline {
-        let r = reference(spec, line, &bom_text, &root_hex, &kernel, &initrd.bytes)?;
+    let uki = match &spec.uki {
+        Some(u) => {
+            let line = u.line(slot).map_err(|why| SlotError::Input {
+                path: spec.out.clone(),
+                why: format!("--uki-cmdline: {why}"),
+            })?;
+            let image = crate::uki::build(
+                tmp,
+                &crate::uki::UkiInputs {
+                    stub: &u.stub,
+                    linux: &kernel,
+                    initrd: &initrd.bytes,
+                    cmdline: &line,
+                    osrel: &crate::uki::osrel(&bom.image_id.to_string(), slot),
+                    epoch: spec.epoch,
+                },
+                &u.signing,
+            )?;
+            write(&format!("esp/{slot}/{UKI_NAME}"), &image)?;
+            Some((line, image, u.signing != crate::uki::Signing::Unsigned))
+        }
+        None => None,
+    };
+    let boot = match (&uki, &spec.cmdline) {
+        (Some((line, image, signed)), _) => Some(Boot::Uki {
+            line,
+            image,
+            signed: *signed,
+        }),
+        (None, Some(line)) => Some(Boot::Plain(line)),
+        (None, None) => None,
+    };
+    if let Some(boot) = &boot {
+        let r = reference(spec, boot, &bom_text, &root_hex, &kernel, &initrd.bytes)?;
         write("reference.json", r.as_bytes())?;
     }
     let entry = format!(
@@ -649,40 +674,4 @@ fn build_into(spec: &SlotSpec, tmp: &Path) -> Result<SlotBuilt, SlotError> {
         release: initrd.release,
         modules: initrd.modules.len(),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The bundle's hook gives the data and hash partitions the PARTUUIDs the gate looks
-    /// for (`validator::formats::verity::uuid_from_hash` of each half of the root hash).
-    #[test]
-    fn hook_names_the_partitions_as_the_gate_finds_them() {
-        let hex = "4ab7ce0cd8f638db42cb5c4a98bbf567567f2014f3e0493ee0eb3c72c36812d2";
-        let raw = validator::util::unhex(hex).unwrap_or_default();
-        let lines: Vec<&str> = RAUC_HOOK.lines().collect();
-        let from = lines
-            .iter()
-            .position(|l| l.starts_with("case "))
-            .unwrap_or(0);
-        let to = lines
-            .iter()
-            .position(|l| l.starts_with("uuid="))
-            .unwrap_or(0);
-        assert!(from > 0 && to > from, "{RAUC_HOOK}");
-        let body = lines.get(from..=to).unwrap_or_default().join("\n");
-        for (class, half) in [("rootfs", raw.get(..16)), ("rootfs-verity", raw.get(16..))] {
-            let script = format!("hex={hex}\n{body}\necho \"$uuid\"\n");
-            let out = Command::new("sh")
-                .arg("-c")
-                .arg(&script)
-                .env("RAUC_SLOT_CLASS", class)
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-                .unwrap_or_default();
-            let want = half.and_then(validator::formats::verity::uuid_from_hash);
-            assert_eq!(Some(out), want, "{class}");
-        }
-    }
 }
