@@ -7,7 +7,8 @@
 //! reads).
 //!
 //! Limits: GRUB nodes (the command line is what the shipped `grub.cfg` gives the kernel:
-//! `BOOT_IMAGE=/<slot>/vmlinuz validator.slot=<slot> ` then `node.cfg`'s `CMDLINE`).
+//! `BOOT_IMAGE=/<slot>/vmlinuz validator.slot=<slot> ` then `node.cfg`'s `CMDLINE`; or,
+//! for slots that are Unified Kernel Images, [`uki_image_inputs`], the image's own).
 
 use std::path::{Path, PathBuf};
 
@@ -188,6 +189,50 @@ pub fn image_inputs(
         root_hash,
         slots,
     })
+}
+
+/// [`image_inputs`] of a node whose slots are Unified Kernel Images
+/// (`<run_dir>/slot-<slot>/linux.efi`, chainloaded by the shipped grub.cfg): each slot's
+/// command line is its image's `.cmdline`, the slot `image` boots GRUB's read of its
+/// image (PCR 9; the list is not complete: the kernel's EFI stub adds its own records of
+/// the initramfs and the command line there) and systemd-stub's events of it (PCR 11).
+pub fn uki_image_inputs(
+    run_dir: &Path,
+    image: &str,
+    kernel: &Path,
+) -> Result<ImageInputs, HarnessError> {
+    let mut i = image_inputs(run_dir, image, kernel)?;
+    let read_uki = |slot: SlotName| -> Result<(Vec<u8>, String), HarnessError> {
+        let p = run_dir.join(format!("slot-{slot}/linux.efi"));
+        let bytes = std::fs::read(&p).map_err(|e| HarnessError::io(&p, e))?;
+        let line = validator::formats::uki::cmdline(&bytes)
+            .ok()
+            .flatten()
+            .ok_or_else(|| HarnessError::Setup(format!("{}: no .cmdline", p.display())))?;
+        Ok((bytes, String::from_utf8_lossy(&line).into_owned()))
+    };
+    let pcr = validator::formats::tpm::measurement::BOOT_LOADER_FILE_PCR;
+    let lines: Vec<(SlotName, String)> = i
+        .slots
+        .iter()
+        .map(|s| read_uki(s.slot).map(|(_, l)| (s.slot, l)))
+        .collect::<Result<_, _>>()?;
+    for s in &mut i.slots {
+        let (bytes, line) = read_uki(s.slot)?;
+        s.cmdline = line;
+        s.kexec_cmdline = lines
+            .iter()
+            .find(|(n, _)| *n != s.slot)
+            .map(|(_, from)| predict::kexec_cmdline_grub(from, s.slot));
+        s.files_complete = false;
+        if s.slot.as_str() == image {
+            s.files = vec![(pcr, format!("/{}/linux.efi", s.slot), Some(bytes.clone()))];
+            s.uki = Some(bytes);
+        } else {
+            s.files = Vec::new();
+        }
+    }
+    Ok(i)
 }
 
 impl ImageInputs {

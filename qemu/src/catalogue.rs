@@ -61,7 +61,10 @@ impl Scenario {
             | Name::SbFleetMok
             | Name::SbFleetMokUntrusted
             | Name::SbFleetUnenrolled
-            | Name::SbRequiredOff => crate::secureboot::setup(&mut s, name)?,
+            | Name::SbRequiredOff
+            | Name::SbUki
+            | Name::SbUkiRefused
+            | Name::SbUkiUntrusted => crate::secureboot::setup(&mut s, name)?,
             Name::RealNode => crate::debroot::setup(&mut s)?,
             Name::RealNodeRecheck => crate::debroot::setup_recheck(&mut s)?,
             Name::PreflightNvidia | Name::PreflightNvidiaOpen | Name::PreflightPcie => {

@@ -367,7 +367,11 @@ pub fn setup(s: &mut Scenario) -> Result<(), HarnessError> {
         .as_mut()
         .ok_or_else(|| HarnessError::Setup("real-node: no A/B layout".into()))?;
     two.system = RootSystem::Debian;
+    // Each slot a Unified Kernel Image signed by the fleet's key (OVMF's snakeoil key),
+    // enrolled as a MOK: GRUB chainloads it through shim.
+    two.mok_snakeoil = true;
     for slot in [&mut two.a, &mut two.b] {
+        slot.uki = Some(crate::scenario::UkiForm::Signed);
         let bom = &mut slot.bom;
         bom.hardware.secure_boot = Some(true);
         // RAUC mounts its bundles: a squashfs image on a loop device (and dm-verity).
@@ -464,14 +468,16 @@ pub const UNHEALTHY: &str = "systemd.mask=prometheus-node-exporter.service";
 /// The slot's image made as an operator makes it, by `mkinitramfs slot` (the library):
 /// an ext4 image of `rootdir`, the BOM at `bom` (whose `policy.trust` names
 /// `trusted.pem` next to it), a signing key made for the run (`trusted.key` and
-/// `trusted.pem` in `sdir`), into `sdir/image`. Returns the slot's three DPS partitions
-/// (labels `root-<slot>`, `-verity`, `-sig`) and its initramfs.
+/// `trusted.pem` in `sdir`), into `sdir/image`, with the slot's Unified Kernel Image when
+/// `uki` says. Returns the slot's three DPS partitions (labels `root-<slot>`, `-verity`,
+/// `-sig`) and its initramfs.
 pub fn slot_image(
     kernel: &crate::paths::Kernel,
     rootdir: &Path,
     bom: &Path,
     slot: crate::firmware::Slot,
     sdir: &Path,
+    uki: Option<mkinitramfs::slot::UkiSlot>,
 ) -> Result<(Vec<crate::disk::PartitionSpec>, PathBuf), HarnessError> {
     let ext4 = sdir.join("root.ext4");
     crate::rootfs::ext4_image(rootdir, &ext4)?;
@@ -490,7 +496,7 @@ pub fn slot_image(
         epoch: 0,
         rauc: None,
         cmdline: None,
-        uki: None,
+        uki,
     };
     let built = mkinitramfs::slot::build(&spec)
         .map_err(|e| HarnessError::Setup(format!("mkinitramfs slot {slot}: {e}")))?;
@@ -548,8 +554,9 @@ pub fn install_disk(
 /// A RAUC update for the real node, built on the host as an operator would: a Debian root
 /// (the same recipe; its `node-check` prints `ROOT-IMAGE <name>`), the slot image made by
 /// `mkinitramfs slot --rauc-bundle` from `bom` with `image_id` `<its id>-<name>`, signed
-/// by the run's RAUC key ([`rauc_key`]), and put alone on an ext4 disk image for the VM's
-/// second disk. `trusted`: the root hash is signed by the key the new initramfs trusts;
+/// by the run's RAUC key ([`rauc_key`]), with a Unified Kernel Image of `uki_cmdline`
+/// when given (the node's slots are such images), and put alone on an ext4 disk image
+/// for the VM's second disk. `trusted`: the root hash is signed by the key the new initramfs trusts;
 /// otherwise by another one, so the gate refuses the image (an image fault). Returns the
 /// disk image.
 pub fn update_disk(
@@ -558,6 +565,7 @@ pub fn update_disk(
     bom: &vbom::Bom,
     name: &str,
     trusted: bool,
+    uki_cmdline: Option<&str>,
 ) -> Result<PathBuf, HarnessError> {
     let io = |p: &Path, e| HarnessError::io(p, e);
     let d = run_dir.join(format!("update-{name}"));
@@ -603,7 +611,19 @@ pub fn update_disk(
             cert: ring,
         }),
         cmdline: None,
-        uki: None,
+        // A node whose slots are Unified Kernel Images gets one in the bundle too, signed
+        // by the fleet's key (OVMF's snakeoil key, enrolled as a MOK).
+        uki: uki_cmdline.map(|line| {
+            let k = sigcases::keys::snakeoil(&run_dir.join("mok-keys"));
+            mkinitramfs::slot::UkiSlot {
+                stub: mkinitramfs::uki::DEBIAN_STUB.into(),
+                cmdline: line.to_string(),
+                signing: mkinitramfs::uki::Signing::Key {
+                    key: k.key,
+                    cert: k.cert,
+                },
+            }
+        }),
     };
     mkinitramfs::slot::build(&spec)
         .map_err(|e| HarnessError::Setup(format!("mkinitramfs slot (update {name}): {e}")))?;

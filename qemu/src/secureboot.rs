@@ -34,22 +34,26 @@ use validator::config::bom as vbom;
 use crate::disk::{self, Content, PartitionSpec};
 use crate::firmware::{self, EspSpec, Loader, Ovmf, Slot};
 use crate::scenario::{
-    BootPath, KernelSignature, Name, RevokeB, Roots, Scenario, SlotImage, TwoSlots,
+    BootPath, KernelSignature, Name, RevokeB, Roots, Scenario, SlotImage, TwoSlots, UkiForm,
 };
 use crate::vm::{self, KillAt, VmConfig};
 use crate::HarnessError;
+
+/// The word `sb-uki`'s grub.cfg adds after the image's path: it must not reach the
+/// kernel.
+pub const GRUB_UKI_WORD: &str = "validator.grub_added=1";
 
 /// Sets up the Secure Boot scenario `name` on `s`: the A/B node through Debian's signed
 /// chain with Secure Boot on (`sb-required-off`: through the GRUB node with it off), both
 /// slots' BOMs requiring Secure Boot, and what the name says.
 pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
     *s = match name {
-        Name::SbNode => Scenario::node(BootPath::SecureBoot)?,
+        Name::SbNode | Name::SbUki => Scenario::node(BootPath::SecureBoot)?,
         Name::SbRequiredOff => Scenario::ab_gate(BootPath::Grub, Roots::Plain)?,
         _ => Scenario::ab_gate(BootPath::SecureBoot, Roots::Plain)?,
     };
     s.name = name.as_str().into();
-    if name != Name::SbNode {
+    if !matches!(name, Name::SbNode | Name::SbUki) {
         s.boot.follow_reboots = Some(3);
     }
     let two = s
@@ -62,6 +66,26 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
     two.b.bom.hardware.secure_boot = Some(true);
     match name {
         Name::SbNode | Name::SbRequiredOff => {}
+        Name::SbUki | Name::SbUkiRefused | Name::SbUkiUntrusted => {
+            // Each slot a Unified Kernel Image signed by the fleet's key, enrolled as a
+            // MOK, which the shipped grub.cfg chainloads through shim.
+            two.mok_snakeoil = true;
+            let (a, b) = match name {
+                Name::SbUki => (UkiForm::Signed, UkiForm::Signed),
+                Name::SbUkiRefused => (UkiForm::InitrdFlipped, UkiForm::CmdlineEdited),
+                _ => (UkiForm::Unsigned, UkiForm::ForeignKey),
+            };
+            two.a.uki = Some(a);
+            two.b.uki = Some(b);
+            if name == Name::SbUki {
+                // A credential beside A's image, which the stub packs into the
+                // initramfs's /.extra/ (the gate ignores it and names it), and words
+                // after the image's path in grub.cfg (the stub ignores them under
+                // Secure Boot: they do not reach the kernel).
+                two.uki_extra = vec![("fleet.cred".into(), b"not signed\n".to_vec())];
+                two.grub_uki_words = Some(format!("init=/bin/sh {GRUB_UKI_WORD}"));
+            }
+        }
         Name::SbFallback => {
             two.a.tampered_modules.push("crc16".into());
         }
@@ -218,6 +242,83 @@ pub fn node_firmware(two: &TwoSlots, dir: &Path) -> Result<Ovmf, HarnessError> {
         store.write(&ovmf.vars)?;
     }
     Ok(ovmf)
+}
+
+/// The slot's Unified Kernel Image as it goes on the ESP ([`UkiForm`]), made in
+/// `<dir>/slot-<slot>/` from its kernel as on the ESP, its initramfs and `cmdline` (the
+/// image's `.cmdline`), by `mkinitramfs::uki` as `mkinitramfs slot` makes one; `None`
+/// when the slot is no such image.
+pub(crate) fn slot_uki(
+    img: &SlotImage,
+    slot: Slot,
+    kernel: &Path,
+    initrd: &Path,
+    cmdline: &str,
+    dir: &Path,
+) -> Result<Option<PathBuf>, HarnessError> {
+    let Some(form) = img.uki else {
+        return Ok(None);
+    };
+    let d = dir.join(format!("slot-{slot}"));
+    std::fs::create_dir_all(&d).map_err(|e| HarnessError::io(&d, e))?;
+    let read = |p: &Path| std::fs::read(p).map_err(|e| HarnessError::io(p, e));
+    let (linux, initrd_bytes) = (read(kernel)?, read(initrd)?);
+    let signing = match form {
+        UkiForm::Unsigned => mkinitramfs::uki::Signing::Unsigned,
+        UkiForm::ForeignKey => {
+            let (key, cert) = crate::verity::make_key(&d, "uki-stranger")?;
+            mkinitramfs::uki::Signing::Key { key, cert }
+        }
+        _ => {
+            let k = sigcases::keys::snakeoil(&dir.join("mok-keys"));
+            mkinitramfs::uki::Signing::Key {
+                key: k.key,
+                cert: k.cert,
+            }
+        }
+    };
+    let mut image = mkinitramfs::uki::build(
+        &d,
+        &mkinitramfs::uki::UkiInputs {
+            stub: Path::new(mkinitramfs::uki::DEBIAN_STUB),
+            linux: &linux,
+            initrd: &initrd_bytes,
+            cmdline,
+            osrel: &mkinitramfs::uki::osrel(&img.bom.image_id.to_string(), slot.as_str()),
+            epoch: 0,
+        },
+        &signing,
+    )
+    .map_err(|e| HarnessError::Setup(format!("slot {slot}'s Unified Kernel Image: {e}")))?;
+    let section = |name: &str| -> Result<std::ops::Range<usize>, HarnessError> {
+        let l = validator::formats::pe::layout(&image)
+            .map_err(|e| HarnessError::Setup(format!("slot {slot}'s image: {e}")))?;
+        l.sections
+            .iter()
+            .find(|s| s.name.starts_with(name.as_bytes()))
+            .map(|s| s.raw.start..s.raw.start + s.virtual_size as usize)
+            .ok_or_else(|| HarnessError::Setup(format!("slot {slot}'s image: no {name}")))
+    };
+    match form {
+        UkiForm::InitrdFlipped => {
+            let r = section(".initrd")?;
+            if let Some(b) = image.get_mut(r.start + r.len() / 2) {
+                *b ^= 0x01;
+            }
+        }
+        UkiForm::CmdlineEdited => {
+            let r = section(".cmdline")?;
+            let edit = b"init=/bin/sh";
+            let at = r.end.saturating_sub(edit.len()).max(r.start);
+            if let Some(t) = image.get_mut(at..r.end) {
+                t.copy_from_slice(edit.get(..t.len()).unwrap_or_default());
+            }
+        }
+        _ => {}
+    }
+    let out = d.join("linux.efi");
+    std::fs::write(&out, &image).map_err(|e| HarnessError::io(&out, e))?;
+    Ok(Some(out))
 }
 
 /// The slot's kernel as it goes on the ESP: Debian's signed `vmlinuz`, or a copy whose

@@ -275,7 +275,15 @@ fn rauc_updates_the_other_slot_and_an_update_the_gate_refuses_falls_back() {
     let bed = Scenario::named(Name::RealNode).unwrap().bed().unwrap();
     let kernel = bed.slots.a.kernel.clone();
     let base = bed.slots.a.bom.clone();
-    let good = debroot::update_disk(&bed.dir, &kernel, &base, "update", true).unwrap();
+    let good = debroot::update_disk(
+        &bed.dir,
+        &kernel,
+        &base,
+        "update",
+        true,
+        bed.uki_cmdline().as_deref(),
+    )
+    .unwrap();
 
     // Power-on 1: A, healthy and marked good, installs the update into B.
     let o = power_on(&bed, Some(&good));
@@ -289,7 +297,15 @@ fn rauc_updates_the_other_slot_and_an_update_the_gate_refuses_falls_back() {
 
     // Power-on 2: GRUB boots B with the update; the gate passes it, the unit marks it
     // good, and RAUC and the gate agree. RAUC then installs the untrusted update into A.
-    let bad = debroot::update_disk(&bed.dir, &kernel, &base, "untrusted", false).unwrap();
+    let bad = debroot::update_disk(
+        &bed.dir,
+        &kernel,
+        &base,
+        "untrusted",
+        false,
+        bed.uki_cmdline().as_deref(),
+    )
+    .unwrap();
     let o = power_on(&bed, Some(&bad));
     assert_eq!(ab::grub_slot(&o), Some(Slot::B));
     assert!(o.console.contains("ROOT-IMAGE update"), "{}", o.describe());

@@ -8,7 +8,8 @@
 //! boot loader, `/EFI/BOOT/grub.cfg` (the shipped `examples/grub/grub.cfg` unless another
 //! is given), `/EFI/BOOT/node.cfg` when a command line is given ([`node_cfg`]:
 //! `set CMDLINE="..."`, quoted by [`grub_quote`]), and `/<slot>/vmlinuz`,
-//! `/<slot>/initrd.img`. [`build`] formats, fills and reads every file back through
+//! `/<slot>/initrd.img`, then `/<slot>/linux.efi` for each slot built as a Unified
+//! Kernel Image. [`build`] formats, fills and reads every file back through
 //! mtools; the install copies the image onto the disk. The test bed's GRUB ESPs take
 //! their `node.cfg` from [`node_cfg`].
 //!
@@ -142,13 +143,22 @@ impl EspFiles {
                 )
             })
             .collect();
-        EspFiles::grub(
+        let mut e = EspFiles::grub(
             &spec.loader,
             &grubenv,
             cfg,
             spec.cmdline.as_deref(),
             &kernels,
-        )
+        )?;
+        // A slot's Unified Kernel Image beside its kernel: the shipped grub.cfg
+        // chainloads it when it is there.
+        for s in slots.iter().filter(|s| s.has_uki()) {
+            e.add_file(
+                &s.path(&SlotDir::uki_file(s.slot)),
+                &format!("/{}/{}", s.slot, crate::slot::UKI_NAME),
+            )?;
+        }
+        Ok(e)
     }
 
     fn add_file(&mut self, src: &Path, dst: &str) -> Result<(), InstallError> {

@@ -183,6 +183,17 @@ impl SlotDir {
         ]
     }
 
+    /// The slot's Unified Kernel Image, relative to its directory, when `mkinitramfs slot
+    /// --uki-cmdline` made one (SHA256SUMS then lists it).
+    pub fn uki_file(slot: char) -> String {
+        format!("esp/{slot}/{}", crate::slot::UKI_NAME)
+    }
+
+    /// Whether the slot has a Unified Kernel Image (checked against SHA256SUMS).
+    pub fn has_uki(&self) -> bool {
+        self.digests.contains_key(&SlotDir::uki_file(self.slot))
+    }
+
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
@@ -261,6 +272,18 @@ pub fn read_slot(dir: &Path) -> Result<SlotDir, InstallError> {
             ));
         }
         digests.insert(name, got);
+    }
+    // A slot built as a Unified Kernel Image: its image too, checked the same way.
+    let uki = SlotDir::uki_file(slot);
+    if let Some(want) = sums.get(&uki) {
+        let (got, _) = file_digest(&dir.join(&uki))?;
+        if &got != want {
+            return Err(input(
+                &dir.join(&uki),
+                "does not match its SHA-256 in SHA256SUMS (damaged or changed since `mkinitramfs slot`)",
+            ));
+        }
+        digests.insert(uki, got);
     }
     let hash_file = dir.join("root.roothash");
     let raw = validator::util::fs::read_limited(&hash_file, 4096)

@@ -25,6 +25,12 @@
 //! - `esp/<SLOT>/vmlinuz`, `esp/<SLOT>/initrd.img`: the kernel and the initramfs (the
 //!   library's [`crate::build`], the module gate on) where the shipped `grub.cfg` loads
 //!   them, and `esp/loader/entries/slot-<slot>.conf`, the slot's systemd-boot entry;
+//! - with [`SlotSpec::uki`], `esp/<SLOT>/linux.efi`: the slot's Unified Kernel Image
+//!   ([`crate::uki`]: systemd-stub with the kernel, the initramfs, an os-release and the
+//!   command line `validator.slot=<SLOT> ...` as one image, signed by the fleet's Secure
+//!   Boot key or left unsigned for a signer outside the tool), which the shipped grub.cfg
+//!   chainloads; `reference.json` then predicts a boot of it (its `.cmdline`, GRUB's read
+//!   of the signed file, systemd-stub's PCR 11 events) instead of the plain entry;
 //! - with [`SlotSpec::cmdline`], `reference.json`: what a good boot of the slot measures
 //!   (`validator.reference/v1`, as `validator attest predict` writes it; the entries
 //!   `boot-loader` through the shipped grub.cfg and `kexec` from the other slot), for
@@ -62,6 +68,7 @@ use sha2::Digest;
 use validator::formats::fsimage;
 use validator::formats::verity::{superblock, tree};
 
+mod entry;
 mod rauc;
 use rauc::rauc_bundle;
 
@@ -411,106 +418,6 @@ fn signature(spec: &SlotSpec, tmp: &Path, root_hex: &str) -> Result<String, Slot
     Ok(json)
 }
 
-/// How GRUB starts the slot whose reference is made.
-enum Boot<'a> {
-    /// `linux` and `initrd` with this command line (as `/proc/cmdline` shows it).
-    Plain(&'a str),
-    /// `chainloader` of the slot's Unified Kernel Image with its `.cmdline`; `signed`:
-    /// the image's bytes are final (GRUB measures them into PCR 9).
-    Uki {
-        line: &'a str,
-        image: &'a [u8],
-        signed: bool,
-    },
-}
-
-/// The reference measurements (`validator.reference/v1`) of the slot booted by GRUB as
-/// `boot` says (its boot-loader entry, and the kexec entry a fallback from the other slot
-/// gives it), as `validator attest predict` makes them: from the BOM, the initramfs and
-/// the root hash just built, the files GRUB measures into PCR 9 (the kernel and
-/// initramfs, or the signed image), and what systemd-stub measures into PCR 11.
-fn reference(
-    spec: &SlotSpec,
-    boot: &Boot<'_>,
-    bom: &[u8],
-    root_hex: &str,
-    kernel: &[u8],
-    initrd: &[u8],
-) -> Result<String, SlotError> {
-    use validator::attest::predict;
-    let entries = crate::unpack::unpack(initrd, crate::limits::UNPACKED_MAX).map_err(|e| {
-        SlotError::Tool {
-            tool: "mkinitramfs".into(),
-            why: format!("reading back the initramfs: {e}"),
-        }
-    })?;
-    let tree = predict::MemTree::from_listing("initrd.img", entries);
-    let slot = spec.slot.as_str();
-    let file_pcr = validator::formats::tpm::measurement::BOOT_LOADER_FILE_PCR;
-    let name = validator::config::bom::SlotName::parse(slot).ok_or_else(|| SlotError::Input {
-        path: spec.bom.clone(),
-        why: format!("slot {slot:?}: A or B"),
-    })?;
-    let dir = spec
-        .root
-        .is_dir()
-        .then(|| predict::DirTree(spec.root.clone()));
-    let (line, files, uki) = match boot {
-        Boot::Plain(line) => (
-            *line,
-            vec![
-                (file_pcr, format!("/{slot}/vmlinuz"), Some(kernel.to_vec())),
-                (
-                    file_pcr,
-                    format!("/{slot}/initrd.img"),
-                    Some(initrd.to_vec()),
-                ),
-            ],
-            None,
-        ),
-        Boot::Uki {
-            line,
-            image,
-            signed,
-        } => (
-            *line,
-            // An image still to be signed elsewhere: its final bytes are not known here.
-            signed
-                .then(|| {
-                    (
-                        file_pcr,
-                        format!("/{slot}/{UKI_NAME}"),
-                        Some(image.to_vec()),
-                    )
-                })
-                .into_iter()
-                .collect(),
-            Some(image.to_vec()),
-        ),
-    };
-    let r = predict::predict(&predict::Inputs {
-        bom,
-        initramfs: &tree,
-        root: dir.as_ref().map(|t| t as &dyn predict::Tree),
-        root_hash: Some(root_hex.to_string()),
-        uefi: true,
-        slots: vec![predict::SlotInput {
-            slot: name,
-            cmdline: line.into(),
-            kexec_cmdline: Some(predict::kexec_cmdline_grub(line, name)),
-            files,
-            // The ESP's configuration is the install's, not the slot's.
-            files_complete: false,
-            uki,
-        }],
-    })
-    .map_err(|e| SlotError::Input {
-        path: spec.bom.clone(),
-        why: format!("predicting the slot's measurements: {e}"),
-    })?;
-    Ok(r.to_text())
-}
-
 /// `text` with `root_hash = "<hex>"` on the line after its `[verity]` header.
 fn pin(text: &str, hex: &str) -> String {
     let mut out = String::with_capacity(text.len() + 90);
@@ -524,6 +431,87 @@ fn pin(text: &str, hex: &str) -> String {
         }
     }
     out
+}
+
+/// The slot's BOM as given, and read.
+struct SlotBom {
+    raw: Vec<u8>,
+    text: String,
+    bom: validator::config::bom::Bom,
+    /// Its root hash comes from the BOM and is left out: this build pins it.
+    unpinned: bool,
+}
+
+fn bad_bom(spec: &SlotSpec, why: String) -> SlotError {
+    SlotError::Input {
+        path: spec.bom.clone(),
+        why,
+    }
+}
+
+/// The BOM first: it decides whether this is a verified root at all. One whose root hash
+/// comes from the BOM cannot pin it yet: it is read with a placeholder, and the hash this
+/// build computes goes into the copy written out (the operator's text kept).
+fn read_bom(spec: &SlotSpec) -> Result<SlotBom, SlotError> {
+    let raw = validator::util::fs::read_limited(&spec.bom, validator::config::bom::BOM_MAX)
+        .map_err(crate::BuildError::Input)?;
+    let text = String::from_utf8(raw.clone()).map_err(|_| bad_bom(spec, "not UTF-8".into()))?;
+    let parse = |t: &str| validator::config::bom::parse(t.as_bytes(), &spec.bom);
+    let (bom, unpinned) = match parse(&text) {
+        Ok(l) => (l.bom, false),
+        Err(first) => match parse(&pin(&text, &"0".repeat(64))) {
+            Ok(l)
+                if l.bom
+                    .verity
+                    .as_ref()
+                    .is_some_and(|v| v.source == validator::config::bom::RootHashSource::Bom) =>
+            {
+                (l.bom, true)
+            }
+            _ => return Err(crate::BuildError::Bom(first).into()),
+        },
+    };
+    let v = bom.verity.as_ref().ok_or_else(|| {
+        bad_bom(
+            spec,
+            "no [verity] section: the gate would not verify this slot's root".into(),
+        )
+    })?;
+    if v.algorithm.as_ref().is_some_and(|a| a.0 != "sha256")
+        || v.data_block_size.is_some_and(|s| s != 4096)
+        || v.hash_block_size.is_some_and(|s| s != 4096)
+    {
+        return Err(bad_bom(
+            spec,
+            "[verity] asks for other parameters than sha256 with 4096-byte blocks".into(),
+        ));
+    }
+    Ok(SlotBom {
+        raw,
+        text,
+        bom,
+        unpinned,
+    })
+}
+
+/// The BOM written out: the given one, or with the root hash this build computed pinned;
+/// read back as the gate will.
+fn bom_to_write(spec: &SlotSpec, b: &SlotBom, root_hex: &str) -> Result<Vec<u8>, SlotError> {
+    let source = b.bom.verity.as_ref().map(|v| v.source);
+    let bom_text = if b.unpinned {
+        pin(&b.text, root_hex).into_bytes()
+    } else if source == Some(validator::config::bom::RootHashSource::Bom) {
+        return Err(bad_bom(
+            spec,
+            "[verity] source = \"bom\" already pins a root_hash: leave it out, this command \
+             writes the one it computes"
+                .into(),
+        ));
+    } else {
+        b.raw.clone()
+    };
+    validator::config::bom::parse(&bom_text, &spec.bom).map_err(crate::BuildError::Bom)?;
+    Ok(bom_text)
 }
 
 fn build_into(spec: &SlotSpec, tmp: &Path) -> Result<SlotBuilt, SlotError> {
@@ -542,42 +530,7 @@ fn build_into(spec: &SlotSpec, tmp: &Path) -> Result<SlotBuilt, SlotError> {
         ));
         Ok(())
     };
-    // The BOM first: it decides whether this is a verified root at all. One whose root
-    // hash comes from the BOM cannot pin it yet: it is read with a placeholder, and the
-    // hash this build computes goes into the copy written out (the operator's text kept).
-    let raw = validator::util::fs::read_limited(&spec.bom, validator::config::bom::BOM_MAX)
-        .map_err(crate::BuildError::Input)?;
-    let bad_bom = |why: String| SlotError::Input {
-        path: spec.bom.clone(),
-        why,
-    };
-    let text = String::from_utf8(raw.clone()).map_err(|_| bad_bom("not UTF-8".into()))?;
-    let parse = |t: &str| validator::config::bom::parse(t.as_bytes(), &spec.bom);
-    let (mut bom, unpinned) = match parse(&text) {
-        Ok(l) => (l.bom, false),
-        Err(first) => match parse(&pin(&text, &"0".repeat(64))) {
-            Ok(l)
-                if l.bom
-                    .verity
-                    .as_ref()
-                    .is_some_and(|v| v.source == validator::config::bom::RootHashSource::Bom) =>
-            {
-                (l.bom, true)
-            }
-            _ => return Err(crate::BuildError::Bom(first).into()),
-        },
-    };
-    let v = bom.verity.as_mut().ok_or_else(|| {
-        bad_bom("no [verity] section: the gate would not verify this slot's root".into())
-    })?;
-    if v.algorithm.as_ref().is_some_and(|a| a.0 != "sha256")
-        || v.data_block_size.is_some_and(|s| s != 4096)
-        || v.hash_block_size.is_some_and(|s| s != 4096)
-    {
-        return Err(bad_bom(
-            "[verity] asks for other parameters than sha256 with 4096-byte blocks".into(),
-        ));
-    }
+    let b = read_bom(spec)?;
     let img = tmp.join("root.img");
     let filesystem = root_image(spec, &img)?;
     let (p, root, tree_bytes) = verity(&img)?;
@@ -589,18 +542,7 @@ fn build_into(spec: &SlotSpec, tmp: &Path) -> Result<SlotBuilt, SlotError> {
     let mut sig = signature(spec, tmp, &root_hex)?.into_bytes();
     sig.resize(SIG_PARTITION, 0);
     write("root.verity-sig", &sig)?;
-    let bom_text = if unpinned {
-        pin(&text, &root_hex).into_bytes()
-    } else if v.source == validator::config::bom::RootHashSource::Bom {
-        return Err(bad_bom(
-            "[verity] source = \"bom\" already pins a root_hash: leave it out, this command \
-             writes the one it computes"
-                .into(),
-        ));
-    } else {
-        raw
-    };
-    parse(std::str::from_utf8(&bom_text).unwrap_or_default()).map_err(crate::BuildError::Bom)?;
+    let bom_text = bom_to_write(spec, &b, &root_hex)?;
     write("bom.toml", &bom_text)?;
     let mut s = crate::Spec::new(&spec.kernel, &spec.bom, &spec.init);
     s.mtime = spec.epoch;
@@ -615,46 +557,32 @@ fn build_into(spec: &SlotSpec, tmp: &Path) -> Result<SlotBuilt, SlotError> {
     let kernel = validator::util::fs::read_limited(&vmlinuz, crate::limits::VMLINUZ_MAX)
         .map_err(crate::BuildError::Input)?;
     write(&format!("esp/{slot}/vmlinuz"), &kernel)?;
-    let uki = match &spec.uki {
-        Some(u) => {
-            let line = u.line(slot).map_err(|why| SlotError::Input {
-                path: spec.out.clone(),
-                why: format!("--uki-cmdline: {why}"),
-            })?;
-            let image = crate::uki::build(
-                tmp,
-                &crate::uki::UkiInputs {
-                    stub: &u.stub,
-                    linux: &kernel,
-                    initrd: &initrd.bytes,
-                    cmdline: &line,
-                    osrel: &crate::uki::osrel(&bom.image_id.to_string(), slot),
-                    epoch: spec.epoch,
-                },
-                &u.signing,
-            )?;
-            write(&format!("esp/{slot}/{UKI_NAME}"), &image)?;
-            Some((line, image, u.signing != crate::uki::Signing::Unsigned))
+    let image_id = b.bom.image_id.to_string();
+    let uki = entry::uki(spec, tmp, &kernel, &initrd.bytes, &image_id)?;
+    if let Some(u) = &uki {
+        write(&format!("esp/{slot}/{UKI_NAME}"), &u.image)?;
+        if let Some((other, image)) = &u.other {
+            let p = tmp.join(format!(".linux-{other}.efi"));
+            std::fs::write(&p, image).map_err(io(&p))?;
         }
-        None => None,
-    };
+    }
     let boot = match (&uki, &spec.cmdline) {
-        (Some((line, image, signed)), _) => Some(Boot::Uki {
-            line,
-            image,
-            signed: *signed,
+        (Some(u), _) => Some(entry::Boot::Uki {
+            line: &u.line,
+            image: &u.image,
+            signed: u.signed,
         }),
-        (None, Some(line)) => Some(Boot::Plain(line)),
+        (None, Some(line)) => Some(entry::Boot::Plain(line)),
         (None, None) => None,
     };
     if let Some(boot) = &boot {
-        let r = reference(spec, boot, &bom_text, &root_hex, &kernel, &initrd.bytes)?;
+        let r = entry::reference(spec, boot, &bom_text, &root_hex, &kernel, &initrd.bytes)?;
         write("reference.json", r.as_bytes())?;
     }
     let entry = format!(
         "title Slot {slot} ({image})\nversion {release}\nlinux /{slot}/vmlinuz\ninitrd /{slot}/initrd.img\noptions {}\n",
         format!("validator.slot={slot} {}", spec.options).trim(),
-        image = bom.image_id,
+        image = image_id,
         release = initrd.release,
     );
     let lower = slot.to_ascii_lowercase();
@@ -665,7 +593,10 @@ fn build_into(spec: &SlotSpec, tmp: &Path) -> Result<SlotBuilt, SlotError> {
     let sums_path = tmp.join("SHA256SUMS");
     std::fs::write(&sums_path, root_sum + &sums).map_err(io(&sums_path))?;
     if let Some(r) = &spec.rauc {
-        rauc_bundle(r, tmp, slot, &bom.image_id.to_string(), &root_hex)?;
+        rauc_bundle(r, tmp, slot, &image_id, &root_hex)?;
+        for other in ["A", "B"] {
+            let _ = std::fs::remove_file(tmp.join(format!(".linux-{other}.efi")));
+        }
     }
     Ok(SlotBuilt {
         root_hash: root_hex,

@@ -1,7 +1,11 @@
 //! The RAUC bundle of a slot image (`mkinitramfs slot --rauc-bundle`): the slot's three
 //! partitions as images of the slot classes `rootfs`, `rootfs-verity`, `rootfs-sig`
 //! (`examples/rauc/system.conf`), with an install hook that writes them and puts the
-//! slot's boot files on the ESP; made and signed by `rauc bundle`.
+//! slot's boot files on the ESP (its kernel and initramfs, and when it was built as a
+//! Unified Kernel Image, the image made for the slot it is written into: the bundle
+//! carries one per slot, `linux-A.efi` and `linux-B.efi`, as each names its slot; an image
+//! of an earlier install is removed when the bundle has none); made and signed by
+//! `rauc bundle`.
 
 use std::path::Path;
 use std::process::Command;
@@ -33,8 +37,18 @@ sfdisk --quiet --lock=no --no-reread --no-tell-kernel --part-uuid "$disk" \
 [ "$RAUC_SLOT_CLASS" = rootfs ] || exit 0
 esp=${VALIDATOR_ESP:-/boot/efi}
 mkdir -p "$esp/$RAUC_SLOT_BOOTNAME"
-for f in vmlinuz initrd.img; do
-    cp "$RAUC_BUNDLE_MOUNT_POINT/$f" "$esp/$RAUC_SLOT_BOOTNAME/$f.new"
+for f in vmlinuz initrd.img linux.efi; do
+    src="$RAUC_BUNDLE_MOUNT_POINT/$f"
+    # A Unified Kernel Image names its slot on its command line: the one made for the
+    # slot being written.
+    [ "$f" != linux.efi ] || src="$RAUC_BUNDLE_MOUNT_POINT/linux-$RAUC_SLOT_BOOTNAME.efi"
+    if [ ! -e "$src" ]; then
+        # No Unified Kernel Image in this bundle: none of an earlier install may stay
+        # for grub.cfg to chainload.
+        rm -f "$esp/$RAUC_SLOT_BOOTNAME/$f"
+        continue
+    fi
+    cp "$src" "$esp/$RAUC_SLOT_BOOTNAME/$f.new"
     sync "$esp/$RAUC_SLOT_BOOTNAME/$f.new"
     mv "$esp/$RAUC_SLOT_BOOTNAME/$f.new" "$esp/$RAUC_SLOT_BOOTNAME/$f"
 done
@@ -70,6 +84,17 @@ pub(super) fn rauc_bundle(
         (tmp.join("root.roothash"), "root.roothash"),
     ] {
         link(&from, name)?;
+    }
+    // The slot's Unified Kernel Images, one naming each slot the bundle may be
+    // installed into (`build_into` makes the other one beside the slot's own).
+    for s in ["A", "B"] {
+        let own = tmp.join(format!("esp/{s}/{}", super::UKI_NAME));
+        let other = tmp.join(format!(".linux-{s}.efi"));
+        for from in [own, other] {
+            if from.is_file() {
+                link(&from, &format!("linux-{s}.efi"))?;
+            }
+        }
     }
     let hook = content.join("hook.sh");
     std::fs::write(&hook, RAUC_HOOK).map_err(io(&hook))?;

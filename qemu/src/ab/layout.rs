@@ -74,8 +74,29 @@ pub(super) fn build_slot(
     if debian && matches!(two.roots, Roots::Verity(_)) {
         // As an operator builds a slot: `mkinitramfs slot` from an ext4 image of the root.
         write_bom(&bom)?;
+        // A slot built as a Unified Kernel Image: `mkinitramfs slot --uki-cmdline` with
+        // the node's command line, signed by the fleet's key (OVMF's snakeoil key).
+        let uki = match img.uki {
+            None => None,
+            Some(crate::scenario::UkiForm::Signed) => {
+                let k = sigcases::keys::snakeoil(&dir.join("mok-keys"));
+                Some(mkinitramfs::slot::UkiSlot {
+                    stub: mkinitramfs::uki::DEBIAN_STUB.into(),
+                    cmdline: install_cmdline(s),
+                    signing: mkinitramfs::uki::Signing::Key {
+                        key: k.key,
+                        cert: k.cert,
+                    },
+                })
+            }
+            Some(other) => {
+                return Err(HarnessError::Setup(format!(
+                    "slot {slot}: a Debian slot's image is made by mkinitramfs slot, which signs it ({other:?} is not made here)"
+                )))
+            }
+        };
         let (parts, initrd) =
-            crate::debroot::slot_image(&img.kernel, &rootdir, &bom_path, slot, &sdir)?;
+            crate::debroot::slot_image(&img.kernel, &rootdir, &bom_path, slot, &sdir, uki)?;
         return Ok(BuiltSlot {
             parts,
             initrd,
@@ -197,6 +218,25 @@ pub(super) fn build_disk(
     let mut parts = Vec::new();
     let mut spec = EspSpec::new(loader, esp_slots);
     spec.cmdline = s.cmdline.clone();
+    if let Some(words) = &two.grub_uki_words {
+        // The shipped grub.cfg with words after the image's path on its chainloader line.
+        let shipped = std::fs::read_to_string(&spec.grub_cfg)
+            .map_err(|e| HarnessError::io(&spec.grub_cfg, e))?;
+        let from = "chainloader /$SLOT/linux.efi;";
+        if !shipped.contains(from) {
+            return Err(HarnessError::Setup(format!(
+                "{}: no {from:?} line to add words to",
+                spec.grub_cfg.display()
+            )));
+        }
+        let cfg = dir.join("grub-uki-words.cfg");
+        std::fs::write(
+            &cfg,
+            shipped.replace(from, &format!("chainloader /$SLOT/linux.efi {words};")),
+        )
+        .map_err(|e| HarnessError::io(&cfg, e))?;
+        spec.grub_cfg = cfg;
+    }
     spec.grubenv = two.grubenv.clone();
     spec.tries = two.tries;
     let esp_img = dir.join("esp.img");

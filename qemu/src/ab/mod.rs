@@ -135,9 +135,26 @@ pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
             }
         ));
         let b = build_slot(s, &two, slot, dir)?;
+        let vmlinuz = crate::secureboot::slot_kernel(two.slot(slot), slot, dir)?;
+        // As the shipped grub.cfg's line for the slot, without GRUB's BOOT_IMAGE=.
+        let uki_line = format!("validator.slot={slot} {}", install_cmdline(s));
+        let uki = crate::secureboot::slot_uki(
+            two.slot(slot),
+            slot,
+            &vmlinuz,
+            &b.initrd,
+            uki_line.trim(),
+            dir,
+        )?;
         esp_slots.push(EspSlot {
             slot,
-            vmlinuz: crate::secureboot::slot_kernel(two.slot(slot), slot, dir)?,
+            uki_extra: if uki.is_some() {
+                two.uki_extra.clone()
+            } else {
+                Vec::new()
+            },
+            uki,
+            vmlinuz,
             initrd: b.initrd.clone(),
             options: if loader.is_grub() {
                 two.slot(slot).options.clone()
@@ -229,6 +246,13 @@ impl Bed {
             ));
         };
         crate::debroot::install_disk(&self.disk, dirs.clone(), cmdline, None, true)
+    }
+
+    /// The command line of the node's Unified Kernel Images (after `validator.slot=`), when
+    /// its slots are such images: what an update's image must carry too.
+    pub fn uki_cmdline(&self) -> Option<String> {
+        let (_, line) = self.installed_from.as_ref()?;
+        (self.slots.a.uki.is_some()).then(|| line.clone())
     }
 
     /// Puts the boot loader's state back as it was built: GRUB's `grubenv` rewritten in

@@ -146,6 +146,11 @@ pub struct EspSlot {
     /// Options of this slot alone (systemd-boot's entry `options`; GRUB's `grub.cfg` gives
     /// every slot the same command line, so they must be empty there).
     pub options: String,
+    /// The slot's Unified Kernel Image, put at `/<slot>/linux.efi` (the shipped grub.cfg
+    /// then chainloads it).
+    pub uki: Option<PathBuf>,
+    /// Files put in `/<slot>/linux.efi.extra.d/` (name, content) beside the image.
+    pub uki_extra: Vec<(String, Vec<u8>)>,
 }
 
 /// What goes on the ESP.
@@ -329,6 +334,20 @@ pub fn build_esp(spec: &EspSpec, image: &Path, scratch: &Path) -> Result<(), Har
         dirs.push(format!("/{}", s.slot));
         files.push((s.vmlinuz.clone(), format!("/{}/vmlinuz", s.slot)));
         files.push((s.initrd.clone(), format!("/{}/initrd.img", s.slot)));
+        if let Some(u) = &s.uki {
+            files.push((u.clone(), format!("/{}/linux.efi", s.slot)));
+        }
+        if !s.uki_extra.is_empty() {
+            let extra = format!("/{}/linux.efi.extra.d", s.slot);
+            let local = scratch.join(format!("extra-{}", s.slot));
+            std::fs::create_dir_all(&local).map_err(|e| HarnessError::io(&local, e))?;
+            for (name, bytes) in &s.uki_extra {
+                let f = local.join(name);
+                std::fs::write(&f, bytes).map_err(|e| HarnessError::io(&f, e))?;
+                files.push((f, format!("{extra}/{name}")));
+            }
+            dirs.push(extra);
+        }
     }
     let size = match spec.size_mib {
         Some(m) => m,
@@ -379,6 +398,8 @@ mod tests {
                 slot: Slot::A,
                 vmlinuz: k.clone(),
                 initrd: k.clone(),
+                uki: None,
+                uki_extra: Vec::new(),
                 options: String::new(),
             }],
         );

@@ -94,6 +94,26 @@ pub struct SlotImage {
     /// With [`KernelSignature::Fleet`]: a `.sbat` section added to the kernel before it is
     /// signed (as a kernel built with `CONFIG_EFI_SBAT_FILE` carries one), this text.
     pub kernel_sbat: Option<String>,
+    /// The slot as a Unified Kernel Image on the ESP (`/<slot>/linux.efi`, which the
+    /// shipped grub.cfg chainloads), and what is done to it; `None`: kernel and initramfs.
+    pub uki: Option<UkiForm>,
+}
+
+/// A slot's Unified Kernel Image: made by `mkinitramfs::uki` from the slot's kernel (as
+/// on the ESP), initramfs and command line (`validator.slot=<slot>` and the node's), and
+/// signed by OVMF's snakeoil key (the fleet's, in these scenarios), then changed or not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UkiForm {
+    /// As built and signed.
+    Signed,
+    /// One byte of the `.initrd` section flipped after signing.
+    InitrdFlipped,
+    /// The end of the `.cmdline` section overwritten with `init=/bin/sh` after signing.
+    CmdlineEdited,
+    /// Never signed.
+    Unsigned,
+    /// Signed by a key made for the run, in neither `db` nor the MOK list.
+    ForeignKey,
 }
 
 /// What runs in the slots' roots after the gate's `switch_root`.
@@ -182,6 +202,13 @@ pub struct TwoSlots {
     /// --untrust-mok` leaves, so shim does not set `MokListTrustedRT` and the kernel keeps
     /// the MOK list in its platform keyring instead of its machine keyring.
     pub mok_untrusted: bool,
+    /// Files put in `/<slot>/linux.efi.extra.d/` on the ESP (name, content), where
+    /// systemd-stub looks for credentials (`*.cred`) and system extensions (`*.raw`)
+    /// that are not part of the signed image.
+    pub uki_extra: Vec<(String, Vec<u8>)>,
+    /// Words the installed grub.cfg adds after a Unified Kernel Image's path on its
+    /// `chainloader` line (the shipped one adds none).
+    pub grub_uki_words: Option<String>,
     /// Under Secure Boot: what `dbx` revokes of slot B's kernel as it is on the ESP.
     pub revoke_b: Option<RevokeB>,
     /// Under Secure Boot: shim's `SbatLevel` variable as shim keeps it (non-volatile,
@@ -253,6 +280,7 @@ impl TwoSlots {
             snakeoil_signed: Vec::new(),
             root_snakeoil_modules: Vec::new(),
             kernel_sbat: None,
+            uki: None,
         };
         TwoSlots {
             roots,
@@ -267,6 +295,8 @@ impl TwoSlots {
             db_snakeoil: false,
             mok_snakeoil: false,
             mok_untrusted: false,
+            uki_extra: Vec::new(),
+            grub_uki_words: None,
             revoke_b: None,
             sbat_level: None,
             shim_verbose: false,

@@ -23,7 +23,7 @@ mod name;
 
 pub use layout::{
     gate_config, slot_bom, Boot, BootPath, EspCondition, KernelSignature, RevokeB, RootSystem,
-    Roots, SlotImage, TwoSlots, ESP_DISK, ESP_MODULES,
+    Roots, SlotImage, TwoSlots, UkiForm, ESP_DISK, ESP_MODULES,
 };
 pub use name::Name;
 

@@ -69,6 +69,9 @@ pub enum Name {
     SbFleetMokUntrusted,
     SbFleetUnenrolled,
     SbRequiredOff,
+    SbUki,
+    SbUkiRefused,
+    SbUkiUntrusted,
     RealNode,
     RealNodeRecheck,
 }
@@ -136,6 +139,9 @@ impl Name {
         Name::SbFleetMokUntrusted,
         Name::SbFleetUnenrolled,
         Name::SbRequiredOff,
+        Name::SbUki,
+        Name::SbUkiRefused,
+        Name::SbUkiUntrusted,
         Name::RealNode,
         Name::RealNodeRecheck,
     ];
@@ -203,6 +209,9 @@ impl Name {
             Name::SbFleetMokUntrusted => "sb-fleet-mok-untrusted",
             Name::SbFleetUnenrolled => "sb-fleet-unenrolled",
             Name::SbRequiredOff => "sb-required-off",
+            Name::SbUki => "sb-uki",
+            Name::SbUkiRefused => "sb-uki-refused",
+            Name::SbUkiUntrusted => "sb-uki-untrusted",
             Name::RealNode => "real-node",
             Name::RealNodeRecheck => "real-node-recheck",
         }

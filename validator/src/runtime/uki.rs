@@ -8,7 +8,8 @@
 //!   (the image's path on the ESP, set by the stub when the boot loader did not);
 //!   `kernel_image_pcr` and `kernel_parameters_pcr`: `StubPcrKernelImage` and
 //!   `StubPcrKernelParameters`, the PCRs the stub says it measured its sections and
-//!   the parameters it was given into (absent: it measured none);
+//!   the parameters it was given into (stub 252 sets the first only when it measured,
+//!   the second whether or not it measured anything);
 //! - `ignored_extra`: every file under [`EXTRA_DIR`] in the initramfs, as relative
 //!   paths, sorted, at most [`EXTRA_MAX`] (then one entry saying how many more).
 //!   systemd-stub places companion files from the ESP (`<image>.extra.d/*.cred`,
@@ -46,8 +47,8 @@ pub struct BootImage {
     pub image: Option<String>,
     /// `StubPcrKernelImage`: the PCR the stub measured the image's sections into.
     pub kernel_image_pcr: Option<u32>,
-    /// `StubPcrKernelParameters`: the PCR the stub measured a command line it was given,
-    /// or credentials, into (absent: it measured none).
+    /// `StubPcrKernelParameters`: the PCR the stub measures a command line it was given,
+    /// and credentials, into (stub 252 sets it whether or not it measured anything).
     pub kernel_parameters_pcr: Option<u32>,
     /// Files under `/.extra/` in the initramfs, which the init ignores.
     pub ignored_extra: Vec<String>,
