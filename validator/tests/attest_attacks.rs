@@ -735,3 +735,114 @@ fn variants_are_refused() {
     // And the honest log still verifies beside all of this.
     verify(&node, &f, &report, &log.to_bytes()).unwrap();
 }
+
+/// A small Unified Kernel Image (Debian's systemd-stub with tiny sections, unsigned: the
+/// verifier reads only what the stub measures of it), and its records as systemd-stub 252
+/// logs them in the fixture's banks.
+fn uki(dir: &Path, initrd: &[u8]) -> (Vec<u8>, Vec<Event>) {
+    let image = mkinitramfs::uki::build(
+        dir,
+        &mkinitramfs::uki::UkiInputs {
+            stub: Path::new(mkinitramfs::uki::DEBIAN_STUB),
+            linux: b"a kernel",
+            initrd,
+            cmdline: "validator.slot=A ro",
+            osrel: "ID=test\n",
+            epoch: 0,
+        },
+        &mkinitramfs::uki::Signing::Unsigned,
+    )
+    .unwrap();
+    let banks = fixture().log.spec_id().banks();
+    let records = validator::formats::uki::events(&image)
+        .unwrap()
+        .into_iter()
+        .map(|e| Event {
+            pcr: 11,
+            event_type: EV_IPL,
+            digests: banks
+                .iter()
+                .map(|b| (b.alg_id(), b.digest(&e.digested)))
+                .collect(),
+            data: validator::formats::uki::event_data(e.section),
+        })
+        .collect();
+    (image, records)
+}
+
+/// The fixture's records with `stub` before the first (as the firmware's log holds
+/// systemd-stub's events before the kernel's).
+fn with_stub(f: &Fixture, stub: &[Event]) -> Vec<Event> {
+    let mut r = before_seal(&f.log);
+    let at = r.iter().position(|e| e.pcr == 11 || e.pcr == 13).unwrap();
+    for (k, e) in stub.iter().enumerate() {
+        r.insert(at + k, e.clone());
+    }
+    r
+}
+
+/// A boot through a Unified Kernel Image (issue 31): systemd-stub's PCR 11 events precede
+/// ours. Judged against a reference whose slot A entry predicts them (`stub`), the honest
+/// boot verifies and `tpm2_eventlog` agrees; refused, each naming why: the stub's events
+/// of another image (one byte of its initramfs), one pair left out, a stub event extended
+/// after the initramfs started (root imitating the stub), and the same honest boot judged
+/// against the fixture's own reference, which predicts no image.
+#[test]
+fn a_boot_through_a_unified_kernel_image_is_judged_by_its_stub_events() {
+    if !have_tools(&["tpm2_eventlog"]) {
+        return;
+    }
+    let f = fixture();
+    let dir = common::tmpdir("attest-attacks-uki");
+    let (image, stub) = uki(&dir, b"the initramfs");
+    let mut with_image = f.reference.clone();
+    for s in with_image.slots.iter_mut().filter(|s| {
+        s.slot == validator::config::bom::SlotName::A
+            && s.entry == validator::attest::reference::Entry::BootLoader
+    }) {
+        s.stub = Some(
+            validator::attest::predict::stub_reference(&image, validator::config::bom::SlotName::A)
+                .unwrap(),
+        );
+    }
+    let g = Fixture {
+        reference: with_image,
+        report: f.report.clone(),
+        log: f.log.clone(),
+    };
+    let (mut node, report, log) = booted("uki-honest", &g, &with_stub(&f, &stub));
+    let bytes = log.to_bytes();
+    verify(&node, &g, &report, &bytes).unwrap_or_else(|e| panic!("{e}"));
+    tpm2_eventlog_agrees(&mut node, &bytes);
+    // The fixture's reference (a plain kernel and initramfs) admits no stub event.
+    let e = verify(&node, &f, &report, &bytes).unwrap_err();
+    assert!(
+        matches!(&e, VerifyError::Stub { why, .. } if why.contains("predicts no Unified Kernel Image")),
+        "{e}"
+    );
+    // Another image's events: its initramfs one byte off.
+    let (_, other) = uki(&dir, b"the initramfz");
+    let (node, report, log) = booted("uki-other", &g, &with_stub(&f, &other));
+    let e = verify(&node, &g, &report, &log.to_bytes()).unwrap_err();
+    assert!(
+        matches!(&e, VerifyError::Stub { why, .. } if why.contains("not the image's content of .initrd")),
+        "{e}"
+    );
+    // The .initrd pair left out.
+    let short = &stub[..stub.len() - 2];
+    let (node, report, log) = booted("uki-short", &g, &with_stub(&f, short));
+    let e = verify(&node, &g, &report, &log.to_bytes()).unwrap_err();
+    assert!(
+        matches!(&e, VerifyError::Stub { why, .. } if why.contains("is missing")),
+        "{e}"
+    );
+    // Root imitating the stub after the handover: a stub event after ours.
+    let mut late = with_stub(&f, &stub);
+    late.push(stub[0].clone());
+    let (node, report, log) = booted("uki-late", &g, &late);
+    let e = verify(&node, &g, &report, &log.to_bytes()).unwrap_err();
+    assert!(
+        matches!(&e, VerifyError::NotOurs { why, .. } if why.contains("after the initramfs started")),
+        "{e}"
+    );
+}
