@@ -64,7 +64,9 @@ impl Scenario {
             | Name::SbRequiredOff
             | Name::SbUki
             | Name::SbUkiRefused
-            | Name::SbUkiUntrusted => crate::secureboot::setup(&mut s, name)?,
+            | Name::SbUkiUntrusted
+            | Name::SbUkiFallback
+            | Name::SbUkiTamperedB => crate::secureboot::setup(&mut s, name)?,
             Name::RealNode => crate::debroot::setup(&mut s)?,
             Name::RealNodeRecheck => crate::debroot::setup_recheck(&mut s)?,
             Name::PreflightNvidia | Name::PreflightNvidiaOpen | Name::PreflightPcie => {

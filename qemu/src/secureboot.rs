@@ -66,6 +66,20 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
     two.b.bom.hardware.secure_boot = Some(true);
     match name {
         Name::SbNode | Name::SbRequiredOff => {}
+        Name::SbUkiFallback | Name::SbUkiTamperedB => {
+            // sb-fallback with both slots Unified Kernel Images: A's image is bad (a
+            // module the gate refuses); the gate checks B's image and loads its .linux,
+            // .initrd and .cmdline from it for the kexec, or, with B's image changed after
+            // signing, stops instead.
+            two.mok_snakeoil = true;
+            two.a.tampered_modules.push("crc16".into());
+            two.a.uki = Some(UkiForm::Signed);
+            two.b.uki = Some(if name == Name::SbUkiFallback {
+                UkiForm::Signed
+            } else {
+                UkiForm::InitrdFlipped
+            });
+        }
         Name::SbUki | Name::SbUkiRefused | Name::SbUkiUntrusted => {
             // Each slot a Unified Kernel Image signed by the fleet's key, enrolled as a
             // MOK, which the shipped grub.cfg chainloads through shim.
@@ -156,7 +170,7 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
         s.cmdline.push_str(" validator.test_skip_kernel_check");
     }
     // The slot that takes over by kexec shows its TPM's view and our log.
-    if name == Name::SbFallback {
+    if matches!(name, Name::SbFallback | Name::SbUkiFallback) {
         s.root_tpm_tools = true;
     }
     Ok(())

@@ -308,6 +308,22 @@ fn predict_cmd(a: PredictArgs, out: &mut Out) -> Res {
         };
         s.files.push((pcr, path.into(), bytes));
     }
+    for u in &a.ukis {
+        let (slot, file) = u
+            .split_once('=')
+            .ok_or_else(|| Usage(format!("--uki {u:?}: not SLOT=FILE")))?;
+        let s = slots
+            .iter_mut()
+            .find(|s| s.slot.as_str() == slot)
+            .ok_or_else(|| Usage(format!("--uki {u:?}: no --slot {slot}")))?;
+        if s.uki.is_some() {
+            return Err(Usage(format!("--uki {slot} given twice")));
+        }
+        s.uki = Some(read_limited(
+            Path::new(file),
+            validator::runtime::slot::UKI_MAX,
+        )?);
+    }
     let root = a.root.clone().map(DirTree);
     let r = predict::predict(&Inputs {
         bom: &bom,

@@ -474,6 +474,11 @@ pub(crate) struct PredictArgs {
     /// without `=FILE` (with --files-complete), one record of any content.
     #[arg(long = "file", value_name = "SLOT:PCR:PATH[=FILE]")]
     pub(crate) files: Vec<String>,
+    /// A slot booted as a Unified Kernel Image, `A=FILE`: what systemd-stub measures of it
+    /// into PCR 11 (its sections) is predicted before our events; give the slot's --slot
+    /// line as the image's .cmdline.
+    #[arg(long = "uki", value_name = "SLOT=FILE")]
+    pub(crate) ukis: Vec<String>,
     /// Where to write the reference file.
     #[arg(long, value_name = "FILE")]
     pub(crate) out: PathBuf,

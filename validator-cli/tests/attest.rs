@@ -442,3 +442,120 @@ fn enrollment_through_the_ek_gives_the_verifier_its_secret_back() {
     drop(swtpm);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `predict --uki` of a slot built as a Unified Kernel Image by `mkinitramfs slot` (the
+/// library): its boot-loader entry is the one `mkinitramfs slot` wrote into the slot's
+/// `reference.json` - our events under the image's command line, GRUB's read of the
+/// image, systemd-stub's events and PCR 11 after them (which `mkinitramfs/tests/slot.rs`
+/// holds to `systemd-measure calculate`), the PCR values. A `--uki` naming no `--slot`,
+/// given twice, or a missing file is refused (exit 2), nothing written.
+#[test]
+fn predict_of_a_unified_kernel_image_is_what_mkinitramfs_slot_predicted() {
+    let d = common::tmpdir("attest-cli-uki");
+    std::fs::create_dir_all(d.join("root/sbin")).unwrap();
+    std::fs::write(d.join("root/sbin/init"), "#!/bin/sh\n").unwrap();
+    common::keys::rsa(&d.join("key.pem"), &d.join("cert.pem"), "fleet");
+    let kernel = common::workspace().join("target/kernels/default");
+    let tree = mkinitramfs::closure::KernelTree::open(&kernel).unwrap();
+    std::fs::write(
+        d.join("bom.toml"),
+        format!(
+            "schema = 1\nimage_id = \"uki-cli\"\n\n[kernel]\nrelease = \"{}\"\n\n[modules]\n\
+             load = [\"virtio_blk\", \"dm_verity\", \"erofs\"]\n\n[verity]\nsource = \"bom\"\n\
+             critical = [\"/sbin/init\"]\n\n[policy]\ntrust = [\"cert.pem\"]\n",
+            tree.release
+        ),
+    )
+    .unwrap();
+    std::fs::write(d.join("init"), b"\x7fELF stand-in").unwrap();
+    let out = d.join("slot");
+    mkinitramfs::slot::build(&mkinitramfs::slot::SlotSpec {
+        root: d.join("root"),
+        kernel,
+        bom: d.join("bom.toml"),
+        init: d.join("init"),
+        key: d.join("key.pem"),
+        cert: d.join("cert.pem"),
+        slot: "B".into(),
+        options: String::new(),
+        out: out.clone(),
+        epoch: 0,
+        rauc: None,
+        cmdline: None,
+        uki: Some(mkinitramfs::slot::UkiSlot {
+            stub: mkinitramfs::uki::DEBIAN_STUB.into(),
+            cmdline: "console=ttyS0 ro".into(),
+            signing: mkinitramfs::uki::Signing::Key {
+                key: d.join("key.pem"),
+                cert: d.join("cert.pem"),
+            },
+        }),
+    })
+    .unwrap();
+    let image = out.join("esp/B/linux.efi");
+    let initrd = out.join("esp/B/initrd.img");
+    let reference = d.join("ref.json");
+    let predict = |more: &[&std::ffi::OsStr]| {
+        let mut args: Vec<&std::ffi::OsStr> = vec![
+            "attest".as_ref(),
+            "predict".as_ref(),
+            "--initramfs".as_ref(),
+            initrd.as_os_str(),
+            "--slot".as_ref(),
+            "B=validator.slot=B console=ttyS0 ro".as_ref(),
+            "--out".as_ref(),
+            reference.as_os_str(),
+        ];
+        args.extend_from_slice(more);
+        validator(&args)
+    };
+    let file = format!("B:9:/B/linux.efi={}", image.display());
+    let uki = format!("B={}", image.display());
+    let o = predict(&[
+        "--uki".as_ref(),
+        uki.as_ref(),
+        "--file".as_ref(),
+        file.as_ref(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let read = |p: &Path| {
+        validator::attest::reference::Reference::parse(&std::fs::read_to_string(p).unwrap())
+            .unwrap()
+    };
+    let (cli, built) = (read(&reference), read(&out.join("reference.json")));
+    let b = validator::config::bom::SlotName::B;
+    assert!(cli.slot(b).unwrap().stub.is_some());
+    assert_eq!(cli.slot(b), built.slot(b));
+    std::fs::remove_file(&reference).unwrap();
+    let missing = d.join("missing.efi");
+    for (more, says) in [
+        (
+            vec!["--uki".to_string(), format!("A={}", image.display())],
+            "no --slot A",
+        ),
+        (
+            vec![
+                "--uki".to_string(),
+                uki.clone(),
+                "--uki".to_string(),
+                uki.clone(),
+            ],
+            "--uki B given twice",
+        ),
+        (
+            vec!["--uki".to_string(), format!("B={}", missing.display())],
+            "missing.efi",
+        ),
+    ] {
+        let args: Vec<&std::ffi::OsStr> = more.iter().map(|s| s.as_ref()).collect();
+        let o = predict(&args);
+        assert_eq!(o.status.code(), Some(2), "{more:?}");
+        assert!(
+            String::from_utf8_lossy(&o.stderr).contains(says),
+            "{more:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(!reference.exists(), "{more:?}: nothing written");
+    }
+    std::fs::remove_dir_all(&d).unwrap();
+}

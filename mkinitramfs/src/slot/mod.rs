@@ -181,8 +181,9 @@ pub struct SlotBuilt {
     pub modules: usize,
 }
 
-/// The slot's Unified Kernel Image on the ESP, in the slot's directory.
-pub const UKI_NAME: &str = "linux.efi";
+/// The slot's Unified Kernel Image on the ESP, in the slot's directory (where the gate
+/// looks for the other slot's: `validator::runtime::slot::uki_path`).
+pub const UKI_NAME: &str = validator::runtime::slot::UKI_FILE;
 
 /// The size of the `root-verity-sig` partition content.
 pub const SIG_PARTITION: usize = 64 * 1024;

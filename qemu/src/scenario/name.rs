@@ -72,6 +72,8 @@ pub enum Name {
     SbUki,
     SbUkiRefused,
     SbUkiUntrusted,
+    SbUkiFallback,
+    SbUkiTamperedB,
     RealNode,
     RealNodeRecheck,
 }
@@ -142,6 +144,8 @@ impl Name {
         Name::SbUki,
         Name::SbUkiRefused,
         Name::SbUkiUntrusted,
+        Name::SbUkiFallback,
+        Name::SbUkiTamperedB,
         Name::RealNode,
         Name::RealNodeRecheck,
     ];
@@ -212,6 +216,8 @@ impl Name {
             Name::SbUki => "sb-uki",
             Name::SbUkiRefused => "sb-uki-refused",
             Name::SbUkiUntrusted => "sb-uki-untrusted",
+            Name::SbUkiFallback => "sb-uki-fallback",
+            Name::SbUkiTamperedB => "sb-uki-tampered-b",
             Name::RealNode => "real-node",
             Name::RealNodeRecheck => "real-node-recheck",
         }

@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use super::{Boot, BootLoaderError, FileError, KexecError, VerifyError};
-use crate::attest::reference::{Digests, ExpectedFile, Reference, SlotReference};
+use crate::attest::reference::{Digests, ExpectedFile, Reference, SlotReference, StubPart};
 use crate::formats::tpm::eventlog::{Event, EV_NO_ACTION};
 use crate::formats::tpm::measurement::Measurement;
 use crate::formats::tpm::HashAlg;
@@ -24,7 +24,8 @@ pub(super) fn same_digests(a: &Event, want: &Digests) -> bool {
 
 /// Step 6 for a boot started by kexec: the boot before it measured what it loaded, for
 /// this boot's slot, and the kernel and initramfs are files the accepted image has for
-/// that slot (its boot-loader entry's, by SHA-256).
+/// that slot (its boot-loader entry's, by SHA-256: the files GRUB reads, or the `.linux`
+/// and `.initrd` of its Unified Kernel Image).
 pub(super) fn check_kexec(
     number: usize,
     b: &Boot,
@@ -46,13 +47,29 @@ pub(super) fn check_kexec(
             slot: b.slot,
         }));
     }
-    let files: Vec<&str> = references
+    let entries: Vec<&SlotReference> = references
         .iter()
         .filter(|r| r.image_id == b.image_id)
         .filter_map(|r| r.slot(b.slot))
+        .collect();
+    // The files GRUB reads for the slot, and for a slot that is a Unified Kernel Image
+    // its `.linux` and `.initrd` (the init loads them from the image), by the digests of
+    // their contents that systemd-stub's events carry.
+    let mut files: Vec<&str> = entries
+        .iter()
         .flat_map(|s| s.files.iter())
         .filter_map(|f| f.digests.get(HashAlg::Sha256.name()).map(String::as_str))
         .collect();
+    files.extend(
+        entries
+            .iter()
+            .filter_map(|s| s.stub.as_ref())
+            .flat_map(|st| st.events.iter())
+            .filter(|e| {
+                e.part == StubPart::Content && matches!(e.section.as_str(), ".linux" | ".initrd")
+            })
+            .filter_map(|e| e.digests.get(HashAlg::Sha256.name()).map(String::as_str)),
+    );
     for (what, d) in [("kernel", kernel_sha256), ("initramfs", initrd_sha256)] {
         if !files.iter().any(|f| f.eq_ignore_ascii_case(&d)) {
             return Err(err(KexecError::UnknownFile {

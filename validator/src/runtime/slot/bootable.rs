@@ -92,43 +92,15 @@ pub fn check(
     {
         kernel_store.add(c);
     }
-    let mut checked = Vec::new();
-    if let Some(chain) = chain {
-        let mut db = TrustStore::new();
-        let mut shim_store = TrustStore::new();
-        for c in &keys.db {
-            db.add(c.clone());
-            shim_store.add(c.clone());
-        }
-        for c in &keys.mok {
-            shim_store.add(c.clone());
-        }
-        let steps = [
-            (
-                &chain.shim,
-                &db,
-                std::slice::from_ref(&keys.dbx),
-                Loaded::ByShim,
-            ),
-            (
-                &chain.second_stage,
-                &shim_store,
-                &by_shim[..],
-                Loaded::ByShim,
-            ),
-        ];
-        for (path, store, lists, loaded) in steps {
-            match judge(path, store, lists, Rule::Firmware, keys, loaded) {
-                Ok(ok) => checked.push(ok),
-                Err(why) => {
-                    return Verdict {
-                        refused: Some(format!("{} would not be reached: {why}", kernel.display())),
-                        note,
-                    }
-                }
+    let mut checked = match chain.map(|c| judge_chain(keys, c)).transpose() {
+        Ok(c) => c.unwrap_or_default(),
+        Err(why) => {
+            return Verdict {
+                refused: Some(format!("{} would not be reached: {why}", kernel.display())),
+                note,
             }
         }
-    }
+    };
     match judge(
         kernel,
         &kernel_store,
@@ -151,6 +123,40 @@ pub fn check(
     }
 }
 
+/// The chain in front of a slot's kernel or image after a reboot: shim as the firmware
+/// judges it (against `db` and `dbx`), the GRUB it starts as shim judges it (against `db`
+/// and the MOK list, `dbx` and `MokListXRT` as shim reads them). `Ok`: what passed.
+fn judge_chain(keys: &UefiKeys, chain: &Chain) -> Result<Vec<String>, String> {
+    let by_shim = [keys.dbx.as_shim_reads_it(), keys.mokx.as_shim_reads_it()];
+    let mut db = TrustStore::new();
+    let mut shim_store = TrustStore::new();
+    for c in &keys.db {
+        db.add(c.clone());
+        shim_store.add(c.clone());
+    }
+    for c in &keys.mok {
+        shim_store.add(c.clone());
+    }
+    let steps = [
+        (
+            &chain.shim,
+            &db,
+            std::slice::from_ref(&keys.dbx),
+            Loaded::ByShim,
+        ),
+        (
+            &chain.second_stage,
+            &shim_store,
+            &by_shim[..],
+            Loaded::ByShim,
+        ),
+    ];
+    steps
+        .into_iter()
+        .map(|(path, store, lists, loaded)| judge(path, store, lists, Rule::Firmware, keys, loaded))
+        .collect()
+}
+
 /// One image: its signature under `rule` against `store` and `lists`, then its SBAT
 /// against the node's level. `Ok`: what passed; `Err`: why it would not start.
 fn judge(
@@ -161,22 +167,108 @@ fn judge(
     keys: &UefiKeys,
     loaded: Loaded,
 ) -> Result<String, String> {
-    let refused = |why: String| {
-        format!(
-            "{} would not start under Secure Boot: {why}",
-            path.display()
-        )
-    };
     let image = read_limited(path, KERNEL_MAX)
         .map_err(|e| format!("{} cannot be read: {e}", path.display()))?;
-    let c = authenticode::verify(&image, store, lists, rule).map_err(|e| refused(e.to_string()))?;
+    judge_bytes(
+        &path.display().to_string(),
+        &image,
+        store,
+        lists,
+        rule,
+        keys,
+        loaded,
+    )
+}
+
+/// [`judge`] of an image's bytes, named `name`.
+fn judge_bytes(
+    name: &str,
+    image: &[u8],
+    store: &TrustStore,
+    lists: &[Revocations],
+    rule: Rule,
+    keys: &UefiKeys,
+    loaded: Loaded,
+) -> Result<String, String> {
+    let refused = |why: String| format!("{name} would not start under Secure Boot: {why}");
+    let c = authenticode::verify(image, store, lists, rule).map_err(|e| refused(e.to_string()))?;
     if let Some(level) = &keys.sbat_level {
-        sbat::judge_pe(&image, level, loaded).map_err(|e| refused(e.to_string()))?;
+        sbat::judge_pe(image, level, loaded).map_err(|e| refused(e.to_string()))?;
     }
     Ok(format!(
-        "{}: signature {} trusted through {}",
-        path.display(),
-        c.index,
-        c.anchor
+        "{name}: signature {} trusted through {}",
+        c.index, c.anchor
     ))
+}
+
+/// The other slot's Unified Kernel Image (`name`, its bytes as read once), checked as
+/// shim will check it when GRUB chainloads it after a reboot (the firmware's rule against
+/// `db` and the MOK list, `dbx` and `MokListXRT` as shim reads them, its SBAT, which shim
+/// requires), and its `.linux` as the kernel's `kexec_file_load` will check it when the
+/// init loads it from the image (the kernel's rule against its built-in keys, `db` and
+/// the MOK list): the image is a fallback target only when both would pass. The chain in
+/// front of it as [`check`] judges it.
+pub fn check_uki(
+    keys: &UefiKeys,
+    initramfs_root: &Path,
+    name: &str,
+    image: &[u8],
+    chain: Option<&Chain>,
+) -> Verdict {
+    if keys.secure_boot != Some(true) {
+        return Verdict {
+            refused: None,
+            note: "Secure Boot is not on: nothing checks the image".into(),
+        };
+    }
+    let mut v = Verdict {
+        refused: None,
+        note: keys.describe(),
+    };
+    match chain.map(|c| judge_chain(keys, c)).transpose() {
+        Ok(c) => v.note = format!("{}; {}", c.unwrap_or_default().join("; "), v.note),
+        Err(why) => {
+            v.refused = Some(format!("{name} would not be reached: {why}"));
+            return v;
+        }
+    }
+    let mut shim_store = TrustStore::new();
+    for c in keys.db.iter().chain(keys.mok.iter()) {
+        shim_store.add(c.clone());
+    }
+    let by_shim = [keys.dbx.as_shim_reads_it(), keys.mokx.as_shim_reads_it()];
+    let image_ok = judge_bytes(
+        name,
+        image,
+        &shim_store,
+        &by_shim,
+        Rule::Firmware,
+        keys,
+        Loaded::ByShim,
+    );
+    let linux = crate::formats::pe::layout(image)
+        .and_then(|l| l.section_bytes(image, ".linux"))
+        .map_err(|e| format!("{name}: {e}"))
+        .and_then(|b| b.ok_or_else(|| format!("{name}: no .linux section")));
+    let (builtin, _) = uefi_keys::kernel_builtin(initramfs_root);
+    let mut kernel_store = shim_store.clone();
+    for c in builtin {
+        kernel_store.add(c);
+    }
+    let kernel_ok = linux.and_then(|k| {
+        judge_bytes(
+            &format!("{name}'s .linux"),
+            &k,
+            &kernel_store,
+            &by_shim,
+            Rule::Kernel,
+            keys,
+            Loaded::ThroughProtocol,
+        )
+    });
+    match (image_ok, kernel_ok) {
+        (Ok(a), Ok(b)) => v.note = format!("{a}; {b}; {}", v.note),
+        (Err(why), _) | (_, Err(why)) => v.refused = Some(why),
+    }
+    v
 }

@@ -47,6 +47,18 @@ pub fn esp_path(esp_dir: &Path, p: &str) -> PathBuf {
     esp_dir.join(p.trim_start_matches('/'))
 }
 
+/// A slot's Unified Kernel Image on the ESP, in the slot's directory, where `mkinitramfs
+/// install` puts it and the shipped grub.cfg chainloads it.
+pub const UKI_FILE: &str = "linux.efi";
+
+/// The largest Unified Kernel Image read (a kernel, an initramfs, the stub).
+pub const UKI_MAX: u64 = 512 << 20;
+
+/// Slot `y`'s Unified Kernel Image on the ESP mounted at `esp_dir` (`/<slot>/linux.efi`).
+pub fn uki_path(esp_dir: &Path, y: SlotName) -> PathBuf {
+    esp_dir.join(y.as_str()).join(UKI_FILE)
+}
+
 /// This boot's command line `this_boot` with `validator.slot=` naming `y` (GRUB, whose
 /// configuration gives every slot the same line).
 pub fn same_line_for(this_boot: &str, y: SlotName) -> String {

@@ -50,6 +50,9 @@ pub struct Plan {
     pub via: FallbackVia,
     kernel: PathBuf,
     initrd: PathBuf,
+    /// The target's Unified Kernel Image, when the ESP holds one: a kexec then loads its
+    /// `.linux`, `.initrd` and `.cmdline` from the image, checked again as read.
+    uki: Option<PathBuf>,
     cmdline: String,
     /// The kernel and initramfs read and measured for a kexec ([`prepare_kexec`]), or
     /// why they could not be.
@@ -245,9 +248,31 @@ pub fn fallback_target(ctx: &Context) -> Option<SlotName> {
     target_kernel(ctx, rt, y).refused.is_none().then_some(y)
 }
 
-/// The other slot's kernel check, made once per boot.
+/// The other slot's kernel check, made once per boot: its Unified Kernel Image when the
+/// ESP holds one (what GRUB would chainload, and what a kexec loads), else its kernel.
 fn target_kernel<'a>(ctx: &Context, rt: &'a Runtime, y: SlotName) -> &'a bootable::Verdict {
     rt.target_kernel.get_or_init(|| {
+        let uki = crate::runtime::slot::uki_path(&rt.esp_dir, y);
+        if uki.symlink_metadata().is_ok() {
+            let v = match read_limited(&uki, crate::runtime::slot::UKI_MAX) {
+                Ok(image) => bootable::check_uki(
+                    ctx.uefi_keys(),
+                    &ctx.roots.initramfs,
+                    &uki.display().to_string(),
+                    &image,
+                    boot_chain(rt).as_ref(),
+                ),
+                Err(e) => bootable::Verdict {
+                    refused: Some(format!("slot {y}'s image cannot be read: {e}")),
+                    note: String::new(),
+                },
+            };
+            match &v.refused {
+                None => log::info!("slot: slot {y}'s image: {}", v.note),
+                Some(why) => log::error!("slot: slot {y}'s image: {why} ({})", v.note),
+            }
+            return v;
+        }
         let kernel = crate::runtime::slot::esp_path(&rt.esp_dir, &rt.cfg.path(&rt.cfg.kernel, y));
         #[cfg(feature = "test-hooks")]
         if ctx.args.test_skip_kernel_check {
@@ -271,7 +296,7 @@ fn target_kernel<'a>(ctx: &Context, rt: &'a Runtime, y: SlotName) -> &'a bootabl
 /// The chain in front of the slots' kernels after a reboot, when the ESP holds shim and
 /// the GRUB it loads (Debian's signed chain: `EFI/BOOT/BOOTX64.EFI` and
 /// `EFI/BOOT/grubx64.efi` beside it).
-fn boot_chain(rt: &Runtime) -> Option<bootable::Chain> {
+pub(super) fn boot_chain(rt: &Runtime) -> Option<bootable::Chain> {
     if rt.cfg.bootloader != Bootloader::Grub {
         return None;
     }
@@ -288,7 +313,16 @@ fn boot_chain(rt: &Runtime) -> Option<bootable::Chain> {
 pub fn no_fallback(ctx: &Context) -> Option<String> {
     let rt = ctx.slot.as_ref()?;
     let why = rt.target_kernel.get()?.refused.as_ref()?;
-    Some(format!("slot {}'s kernel {why}", rt.slot.other()))
+    let y = rt.slot.other();
+    let what = if crate::runtime::slot::uki_path(&rt.esp_dir, y)
+        .symlink_metadata()
+        .is_ok()
+    {
+        "image"
+    } else {
+        "kernel"
+    };
+    Some(format!("slot {y}'s {what} {why}"))
 }
 
 /// Whether this boot is over the bound of failed boots (the decision then never falls
@@ -344,6 +378,8 @@ pub fn act(
             via,
             kernel: crate::runtime::slot::esp_path(&rt.esp_dir, &rt.cfg.path(&rt.cfg.kernel, y)),
             initrd: crate::runtime::slot::esp_path(&rt.esp_dir, &rt.cfg.path(&rt.cfg.initrd, y)),
+            uki: Some(crate::runtime::slot::uki_path(&rt.esp_dir, y))
+                .filter(|p| p.symlink_metadata().is_ok()),
             cmdline: String::new(),
             images: None,
         });
