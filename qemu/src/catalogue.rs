@@ -64,7 +64,6 @@ impl Scenario {
             | Name::SbRequiredOff
             | Name::SbUki
             | Name::SbUkiRefused
-            | Name::SbUkiUntrusted
             | Name::SbUkiFallback
             | Name::SbUkiTamperedB => crate::secureboot::setup(&mut s, name)?,
             Name::RealNode => crate::debroot::setup(&mut s)?,

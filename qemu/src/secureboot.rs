@@ -80,14 +80,15 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
                 UkiForm::InitrdFlipped
             });
         }
-        Name::SbUki | Name::SbUkiRefused | Name::SbUkiUntrusted => {
+        Name::SbUki | Name::SbUkiRefused => {
             // Each slot a Unified Kernel Image signed by the fleet's key, enrolled as a
             // MOK, which the shipped grub.cfg chainloads through shim.
             two.mok_snakeoil = true;
+            // sb-uki-refused: each image changed after signing (its test then puts an
+            // unsigned one and one signed by a stranger in their place: `Bed::replace_uki`).
             let (a, b) = match name {
                 Name::SbUki => (UkiForm::Signed, UkiForm::Signed),
-                Name::SbUkiRefused => (UkiForm::InitrdFlipped, UkiForm::CmdlineEdited),
-                _ => (UkiForm::Unsigned, UkiForm::ForeignKey),
+                _ => (UkiForm::InitrdFlipped, UkiForm::CmdlineEdited),
             };
             two.a.uki = Some(a);
             two.b.uki = Some(b);

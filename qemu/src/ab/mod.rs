@@ -255,6 +255,30 @@ impl Bed {
         (self.slots.a.uki.is_some()).then(|| line.clone())
     }
 
+    /// Puts a new Unified Kernel Image of `slot` on the ESP, made as `form` says from the
+    /// slot's kernel and initramfs with the command line of the image it replaces
+    /// ([`crate::secureboot::slot_uki`]).
+    pub fn replace_uki(
+        &self,
+        slot: Slot,
+        form: crate::scenario::UkiForm,
+    ) -> Result<(), HarnessError> {
+        let mut img = self.slots.slot(slot).clone();
+        img.uki = Some(form);
+        let old = self.dir.join(format!("slot-{slot}/linux.efi"));
+        let bytes = std::fs::read(&old).map_err(|e| HarnessError::io(&old, e))?;
+        let line = validator::formats::uki::cmdline(&bytes)
+            .ok()
+            .flatten()
+            .map(|l| String::from_utf8_lossy(&l).into_owned())
+            .ok_or_else(|| HarnessError::Setup(format!("{}: no .cmdline", old.display())))?;
+        let vmlinuz = crate::secureboot::slot_kernel(&img, slot, &self.dir)?;
+        let initrd = self.dir.join(format!("slot-{slot}/initrd.img"));
+        let new = crate::secureboot::slot_uki(&img, slot, &vmlinuz, &initrd, &line, &self.dir)?
+            .ok_or_else(|| HarnessError::Setup(format!("slot {slot}: no image made")))?;
+        self.esp()?.write_new(&format!("/{slot}/linux.efi"), &new)
+    }
+
     /// Puts the boot loader's state back as it was built: GRUB's `grubenv` rewritten in
     /// place with the initial variables only, systemd-boot's entries renamed to their
     /// initial tries.
