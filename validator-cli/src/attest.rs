@@ -231,6 +231,27 @@ fn quote(a: QuoteArgs, out: &mut Out) -> Res {
     Ok(true)
 }
 
+/// `--uki SLOT=FILE`: each slot's Unified Kernel Image, read into its input.
+fn add_ukis(ukis: &[String], slots: &mut [SlotInput]) -> Res {
+    for u in ukis {
+        let (slot, file) = u
+            .split_once('=')
+            .ok_or_else(|| Usage(format!("--uki {u:?}: not SLOT=FILE")))?;
+        let s = slots
+            .iter_mut()
+            .find(|s| s.slot.as_str() == slot)
+            .ok_or_else(|| Usage(format!("--uki {u:?}: no --slot {slot}")))?;
+        if s.uki.is_some() {
+            return Err(Usage(format!("--uki {slot} given twice")));
+        }
+        s.uki = Some(read_limited(
+            Path::new(file),
+            validator::runtime::slot::UKI_MAX,
+        )?);
+    }
+    Ok(true)
+}
+
 fn predict_cmd(a: PredictArgs, out: &mut Out) -> Res {
     let bytes = read_limited(&a.initramfs, validator::formats::newc::INITRAMFS_MAX)?;
     let entries = mkinitramfs::unpack::unpack(&bytes, mkinitramfs::limits::UNPACKED_MAX)
@@ -308,22 +329,7 @@ fn predict_cmd(a: PredictArgs, out: &mut Out) -> Res {
         };
         s.files.push((pcr, path.into(), bytes));
     }
-    for u in &a.ukis {
-        let (slot, file) = u
-            .split_once('=')
-            .ok_or_else(|| Usage(format!("--uki {u:?}: not SLOT=FILE")))?;
-        let s = slots
-            .iter_mut()
-            .find(|s| s.slot.as_str() == slot)
-            .ok_or_else(|| Usage(format!("--uki {u:?}: no --slot {slot}")))?;
-        if s.uki.is_some() {
-            return Err(Usage(format!("--uki {slot} given twice")));
-        }
-        s.uki = Some(read_limited(
-            Path::new(file),
-            validator::runtime::slot::UKI_MAX,
-        )?);
-    }
+    add_ukis(&a.ukis, &mut slots)?;
     let root = a.root.clone().map(DirTree);
     let r = predict::predict(&Inputs {
         bom: &bom,

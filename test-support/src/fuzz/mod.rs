@@ -108,6 +108,7 @@ pub const PARSERS: &[(&str, &str)] = &[
     ("sbat", "sbat"),
     ("nfd", "nfd"),
     ("pe", "authenticode"),
+    ("pe::layout", "authenticode"),
     ("uki", "authenticode"),
     ("pkcs7", "pkcs7"),
     ("proccrypto", "sysfs"),
