@@ -123,20 +123,25 @@ pub fn check(
     }
 }
 
+/// What shim trusts for what it loads: `db` and the MOK list.
+fn shim_trusts(keys: &UefiKeys) -> TrustStore {
+    let mut store = TrustStore::new();
+    for c in keys.db.iter().chain(keys.mok.iter()) {
+        store.add(c.clone());
+    }
+    store
+}
+
 /// The chain in front of a slot's kernel or image after a reboot: shim as the firmware
 /// judges it (against `db` and `dbx`), the GRUB it starts as shim judges it (against `db`
 /// and the MOK list, `dbx` and `MokListXRT` as shim reads them). `Ok`: what passed.
 fn judge_chain(keys: &UefiKeys, chain: &Chain) -> Result<Vec<String>, String> {
     let by_shim = [keys.dbx.as_shim_reads_it(), keys.mokx.as_shim_reads_it()];
     let mut db = TrustStore::new();
-    let mut shim_store = TrustStore::new();
     for c in &keys.db {
         db.add(c.clone());
-        shim_store.add(c.clone());
     }
-    for c in &keys.mok {
-        shim_store.add(c.clone());
-    }
+    let shim_store = shim_trusts(keys);
     let steps = [
         (
             &chain.shim,
@@ -232,10 +237,7 @@ pub fn check_uki(
             return v;
         }
     }
-    let mut shim_store = TrustStore::new();
-    for c in keys.db.iter().chain(keys.mok.iter()) {
-        shim_store.add(c.clone());
-    }
+    let shim_store = shim_trusts(keys);
     let by_shim = [keys.dbx.as_shim_reads_it(), keys.mokx.as_shim_reads_it()];
     let image_ok = judge_bytes(
         name,
