@@ -306,7 +306,7 @@ pub fn build(
          echo \"{KMSG_MULTI_USER}\" > /dev/kmsg\n\
          echo \"{marker} uptime=$(cut -d' ' -f1 /proc/uptime) pid=$$\"\n\
          echo \"{SYSTEM}pid1=$(cat /proc/1/comm) multi-user=$(systemctl is-active multi-user.target) at_us=$(systemctl show -P ActiveEnterTimestampMonotonic multi-user.target) node_exporter=$(systemctl is-active prometheus-node-exporter.service)\"\n\
-         echo \"{report}$(cat /run/validator/report.json 2>/dev/null)\"\n\
+         printf '%s%s\\n' \"{report}\" \"$(cat /run/validator/report.json 2>/dev/null)\"\n\
          systemctl -q is-active prometheus-node-exporter.service && for i in $(seq 30); do curl -sf http://127.0.0.1:9100/metrics > /tmp/scrape && grep -q '^validator_' /tmp/scrape && break; sleep 1; done; touch /tmp/scrape\n\
          echo ROOT-{SCRAPE}-BEGIN; grep -E '^(# (HELP|TYPE) )?validator_' /tmp/scrape; echo ROOT-{SCRAPE}-END\n\
          echo ROOT-METRICS-BEGIN; cat /{textfile}/validator.prom; echo ROOT-METRICS-END\n\

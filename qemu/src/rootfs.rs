@@ -135,7 +135,7 @@ pub fn build(dir: &Path, extra: &str) -> Result<(), HarnessError> {
          export PATH=/usr/bin:/bin\n\
          echo \"{KMSG_MARKER}\" > /dev/kmsg\n\
          echo \"{MARKER} uptime=$(cut -d' ' -f1 /proc/uptime) pid=$$\"\n\
-         echo \"{ROOT_REPORT}$(cat /run/validator/report.json 2>/dev/null)\"\n\
+         printf '%s%s\\n' \"{ROOT_REPORT}\" \"$(cat /run/validator/report.json 2>/dev/null)\"\n\
          echo ROOT-METRICS-BEGIN; cat /{TEXTFILE_DIR}/validator.prom; echo ROOT-METRICS-END\n\
          echo ROOT-NFD-BEGIN; cat /{NFD_DIR}/validator; echo ROOT-NFD-END\n\
          echo ROOT-LINKS-BEGIN; readlink /{TEXTFILE_DIR}; readlink /{NFD_DIR}; echo ROOT-LINKS-END\n\

@@ -70,8 +70,9 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
             // sb-fallback with both slots Unified Kernel Images: A's image is bad (a
             // module the gate refuses); the gate checks B's image and loads its .linux,
             // .initrd and .cmdline from it for the kexec, or, with B's image changed after
-            // signing, stops instead.
-            two.mok_snakeoil = true;
+            // signing, stops instead. The fleet's certificate is in db here (sb-uki: a
+            // MOK), the other way a fleet enrolls it.
+            two.db_snakeoil = true;
             two.a.tampered_modules.push("crc16".into());
             two.a.uki = Some(UkiForm::Signed);
             two.b.uki = Some(if name == Name::SbUkiFallback {
