@@ -255,6 +255,57 @@ impl Bed {
         (self.slots.a.uki.is_some()).then(|| line.clone())
     }
 
+    /// [`Bed::set_cmdline_word`] for `slot`'s Unified Kernel Image, when the ESP has one:
+    /// its sections as they are, its `.cmdline` with `word` in or out, signed by the
+    /// fleet's key (OVMF's snakeoil key).
+    fn set_uki_word(&self, slot: Slot, word: &str, on: bool) -> Result<(), HarnessError> {
+        let esp = self.esp()?;
+        let path = format!("/{slot}/linux.efi");
+        if !esp
+            .list(&format!("/{slot}"))?
+            .iter()
+            .any(|n| n == "linux.efi")
+        {
+            return Ok(());
+        }
+        let image = esp.read(&path)?;
+        let bad = |e: String| HarnessError::Setup(format!("ESP {path}: {e}"));
+        let layout = validator::formats::pe::layout(&image).map_err(|e| bad(e.to_string()))?;
+        let section = |n: &str| -> Result<Vec<u8>, HarnessError> {
+            layout
+                .section_bytes(&image, n)
+                .map_err(|e| bad(e.to_string()))?
+                .ok_or_else(|| bad(format!("no {n}")))
+        };
+        let line = String::from_utf8_lossy(&section(".cmdline")?).into_owned();
+        let mut words: Vec<&str> = line.split(' ').filter(|w| *w != word).collect();
+        if on {
+            words.push(word);
+        }
+        let k = sigcases::keys::snakeoil(&self.dir.join("mok-keys"));
+        let work = self.dir.join(format!("uki-{slot}"));
+        std::fs::create_dir_all(&work).map_err(|e| HarnessError::io(&work, e))?;
+        let new = mkinitramfs::uki::build(
+            &work,
+            &mkinitramfs::uki::UkiInputs {
+                stub: Path::new(mkinitramfs::uki::DEBIAN_STUB),
+                linux: &section(".linux")?,
+                initrd: &section(".initrd")?,
+                cmdline: &words.join(" "),
+                osrel: &String::from_utf8_lossy(&section(".osrel")?),
+                epoch: 0,
+            },
+            &mkinitramfs::uki::Signing::Key {
+                key: k.key,
+                cert: k.cert,
+            },
+        )
+        .map_err(|e| bad(e.to_string()))?;
+        let f = work.join("linux.efi");
+        std::fs::write(&f, new).map_err(|e| HarnessError::io(&f, e))?;
+        esp.write_new(&path, &f)
+    }
+
     /// Puts a new Unified Kernel Image of `slot` on the ESP, made as `form` says from the
     /// slot's kernel and initramfs with the command line of the image it replaces
     /// ([`crate::secureboot::slot_uki`]).
@@ -349,8 +400,13 @@ impl Bed {
     }
 
     /// Adds `word` to the command line GRUB gives both slots (`node.cfg` on the ESP) for
-    /// the power-ons that follow, or takes it away (`on` false).
+    /// the power-ons that follow, or takes it away (`on` false); a slot that is a Unified
+    /// Kernel Image on the ESP gets its image made again with the word in (or out of) its
+    /// `.cmdline` and signed by the fleet's key, as an operator changing the line would.
     pub fn set_cmdline_word(&self, word: &str, on: bool) -> Result<(), HarnessError> {
+        for slot in Slot::ALL {
+            self.set_uki_word(slot, word, on)?;
+        }
         let esp = self.esp()?;
         let path = crate::firmware::NODE_CFG_PATH;
         let text = String::from_utf8(esp.read(path)?)
