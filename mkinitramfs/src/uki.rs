@@ -163,17 +163,19 @@ pub fn build(tmp: &Path, i: &UkiInputs<'_>, signing: &Signing) -> Result<Vec<u8>
     let dir = tmp.join(".uki");
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir(&dir).map_err(io(&dir))?;
-    let built = objcopy(&dir, i.stub, &contents, &vmas)
+    let stamp = time_date_stamp(&stub).ok_or_else(|| bad_stub("no COFF header".into()))?;
+    let built = objcopy(&dir, &stub, stamp, &contents, &vmas)
         .and_then(|unsigned| check_sections(&dir, &unsigned, &contents))
         .and_then(|unsigned| sign(&dir, unsigned, signing, i.epoch));
     let _ = std::fs::remove_dir_all(&dir);
     built
 }
 
-/// The stub with the sections added, by objcopy in `dir`.
+/// The stub (its bytes) with the sections added, by objcopy in `dir`, stamped `stamp`.
 fn objcopy(
     dir: &Path,
-    stub: &Path,
+    stub: &[u8],
+    stamp: u32,
     contents: &[&[u8]; 4],
     vmas: &[u64; 4],
 ) -> Result<PathBuf, UkiError> {
@@ -186,17 +188,15 @@ fn objcopy(
             .arg("--change-section-vma")
             .arg(format!("{name}={vma:#x}"));
     }
+    // The stub's bytes as read and checked, not its path again.
+    let input = dir.join("stub.efi");
+    std::fs::write(&input, stub).map_err(io(&input))?;
     let out = dir.join("unsigned.efi");
-    run(c.arg(stub).arg(&out))?;
+    run(c.arg(&input).arg(&out))?;
     // objcopy stamps the COFF header with the time it ran (it reads no
     // SOURCE_DATE_EPOCH for PE): the stub's own stamp goes back, and the checksum is made
     // again over the result.
     let mut image = std::fs::read(&out).map_err(io(&out))?;
-    let stub_bytes = std::fs::read(stub).map_err(io(stub))?;
-    let stamp = time_date_stamp(&stub_bytes).ok_or_else(|| UkiError::Input {
-        path: stub.to_path_buf(),
-        why: "no COFF header".into(),
-    })?;
     restamp(&mut image, stamp).ok_or_else(|| UkiError::Tool {
         tool: "objcopy".into(),
         why: "its image has no COFF header".into(),

@@ -244,10 +244,23 @@ fn add_ukis(ukis: &[String], slots: &mut [SlotInput]) -> Res {
         if s.uki.is_some() {
             return Err(Usage(format!("--uki {slot} given twice")));
         }
-        s.uki = Some(read_limited(
-            Path::new(file),
-            validator::runtime::slot::UKI_MAX,
-        )?);
+        let image = read_limited(Path::new(file), validator::runtime::slot::UKI_MAX)?;
+        // The image's own line is the one its kernel gets, from its boot loader and from
+        // the init on a kexec into it.
+        let line = validator::formats::uki::cmdline(&image)
+            .map_err(|e| Usage(format!("--uki {u:?}: {e}")))?
+            .map(|l| String::from_utf8_lossy(&l).into_owned())
+            .ok_or_else(|| Usage(format!("--uki {u:?}: the image has no .cmdline")))?;
+        if line != s.cmdline {
+            return Err(Usage(format!(
+                "--uki {u:?}: the image's .cmdline is {line:?}, --slot {slot} gives {:?}",
+                s.cmdline
+            )));
+        }
+        if s.kexec_cmdline.is_some() {
+            s.kexec_cmdline = Some(line);
+        }
+        s.uki = Some(image);
     }
     Ok(true)
 }

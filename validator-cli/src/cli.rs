@@ -475,9 +475,9 @@ pub(crate) struct PredictArgs {
     #[arg(long = "file", value_name = "SLOT:PCR:PATH[=FILE]")]
     pub(crate) files: Vec<String>,
     /// A slot booted as a Unified Kernel Image, `A=FILE`: what systemd-stub measures of it
-    /// into PCR 11 (its sections) is predicted before our events; give the slot's --slot
-    /// line as the image's .cmdline.
-    #[arg(long = "uki", value_name = "SLOT=FILE")]
+    /// into PCR 11 (its sections) is predicted before our events; the slot's --slot line
+    /// must be the image's .cmdline, which a kexec into it also gives.
+    #[arg(long = "uki", value_name = "SLOT=FILE", conflicts_with = "bios")]
     pub(crate) ukis: Vec<String>,
     /// Where to write the reference file.
     #[arg(long, value_name = "FILE")]

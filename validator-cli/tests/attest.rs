@@ -546,6 +546,17 @@ fn predict_of_a_unified_kernel_image_is_what_mkinitramfs_slot_predicted() {
             vec!["--uki".to_string(), format!("B={}", missing.display())],
             "missing.efi",
         ),
+        (
+            vec![
+                "--uki".to_string(),
+                uki.clone(),
+                "--slot".to_string(),
+                "A=validator.slot=A console=ttyS0 ro".to_string(),
+                "--uki".to_string(),
+                format!("A={}", image.display()),
+            ],
+            "the image's .cmdline is \"validator.slot=B console=ttyS0 ro\", --slot A gives",
+        ),
     ] {
         let args: Vec<&std::ffi::OsStr> = more.iter().map(|s| s.as_ref()).collect();
         let o = predict(&args);

@@ -144,19 +144,30 @@ impl UkiSlot {
         if self.cmdline.contains(['\n', '\r', '\0']) {
             return Err("the command line has a line break or a NUL".into());
         }
-        if self
-            .cmdline
-            .split_ascii_whitespace()
-            .any(|w| w.starts_with("validator.slot=") || w.starts_with("BOOT_IMAGE="))
-        {
+        if self.cmdline.split_ascii_whitespace().any(|w| {
+            ["validator.slot=", "validator-slot=", "BOOT_IMAGE="]
+                .iter()
+                .any(|p| w.starts_with(p))
+        }) {
             return Err(format!(
                 "the command line {:?} names validator.slot= or BOOT_IMAGE= itself: the image's line starts with validator.slot={slot}",
                 self.cmdline
             ));
         }
-        Ok(format!("validator.slot={slot} {}", self.cmdline.trim())
-            .trim()
-            .to_string())
+        // One space between words, as the init writes a line for a kexec: the line
+        // predicted for a fallback into this image is then the image's own.
+        let mut line = format!("validator.slot={slot}");
+        for w in self.cmdline.split_ascii_whitespace() {
+            line.push(' ');
+            line.push_str(w);
+        }
+        if line.len() > CMDLINE_MAX {
+            return Err(format!(
+                "the command line is {} bytes; the kernel takes {CMDLINE_MAX} at most",
+                line.len()
+            ));
+        }
+        Ok(line)
     }
 }
 
@@ -180,6 +191,9 @@ pub struct SlotBuilt {
     pub release: String,
     pub modules: usize,
 }
+
+/// The longest command line the x86-64 kernel takes (`COMMAND_LINE_SIZE` less its NUL).
+pub const CMDLINE_MAX: usize = 2047;
 
 /// The slot's Unified Kernel Image on the ESP, in the slot's directory (where the gate
 /// looks for the other slot's: `validator::runtime::slot::uki_path`).

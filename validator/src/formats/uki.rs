@@ -20,9 +20,13 @@
 //! `systemd-measure calculate` of the same sections gives the PCR 11 value after the last
 //! of these events (a test holds us to it).
 //!
+//! An image in which two sections could be taken for one of [`SECTIONS`] (stub 252 finds
+//! a section by the prefix of its name and keeps the last it finds, where this reader
+//! takes a name exactly) is refused: what the stub would measure and boot is then not
+//! what a reader of the image sees.
+//!
 //! Limits: systemd 252's vocabulary (254 and later also measure `.uname` and `.sbat`,
-//! and tag their events differently); one section of each name (the stub takes the
-//! first).
+//! and tag their events differently); a section without raw data is taken as absent.
 
 use crate::formats::pe::{self, PeError};
 
@@ -68,6 +72,7 @@ pub fn section_of(data: &[u8]) -> Option<&'static str> {
 /// refused, as the stub refuses it ("Unable to locate embedded .linux section").
 pub fn events(image: &[u8]) -> Result<Vec<StubEvent>, PeError> {
     let layout = pe::layout(image)?;
+    unambiguous(&layout)?;
     let mut out = Vec::new();
     for section in SECTIONS {
         let Some(content) = layout.section_bytes(image, section)? else {
@@ -100,6 +105,21 @@ pub fn events(image: &[u8]) -> Result<Vec<StubEvent>, PeError> {
     Ok(out)
 }
 
+/// Refuses an image with two sections the stub could take for one of [`SECTIONS`]
+/// (their names start with it).
+pub fn unambiguous(layout: &pe::Layout) -> Result<(), PeError> {
+    let names = layout.names();
+    for s in SECTIONS {
+        let n = names.iter().filter(|n| n.starts_with(s)).count();
+        if n > 1 {
+            return Err(PeError::Malformed(format!(
+                "{n} sections systemd-stub would take for {s}: which one it boots is not the one read here"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The `.cmdline` of an image, as the stub hands it to the kernel (its `VirtualSize`
 /// bytes; `None` when it has none).
 pub fn cmdline(image: &[u8]) -> Result<Option<Vec<u8>>, PeError> {
@@ -124,6 +144,36 @@ mod tests {
             event_data(".linux")[..12].to_vec(),
         ] {
             assert_eq!(section_of(&bad), None, "{bad:?}");
+        }
+    }
+
+    /// Two sections the stub could take for one name: refused.
+    #[test]
+    fn ambiguous_section_names_are_refused() {
+        let section = |n: &[u8]| {
+            let mut name = [0u8; 8];
+            name[..n.len()].copy_from_slice(n);
+            pe::Section {
+                name,
+                virtual_size: 1,
+                virtual_address: 0x1000,
+                raw: 0..1,
+            }
+        };
+        let layout = |names: &[&[u8]]| pe::Layout {
+            image_base: 0,
+            section_alignment: 0x1000,
+            size_of_image: 0x2000,
+            sections: names.iter().map(|n| section(n)).collect(),
+            memory_end: 0x1001,
+        };
+        assert!(unambiguous(&layout(&[b".linux", b".initrd", b".text"])).is_ok());
+        for bad in [
+            &[b".linux".as_slice(), b".linuxx"][..],
+            &[b".initrd", b".initrd"],
+        ] {
+            let e = unambiguous(&layout(bad)).unwrap_err().to_string();
+            assert!(e.contains("2 sections systemd-stub would take"), "{e}");
         }
     }
 

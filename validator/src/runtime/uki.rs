@@ -91,7 +91,8 @@ fn pcr_var(sys_root: &Path, name: &str, warnings: &mut Vec<String>) -> Option<u3
     }
 }
 
-/// Every file under `dir`, as paths relative to `base`, depth first, at most `left`.
+/// Every file under `dir`, named `rel/...`, depth first, into `out` up to [`EXTRA_MAX`];
+/// `total` counts them all.
 fn list(dir: &Path, rel: &str, out: &mut Vec<String>, total: &mut usize) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;

@@ -55,23 +55,31 @@ pub(super) fn check_kexec(
     // The files GRUB reads for the slot, and for a slot that is a Unified Kernel Image
     // its `.linux` and `.initrd` (the init loads them from the image), by the digests of
     // their contents that systemd-stub's events carry.
-    let mut files: Vec<&str> = entries
+    let files: Vec<&str> = entries
         .iter()
         .flat_map(|s| s.files.iter())
         .filter_map(|f| f.digests.get(HashAlg::Sha256.name()).map(String::as_str))
         .collect();
-    files.extend(
+    // An image's section, for the part a kexec loads from it: `.linux` for the kernel,
+    // `.initrd` for the initramfs, never the other.
+    let section = |name: &str| -> Vec<&str> {
         entries
             .iter()
             .filter_map(|s| s.stub.as_ref())
             .flat_map(|st| st.events.iter())
-            .filter(|e| {
-                e.part == StubPart::Content && matches!(e.section.as_str(), ".linux" | ".initrd")
-            })
-            .filter_map(|e| e.digests.get(HashAlg::Sha256.name()).map(String::as_str)),
-    );
-    for (what, d) in [("kernel", kernel_sha256), ("initramfs", initrd_sha256)] {
-        if !files.iter().any(|f| f.eq_ignore_ascii_case(&d)) {
+            .filter(|e| e.part == StubPart::Content && e.section == name)
+            .filter_map(|e| e.digests.get(HashAlg::Sha256.name()).map(String::as_str))
+            .collect()
+    };
+    for (what, d, from_image) in [
+        ("kernel", kernel_sha256, section(".linux")),
+        ("initramfs", initrd_sha256, section(".initrd")),
+    ] {
+        if !files
+            .iter()
+            .chain(from_image.iter())
+            .any(|f| f.eq_ignore_ascii_case(&d))
+        {
             return Err(err(KexecError::UnknownFile {
                 what,
                 digest: d,

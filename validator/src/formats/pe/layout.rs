@@ -22,7 +22,8 @@ pub struct Layout {
     pub size_of_image: u32,
     /// Every section with raw data, in table order.
     pub sections: Vec<Section>,
-    /// The end of the highest section in memory (virtual address plus virtual size).
+    /// The end of the highest section with raw data in memory (virtual address plus
+    /// virtual size; `SizeOfImage` covers the others).
     pub memory_end: u64,
 }
 

@@ -248,10 +248,28 @@ pub fn check_uki(
         keys,
         Loaded::ByShim,
     );
-    let linux = crate::formats::pe::layout(image)
-        .and_then(|l| l.section_bytes(image, ".linux"))
-        .map_err(|e| format!("{name}: {e}"))
-        .and_then(|b| b.ok_or_else(|| format!("{name}: no .linux section")));
+    // What a kexec takes out of it: an image without them (or with a section the stub
+    // could take for another) is no fallback target either.
+    let sections = crate::formats::pe::layout(image)
+        .and_then(|l| {
+            crate::formats::uki::unambiguous(&l)?;
+            [".linux", ".initrd", ".cmdline"]
+                .map(|s| l.section_bytes(image, s).map(|b| (s, b)))
+                .into_iter()
+                .collect::<Result<Vec<_>, _>>()
+        })
+        .map_err(|e| format!("{name}: {e}"));
+    let linux = sections.and_then(|all| {
+        let mut linux = None;
+        for (s, b) in all {
+            match b {
+                None => return Err(format!("{name}: no {s} section: nothing to kexec")),
+                Some(b) if s == ".linux" => linux = Some(b),
+                Some(_) => {}
+            }
+        }
+        linux.ok_or_else(|| format!("{name}: no .linux section"))
+    });
     let (builtin, _) = uefi_keys::kernel_builtin(initramfs_root);
     let mut kernel_store = shim_store.clone();
     for c in builtin {

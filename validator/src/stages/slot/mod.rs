@@ -248,12 +248,22 @@ pub fn fallback_target(ctx: &Context) -> Option<SlotName> {
     target_kernel(ctx, rt, y).refused.is_none().then_some(y)
 }
 
+/// Whether slot `y` boots as a Unified Kernel Image: GRUB (the shipped grub.cfg
+/// chainloads `/<slot>/linux.efi` when the ESP holds it); systemd-boot boots its BLS
+/// entry's kernel whatever else is on the ESP.
+fn uses_uki(rt: &Runtime, y: SlotName) -> bool {
+    rt.cfg.bootloader == Bootloader::Grub
+        && crate::runtime::slot::uki_path(&rt.esp_dir, y)
+            .symlink_metadata()
+            .is_ok()
+}
+
 /// The other slot's kernel check, made once per boot: its Unified Kernel Image when the
 /// ESP holds one (what GRUB would chainload, and what a kexec loads), else its kernel.
 fn target_kernel<'a>(ctx: &Context, rt: &'a Runtime, y: SlotName) -> &'a bootable::Verdict {
     rt.target_kernel.get_or_init(|| {
         let uki = crate::runtime::slot::uki_path(&rt.esp_dir, y);
-        if uki.symlink_metadata().is_ok() {
+        if uses_uki(rt, y) {
             let v = match read_limited(&uki, crate::runtime::slot::UKI_MAX) {
                 Ok(image) => bootable::check_uki(
                     ctx.uefi_keys(),
@@ -314,14 +324,7 @@ pub fn no_fallback(ctx: &Context) -> Option<String> {
     let rt = ctx.slot.as_ref()?;
     let why = rt.target_kernel.get()?.refused.as_ref()?;
     let y = rt.slot.other();
-    let what = if crate::runtime::slot::uki_path(&rt.esp_dir, y)
-        .symlink_metadata()
-        .is_ok()
-    {
-        "image"
-    } else {
-        "kernel"
-    };
+    let what = if uses_uki(rt, y) { "image" } else { "kernel" };
     Some(format!("slot {y}'s {what} {why}"))
 }
 
@@ -378,8 +381,7 @@ pub fn act(
             via,
             kernel: crate::runtime::slot::esp_path(&rt.esp_dir, &rt.cfg.path(&rt.cfg.kernel, y)),
             initrd: crate::runtime::slot::esp_path(&rt.esp_dir, &rt.cfg.path(&rt.cfg.initrd, y)),
-            uki: Some(crate::runtime::slot::uki_path(&rt.esp_dir, y))
-                .filter(|p| p.symlink_metadata().is_ok()),
+            uki: uses_uki(rt, y).then(|| crate::runtime::slot::uki_path(&rt.esp_dir, y)),
             cmdline: String::new(),
             images: None,
         });
