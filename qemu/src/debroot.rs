@@ -613,17 +613,7 @@ pub fn update_disk(
         cmdline: None,
         // A node whose slots are Unified Kernel Images gets one in the bundle too, signed
         // by the fleet's key (OVMF's snakeoil key, enrolled as a MOK).
-        uki: uki_cmdline.map(|line| {
-            let k = sigcases::keys::snakeoil(&run_dir.join("mok-keys"));
-            mkinitramfs::slot::UkiSlot {
-                stub: mkinitramfs::uki::DEBIAN_STUB.into(),
-                cmdline: line.to_string(),
-                signing: mkinitramfs::uki::Signing::Key {
-                    key: k.key,
-                    cert: k.cert,
-                },
-            }
-        }),
+        uki: uki_cmdline.map(|line| crate::secureboot::fleet_uki_slot(run_dir, line.to_string())),
     };
     mkinitramfs::slot::build(&spec)
         .map_err(|e| HarnessError::Setup(format!("mkinitramfs slot (update {name}): {e}")))?;

@@ -307,3 +307,23 @@ mod prometheus_tests {
             .all(|s| s.starts_with("unparsed")));
     }
 }
+
+/// The command line the kernel says it was given (its `Kernel command line:` line) in a
+/// boot's console.
+pub fn kernel_cmdline(console: &str) -> Option<&str> {
+    console
+        .lines()
+        .find_map(|l| l.split_once("Kernel command line: ").map(|x| x.1.trim()))
+}
+
+/// The report's `boot_image` when systemd-stub 252 started the kernel and measured the
+/// image's sections into PCR 11: what a boot through a slot's Unified Kernel Image
+/// reports.
+pub fn stub_booted(r: &validator::report::Report) -> Option<&validator::runtime::uki::BootImage> {
+    r.boot_image.as_ref().filter(|b| {
+        b.stub
+            .as_deref()
+            .is_some_and(|s| s.starts_with("systemd-stub 252"))
+            && b.kernel_image_pcr == Some(11)
+    })
+}

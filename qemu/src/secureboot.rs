@@ -260,6 +260,26 @@ pub fn node_firmware(two: &TwoSlots, dir: &Path) -> Result<Ovmf, HarnessError> {
     Ok(ovmf)
 }
 
+/// How the test bed's images are signed by the fleet's key: OVMF's snakeoil key, made in
+/// `<dir>/mok-keys`, whose certificate [`node_firmware`] enrolls in `db` or as a MOK.
+pub(crate) fn fleet_signing(dir: &Path) -> mkinitramfs::uki::Signing {
+    let k = sigcases::keys::snakeoil(&dir.join("mok-keys"));
+    mkinitramfs::uki::Signing::Key {
+        key: k.key,
+        cert: k.cert,
+    }
+}
+
+/// A Debian slot's image as `mkinitramfs slot --uki-cmdline` makes it in run directory
+/// `dir`: Debian's stub, `cmdline` after `validator.slot=`, [`fleet_signing`].
+pub(crate) fn fleet_uki_slot(dir: &Path, cmdline: String) -> mkinitramfs::slot::UkiSlot {
+    mkinitramfs::slot::UkiSlot {
+        stub: mkinitramfs::uki::DEBIAN_STUB.into(),
+        cmdline,
+        signing: fleet_signing(dir),
+    }
+}
+
 /// The slot's Unified Kernel Image as it goes on the ESP ([`UkiForm`]), made in
 /// `<dir>/slot-<slot>/` from its kernel as on the ESP, its initramfs and `cmdline` (the
 /// image's `.cmdline`), by `mkinitramfs::uki` as `mkinitramfs slot` makes one; `None`
@@ -285,13 +305,7 @@ pub(crate) fn slot_uki(
             let (key, cert) = crate::verity::make_key(&d, "uki-stranger")?;
             mkinitramfs::uki::Signing::Key { key, cert }
         }
-        _ => {
-            let k = sigcases::keys::snakeoil(&dir.join("mok-keys"));
-            mkinitramfs::uki::Signing::Key {
-                key: k.key,
-                cert: k.cert,
-            }
-        }
+        _ => fleet_signing(dir),
     };
     let mut image = mkinitramfs::uki::build(
         &d,

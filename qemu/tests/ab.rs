@@ -877,11 +877,7 @@ fn secure_boot_image_fault_falls_back_by_kexec_into_the_other_slots_checked_imag
         "{}",
         a.describe()
     );
-    let line = b
-        .console
-        .lines()
-        .find_map(|l| l.split_once("Kernel command line: ").map(|x| x.1.trim()))
-        .unwrap();
+    let line = qemu::reportcheck::kernel_cmdline(&b.console).unwrap();
     assert!(line.starts_with("validator.slot=B "), "{line}");
     assert!(!line.contains("BOOT_IMAGE="), "{line}");
     for o in [&a, &b] {

@@ -573,11 +573,7 @@ fn uki_boot_runs_the_signed_image_predicted_by_systemd_measure_and_verifies() {
         r.preflight.as_ref().unwrap().platform.secure_boot,
         Some(true)
     );
-    let line = o
-        .console
-        .lines()
-        .find_map(|l| l.split_once("Kernel command line: ").map(|x| x.1.trim()))
-        .unwrap();
+    let line = qemu::reportcheck::kernel_cmdline(&o.console).unwrap();
     assert!(line.starts_with("validator.slot=A "), "{line}");
     for absent in [
         qemu::secureboot::GRUB_UKI_WORD,
@@ -597,15 +593,8 @@ fn uki_boot_runs_the_signed_image_predicted_by_systemd_measure_and_verifies() {
         )),
         "GRUB gave the words: {el}"
     );
-    let bi = r.boot_image.as_ref().expect("the report's boot_image");
-    assert!(
-        bi.stub
-            .as_deref()
-            .unwrap_or("")
-            .starts_with("systemd-stub 252"),
-        "{bi:?}"
-    );
-    assert_eq!(bi.kernel_image_pcr, Some(11));
+    let bi = qemu::reportcheck::stub_booted(r)
+        .unwrap_or_else(|| panic!("no systemd-stub 252 boot: {:?}", r.boot_image));
     assert_eq!(bi.ignored_extra, ["/.extra/credentials/fleet.cred"]);
     assert!(r.warnings.iter().any(|w| w.contains("fleet.cred")));
     // The prediction from the image, and the boot against it.

@@ -78,17 +78,10 @@ pub(super) fn build_slot(
         // the node's command line, signed by the fleet's key (OVMF's snakeoil key).
         let uki = match img.uki {
             None => None,
-            Some(crate::scenario::UkiForm::Signed) => {
-                let k = sigcases::keys::snakeoil(&dir.join("mok-keys"));
-                Some(mkinitramfs::slot::UkiSlot {
-                    stub: mkinitramfs::uki::DEBIAN_STUB.into(),
-                    cmdline: install_cmdline(s),
-                    signing: mkinitramfs::uki::Signing::Key {
-                        key: k.key,
-                        cert: k.cert,
-                    },
-                })
-            }
+            Some(crate::scenario::UkiForm::Signed) => Some(crate::secureboot::fleet_uki_slot(
+                dir,
+                install_cmdline(s),
+            )),
             Some(other) => {
                 return Err(HarnessError::Setup(format!(
                     "slot {slot}: a Debian slot's image is made by mkinitramfs slot, which signs it ({other:?} is not made here)"

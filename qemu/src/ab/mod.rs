@@ -282,7 +282,6 @@ impl Bed {
         if on {
             words.push(word);
         }
-        let k = sigcases::keys::snakeoil(&self.dir.join("mok-keys"));
         let work = self.dir.join(format!("uki-{slot}"));
         std::fs::create_dir_all(&work).map_err(|e| HarnessError::io(&work, e))?;
         let new = mkinitramfs::uki::build(
@@ -295,10 +294,7 @@ impl Bed {
                 osrel: &String::from_utf8_lossy(&section(".osrel")?),
                 epoch: 0,
             },
-            &mkinitramfs::uki::Signing::Key {
-                key: k.key,
-                cert: k.cert,
-            },
+            &crate::secureboot::fleet_signing(&self.dir),
         )
         .map_err(|e| bad(e.to_string()))?;
         let f = work.join("linux.efi");

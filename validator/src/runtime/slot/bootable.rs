@@ -84,14 +84,7 @@ pub fn check(
         ));
     }
     let by_shim = [keys.dbx.as_shim_reads_it(), keys.mokx.as_shim_reads_it()];
-    let mut kernel_store = TrustStore::new();
-    for c in builtin
-        .into_iter()
-        .chain(keys.db.iter().cloned())
-        .chain(keys.mok.iter().cloned())
-    {
-        kernel_store.add(c);
-    }
+    let kernel_store = kernel_trusts(keys, builtin);
     let mut checked = match chain.map(|c| judge_chain(keys, c)).transpose() {
         Ok(c) => c.unwrap_or_default(),
         Err(why) => {
@@ -121,6 +114,19 @@ pub fn check(
             note,
         },
     }
+}
+
+/// What the kernel trusts for a kexec'd kernel: its built-in keys, `db` and the MOK list.
+fn kernel_trusts(keys: &UefiKeys, builtin: Vec<crate::trust::Cert>) -> TrustStore {
+    let mut store = TrustStore::new();
+    for c in builtin
+        .into_iter()
+        .chain(keys.db.iter().cloned())
+        .chain(keys.mok.iter().cloned())
+    {
+        store.add(c);
+    }
+    store
 }
 
 /// What shim trusts for what it loads: `db` and the MOK list.
@@ -271,10 +277,7 @@ pub fn check_uki(
         linux.ok_or_else(|| format!("{name}: no .linux section"))
     });
     let (builtin, _) = uefi_keys::kernel_builtin(initramfs_root);
-    let mut kernel_store = shim_store.clone();
-    for c in builtin {
-        kernel_store.add(c);
-    }
+    let kernel_store = kernel_trusts(keys, builtin);
     let kernel_ok = linux.and_then(|k| {
         judge_bytes(
             &format!("{name}'s .linux"),
