@@ -45,55 +45,54 @@ pub fn kernel(name: &str) -> Result<Kernel, HarnessError> {
     })
 }
 
-static BUILD: Mutex<Option<PathBuf>> = Mutex::new(None);
-static PRODUCTION: Mutex<Option<PathBuf>> = Mutex::new(None);
-static CLI: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// The static builds made so far in this process, by name ([`build_static`]).
+static BUILT: Mutex<Vec<(&'static str, PathBuf)>> = Mutex::new(Vec::new());
 
 /// The static init, built for `x86_64-unknown-linux-musl` in release mode with the
 /// `test-hooks` feature (the production init has none). `VALIDATOR_INIT` names a
-/// prebuilt one; otherwise it is (re)built once per process with cargo, into its own
-/// target directory so it never waits on the build lock of a running `cargo test`.
+/// prebuilt one; otherwise it is (re)built once per process with cargo ([`build_static`]).
 pub fn init_binary() -> Result<PathBuf, HarnessError> {
     if let Ok(p) = std::env::var("VALIDATOR_INIT") {
         return Ok(PathBuf::from(p));
     }
-    build_init(&BUILD, "harness", &["--features", "test-hooks"])
+    build_static(
+        "init-test-hooks",
+        "init",
+        "init",
+        &["--features", "test-hooks"],
+    )
 }
 
-/// The production init, built exactly as the README says (no features), into its own
-/// target directory.
+/// The production init, built exactly as the README says (no features).
 pub fn production_init() -> Result<PathBuf, HarnessError> {
-    build_init(&PRODUCTION, "production", &[])
+    build_static("init-production", "init", "init", &[])
 }
 
 /// The operator's CLI (`validator`) as a node image carries it: static
-/// (`x86_64-unknown-linux-musl`, release), built once per process into the init's target
-/// directory (the two share their dependencies' builds).
+/// (`x86_64-unknown-linux-musl`, release), built once per process.
 pub fn validator_cli() -> Result<PathBuf, HarnessError> {
-    build_static(&CLI, "harness", "validator-cli", "validator", &[])
+    build_static("validator", "validator-cli", "validator", &[])
 }
 
-fn build_init(
-    cache: &Mutex<Option<PathBuf>>,
-    dir: &str,
-    extra: &[&str],
-) -> Result<PathBuf, HarnessError> {
-    build_static(cache, dir, "init", "init", extra)
-}
-
-fn build_static(
-    cache: &Mutex<Option<PathBuf>>,
-    dir: &str,
+/// Builds `package`'s binary `bin` static (`x86_64-unknown-linux-musl`, release, `extra`
+/// cargo arguments) once per process, and returns a copy of it named `name` under
+/// `target/harness/bin/`. Every static build of the test bed shares the target directory
+/// `target/harness`, so the dependencies (AWS-LC's C above all) are compiled once for all
+/// of them; a build of the same binary with other features replaces cargo's output, which
+/// is why each is copied out, under one lock, before the next build starts. Cargo keeps
+/// its own lock on the directory against other processes.
+pub(crate) fn build_static(
+    name: &'static str,
     package: &str,
     bin: &str,
     extra: &[&str],
 ) -> Result<PathBuf, HarnessError> {
-    let mut guard = cache.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(p) = guard.as_ref() {
+    let mut built = BUILT.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, p)) = built.iter().find(|(n, _)| *n == name) {
         return Ok(p.clone());
     }
     let ws = workspace();
-    let target_dir = ws.join("target").join(dir);
+    let target_dir = ws.join("target/harness");
     crate::progress(&format!(
         "building {bin} (static musl release build: minutes the first time, seconds after)"
     ));
@@ -123,11 +122,17 @@ fn build_static(
             String::from_utf8_lossy(&out.stderr)
         )));
     }
-    let p = target_dir
+    let from = target_dir
         .join("x86_64-unknown-linux-musl/release")
         .join(bin);
-    *guard = Some(p.clone());
-    Ok(p)
+    let bin_dir = target_dir.join("bin");
+    std::fs::create_dir_all(&bin_dir).map_err(|e| HarnessError::io(&bin_dir, e))?;
+    let to = bin_dir.join(name);
+    let part = bin_dir.join(format!(".{name}.{}", std::process::id()));
+    std::fs::copy(&from, &part).map_err(|e| HarnessError::io(&from, e))?;
+    std::fs::rename(&part, &to).map_err(|e| HarnessError::io(&to, e))?;
+    built.push((name, to.clone()));
+    Ok(to)
 }
 
 /// This process's directory for the files scenarios are set up with (edited BOMs,

@@ -31,7 +31,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use sigcases::{Case, Set};
@@ -42,39 +41,10 @@ use crate::efivars;
 use crate::vm::{self, Outcome, VmConfig};
 use crate::HarnessError;
 
-static LOADER: Mutex<Option<PathBuf>> = Mutex::new(None);
-
-/// The static `sigcase-load`, built once per process into the harness's target directory.
+/// The static `sigcase-load`, built once per process as the test bed's other static
+/// binaries are ([`crate::paths::build_static`]).
 pub fn loader() -> Result<PathBuf, HarnessError> {
-    let mut guard = LOADER.lock().unwrap_or_else(|p| p.into_inner());
-    if let Some(p) = guard.as_ref() {
-        return Ok(p.clone());
-    }
-    let ws = crate::paths::workspace();
-    let target_dir = ws.join("target/harness");
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = std::process::Command::new(cargo)
-        .current_dir(&ws)
-        .args(["build", "--release", "--locked", "-q", "-p", "sigcases"])
-        .args([
-            "--bin",
-            "sigcase-load",
-            "--target",
-            "x86_64-unknown-linux-musl",
-        ])
-        .arg("--target-dir")
-        .arg(&target_dir)
-        .output()
-        .map_err(|e| HarnessError::Setup(format!("cannot run cargo: {e}")))?;
-    if !out.status.success() {
-        return Err(HarnessError::Setup(format!(
-            "building sigcase-load failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        )));
-    }
-    let p = target_dir.join("x86_64-unknown-linux-musl/release/sigcase-load");
-    *guard = Some(p.clone());
-    Ok(p)
+    crate::paths::build_static("sigcase-load", "sigcases", "sigcase-load", &[])
 }
 
 /// The variable store for `set`'s boots, written to `<dir>/ovmf-vars.fd`.
