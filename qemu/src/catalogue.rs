@@ -46,6 +46,8 @@ impl Scenario {
             | Name::AbBothBad
             | Name::AbNoTpm
             | Name::AbHardwareFault
+            | Name::AbGpuBothSlots
+            | Name::AbGpuSlotA
             | Name::Node
             | Name::SdbootGood
             | Name::SdbootImageFault => crate::ab::setup(&mut s, name)?,

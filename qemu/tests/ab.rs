@@ -925,3 +925,110 @@ fn uki_b_changed_after_signing_is_no_fallback() {
     assert!(!o.console.contains("kexec_file_load"), "no kexec tried");
     assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=0");
 }
+
+/// A GPU the driver does not see (issue 32, the fault both slots show): both slots'
+/// preflight read the fixture `driver-sees-7` (the driver sees 7 of the 8 GPUs on PCI;
+/// not `0000:d1:00.0`). A's `gpu-driver` is an image fault: A is demoted and B entered
+/// by kexec; B's fails on the same GPU, so the fault is the hardware's: quarantine, B
+/// marked good and A given back its good mark, in the grubenv and our record, the report
+/// naming why. Powered on again, A finds the finding in B's report in our record and
+/// quarantines at once: no fallback, no slot burned, no loop.
+#[test]
+fn the_same_gpu_failing_on_both_slots_is_quarantine_with_a_given_back() {
+    let bed = bed(Name::AbGpuBothSlots);
+    let run = bed.boot().unwrap();
+    no_kernel_panic(&run);
+    assert_eq!(run.boots.len(), 2, "{}", run.describe());
+    let gpu = "0000:d1:00.0";
+    let a = report(&run.boots[0]);
+    assert_eq!(
+        (a.decision, a.fault),
+        (Decision::Fallback, Some(Fault::Image)),
+        "{}",
+        run.describe()
+    );
+    let reason = a.reason.as_deref().unwrap();
+    assert!(
+        reason.starts_with("preflight: gpu-driver: the driver sees 7 of the 8 GPU(s)")
+            && reason.contains(gpu),
+        "{reason}"
+    );
+    let o = &run.boots[1];
+    assert_eq!(o.verdict, Verdict::RootInitReached, "{}", o.describe());
+    assert_eq!(ab::root_slot(o), Some(Slot::B));
+    let b = report(o);
+    assert_eq!(
+        (b.decision, b.fault),
+        (Decision::Quarantine, Some(Fault::Hardware)),
+        "{}",
+        o.describe()
+    );
+    let reason = b.reason.as_deref().unwrap();
+    assert!(
+        reason.contains("slot A's boot failed this check on the same device(s)"),
+        "{reason}"
+    );
+    let repeated = b.preflight.as_ref().unwrap().repeated.as_ref().unwrap();
+    assert_eq!(
+        (repeated.slot.as_str(), repeated.check.as_str()),
+        ("A", "gpu-driver")
+    );
+    assert_eq!(repeated.devices, [gpu]);
+    let slot = b.slot.as_ref().unwrap();
+    let action = slot.action.as_deref().unwrap();
+    assert!(action.contains("gave A back its good mark"), "{action}");
+    assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
+    let state = record(&bed);
+    assert_eq!(
+        (state.slots["A"].good, state.slots["B"].good),
+        (Some(true), Some(true))
+    );
+    // The next power-on: GRUB boots A, which quarantines by B's finding.
+    let next = bed.boot().unwrap();
+    no_kernel_panic(&next);
+    assert_eq!(next.boots.len(), 1, "{}", next.describe());
+    let o = &next.boots[0];
+    assert_eq!(ab::root_slot(o), Some(Slot::A), "{}", o.describe());
+    let r = report(o);
+    assert_eq!(
+        (r.decision, r.fault),
+        (Decision::Quarantine, Some(Fault::Hardware))
+    );
+    assert!(
+        r.reason
+            .as_deref()
+            .unwrap()
+            .contains("slot B's last boot found this check failing on the same device(s)"),
+        "{:?}",
+        r.reason
+    );
+    assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
+}
+
+/// Only A's root shows the GPU missing from the driver (B's holds the `good` fixture):
+/// A's image fault falls back to B, B passes, and A stays demoted.
+#[test]
+fn a_gpu_failing_on_one_slot_only_is_that_images_fault() {
+    let bed = bed(Name::AbGpuSlotA);
+    let run = bed.boot().unwrap();
+    no_kernel_panic(&run);
+    assert_eq!(run.boots.len(), 2, "{}", run.describe());
+    assert_eq!(
+        report(&run.boots[0]).decision,
+        Decision::Fallback,
+        "{}",
+        run.describe()
+    );
+    let o = &run.boots[1];
+    assert_eq!(ab::root_slot(o), Some(Slot::B), "{}", o.describe());
+    let b = report(o);
+    assert_eq!(
+        (b.decision, b.fault),
+        (Decision::Pass, None),
+        "{}",
+        o.describe()
+    );
+    assert_eq!(b.preflight.as_ref().unwrap().repeated, None);
+    assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=0");
+    assert_eq!(record(&bed).slots["A"].good, Some(false));
+}

@@ -63,6 +63,18 @@ pub(super) fn build_slot(
     if s.root_tpm_tools && !debian {
         crate::rootfs::add_tpm_tools(&rootdir)?;
     }
+    if let Some(variant) = &img.hw_fixture {
+        let from = crate::paths::workspace()
+            .join("validator/tests/fixtures/hw")
+            .join(variant);
+        // The fixture's sysfs is made of symlinks: copied as they are.
+        disk::run(
+            std::process::Command::new("cp")
+                .arg("-a")
+                .arg(&from)
+                .arg(rootdir.join("hw-fixture")),
+        )?;
+    }
     let mut bom = img.bom.clone();
     let bom_path = sdir.join("bom.toml");
     let write_bom = |bom: &vbom::Bom| {

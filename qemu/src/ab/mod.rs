@@ -52,6 +52,7 @@ use crate::HarnessError;
 
 pub use crate::firmware::Slot;
 
+pub mod gpu;
 mod layout;
 use layout::{build_disk, build_slot, install_cmdline, install_debian, slot_dirs};
 
@@ -556,7 +557,9 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
         | Name::AbCorruptRoot
         | Name::AbBothBad
         | Name::AbNoTpm
-        | Name::AbHardwareFault => {
+        | Name::AbHardwareFault
+        | Name::AbGpuBothSlots
+        | Name::AbGpuSlotA => {
             let roots = if name == Name::AbCorruptRoot {
                 Roots::Verity(validator::config::bom::RootHashSource::Bom)
             } else {
@@ -591,6 +594,9 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
                         }
                     }
                 }
+            }
+            if matches!(name, Name::AbGpuBothSlots | Name::AbGpuSlotA) {
+                gpu::setup(s, name)?;
             }
             if name == Name::AbNoTpm {
                 s.tpm_banks = None;

@@ -97,6 +97,9 @@ pub struct SlotImage {
     /// The slot as a Unified Kernel Image on the ESP (`/<slot>/linux.efi`, which the
     /// shipped grub.cfg chainloads), and what is done to it; `None`: kernel and initramfs.
     pub uki: Option<UkiForm>,
+    /// A hardware fixture tree of `validator/tests/fixtures/hw` (by variant name), copied
+    /// to `/hw-fixture` in the slot's root, for `validator.test_hw_fixture=/hw-fixture`.
+    pub hw_fixture: Option<String>,
 }
 
 /// A slot's Unified Kernel Image: made by `mkinitramfs::uki` from the slot's kernel (as
@@ -281,6 +284,7 @@ impl TwoSlots {
             root_snakeoil_modules: Vec::new(),
             kernel_sbat: None,
             uki: None,
+            hw_fixture: None,
         };
         TwoSlots {
             roots,

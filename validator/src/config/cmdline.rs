@@ -230,6 +230,12 @@ pub struct BootArgs {
     /// do with it. Test bed only, as `test_panic`.
     #[cfg(feature = "test-hooks")]
     pub test_skip_kernel_check: bool,
+    /// `validator.test_hw_fixture=DIR`: the preflight reads `/sys`, `/proc` and the root
+    /// it judges from `DIR/sys`, `DIR/proc` and `DIR/root` in the new root (a hardware
+    /// fixture tree, `validator/tests/fixtures/hw`), for the hardware a VM cannot show.
+    /// Test bed only, as `test_panic`.
+    #[cfg(feature = "test-hooks")]
+    pub test_hw_fixture: Option<String>,
     /// `validator.debug`: log debug records to the kernel log.
     pub debug: bool,
     /// `validator.verity_data=`, `validator.verity_hash=`, `validator.verity_sig=`: the
@@ -263,6 +269,8 @@ impl Default for BootArgs {
             test_panic: None,
             #[cfg(feature = "test-hooks")]
             test_skip_kernel_check: false,
+            #[cfg(feature = "test-hooks")]
+            test_hw_fixture: None,
             debug: false,
             verity_data: None,
             verity_hash: None,
@@ -399,6 +407,10 @@ impl BootArgs {
         }
         if name_eq(name, concat!("validator.", "test_skip_kernel_check")) {
             self.test_skip_kernel_check = true;
+            return Ok(true);
+        }
+        if name_eq(name, concat!("validator.", "test_hw_fixture")) {
+            self.test_hw_fixture = Some(required(name, v)?.to_string());
             return Ok(true);
         }
         Ok(false)

@@ -133,6 +133,21 @@ pub struct Runtime {
     pub(crate) over_bound: bool,
     /// Whether the other slot's kernel would start ([`bootable`]), checked once.
     pub(crate) target_kernel: std::cell::OnceCell<bootable::Verdict>,
+    /// The preflight found this boot's fault on both slots (`stages::preflight::repeat`):
+    /// the other slot's demotion is undone when the decision is carried out.
+    pub(crate) repeated: Option<Repeated>,
+}
+
+/// The same device fault in this boot and in a boot of the other slot: the devices are
+/// at fault, not either image (`stages::preflight::repeat` finds it, the `slot` stage
+/// acts on it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct Repeated {
+    /// The other slot, whose boot failed the same way.
+    pub slot: String,
+    pub check: String,
+    /// The devices (PCI addresses) both boots' drivers did not see.
+    pub devices: Vec<String>,
 }
 
 /// What [`Runtime::load`] found.
@@ -183,6 +198,7 @@ impl Runtime {
             record,
             over_bound: false,
             target_kernel: std::cell::OnceCell::new(),
+            repeated: None,
         };
         Loaded {
             view: rt.view(),

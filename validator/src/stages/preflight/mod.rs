@@ -24,6 +24,8 @@
 //! one (an image fault is fixed by falling back to the other slot, whatever else is
 //! wrong), otherwise that of the first failing check in run order. Warnings (correctable
 //! AER errors, links below their capability but above the BOM's minimum) do not fail it.
+//! A driver that does not see some of its devices is the hardware's fault when the other
+//! slot's boot showed the same ([`repeat`]).
 //!
 //! Current limits: mlx5 Ethernet (RoCE) ports are judged only when their netdev is up
 //! (the preflight does not configure networks, so in the initramfs they are reported as
@@ -38,6 +40,7 @@ pub mod nvme;
 pub mod pci;
 pub mod pcie;
 pub mod platform;
+pub mod repeat;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -109,6 +112,10 @@ pub struct Check {
     /// not yet activated by the subnet manager): retry before replacing hardware.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub transient: bool,
+    /// The devices (PCI addresses) a failure names as not seen by their driver: the
+    /// evidence [`repeat`] compares across slots.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<String>,
 }
 
 impl Check {
@@ -136,7 +143,13 @@ impl Check {
             fault,
             detail: detail.into(),
             transient: false,
+            devices: Vec::new(),
         }
+    }
+    /// The check, naming `devices` as the ones its driver did not see.
+    pub fn with_devices(mut self, devices: Vec<String>) -> Check {
+        self.devices = devices;
+        self
     }
     pub fn failed(&self) -> bool {
         self.status == CheckStatus::Fail
@@ -174,6 +187,10 @@ pub struct PreflightReport {
     pub platform: platform::PlatformFact,
     /// Time spent waiting for ports and controllers to come up.
     pub waited_ms: u64,
+    /// The deciding check failed the same devices in the boot of the slot that fell back
+    /// to this one: the fault was moved to the hardware ([`repeat`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeated: Option<repeat::Repeated>,
 }
 
 impl PreflightReport {
@@ -482,13 +499,53 @@ pub fn run(ctx: &mut Context) -> Result<String, PreflightError> {
     if !bom.modules.root.is_empty() {
         drivers::load_root_modules(ctx, &bom, &mut report);
     }
-    let roots = HwRoots {
+    #[cfg_attr(
+        not(feature = "test-hooks"),
+        expect(unused_mut, reason = "the test hook replaces the roots")
+    )]
+    let mut roots = HwRoots {
         sys: ctx.roots.sys.clone(),
         proc: ctx.roots.proc.clone(),
         root: ctx.roots.new_root.clone(),
     };
+    #[cfg(feature = "test-hooks")]
+    if let Some(dir) = &ctx.args.test_hw_fixture {
+        let d = ctx.roots.new_root.join(dir.trim_start_matches('/'));
+        log::warn!(
+            "preflight: hardware read from the fixture {} (validator.test_hw_fixture)",
+            d.display()
+        );
+        roots = HwRoots {
+            sys: d.join("sys"),
+            proc: d.join("proc"),
+            root: d.join("root"),
+        };
+    }
     check(&roots, &bom, &Options::from_bom(&bom), &mut report);
     drivers::attribute_no_device(&mut report);
+    let other = repeat::OtherSlot {
+        fell_back: ctx.facts.slot.as_ref().and_then(|s| s.previous.as_ref()),
+        last: ctx.slot.as_ref().and_then(|rt| {
+            let y = rt.slot.other();
+            let r = rt
+                .record
+                .state
+                .slots
+                .get(y.as_str())?
+                .last_report
+                .as_ref()?;
+            Some((y.as_str(), r))
+        }),
+    };
+    if repeat::attribute(&mut report, other) {
+        if let Some(rt) = ctx.slot.as_mut() {
+            rt.repeated.clone_from(&report.repeated);
+        }
+        log::warn!(
+            "preflight: the same devices failed in the boot that fell back here: {:?}",
+            report.repeated
+        );
+    }
     let summary = report.summary();
     let err = PreflightError::from_report(&report);
     for c in report

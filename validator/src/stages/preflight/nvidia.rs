@@ -5,7 +5,8 @@
 //!   GPU missing from the bus, or another model than the BOM names);
 //! - `gpu-driver` (image): every GPU on PCI has a `/proc/driver/nvidia/gpus/<bdf>` entry
 //!   that is not `GPU Excluded` - the driver seeing fewer GPUs than PCI shows is the
-//!   image's fault (wrong driver for the GPU, a driver that failed to initialise it);
+//!   image's fault (wrong driver for the GPU, a driver that failed to initialise it),
+//!   unless both slots show it on the same GPUs ([`super::repeat`]);
 //! - `driver-version`, `driver-flavour` (image): `/proc/driver/nvidia/version` against
 //!   the BOM's `[nvidia]`, cross-checked with `/sys/module/nvidia/{version,taint}`;
 //! - `gpu-vbios` (hardware): every GPU the driver sees runs `hardware.gpu_vbios` (its
@@ -236,6 +237,13 @@ fn gpu_driver_check(procdir: &Path, facts: &mut [GpuFact]) -> Check {
                 facts.len(),
                 unseen.join(", ")
             ),
+        )
+        .with_devices(
+            facts
+                .iter()
+                .filter(|f| f.model.is_none() || f.excluded)
+                .map(|f| f.address.clone())
+                .collect(),
         )
     } else if facts.is_empty() {
         Check::skip("gpu-driver", "no GPU on PCI")
@@ -552,7 +560,8 @@ fn switch_checks(roots: &HwRoots, bom: &Bom, inv: &Inventory, report: &mut Prefl
                 "nvidia-nvswitch sees {seen} of the {on_pci} NVSwitch(es) on PCI; not seen: {}",
                 unseen.join(", ")
             ),
-        ),
+        )
+        .with_devices(unseen.clone()),
         None => Check::skip(
             "nvswitches",
             format!("{on_pci} NVSwitch(es) on PCI; the BOM sets no count"),

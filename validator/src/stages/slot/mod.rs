@@ -335,8 +335,10 @@ pub fn over_bound(ctx: &Context) -> bool {
 }
 
 /// Carries out the decision on the slots: marks this slot good (pass, quarantine),
-/// demotes it (image fault), uses a try of the fallback target, and records the decision
-/// and `report_json` in our record. Returns the fallback plan when the decision is
+/// demotes it (image fault), uses a try of the fallback target, gives the other slot back
+/// its good mark when the preflight found the fault that made it fall back here to be the
+/// hardware's ([`Runtime`]'s `repeated`), and records the decision and
+/// `report_json` in our record. Returns the fallback plan when the decision is
 /// `Fallback`.
 pub fn act(
     ctx: &mut Context,
@@ -346,6 +348,9 @@ pub fn act(
     report_json: &str,
 ) -> Option<Plan> {
     let rt = ctx.slot.as_mut()?;
+    // The other slot's boot failed the same devices: its demotion blamed its image for
+    // the hardware's fault (found by the preflight, stages::preflight::repeat).
+    let repeated = rt.repeated.as_ref().map(|r| r.slot.clone());
     let x = rt.slot;
     let mut done: Vec<String> = Vec::new();
     let mut problems: Vec<SlotError> = Vec::new();
@@ -361,6 +366,21 @@ pub fn act(
         note(Ok(()), format!("left {x}'s try consumed (mark-good later)"));
     }
     let y = x.other();
+    let demoted = rt.loader.marked(y) == Some(false)
+        || rt
+            .record
+            .state
+            .slots
+            .get(y.as_str())
+            .is_some_and(|r| r.good == Some(false));
+    let undo =
+        up && demoted && fault == Some(Fault::Hardware) && repeated.as_deref() == Some(y.as_str());
+    if undo {
+        note(
+            rt.loader.mark(y, true),
+            format!("gave {y} back its good mark (the same hardware fault on both slots)"),
+        );
+    }
     let kexec = decision == Decision::Fallback && rt.cfg.fallback == FallbackVia::Kexec;
     if fault == Some(Fault::Image) && kexec {
         // One write of the boot loader's state where it can.
@@ -404,6 +424,11 @@ pub fn act(
     }
     if fault == Some(Fault::Image) {
         rec.good = Some(false);
+    }
+    if undo {
+        let other = state.slots.entry(y.as_str().to_string()).or_default();
+        other.good = Some(true);
+        other.attempts = 0;
     }
     note(rt.record.write(), "recorded the decision".into());
     let after = rt.view();

@@ -190,3 +190,60 @@ fn unparsable_grubenv_is_left_alone() {
     assert!(f.error.as_deref().unwrap().contains("unusable"), "{f:?}");
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// The fault both slots showed (`stages::preflight::repeat`): A fell back for an image
+/// fault, B's preflight found the same devices failing and made it the hardware's, so
+/// B's quarantine gives A back its good mark, in GRUB's state and in our record; without
+/// that finding a quarantine of B leaves A demoted.
+#[test]
+fn a_fault_both_slots_show_gives_the_first_slot_back() {
+    use crate::runtime::slot::Repeated;
+    for moved in [true, false] {
+        let d = esp(
+            if moved { "repeat" } else { "no-repeat" },
+            &["ORDER=A B", "A_OK=1", "A_TRY=1", "B_OK=1", "B_TRY=0"],
+        );
+        let (mut ctx, _) = boot(&d, SlotName::A, "aaa");
+        act(
+            &mut ctx,
+            Decision::Fallback,
+            Some(Fault::Image),
+            Some("preflight: gpu-driver: not seen: 0000:3a:00.0"),
+            "{\"decision\":\"fallback\",\"slot\":{\"booted\":\"A\"}}",
+        )
+        .expect("a fallback plan");
+        let (mut ctx, _) = boot(&d, SlotName::B, "bbb");
+        if let Some(rt) = ctx.slot.as_mut() {
+            rt.repeated = moved.then(|| Repeated {
+                slot: "A".into(),
+                check: "gpu-driver".into(),
+                devices: vec!["0000:3a:00.0".into()],
+            });
+        }
+        assert!(act(
+            &mut ctx,
+            Decision::Quarantine,
+            Some(Fault::Hardware),
+            Some("preflight: gpu-driver: ..."),
+            "{}"
+        )
+        .is_none());
+        let a = ctx.slot.as_ref().unwrap().record.state.slots["A"].good;
+        let action = ctx.facts.slot.as_ref().unwrap().action.clone().unwrap();
+        if moved {
+            assert_eq!(
+                grub_list(&d),
+                "ORDER=A B\nA_OK=1\nA_TRY=0\nB_OK=1\nB_TRY=0\n"
+            );
+            assert_eq!(a, Some(true));
+            assert!(action.contains("gave A back its good mark"), "{action}");
+        } else {
+            assert_eq!(
+                grub_list(&d),
+                "ORDER=A B\nA_OK=0\nA_TRY=0\nB_OK=1\nB_TRY=0\n"
+            );
+            assert_eq!(a, Some(false));
+        }
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

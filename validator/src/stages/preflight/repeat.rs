@@ -1,0 +1,315 @@
+//! The fault both slots show: when a boot that another slot fell back into fails the same
+//! device check on the same devices as that slot's boot did, the devices are at fault,
+//! not either image ([`attribute`]).
+//!
+//! The rule. Only the checks in [`DEVICE_CHECKS`] can move: their image fault says a
+//! device is on PCI but its driver does not see it (`gpu-driver`: a GPU with no
+//! `/proc/driver/nvidia/gpus` entry, or excluded; `nvswitches`: an NVSwitch with no
+//! `nvidia-nvswitch` entry), which a wrong driver gives, and so does a device that fails
+//! its probe. Two different images whose drivers both fail the same devices, and see the
+//! others, point at the devices. So the deciding check of this boot
+//! ([`PreflightReport::decide`]) becomes a hardware fault when all of these hold:
+//! - it is an image fault of a check in [`DEVICE_CHECKS`] that names the devices it did
+//!   not see ([`Check::devices`]), and the driver saw at least one device of that kind on
+//!   PCI (a driver that sees none stays the image's fault: it is likely the driver);
+//! - either this boot is the fallback of the other slot's boot, whose decision was
+//!   `fallback` for an image fault ([`Previous`]: its report came along by kexec, or our
+//!   record kept it for a fallback by reboot), and that boot's own preflight was decided
+//!   by the same check, an image fault, naming the same set of devices;
+//! - or the other slot's last boot (its report in our record) already found this check
+//!   failing on the same devices on both slots: the next boot of the slot that was given
+//!   back its good mark quarantines at once instead of falling back on every boot.
+//!
+//! The check's detail then says so, the report's preflight keeps the evidence
+//! ([`Repeated`]), and the slot stage gives the other slot back what its boot's demotion
+//! took ([`crate::stages::slot::act`]): it was not the image.
+//!
+//! Current limits: the evidence is the two reports' device lists; the kernel log's probe
+//! errors are not read. A fallback by reboot keeps the other boot's report only when our
+//! record had room for it (`slotstate`); without it the fault stays the image's.
+
+use super::{Check, PreflightReport};
+use crate::runtime::slot::Previous;
+pub use crate::runtime::slot::Repeated;
+use crate::stages::Fault;
+
+/// The checks whose image fault can be the devices' (see the module doc).
+pub const DEVICE_CHECKS: [&str; 2] = ["gpu-driver", "nvswitches"];
+
+/// The deciding check of `now`, when the rule may move it: an image fault of a device
+/// check naming some, not all, of the devices of its kind. Returns its index.
+fn movable(now: &PreflightReport) -> Option<usize> {
+    let (fault, c) = now.decide()?;
+    if fault != Fault::Image || !DEVICE_CHECKS.contains(&c.name.as_str()) || c.devices.is_empty() {
+        return None;
+    }
+    let on_pci = match c.name.as_str() {
+        "gpu-driver" => now.gpus.len(),
+        _ => now.nvswitches.len(),
+    };
+    if c.devices.len() >= on_pci {
+        return None;
+    }
+    now.checks.iter().position(|x| std::ptr::eq(x, c))
+}
+
+/// Whether two device lists name the same set.
+fn same_set(a: &[String], b: &[String]) -> bool {
+    let set = |d: &[String]| d.iter().collect::<std::collections::BTreeSet<_>>();
+    set(a) == set(b)
+}
+
+/// Whether `before`'s preflight was decided by `check`, an image fault, on `devices`.
+fn same_in(before: &PreflightReport, check: &Check) -> bool {
+    before.decide().is_some_and(|(f, c)| {
+        f == Fault::Image && c.name == check.name && same_set(&c.devices, &check.devices)
+    })
+}
+
+/// The preflight of the boot that fell back into this one, when it fell back for an
+/// image fault and its report holds one.
+fn previous_preflight(previous: &Previous) -> Option<PreflightReport> {
+    if previous.decision.as_deref() != Some("fallback")
+        || previous.fault.as_deref() != Some("image")
+    {
+        return None;
+    }
+    let p = previous.report.as_ref()?.get("preflight")?;
+    serde_json::from_value(p.clone()).ok()
+}
+
+/// What this boot knows of the other slot's boots.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OtherSlot<'a> {
+    /// The boot that fell back into this one ([`crate::stages::slot`]'s `previous`).
+    pub fell_back: Option<&'a Previous>,
+    /// The other slot's name and its last boot's report, as our record keeps them.
+    pub last: Option<(&'a str, &'a serde_json::Value)>,
+}
+
+/// Whether the other slot's last boot already found `check` failing on the same devices
+/// on both slots (its preflight's [`Repeated`]).
+fn diagnosed(last: &serde_json::Value, check: &Check) -> bool {
+    let Some(r) = last
+        .pointer("/preflight/repeated")
+        .and_then(|r| serde_json::from_value::<Repeated>(r.clone()).ok())
+    else {
+        return false;
+    };
+    r.check == check.name && same_set(&r.devices, &check.devices)
+}
+
+/// Applies the rule to `report` (this boot's preflight) against what is known of the
+/// other slot's boots: the deciding check becomes a hardware fault and
+/// [`PreflightReport::repeated`] holds the evidence when the boot that fell back into
+/// this one failed it on the same devices, or when the other slot's last boot had
+/// already found that fault on both slots (so a node whose first slot was given back
+/// its good mark does not fall back on every boot). Returns whether it moved.
+pub fn attribute(report: &mut PreflightReport, other: OtherSlot<'_>) -> bool {
+    let Some(i) = movable(report) else {
+        return false;
+    };
+    let Some(c) = report.checks.get(i) else {
+        return false;
+    };
+    let fell_back = other
+        .fell_back
+        .filter(|p| previous_preflight(p).is_some_and(|before| same_in(&before, c)));
+    let (slot, how) = match (fell_back, other.last) {
+        (Some(p), _) => (
+            p.slot.clone(),
+            "'s boot failed this check on the same device(s) and fell back here",
+        ),
+        (None, Some((slot, last))) if diagnosed(last, c) => (
+            slot.to_string(),
+            "'s last boot found this check failing on the same device(s) on both slots",
+        ),
+        _ => return false,
+    };
+    let repeated = Repeated {
+        slot,
+        check: c.name.clone(),
+        devices: c.devices.clone(),
+    };
+    if let Some(c) = report.checks.get_mut(i) {
+        c.fault = Some(Fault::Hardware);
+        c.detail = format!(
+            "{}; slot {}{how}: the devices are at fault, not the image",
+            c.detail, repeated.slot
+        );
+    }
+    report.repeated = Some(repeated);
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stages::preflight::nvidia::GpuFact;
+
+    fn gpu(address: &str, seen: bool) -> GpuFact {
+        GpuFact {
+            address: address.into(),
+            pci_id: "10de:2335".into(),
+            driver: seen.then(|| "nvidia".to_string()),
+            model: seen.then(|| "NVIDIA H200".to_string()),
+            minor: None,
+            excluded: false,
+            vbios: None,
+        }
+    }
+
+    /// A preflight of 4 GPUs whose driver does not see `unseen`.
+    fn preflight(unseen: &[&str]) -> PreflightReport {
+        let all = [
+            "0000:18:00.0",
+            "0000:2a:00.0",
+            "0000:3a:00.0",
+            "0000:5d:00.0",
+        ];
+        let gpus: Vec<GpuFact> = all.iter().map(|a| gpu(a, !unseen.contains(a))).collect();
+        let check = if unseen.is_empty() {
+            Check::pass("gpu-driver", "all seen")
+        } else {
+            Check::fail("gpu-driver", Fault::Image, "not seen")
+                .with_devices(unseen.iter().map(|s| s.to_string()).collect())
+        };
+        PreflightReport {
+            checks: vec![Check::pass("gpus", "4 on PCI"), check],
+            gpus,
+            ..PreflightReport::default()
+        }
+    }
+
+    fn fell_back(from: &PreflightReport) -> Previous {
+        let report = serde_json::json!({ "preflight": from });
+        Previous {
+            slot: "A".into(),
+            via: "kexec".into(),
+            image_id: None,
+            decision: Some("fallback".into()),
+            fault: Some("image".into()),
+            reason: None,
+            report: Some(report),
+        }
+    }
+
+    fn from(p: &Previous) -> OtherSlot<'_> {
+        OtherSlot {
+            fell_back: Some(p),
+            last: None,
+        }
+    }
+
+    #[test]
+    fn the_same_devices_on_both_slots_are_the_hardwares() {
+        let a = preflight(&["0000:3a:00.0"]);
+        let mut b = preflight(&["0000:3a:00.0"]);
+        assert!(attribute(&mut b, from(&fell_back(&a))));
+        let (fault, c) = b.decide().unwrap();
+        assert_eq!((fault, c.name.as_str()), (Fault::Hardware, "gpu-driver"));
+        assert!(
+            c.detail.contains("slot A's boot failed this check"),
+            "{}",
+            c.detail
+        );
+        assert_eq!(
+            b.repeated,
+            Some(Repeated {
+                slot: "A".into(),
+                check: "gpu-driver".into(),
+                devices: vec!["0000:3a:00.0".into()],
+            })
+        );
+    }
+
+    #[test]
+    fn other_devices_a_first_boot_or_a_driver_that_sees_none_stay_the_images() {
+        let a = preflight(&["0000:3a:00.0"]);
+        // Another GPU unseen in B: not the same fault.
+        let mut b = preflight(&["0000:5d:00.0"]);
+        assert!(!attribute(&mut b, from(&fell_back(&a))));
+        assert_eq!(b.decide().unwrap().0, Fault::Image);
+        // More GPUs unseen in B.
+        let mut b = preflight(&["0000:3a:00.0", "0000:5d:00.0"]);
+        assert!(!attribute(&mut b, from(&fell_back(&a))));
+        // No boot fell back here.
+        let mut b = preflight(&["0000:3a:00.0"]);
+        assert!(!attribute(&mut b, OtherSlot::default()));
+        assert_eq!(b.repeated, None);
+        // A driver that sees none of the GPUs, in both boots.
+        let all = [
+            "0000:18:00.0",
+            "0000:2a:00.0",
+            "0000:3a:00.0",
+            "0000:5d:00.0",
+        ];
+        let a = preflight(&all);
+        let mut b = preflight(&all);
+        assert!(!attribute(&mut b, from(&fell_back(&a))));
+        assert_eq!(b.decide().unwrap().0, Fault::Image);
+    }
+
+    #[test]
+    fn the_previous_boot_must_have_fallen_back_for_that_image_fault() {
+        let a = preflight(&["0000:3a:00.0"]);
+        let mut prev = fell_back(&a);
+        prev.decision = Some("quarantine".into());
+        let mut b = preflight(&["0000:3a:00.0"]);
+        assert!(!attribute(&mut b, from(&prev)));
+        // Its report without a preflight (a record that had no room for it).
+        let mut prev = fell_back(&a);
+        prev.report = Some(serde_json::json!({ "decision": "fallback" }));
+        assert!(!attribute(&mut b, from(&prev)));
+        // Its preflight decided by another check.
+        let mut other = a.clone();
+        other.checks.insert(
+            0,
+            Check::fail("driver-version", Fault::Image, "570 is not 535"),
+        );
+        assert!(!attribute(&mut b, from(&fell_back(&other))));
+        assert_eq!(b.decide().unwrap().0, Fault::Image);
+    }
+
+    #[test]
+    fn an_image_fault_elsewhere_still_decides() {
+        // B's own image fault decides before the device check: nothing moves.
+        let a = preflight(&["0000:3a:00.0"]);
+        let mut b = preflight(&["0000:3a:00.0"]);
+        b.checks
+            .insert(0, Check::fail("fabric-manager", Fault::Image, "missing"));
+        assert!(!attribute(&mut b, from(&fell_back(&a))));
+        assert_eq!(b.decide().unwrap().1.name, "fabric-manager");
+    }
+
+    /// The next boot of the first slot (given back its good mark): the other slot's last
+    /// report holds the finding, so the same failure is the hardware's at once, with no
+    /// fallback; another device, or a report without the finding, is not.
+    #[test]
+    fn the_finding_is_kept_for_the_next_boot_of_the_first_slot() {
+        let a = preflight(&["0000:3a:00.0"]);
+        let mut b = preflight(&["0000:3a:00.0"]);
+        assert!(attribute(&mut b, from(&fell_back(&a))));
+        let b_report = serde_json::json!({ "preflight": b });
+        let last = |r| OtherSlot {
+            fell_back: None,
+            last: Some(("B", r)),
+        };
+        let mut a2 = preflight(&["0000:3a:00.0"]);
+        assert!(attribute(&mut a2, last(&b_report)));
+        assert_eq!(a2.decide().unwrap().0, Fault::Hardware);
+        assert_eq!(a2.repeated.as_ref().unwrap().slot, "B");
+        assert!(
+            a2.checks[1]
+                .detail
+                .contains("slot B's last boot found this check failing"),
+            "{}",
+            a2.checks[1].detail
+        );
+        let mut other = preflight(&["0000:5d:00.0"]);
+        assert!(!attribute(&mut other, last(&b_report)));
+        let plain = serde_json::json!({ "preflight": preflight(&["0000:3a:00.0"]) });
+        let mut a3 = preflight(&["0000:3a:00.0"]);
+        assert!(!attribute(&mut a3, last(&plain)));
+    }
+}
