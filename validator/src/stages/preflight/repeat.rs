@@ -55,8 +55,8 @@ fn movable(now: &PreflightReport) -> Option<usize> {
 
 /// Whether two device lists name the same set.
 fn same_set(a: &[String], b: &[String]) -> bool {
-    let set = |d: &[String]| d.iter().collect::<std::collections::BTreeSet<_>>();
-    set(a) == set(b)
+    use std::collections::BTreeSet;
+    a.iter().collect::<BTreeSet<_>>() == b.iter().collect::<BTreeSet<_>>()
 }
 
 /// Whether `before`'s preflight was decided by `check`, an image fault, on `devices`.
