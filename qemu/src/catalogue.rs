@@ -76,6 +76,9 @@ impl Scenario {
             Name::WrongPartuuid
             | Name::VerityCorruptHash
             | Name::VerityWrongRootHash
+            | Name::VerityEioData
+            | Name::VerityEioHash
+            | Name::VerityEioMount
             | Name::UnsignedModule
             | Name::WrongVermagic
             | Name::CrcMismatch

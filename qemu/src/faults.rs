@@ -88,10 +88,17 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
                 "root=PARTUUID={ABSENT_PARTUUID} ro validator.on_stop=poweroff validator.root_timeout=3"
             );
         }
-        Name::VerityCorruptHash | Name::VerityWrongRootHash => {
+        Name::VerityCorruptHash
+        | Name::VerityWrongRootHash
+        | Name::VerityEioData
+        | Name::VerityEioHash
+        | Name::VerityEioMount => {
             *s = crate::basic::named(Name::VerityCorrupt)?;
             s.verity = Some(match name {
                 Name::VerityCorruptHash => crate::verity::Variant::CorruptHash,
+                Name::VerityEioData => crate::verity::Variant::EioData,
+                Name::VerityEioHash => crate::verity::Variant::EioHash,
+                Name::VerityEioMount => crate::verity::Variant::EioMount,
                 _ => crate::verity::Variant::Good,
             });
             if name == Name::VerityWrongRootHash {

@@ -41,7 +41,7 @@ impl Scenario {
                 std::fs::copy(&img.cert, dir.join("trusted.pem"))
                     .map_err(|e| HarnessError::io(&img.cert, e))?;
             }
-            verity_parts = Some(img.disk_parts);
+            verity_parts = Some((img.disk_parts, img.read_error));
         }
         let bom_path = dir.join("bom.toml");
         std::fs::write(
@@ -62,9 +62,13 @@ impl Scenario {
         let mut cfg = VmConfig::new(&self.kernel.vmlinuz, &initrd);
         cfg.append = self.cmdline.clone();
         cfg.append_raw = self.cmdline_raw.clone();
-        if let Some(parts) = verity_parts {
+        if let Some((parts, read_error)) = verity_parts {
             let img = dir.join("disk.img");
             disk::build_disk(&img, &parts, dir)?;
+            if let Some((label, offset)) = read_error {
+                let (start, _) = disk::partition_offset(&img, &label)?;
+                cfg.read_errors.push((start + offset) / 512);
+            }
             cfg.disks.push(img);
         } else if self.with_root_disk {
             let rootdir = dir.join("rootfs");

@@ -28,6 +28,14 @@ pub enum Variant {
     /// One byte flipped in the level-0 hash block that covers the first data block of
     /// `/sbin/init` (the top level, and so the root hash, unchanged).
     CorruptHash,
+    /// A good image whose disk fails reads of the first data block of `/sbin/init`
+    /// (`EIO`, [`Image::read_error`]).
+    EioData,
+    /// A good image whose disk fails reads of the level-0 hash block that covers it.
+    EioHash,
+    /// A good image whose disk fails reads of the first data block (the filesystem's
+    /// superblock): the mount reads it.
+    EioMount,
 }
 
 /// A made image and what the BOM needs to trust it.
@@ -38,6 +46,9 @@ pub struct Image {
     /// The certificate to trust (PEM).
     pub cert: PathBuf,
     pub salt: String,
+    /// Where the disk must fail reads ([`Variant::EioData`], [`Variant::EioHash`]): the
+    /// partition's label and the byte offset inside it.
+    pub read_error: Option<(String, u64)>,
 }
 
 fn run(cmd: &mut Command) -> Result<String, HarnessError> {
@@ -154,7 +165,20 @@ pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, Harn
     let mut bytes = json.to_string().into_bytes();
     bytes.resize(64 * 1024, 0);
     std::fs::write(&sigimg, &bytes).map_err(|e| HarnessError::io(&sigimg, e))?;
+    let mut read_error = None;
     match variant {
+        Variant::EioData => {
+            let blk = first_block(&data, "/sbin/init")?;
+            read_error = Some(("root-x86-64".to_string(), blk * 4096));
+        }
+        Variant::EioMount => {
+            read_error = Some(("root-x86-64".to_string(), 0));
+        }
+        Variant::EioHash => {
+            let blk = first_block(&data, "/sbin/init")?;
+            let at = level0_hash_block(&hash, blk)?;
+            read_error = Some(("root-x86-64-verity".to_string(), at * 4096));
+        }
         Variant::CorruptCritical => {
             let blk = first_block(&data, "/sbin/init")?;
             patch(&data, blk * 4096 + 3, 0x01)?;
@@ -188,6 +212,7 @@ pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, Harn
         root_hash,
         cert,
         salt,
+        read_error,
     })
 }
 

@@ -21,6 +21,7 @@ use qemu::scenario::{Name, Scenario};
 use qemu::vm::{Outcome, Run, Verdict, KERNEL_BOOT_MARKER};
 use validator::report::{Decision, Fault, Report};
 use validator::runtime::modload::ModStatus;
+use validator::runtime::read_fault::Cause;
 
 /// What every row checks: the run ended by itself (no timeout), no kernel panic, PID 1
 /// never died, and at most `bound` kernels booted (the run is cut at the next one).
@@ -117,20 +118,117 @@ fn wrong_partuuid_stops_as_a_missing_disk_naming_what_it_saw() {
 fn corrupt_hash_block_stops_before_the_handover() {
     let run = boot(Name::VerityCorruptHash, 1);
     let o = &run.boots[0];
-    let r = stopped(o);
-    assert_eq!((r.decision, r.fault), (Decision::Stop, Some(Fault::Image)));
-    let why = reason(r);
-    assert!(
-        why.starts_with("critical: critical file(s) unreadable through verity: /sbin/init (EIO"),
-        "{why}"
+    let r = read_failed(
+        o,
+        Fault::Image,
+        &["critical: critical file(s) unreadable through verity: /sbin/init (EIO"],
+        Cause::Corruption,
+        "metadata block",
     );
+    // The device came up valid; the read found the bad block.
     assert_eq!(r.verity.as_ref().unwrap().status.as_deref(), Some("V"));
     assert!(
-        o.console.contains("metadata block") && o.console.contains("is corrupted"),
-        "the kernel names the hash block: {}",
+        !o.console.contains("I/O error, dev vda"),
+        "{}",
         o.describe()
     );
     assert!(o.marker.is_none(), "{}", o.describe());
+}
+
+/// A read through verity that failed, as the report and the kernel tell it: the stop, the
+/// fault class, the reason's stage and cause, the verdict's status, and the kernel line
+/// the report quotes, which the console shows for the same boot. Returns the report.
+fn read_failed<'a>(
+    o: &'a Outcome,
+    fault: Fault,
+    stages: &[&str],
+    cause: Cause,
+    kernel: &str,
+) -> &'a Report {
+    let r = stopped(o);
+    assert_eq!(
+        (r.decision, r.fault),
+        (Decision::Stop, Some(fault)),
+        "{}",
+        o.describe()
+    );
+    let why = reason(r);
+    assert!(
+        stages.iter().any(|s| why.starts_with(s)),
+        "{why} (expected one of {stages:?})"
+    );
+    let f = r.verity.as_ref().unwrap().read_fault.as_ref().unwrap();
+    assert_eq!(f.cause, cause, "{f:?}");
+    assert_eq!(
+        f.status,
+        if cause == Cause::Corruption { "C" } else { "V" },
+        "{f:?}"
+    );
+    let line = f
+        .kernel
+        .iter()
+        .rev()
+        .find(|l| l.contains(kernel))
+        .unwrap_or_else(|| panic!("no kernel line with {kernel:?}: {f:?}"));
+    assert!(why.contains(f.kernel.last().unwrap()), "{why}");
+    assert!(
+        o.console.contains(line.as_str()),
+        "{line}: {}",
+        o.describe()
+    );
+    r
+}
+
+/// The disk fails reads of `/sbin/init`'s first data block (QEMU's blkdebug, `EIO`):
+/// dm-verity passes the disk's error through without hashing, its status stays `V`, and
+/// the kernel logs the block layer's `I/O error, dev vda`; the gate reads that as the
+/// hardware's fault, not the image's: stop, hardware.
+#[test]
+fn disk_error_under_a_critical_file_is_the_hardwares() {
+    let run = boot(Name::VerityEioData, 1);
+    let o = &run.boots[0];
+    read_failed(
+        o,
+        Fault::Hardware,
+        &["critical: critical file(s) unreadable through verity: /sbin/init (EIO"],
+        Cause::Disk,
+        "I/O error, dev vda, sector ",
+    );
+    assert!(!o.console.contains("is corrupted"), "{}", o.describe());
+}
+
+/// The disk fails reads of the level-0 hash block above that block: dm-verity returns
+/// the hash device's error as it is (the mount's reads fetch it with its neighbours, or
+/// the critical read does): hardware, stop.
+#[test]
+fn disk_error_under_a_hash_block_is_the_hardwares() {
+    let run = boot(Name::VerityEioHash, 1);
+    let o = &run.boots[0];
+    read_failed(
+        o,
+        Fault::Hardware,
+        &[
+            "mount: cannot mount /dev/dm-0: ext4: EIO",
+            "critical: critical file(s) unreadable through verity: /sbin/init (EIO",
+        ],
+        Cause::Disk,
+        "I/O error, dev vda, sector ",
+    );
+    assert!(!o.console.contains("is corrupted"), "{}", o.describe());
+}
+
+/// The disk fails reads of the filesystem's first block: the mount fails with `EIO`,
+/// the status is `V`: hardware, stop.
+#[test]
+fn disk_error_under_the_superblock_fails_the_mount_as_the_hardwares() {
+    let run = boot(Name::VerityEioMount, 1);
+    read_failed(
+        &run.boots[0],
+        Fault::Hardware,
+        &["mount: cannot mount /dev/dm-0: ext4: EIO"],
+        Cause::Disk,
+        "I/O error, dev vda, sector ",
+    );
 }
 
 /// A BOM that pins a root hash the image does not have: the partitions are found by type,

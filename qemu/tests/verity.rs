@@ -80,10 +80,24 @@ fn corrupted_block_in_a_critical_file_stops_before_switch_root() {
     );
     let init = &v.critical_files[0];
     assert_eq!((init.path.as_str(), init.ok), ("/sbin/init", false));
+    // The kernel's account, as the report quotes it: a hash mismatch (status `C`), not
+    // the disk.
+    let f = v.read_fault.as_ref().unwrap();
+    assert_eq!(
+        (f.cause, f.status.as_str()),
+        (validator::runtime::read_fault::Cause::Corruption, "C"),
+        "{f:?}"
+    );
+    let line = f.kernel.last().unwrap();
     assert!(
-        o.console.contains("device-mapper: verity") && o.console.contains("is corrupted"),
-        "{}",
-        o.describe()
+        line.starts_with("device-mapper: verity: ") && line.ends_with("is corrupted"),
+        "{line}"
+    );
+    assert!(line.contains(": data block "), "{line}");
+    assert!(o.console.contains(line.as_str()), "{}", o.describe());
+    assert!(
+        reason.contains("a block failed its hash (corruption)"),
+        "{reason}"
     );
     assert!(
         o.marker.is_none() && !o.console.contains("switch_root:"),

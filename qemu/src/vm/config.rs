@@ -68,6 +68,11 @@ pub struct VmConfig {
     pub kill_at: Option<KillAt>,
     /// Throttle writes to every disk.
     pub throttle: Option<Throttle>,
+    /// Sectors (512 bytes, from the start of the first disk) whose reads fail with `EIO`,
+    /// every time: QEMU's `blkdebug` under the raw format, and virtio-blk without request
+    /// merging so only the requests holding them fail. A request fails when it holds any
+    /// of them, so one sector per 4 KiB block is enough.
+    pub read_errors: Vec<u64>,
     /// The console text that starts a boot, instead of [`VmConfig::boot_marker`]'s
     /// default (e.g. [`KERNEL_BOOT_MARKER`] under firmware to count kexec'd kernels too).
     pub split_at: Option<String>,
@@ -144,6 +149,7 @@ impl VmConfig {
             follow_reboots: None,
             kill_at: None,
             throttle: None,
+            read_errors: Vec::new(),
             split_at: None,
         }
     }
@@ -234,6 +240,22 @@ impl VmConfig {
             }
         }
         for (i, d) in self.disks.iter().enumerate() {
+            if i == 0 && !self.read_errors.is_empty() {
+                let mut drive = format!(
+                    "format=raw,if=none,id=d{i},cache=unsafe{throttle},file.driver=blkdebug,file.image.filename={}",
+                    d.display()
+                );
+                for (n, sector) in self.read_errors.iter().enumerate() {
+                    drive.push_str(&format!(
+                        ",file.inject-error.{n}.event=read_aio,file.inject-error.{n}.errno=5,file.inject-error.{n}.sector={sector}"
+                    ));
+                }
+                c.arg("-drive").arg(drive).args([
+                    "-device",
+                    &format!("virtio-blk-pci,drive=d{i},request-merging=off"),
+                ]);
+                continue;
+            }
             c.arg("-drive")
                 .arg(format!(
                     "file={},format=raw,if=none,id=d{i},cache=unsafe{throttle}",

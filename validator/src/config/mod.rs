@@ -27,6 +27,9 @@ pub mod layout {
     pub const CARRIED_EVENTLOG: &str = "etc/validator/carried/tpm-eventlog.bin";
 }
 
+/// The name of the device-mapper device the init makes for the verified root.
+pub const VERITY_DM_NAME: &str = "root";
+
 /// The GPT partition type of an EFI System Partition.
 pub const ESP_TYPE: &str = "c12a7328-f81f-11d2-ba4b-00a0c93ec93b";
 /// The EFI variable systemd-boot sets to the entry file it renamed for this boot.

@@ -22,6 +22,7 @@ pub mod measure;
 pub mod modload;
 pub mod node;
 pub mod power;
+pub mod read_fault;
 pub mod rootpath;
 pub mod slot;
 pub mod taint;

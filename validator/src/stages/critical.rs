@@ -4,22 +4,43 @@
 //!
 //! The reading is [`crate::runtime::critical::read_critical`]: each file streamed through
 //! one bounded buffer, regular files only (a FIFO or a device on the root is refused,
-//! never waited on). Limits: a huge critical file takes as long to read as it is large;
-//! the BOM names which files are read.
+//! never waited on). A read that fails with `EIO` is told apart
+//! ([`crate::runtime::read_fault`]): a block that failed its hash is the image's fault; a
+//! read the disk could not do (the verity status still `V`) is the hardware's. Limits: a
+//! huge critical file takes as long to read as it is large; the BOM names which files are
+//! read.
 
 use super::{Classified, Context, Fault};
 use crate::runtime::critical::read_critical;
+use crate::runtime::read_fault::{self, Cause, ReadFault};
 
 /// Why the critical stage failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CriticalError {
-    #[error("critical file(s) unreadable through verity: {}", .0.join(", "))]
-    Unreadable(Vec<String>),
+    /// Files that could not be read in full; with an `EIO`, what the kernel says made the
+    /// reads fail ([`read_fault::judge`]).
+    #[error("critical file(s) unreadable through verity: {}{}", .files.join(", "),
+        .cause.as_ref().map(|f| format!(": {}", f.describe())).unwrap_or_default())]
+    Unreadable {
+        files: Vec<String>,
+        cause: Option<ReadFault>,
+    },
 }
 
 impl Classified for CriticalError {
     fn fault(&self) -> Fault {
-        Fault::Image
+        match self {
+            // The disk could not read a block dm-verity had no reason to refuse.
+            CriticalError::Unreadable {
+                cause:
+                    Some(ReadFault {
+                        cause: Cause::Disk, ..
+                    }),
+                ..
+            } => Fault::Hardware,
+            // A block that failed its hash, or a file the image holds wrongly.
+            CriticalError::Unreadable { .. } => Fault::Image,
+        }
     }
 }
 
@@ -35,9 +56,23 @@ pub fn run(ctx: &mut Context) -> Result<String, CriticalError> {
         .filter(|c| !c.ok)
         .map(|c| format!("{} ({})", c.path, c.error.as_deref().unwrap_or("")))
         .collect();
+    let eio = results
+        .iter()
+        .any(|c| c.error.as_deref().is_some_and(|e| e.starts_with("EIO:")));
     let bytes: u64 = results.iter().map(|c| c.bytes).sum();
+    let cause = eio.then(|| {
+        read_fault::judge(
+            &ctx.roots.dev,
+            &ctx.roots.sys,
+            &ctx.roots.dev.join("kmsg"),
+            crate::config::VERITY_DM_NAME,
+        )
+    });
     if let Some(v) = ctx.facts.verity.as_mut() {
         v.critical_files = results;
+        if let Some(f) = &cause {
+            v.read_fault = Some(f.clone());
+        }
     }
     if bad.is_empty() {
         Ok(format!(
@@ -45,6 +80,6 @@ pub fn run(ctx: &mut Context) -> Result<String, CriticalError> {
             files.len()
         ))
     } else {
-        Err(CriticalError::Unreadable(bad))
+        Err(CriticalError::Unreadable { files: bad, cause })
     }
 }

@@ -1,24 +1,43 @@
 //! Stage `mount`: the root found by `storage` (or the verity device) is mounted at the new
 //! root, read-only by default and always with verity, trying `rootfstype=` or ext4, EROFS
-//! and squashfs in turn.
+//! and squashfs in turn. A mount that reads `EIO` is told apart
+//! ([`crate::runtime::read_fault`]): the disk's error is the hardware's fault, a block
+//! that failed its hash the image's.
 
 use nix::mount::MsFlags;
 
 use super::{Classified, Context, Fault};
+use crate::runtime::read_fault::{self, Cause, ReadFault};
 
 /// Why the root could not be mounted.
 #[derive(Debug, thiserror::Error)]
 pub enum MountError {
     #[error("no root device")]
     NoRoot,
-    #[error("cannot mount {device}: {}", .tried.join(", "))]
-    Mount { device: String, tried: Vec<String> },
+    /// No filesystem type mounted; with an `EIO`, what the kernel says made the reads
+    /// fail ([`read_fault::judge`] for the verity device; a plain device's `EIO` is the
+    /// disk's).
+    #[error("cannot mount {device}: {}{}", .tried.join(", "),
+        .cause.as_ref().map(|f| format!(": {}", f.describe())).unwrap_or_default())]
+    Mount {
+        device: String,
+        tried: Vec<String>,
+        cause: Option<ReadFault>,
+    },
 }
 
 impl Classified for MountError {
     fn fault(&self) -> Fault {
         match self {
             MountError::NoRoot => Fault::Platform,
+            // The disk failed the reads (no hash mismatch).
+            MountError::Mount {
+                cause:
+                    Some(ReadFault {
+                        cause: Cause::Disk, ..
+                    }),
+                ..
+            } => Fault::Hardware,
             // The device is there and (with verity) verified: it holds no filesystem
             // this kernel can mount, so the image is wrong.
             MountError::Mount { .. } => Fault::Image,
@@ -64,8 +83,41 @@ pub fn run(ctx: &mut Context) -> Result<String, MountError> {
             Err(e) => tried.push(format!("{t}: {}", e.errno_name())),
         }
     }
+    let device = root.partition.device.clone();
+    let cause = tried
+        .iter()
+        .any(|t| t.ends_with(": EIO"))
+        .then(|| eio_cause(ctx));
+    if let (Some(v), Some(f)) = (ctx.facts.verity.as_mut(), &cause) {
+        v.read_fault = Some(f.clone());
+    }
     Err(MountError::Mount {
-        device: root.partition.device.clone(),
+        device,
         tried,
+        cause,
     })
+}
+
+/// Why a mount read `EIO`: the verity device's own account, or, for a plain device (no
+/// hash to fail), the disk's.
+fn eio_cause(ctx: &Context) -> ReadFault {
+    let kmsg = ctx.roots.dev.join("kmsg");
+    if ctx
+        .facts
+        .verity
+        .as_ref()
+        .is_some_and(|v| v.dm_device.is_some())
+    {
+        return read_fault::judge(
+            &ctx.roots.dev,
+            &ctx.roots.sys,
+            &kmsg,
+            crate::config::VERITY_DM_NAME,
+        );
+    }
+    ReadFault {
+        cause: Cause::Disk,
+        status: "none (not a verity device)".into(),
+        kernel: read_fault::evidence(&kmsg),
+    }
 }

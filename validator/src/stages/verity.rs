@@ -33,7 +33,7 @@ use crate::trust::rootsig::{self, RootSigError};
 use crate::trust::TrustStore;
 
 /// Name of the device-mapper device we create.
-pub const DM_NAME: &str = "root";
+pub const DM_NAME: &str = crate::config::VERITY_DM_NAME;
 
 /// A verity problem: which step, and why. Everything before [`VerityError::Dm`] happens
 /// before any device-mapper device exists.
@@ -41,8 +41,14 @@ pub const DM_NAME: &str = "root";
 pub enum VerityError {
     #[error("{0}")]
     Partitions(String),
+    /// A read of the data, hash or signature partition itself failed; `eio`: the disk
+    /// returned `EIO` (no hash is involved in these reads: the hardware's fault).
     #[error("{device}: {why}")]
-    Read { device: String, why: String },
+    Read {
+        device: String,
+        why: String,
+        eio: bool,
+    },
     #[error(transparent)]
     Signature(#[from] sig::SigError),
     #[error(transparent)]
@@ -78,6 +84,11 @@ impl Classified for VerityError {
     fn fault(&self) -> Fault {
         match self {
             VerityError::Measure(e) => e.fault(),
+            VerityError::Read { eio: true, .. } => Fault::Hardware,
+            VerityError::Tree(tree::TreeError::Read {
+                os_error: Some(nix::libc::EIO),
+                ..
+            }) => Fault::Hardware,
             // Everything else is about the image's verity data, its signature or the
             // table made from them (the kernel refusing it included).
             _ => Fault::Image,
@@ -114,20 +125,29 @@ pub struct VerityReport {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_table: Option<String>,
     pub critical_files: Vec<CriticalFile>,
+    /// Reads through the device failed with `EIO`: what the kernel says made them fail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_fault: Option<crate::runtime::read_fault::ReadFault>,
+}
+
+fn read_error(path: &str, e: &std::io::Error) -> VerityError {
+    let eio = e.raw_os_error() == Some(nix::libc::EIO);
+    VerityError::Read {
+        device: path.into(),
+        why: match crate::sys::io_errno_name(e) {
+            Some(name) if eio => format!("{name}: {e} (the disk failed the read)"),
+            _ => e.to_string(),
+        },
+        eio,
+    }
 }
 
 fn read_device(path: &str, offset: u64, len: usize) -> Result<Vec<u8>, VerityError> {
-    crate::sys::read_device_at(path, offset, len).map_err(|e| VerityError::Read {
-        device: path.into(),
-        why: e.to_string(),
-    })
+    crate::sys::read_device_at(path, offset, len).map_err(|e| read_error(path, &e))
 }
 
 fn device_size(path: &str) -> Result<u64, VerityError> {
-    crate::sys::device_size(path).map_err(|e| VerityError::Read {
-        device: path.into(),
-        why: e.to_string(),
-    })
+    crate::sys::device_size(path).map_err(|e| read_error(path, &e))
 }
 
 /// The root hash to trust: the BOM's, or the signature partition's once verified.
@@ -305,6 +325,7 @@ fn dev_numbers(sys_root: &Path, p: &FoundPartition) -> Result<(u64, u64), Verity
             VerityError::Read {
                 device: f.display().to_string(),
                 why: e.to_string(),
+                eio: false,
             }
         })?;
     s.trim()
@@ -313,6 +334,7 @@ fn dev_numbers(sys_root: &Path, p: &FoundPartition) -> Result<(u64, u64), Verity
         .ok_or_else(|| VerityError::Read {
             device: f.display().to_string(),
             why: format!("bad device number {s:?}"),
+            eio: false,
         })
 }
 
@@ -364,6 +386,7 @@ pub fn prepare(
         VerityError::Read {
             device: parts.hash.device.clone(),
             why: e.to_string(),
+            eio: false,
         }
     })?;
     if !tree::top_matches(&f, &g, &root)? {
@@ -508,6 +531,30 @@ pub fn run(ctx: &mut Context) -> Result<String, VerityError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A raw read of the verity partitions that the disk failed (`EIO`) is the
+    /// hardware's fault; any other unreadable input, and a read the tree code made that
+    /// failed otherwise, stay the image's.
+    #[test]
+    fn the_disks_read_errors_are_the_hardwares() {
+        let eio = std::io::Error::from_raw_os_error(nix::libc::EIO);
+        let e = read_error("/dev/vda3", &eio);
+        assert_eq!(e.fault(), Fault::Hardware);
+        assert!(e.to_string().contains("EIO"), "{e}");
+        let enoent = std::io::Error::from_raw_os_error(nix::libc::ENOENT);
+        assert_eq!(read_error("/dev/vda3", &enoent).fault(), Fault::Image);
+        let tree = |os_error| {
+            VerityError::Tree(tree::TreeError::Read {
+                device: "hash",
+                offset: 0,
+                len: 4096,
+                why: "x".into(),
+                os_error,
+            })
+        };
+        assert_eq!(tree(Some(nix::libc::EIO)).fault(), Fault::Hardware);
+        assert_eq!(tree(None).fault(), Fault::Image);
+    }
     use crate::formats::verity::superblock::Algorithm;
 
     fn cfg() -> Verity {

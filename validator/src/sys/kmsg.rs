@@ -1,9 +1,17 @@
 //! A `log` backend that writes whole records to `/dev/kmsg`, so the init's messages sit in
-//! the kernel log with the kernel's own, in order, at the right level.
+//! the kernel log with the kernel's own, in order, at the right level; and the reader of
+//! the kernel's own records ([`read_messages`]), for the lines that say what the kernel
+//! saw (a disk's I/O error, a dm-verity hash mismatch).
 //!
 //! Each record is one `write(2)` of `<priority>validator: message`; long messages are cut
 //! into several records below the kernel's line limit. Before `/dev` exists, or if the
 //! kernel refuses the write, records go to standard error (the console for PID 1).
+//!
+//! Reading: `/dev/kmsg` opened non-blocking gives one record per `read(2)`, oldest first,
+//! as `<prefix>,<seq>,<usec>,<flags>[,...];<message>` then continuation lines (` KEY=value`)
+//! the reader drops; `EPIPE` says records were overwritten before they were read (the
+//! read goes on), `EAGAIN` that none is left. Limits: at most the records still in the
+//! kernel's ring buffer; a message cut by the kernel's own limit stays cut.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -130,5 +138,108 @@ mod tests {
         assert!(r
             .iter()
             .all(|x| x.starts_with("<12>validator: ") && x.len() < 1024));
+    }
+}
+
+/// The message of one `/dev/kmsg` record: the text after the first `;` up to the end of
+/// its first line (continuation lines dropped); `None` for a record without one.
+pub fn message(record: &[u8]) -> Option<String> {
+    let at = record.iter().position(|&b| b == b';')?;
+    let rest = record.get(at + 1..)?;
+    let end = rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len());
+    Some(String::from_utf8_lossy(rest.get(..end)?).into_owned())
+}
+
+/// The messages of the kernel log's records at `path` (`/dev/kmsg`) that `keep` accepts,
+/// oldest first, at most `max` of them (the newest are kept).
+pub fn read_messages(
+    path: &std::path::Path,
+    max: usize,
+    keep: impl Fn(&str) -> bool,
+) -> Result<Vec<String>, super::SysError> {
+    use nix::errno::Errno;
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            super::SysError::new(
+                "open",
+                path.display().to_string(),
+                Errno::from_raw(e.raw_os_error().unwrap_or(0)),
+            )
+        })?;
+    let mut out: std::collections::VecDeque<String> = std::collections::VecDeque::new();
+    // One record per read; the kernel's records are at most about 8 KiB with their
+    // dictionary.
+    let mut buf = vec![0u8; 16 << 10];
+    // Bounded: the ring buffer holds a finite number of records, and this is the most
+    // any kernel's holds (CONFIG_LOG_BUF_SHIFT 25, 32 MiB, of records of at least 16 bytes).
+    for _ in 0..(1usize << 21) {
+        match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                if let Some(m) = buf.get(..n).and_then(message) {
+                    if keep(&m) {
+                        if out.len() == max {
+                            out.pop_front();
+                        }
+                        out.push_back(m);
+                    }
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(nix::libc::EPIPE) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) => {
+                return Err(super::SysError::new(
+                    "read",
+                    path.display().to_string(),
+                    Errno::from_raw(e.raw_os_error().unwrap_or(0)),
+                ))
+            }
+        }
+    }
+    Ok(out.into())
+}
+
+#[cfg(test)]
+mod read_tests {
+    use super::*;
+
+    #[test]
+    fn a_records_message_is_its_first_line_after_the_prefix() {
+        assert_eq!(
+            message(
+                b"3,1234,5678901,-;I/O error, dev vda, sector 8 op 0x0:(READ)\n SUBSYSTEM=block\n"
+            )
+            .as_deref(),
+            Some("I/O error, dev vda, sector 8 op 0x0:(READ)")
+        );
+        assert_eq!(
+            message(b"3,9,1,-,caller=T1;device-mapper: verity: 254:0: data block 7 is corrupted\n")
+                .as_deref(),
+            Some("device-mapper: verity: 254:0: data block 7 is corrupted")
+        );
+        assert_eq!(message(b"6,1,2,-;\n").as_deref(), Some(""));
+        assert_eq!(message(b"no separator"), None);
+        assert_eq!(message(b""), None);
+    }
+
+    /// A regular file reads as one record (its whole content), then the end: the reader
+    /// stops and filters.
+    #[test]
+    fn reading_stops_at_the_end_and_keeps_what_is_asked() {
+        let d = std::env::temp_dir().join(format!("vld-kmsg-{}", std::process::id()));
+        std::fs::write(&d, b"3,1,1,-;I/O error, dev vda, sector 8\n").unwrap();
+        let all = read_messages(&d, 4, |_| true).unwrap();
+        assert_eq!(all, ["I/O error, dev vda, sector 8"]);
+        let none = read_messages(&d, 4, |m| m.contains("verity")).unwrap();
+        assert!(none.is_empty());
+        std::fs::remove_file(&d).unwrap();
+        let e = read_messages(&d, 4, |_| true).unwrap_err();
+        assert_eq!(e.errno, nix::errno::Errno::ENOENT);
     }
 }

@@ -24,6 +24,8 @@ pub enum TreeError {
         offset: u64,
         len: usize,
         why: String,
+        /// The OS error number, when the read failed in the OS (`EIO`: the disk).
+        os_error: Option<i32>,
     },
     #[error("hash block size {hbs} is too small for {alg} digests")]
     Geometry { hbs: u32, alg: &'static str },
@@ -213,6 +215,7 @@ fn read_at<F: FileExt>(
         offset,
         len: buf.len(),
         why: e.to_string(),
+        os_error: e.raw_os_error(),
     })
 }
 
