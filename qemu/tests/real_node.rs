@@ -5,8 +5,8 @@
 //! the rollback of a node that never gets healthy, both slots bad and the node recovered
 //! by the procedure INSTALL.md gives (reinstalled from its slot images); RAUC as the
 //! updater: `rauc install` of bundles made by `mkinitramfs slot --rauc-bundle` writes the
-//! other slot, the gate passes a good update and refuses a bad one (falling back by
-//! kexec), and RAUC's view agrees with the gate's; a quarantine cleared by the shipped
+//! other slot with Debian's 6.12 kernel, the gate refuses a bad update (falling back by
+//! kexec into the 6.1 slot) and passes a good one, and RAUC's view agrees with the gate's; a quarantine cleared by the shipped
 //! re-check timer once the hardware is there (`real-node-recheck`). Three nodes, booted
 //! side by side two at a time.
 #![expect(
@@ -77,14 +77,11 @@ fn checked(o: Outcome) -> Outcome {
     let sys = system(&o);
     assert_eq!(sys["pid1"], "systemd", "{}", o.describe());
     assert_eq!(sys["multi-user"], "active", "{}", o.describe());
-    // systemd's own word for it, on the console (its status line, in colour).
-    assert!(
-        o.console.lines().any(|l| l.contains("Reached target")
-            && l.contains("multi-user.target")
-            && l.contains("Multi-User System")),
-        "{}",
-        o.describe()
-    );
+    // systemd's own word for when it got there (`ActiveEnterTimestampMonotonic`): its
+    // console status line for the target is not always printed (6.12's boot shows the
+    // targets before it, then node-check's output).
+    let at_us: u64 = sys["at_us"].parse().unwrap_or(0);
+    assert!(at_us > 0, "multi-user.target never entered: {}", o.describe());
     o
 }
 
@@ -289,84 +286,118 @@ fn damage_signature(disk: &std::path::Path, label: &str) {
     f.write_all_at(&head[at..=at], offset + at as u64).unwrap();
 }
 
-/// RAUC as the updater (a node of its own, so it boots beside the test above): from A,
-/// `rauc install` of an update made by `mkinitramfs slot --rauc-bundle` writes B and makes
-/// it next; the gate passes it, the unit marks it good, RAUC and the gate agree. Then an
-/// update whose root hash is signed by a key the new image does not trust goes into A: the
-/// gate refuses it, demotes A and falls back to B by kexec, and RAUC shows A bad.
+/// RAUC as the updater, and a kernel upgrade through the slots (issue 32): slot A runs
+/// Debian's 6.1 kernel; updates made by `mkinitramfs slot --rauc-bundle` carry Debian's
+/// 6.12 kernel (its `.ko.xz` modules, ECDSA P-384 module signatures, its own build key)
+/// in each slot's Unified Kernel Image. First an update whose root hash is signed by a
+/// key the new image does not trust: from A, `rauc install` writes B and makes it next;
+/// GRUB boots B's 6.12 image, the gate refuses its root, demotes B and falls back by
+/// kexec into A's 6.1 kernel (a kexec across kernel versions under lockdown), which
+/// passes and is marked good; RAUC shows B bad. From A the good 6.12 update then goes
+/// into B: GRUB boots it through the signed chain, the gate passes it and the unit marks
+/// it good; RAUC and the gate agree.
 #[test]
-fn rauc_updates_the_other_slot_and_an_update_the_gate_refuses_falls_back() {
+fn rauc_upgrades_the_kernel_through_the_other_slot_and_a_refused_update_falls_back_across_kernels()
+{
     let bed = Scenario::named(Name::RealNode).unwrap().bed().unwrap();
-    let kernel = bed.slots.a.kernel.clone();
-    let base = bed.slots.a.bom.clone();
-    let good = debroot::update_disk(
-        &bed.dir,
-        &kernel,
-        &base,
-        "update",
-        true,
-        bed.uki_cmdline().as_deref(),
-    )
-    .unwrap();
+    let old = bed.slots.a.kernel.release.clone();
+    let new = qemu::paths::kernel("k612").unwrap();
+    assert!(old.starts_with("6.1.") && new.release.starts_with("6.12."));
+    let mut base = bed.slots.a.bom.clone();
+    base.kernel.release = validator::config::bom::Version(new.release.clone());
+    let update = |name: &str, trusted: bool| {
+        debroot::update_disk(
+            &bed.dir,
+            &new,
+            &base,
+            name,
+            trusted,
+            bed.uki_cmdline().as_deref(),
+        )
+        .unwrap()
+    };
+    let refused = update("untrusted", false);
 
-    // Power-on 1: A, healthy and marked good, installs the update into B.
-    let o = power_on(&bed, Some(&good));
+    // Power-on 1: A (6.1), healthy and marked good, installs the refused 6.12 update
+    // into B.
+    let o = power_on(&bed, Some(&refused));
     assert_eq!(ab::root_slot(&o), Some(Slot::A));
+    assert_eq!(kernel_of(&o), old);
     assert_eq!(mark_good(&o), "success");
-    assert_eq!(installed(&o), ["update.raucb 0"]);
+    assert_eq!(installed(&o), ["untrusted.raucb 0"]);
     let rauc = rauc_status(&o);
     assert_eq!(rauc.booted, "A");
     assert_eq!(rauc.primary.as_deref(), Some("B"), "{rauc:?}");
     assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
 
-    // Power-on 2: GRUB boots B with the update; the gate passes it, the unit marks it
-    // good, and RAUC and the gate agree. RAUC then installs the untrusted update into A.
-    let bad = debroot::update_disk(
-        &bed.dir,
-        &kernel,
-        &base,
-        "untrusted",
-        false,
-        bed.uki_cmdline().as_deref(),
-    )
-    .unwrap();
-    let o = power_on(&bed, Some(&bad));
+    // Power-on 2: GRUB boots B's 6.12 image; the gate refuses its root (an image fault),
+    // demotes B and falls back by kexec into A's 6.1 kernel, which passes and is marked
+    // good; RAUC sees B bad. A then installs the good 6.12 update into B.
+    let good = update("update", true);
+    let run = bed.boot_with_disk(&good).unwrap();
+    assert_eq!(run.boots.len(), 2, "{}", run.log_path.display());
+    let first = &run.boots[0];
+    let fr = first.report.as_ref().expect("B's report");
+    assert_eq!(
+        (fr.decision, fr.fault, fr.booted_slot()),
+        (Decision::Fallback, Some(Fault::Image), Some("B")),
+        "{}",
+        first.describe()
+    );
+    assert_eq!(fr.kernel_release.as_deref(), Some(new.release.as_str()));
+    assert!(
+        fr.reason.as_deref().unwrap_or("").starts_with("verity: "),
+        "{:?}",
+        fr.reason
+    );
+    let o = checked(run.boots[1].clone());
+    assert_eq!(ab::cmdline_slot(&o), Some(Slot::A));
+    assert_eq!(kernel_of(&o), old);
+    let r = o.report.as_ref().unwrap();
+    let p = r.preflight.as_ref().unwrap();
+    assert_eq!(
+        (p.platform.secure_boot, p.platform.lockdown.as_deref()),
+        (Some(true), Some("integrity")),
+        "the 6.1 kernel kexec'd under lockdown"
+    );
+    let prev = r.slot.as_ref().unwrap().previous.as_ref().unwrap();
+    assert_eq!((prev.slot.as_str(), prev.via.as_str()), ("B", "kexec"));
+    assert_eq!(mark_good(&o), "success");
+    assert_eq!(installed(&o), ["update.raucb 0"]);
+    let rauc = rauc_status(&o);
+    assert_eq!(rauc.booted, "A");
+    assert_eq!(rauc.primary.as_deref(), Some("B"), "{rauc:?}");
+
+    // Power-on 3: GRUB boots B's good 6.12 image through the signed chain; the gate
+    // passes it, the unit marks it good, and RAUC and the gate agree.
+    let o = power_on(&bed, None);
     assert_eq!(ab::grub_slot(&o), Some(Slot::B));
     assert!(o.console.contains("ROOT-IMAGE update"), "{}", o.describe());
+    assert_eq!(kernel_of(&o), new.release);
     let r = o.report.as_ref().unwrap();
     assert!(
         r.image_id.as_deref().unwrap_or("").ends_with("-update"),
         "{:?}",
         r.image_id
     );
+    assert!(
+        qemu::reportcheck::stub_booted(r).is_some(),
+        "{:?}",
+        r.boot_image
+    );
     assert_eq!(mark_good(&o), "success");
     let rauc = rauc_status(&o);
     assert_eq!(rauc.booted, "B");
     assert_eq!(rauc.status("B"), Some("good"), "{rauc:?}");
-    let status = section(&o.console, debroot::SLOT_STATUS).unwrap();
-    assert!(
-        status.contains("B_OK=1") && status.contains("B_TRY=0"),
-        "{status}"
-    );
-    assert_eq!(installed(&o), ["untrusted.raucb 0"]);
-    assert_eq!(rauc.primary.as_deref(), Some("A"), "{rauc:?}");
     assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
+}
 
-    // Power-on 3: GRUB boots A; the gate refuses its root (an image fault), demotes A and
-    // falls back to B by kexec, which passes and is marked good; RAUC sees A bad.
-    let run = bed.boot().unwrap();
-    assert_eq!(run.boots.len(), 2, "{}", run.log_path.display());
-    let first = &run.boots[0];
-    let fr = first.report.as_ref().expect("A's report");
-    assert_eq!(fr.decision, Decision::Fallback, "{}", first.describe());
-    let o = checked(run.boots[1].clone());
-    assert_eq!(ab::cmdline_slot(&o), Some(Slot::B));
-    assert!(o.console.contains("ROOT-IMAGE update"), "{}", o.describe());
-    assert_eq!(mark_good(&o), "success");
-    let rauc = rauc_status(&o);
-    assert_eq!(rauc.booted, "B");
-    assert_eq!(rauc.status("A"), Some("bad"), "{rauc:?}");
-    assert_eq!(grubenv(&bed), "A_OK=0 A_TRY=0 B_OK=1 B_TRY=0");
+/// The release of the kernel a boot ran, as its report says.
+fn kernel_of(o: &Outcome) -> String {
+    o.report
+        .as_ref()
+        .and_then(|r| r.kernel_release.clone())
+        .unwrap_or_else(|| panic!("no kernel release: {}", o.describe()))
 }
 
 /// The live re-check under systemd (`real-node-recheck`): the BOM expects an NVMe
