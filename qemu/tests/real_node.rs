@@ -81,7 +81,11 @@ fn checked(o: Outcome) -> Outcome {
     // console status line for the target is not always printed (6.12's boot shows the
     // targets before it, then node-check's output).
     let at_us: u64 = sys["at_us"].parse().unwrap_or(0);
-    assert!(at_us > 0, "multi-user.target never entered: {}", o.describe());
+    assert!(
+        at_us > 0,
+        "multi-user.target never entered: {}",
+        o.describe()
+    );
     o
 }
 
