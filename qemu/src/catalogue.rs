@@ -43,6 +43,7 @@ impl Scenario {
             | Name::AbImageFault
             | Name::AbImageFaultReboot
             | Name::AbCorruptRoot
+            | Name::AbDiskError
             | Name::AbBothBad
             | Name::AbNoTpm
             | Name::AbHardwareFault

@@ -297,7 +297,7 @@ fn damage_signature(disk: &std::path::Path, label: &str) {
 /// key the new image does not trust: from A, `rauc install` writes B and makes it next;
 /// GRUB boots B's 6.12 image, the gate refuses its root, demotes B and falls back by
 /// kexec into A's 6.1 kernel (a kexec across kernel versions under lockdown), which
-/// passes and is marked good; RAUC shows B bad. From A the good 6.12 update then goes
+/// passes and is marked good. From A the good 6.12 update then goes
 /// into B: GRUB boots it through the signed chain, the gate passes it and the unit marks
 /// it good; RAUC and the gate agree.
 #[test]
@@ -354,6 +354,12 @@ fn rauc_upgrades_the_kernel_through_the_other_slot_and_a_refused_update_falls_ba
         "{:?}",
         fr.reason
     );
+    let action = fr
+        .slot
+        .as_ref()
+        .and_then(|s| s.action.as_deref())
+        .unwrap_or("");
+    assert!(action.contains("demoted B"), "{action}");
     let o = checked(run.boots[1].clone());
     assert_eq!(ab::cmdline_slot(&o), Some(Slot::A));
     assert_eq!(kernel_of(&o), old);
@@ -364,8 +370,19 @@ fn rauc_upgrades_the_kernel_through_the_other_slot_and_a_refused_update_falls_ba
         (Some(true), Some("integrity")),
         "the 6.1 kernel kexec'd under lockdown"
     );
-    let prev = r.slot.as_ref().unwrap().previous.as_ref().unwrap();
+    let slot = r.slot.as_ref().unwrap();
+    let prev = slot.previous.as_ref().unwrap();
     assert_eq!((prev.slot.as_str(), prev.via.as_str()), ("B", "kexec"));
+    // What the boot loader said when A's gate read it: B demoted by its own boot.
+    assert_eq!(
+        (
+            slot.before.get("B_OK").map(String::as_str),
+            slot.before.get("B_TRY").map(String::as_str)
+        ),
+        (Some("0"), Some("0")),
+        "{:?}",
+        slot.before
+    );
     assert_eq!(mark_good(&o), "success");
     assert_eq!(installed(&o), ["update.raucb 0"]);
     let rauc = rauc_status(&o);

@@ -7,8 +7,10 @@
 //! `preflight`, `handover`. A failed stage stops the flow, except `preflight`: the root is
 //! usable whatever it finds, so `handover` still runs and a hardware fault can quarantine.
 //! The decision ([`decide`]): no fault, pass; a hardware fault with a usable root,
-//! quarantine (boot on, the slot is not burned); an image fault, fallback to the other
-//! slot when one may still be tried, else stop; a platform fault, the BOM's
+//! quarantine (boot on, the slot is not burned); a disk that failed reads of this slot's
+//! root, fallback to the other slot without demoting this one when one may still be
+//! tried (that boot, passing, is then a quarantine: the node runs and is drained); an
+//! image fault, fallback to the other slot when one may still be tried, else stop; a platform fault, the BOM's
 //! `slot.on_platform_fault` (stop, or quarantine with a usable root); anything else, stop.
 //! Then the measurements are finished, the slots updated, the report published
 //! ([`crate::report::publish`]: metrics and node labels into the new root, the JSON in
@@ -109,12 +111,45 @@ pub fn decide(report: &Report, ctx: &Context) -> Decision {
     match report.fault {
         None => Decision::Pass,
         Some(Fault::Hardware) if root_usable => Decision::Quarantine,
+        // The disk failed reads of this slot's root: the other slot lies elsewhere on it.
+        // Fall back without demoting this slot (not the image's fault).
+        Some(Fault::Hardware)
+            if disk_read_fault(ctx) && stages::slot::fallback_target(ctx).is_some() =>
+        {
+            Decision::Fallback
+        }
         Some(Fault::Platform) if root_usable && platform == PlatformPolicy::Quarantine => {
             Decision::Quarantine
         }
         Some(Fault::Image) if stages::slot::fallback_target(ctx).is_some() => Decision::Fallback,
         Some(_) => Decision::Stop,
     }
+}
+
+/// Whether this boot's root could not be read because the disk failed the reads
+/// (`runtime::read_fault`): a fault of this slot's sectors, not of the node's boot.
+fn disk_read_fault(ctx: &Context) -> bool {
+    ctx.facts
+        .verity
+        .as_ref()
+        .and_then(|v| v.read_fault.as_ref())
+        .is_some_and(|f| f.cause == crate::runtime::read_fault::Cause::Disk)
+}
+
+/// A boot that passes after the other slot fell back into it for a hardware fault (its
+/// disk failed reads) is a quarantine: the node runs, and the fleet drains it. Returns
+/// the reason.
+fn entered_for_hardware(ctx: &Context) -> Option<String> {
+    let p = ctx.facts.slot.as_ref()?.previous.as_ref()?;
+    (p.decision.as_deref() == Some("fallback") && p.fault.as_deref() == Some("hardware")).then(
+        || {
+            format!(
+                "slot: slot {} fell back here for a hardware fault: {}",
+                p.slot,
+                p.reason.as_deref().unwrap_or("(no reason kept)")
+            )
+        },
+    )
 }
 
 /// Runs the whole boot as PID 1. Never returns.
@@ -132,6 +167,14 @@ pub fn run_pid1() -> ! {
     report.warnings = api_errs.iter().map(ToString::to_string).collect();
     run_stages(&mut ctx, &mut report);
     let mut decision = decide(&report, &ctx);
+    if decision == Decision::Pass {
+        if let Some(why) = entered_for_hardware(&ctx) {
+            log::warn!("{why}: quarantine");
+            report.fault = Some(Fault::Hardware);
+            report.reason = Some(why);
+            decision = Decision::Quarantine;
+        }
+    }
     if decision == Decision::Stop && report.fault == Some(Fault::Image) {
         // The other slot was not taken because its kernel would not start: say so.
         if let Some(why) = stages::slot::no_fallback(&ctx) {

@@ -5,7 +5,7 @@
 //!
 //! Contract: [`setup`] gives both slots the fixture node's `[hardware]`, `[nvidia]` and
 //! taint policy (`examples/hgx-h200-training.toml`, no link wait) and each slot's root the
-//! fixture the name says: `driver-sees-7` (the driver does not see GPU `0000:3a:00.0`)
+//! fixture the name says: `driver-sees-7` (the driver does not see GPU `0000:d1:00.0`)
 //! in A, and in B too for `ab-gpu-both-slots`, `good` in B for `ab-gpu-slot-a`.
 //!
 //! Limits: the fixture is read in place of `/sys`, `/proc` and the root by the preflight

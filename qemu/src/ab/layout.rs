@@ -19,6 +19,9 @@ pub(super) struct BuiltSlot {
     pub(super) initrd: PathBuf,
     /// The slot directory `mkinitramfs slot` made (the Debian slots).
     pub(super) image: Option<PathBuf>,
+    /// Where the disk fails reads of this slot ([`crate::verity::Image::read_error`]): the
+    /// partition's label on the node's disk and the offset inside it.
+    pub(super) read_error: Option<(String, u64)>,
 }
 
 pub(super) fn build_slot(
@@ -106,8 +109,10 @@ pub(super) fn build_slot(
             parts,
             initrd,
             image: Some(slot_dir(dir, slot)),
+            read_error: None,
         });
     }
+    let mut read_error = None;
     let parts = match two.roots {
         Roots::Plain => {
             let size = crate::rootfs::image_size_mib(&rootdir);
@@ -115,6 +120,7 @@ pub(super) fn build_slot(
         }
         Roots::Verity(_) => {
             let v = crate::verity::build(&rootdir, &sdir, img.verity)?;
+            read_error.clone_from(&v.read_error);
             if v.cert != sdir.join("trusted.pem") {
                 std::fs::copy(&v.cert, sdir.join("trusted.pem"))
                     .map_err(|e| HarnessError::io(&v.cert, e))?;
@@ -126,6 +132,9 @@ pub(super) fn build_slot(
             }
             let mut parts = v.disk_parts;
             for (p, suffix) in parts.iter_mut().zip(["", "-verity", "-sig"]) {
+                if let Some((label, _)) = read_error.as_mut().filter(|(l, _)| *l == p.label) {
+                    *label = format!("root-{slot}{suffix}");
+                }
                 p.label = format!("root-{slot}{suffix}");
             }
             parts
@@ -144,6 +153,7 @@ pub(super) fn build_slot(
         parts,
         initrd,
         image: None,
+        read_error,
     })
 }
 

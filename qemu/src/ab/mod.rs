@@ -186,6 +186,10 @@ pub fn prepare(s: &Scenario, dir: &Path) -> Result<VmConfig, HarnessError> {
         BootPath::Grub | BootPath::SystemdBoot => VmConfig::uefi(Ovmf::fresh(dir)?),
         BootPath::SecureBoot => VmConfig::uefi(crate::secureboot::node_firmware(&two, dir)?),
     };
+    for (label, offset) in built.iter().filter_map(|b| b.read_error.as_ref()) {
+        let (start, _) = disk::partition_offset(&disk_img, label)?;
+        cfg.read_errors.push((start + offset) / 512);
+    }
     cfg.disks.push(disk_img);
     if let Some(d) = esp_disk {
         // After the node's disk (`vdb`), write-protected as the guest sees it.
@@ -559,8 +563,9 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
         | Name::AbNoTpm
         | Name::AbHardwareFault
         | Name::AbGpuBothSlots
-        | Name::AbGpuSlotA => {
-            let roots = if name == Name::AbCorruptRoot {
+        | Name::AbGpuSlotA
+        | Name::AbDiskError => {
+            let roots = if matches!(name, Name::AbCorruptRoot | Name::AbDiskError) {
                 Roots::Verity(validator::config::bom::RootHashSource::Bom)
             } else {
                 Roots::Plain
@@ -579,6 +584,9 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
                     }
                     Name::AbCorruptRoot => {
                         two.a.verity = crate::verity::Variant::CorruptCritical;
+                    }
+                    Name::AbDiskError => {
+                        two.a.verity = crate::verity::Variant::EioData;
                     }
                     Name::AbHardwareFault => {
                         // The VM has no NVMe controller; the BOM promises four.

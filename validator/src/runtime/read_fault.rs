@@ -1,21 +1,26 @@
-//! A read through the verity device that failed with `EIO`, told apart: a block that
-//! failed its hash (the image) or a read the disk could not do (the hardware).
-//! dm-verity returns `EIO` for both; what differs is the kernel's own account.
+//! A read through the verity device (or of a plain root) that failed with `EIO`, told
+//! apart: a block that failed its hash (the image) or a read the disk could not do (the
+//! hardware). dm-verity returns `EIO` for both; what differs is the kernel's own account.
 //!
-//! Contract: [`judge`] reads the verity target's status (`DM_TABLE_STATUS`): `C` once
-//! any block failed its hash (dm-verity sets it in `verity_handle_err`, in every mode, and
-//! never clears it), `V` while every check so far was good. After an `EIO`, `C` is
-//! corruption; `V` means the read failed below dm-verity, which passes a disk's error
-//! through without hashing (no FEC configured) and never counts it as corruption (Linux
-//! 6.1 and 6.12 alike). The kernel log's lines for the same boot are kept as evidence:
-//! the block layer's `I/O error, dev <disk>, sector <n> ...` and dm-verity's
+//! Contract: [`judge`] reads the verity target's status (`DM_TABLE_STATUS`, its first
+//! word): `C` once any block failed its hash (dm-verity sets it in `verity_handle_err`, in
+//! every mode, and never clears it), `V` while every check so far was good. After an `EIO`,
+//! `C` is corruption. `V` is the disk only when the kernel log also holds the block
+//! layer's line for a read that failed on one of the disks under the device (`I/O error,
+//! dev <disk>, sector <n> ...`, printed for the whole disk): dm-verity passes a disk's
+//! error through without hashing and never counts it as corruption (Linux 6.1 and 6.12
+//! alike, no FEC). `V` without such a line is unknown (a filesystem inside a signed image
+//! that returns `EIO` itself, a filesystem larger than the verity data): the caller keeps
+//! its image class. [`judge_plain`] does the same for a root without verity (no status:
+//! the disk's line alone). The lines kept as evidence are that disk's and dm-verity's
 //! `device-mapper: verity: <dev>: data|metadata block <n> is corrupted`.
 //!
-//! Limits: a status that cannot be read leaves the cause unknown (the caller keeps its
-//! own class). With `ignore_corruption` a mismatch reads no `EIO` at all; with
-//! `restart_on_corruption` or `panic_on_corruption` the kernel acts before the init can.
-//! A block that read bad data and then failed its re-read (dm-verity's recheck, 6.1.80 and
-//! later) is counted as corruption by the kernel, and so here.
+//! Limits: the log lines are matched by disk name, not by time (an older error of the
+//! same disk counts); `blk_print_req_error` is rate limited, so a burst can hide the
+//! line and leave the cause unknown. With `ignore_corruption` a mismatch reads no `EIO`
+//! at all; with `restart_on_corruption` or `panic_on_corruption` the kernel acts before
+//! the init can. A block that read bad data and then failed its re-read (dm-verity's
+//! recheck, 6.1.80 and later) is counted as corruption by the kernel, and so here.
 
 use std::path::Path;
 
@@ -32,9 +37,10 @@ const EVIDENCE: usize = 4;
 pub enum Cause {
     /// dm-verity found a block whose hash is wrong (status `C`): the image.
     Corruption,
-    /// The status is still `V`: the disk failed the read (the hardware).
+    /// The status is still `V` and the kernel logged a failed read on the disk under it:
+    /// the disk failed the read (the hardware).
     Disk,
-    /// The status could not be read.
+    /// Neither: the status could not be read, or it is `V` with no failed read logged.
     Unknown,
 }
 
@@ -55,11 +61,16 @@ impl ReadFault {
         let what = match self.cause {
             Cause::Corruption => "a block failed its hash (corruption)",
             Cause::Disk => "the disk failed the read, no hash mismatch (an I/O error)",
-            Cause::Unknown => "cause unknown",
+            Cause::Unknown => "not a hash mismatch the kernel logged, nor a disk error it logged",
+        };
+        let status = if self.status.starts_with("none") {
+            String::new()
+        } else {
+            format!("; dm-verity status {}", self.status)
         };
         match self.kernel.last() {
-            Some(k) => format!("{what}; dm-verity status {}; kernel: {k}", self.status),
-            None => format!("{what}; dm-verity status {}", self.status),
+            Some(k) => format!("{what}{status}; kernel: {k}"),
+            None => format!("{what}{status}"),
         }
     }
 }
@@ -70,31 +81,89 @@ pub fn is_evidence(m: &str) -> bool {
         || (m.starts_with("device-mapper: verity") && m.contains("is corrupted"))
 }
 
-/// The kernel log's newest lines (at `kmsg_path`, `/dev/kmsg`) of failed reads and hash
-/// mismatches; none, with a warning logged, when the log cannot be read.
-pub fn evidence(kmsg_path: &Path) -> Vec<String> {
-    kmsg::read_messages(kmsg_path, EVIDENCE, is_evidence).unwrap_or_else(|e| {
+/// Whether `m` is the block layer's line for a failed request on disk `disk`
+/// (`<status> error, dev <disk>, sector ...`).
+pub fn is_disk_error(m: &str, disk: &str) -> bool {
+    m.contains(&format!(" error, dev {disk}, sector "))
+}
+
+/// The whole disk a partition's device node lies on (`/dev/vda5` -> `vda`,
+/// `/dev/nvme0n1p2` -> `nvme0n1`), from sysfs under `sys_root`: the parent of
+/// `class/block/<name>` when that is a partition, else the device itself.
+pub fn disk_of(sys_root: &Path, device: &str) -> Option<String> {
+    let name = Path::new(device)
+        .file_name()?
+        .to_string_lossy()
+        .into_owned();
+    let class = sys_root.join("class/block").join(&name);
+    if !class.join("partition").exists() {
+        return class.exists().then_some(name);
+    }
+    let target = std::fs::canonicalize(&class).ok()?;
+    Some(target.parent()?.file_name()?.to_string_lossy().into_owned())
+}
+
+/// The disks under `devices` (partition device nodes), each once.
+pub fn disks_of(sys_root: &Path, devices: &[&str]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for d in devices {
+        match disk_of(sys_root, d) {
+            Some(disk) if !out.contains(&disk) => out.push(disk),
+            Some(_) => {}
+            None => log::warn!("{d}: no disk found for it under {}", sys_root.display()),
+        }
+    }
+    out
+}
+
+/// The kernel log's newest lines (at `kmsg_path`, `/dev/kmsg`) of failed reads on
+/// `disks` and of hash mismatches; none, with a warning logged, when the log cannot be
+/// read.
+pub fn evidence(kmsg_path: &Path, disks: &[String]) -> Vec<String> {
+    let keep = |m: &str| {
+        (m.starts_with("device-mapper: verity") && m.contains("is corrupted"))
+            || disks.iter().any(|d| is_disk_error(m, d))
+    };
+    kmsg::read_messages(kmsg_path, EVIDENCE, keep).unwrap_or_else(|e| {
         log::warn!("reading the kernel log for read errors: {e}");
         Vec::new()
     })
 }
 
-/// The cause of failed reads through the device-mapper device `dm_name`: its verity
-/// status (via the control node under `dev_root`), and the kernel log at `kmsg`.
-pub fn judge(dev_root: &Path, sys_root: &Path, kmsg_path: &Path, dm_name: &str) -> ReadFault {
-    let kernel = evidence(kmsg_path);
-    let status = dm::Control::open(dev_root, sys_root)
+/// The verity target's status word (`V`, `C`) of the device-mapper device `dm_name`.
+fn verity_status(dev_root: &Path, sys_root: &Path, dm_name: &str) -> Result<String, String> {
+    let targets = dm::Control::open(dev_root, sys_root)
         .and_then(|c| c.status(dm_name, false))
-        .map(|t| {
-            t.first()
-                .map(|s| s.params.trim().to_string())
-                .unwrap_or_default()
-        });
-    match status {
+        .map_err(|e| e.to_string())?;
+    let t = targets
+        .first()
+        .ok_or_else(|| format!("{dm_name}: no target in DM_TABLE_STATUS"))?;
+    t.params
+        .split_whitespace()
+        .next()
+        .map(str::to_string)
+        .ok_or_else(|| format!("{dm_name}: an empty verity status"))
+}
+
+/// The cause of failed reads through the device-mapper device `dm_name` whose data and
+/// hash lie on `disks`: its verity status (via the control node under `dev_root`), and
+/// the kernel log at `kmsg_path`.
+pub fn judge(
+    dev_root: &Path,
+    sys_root: &Path,
+    kmsg_path: &Path,
+    dm_name: &str,
+    disks: &[String],
+) -> ReadFault {
+    let kernel = evidence(kmsg_path, disks);
+    let disk_line = kernel
+        .iter()
+        .any(|m| disks.iter().any(|d| is_disk_error(m, d)));
+    match verity_status(dev_root, sys_root, dm_name) {
         Ok(s) => ReadFault {
             cause: match s.as_str() {
                 "C" => Cause::Corruption,
-                "V" => Cause::Disk,
+                "V" if disk_line => Cause::Disk,
                 _ => Cause::Unknown,
             },
             status: s,
@@ -105,6 +174,21 @@ pub fn judge(dev_root: &Path, sys_root: &Path, kmsg_path: &Path, dm_name: &str) 
             status: format!("unreadable: {e}"),
             kernel,
         },
+    }
+}
+
+/// The cause of failed reads of a plain (unverified) root on `disks`: the disk's, when
+/// the kernel logged a failed read on one of them; else unknown.
+pub fn judge_plain(kmsg_path: &Path, disks: &[String]) -> ReadFault {
+    let kernel = evidence(kmsg_path, disks);
+    ReadFault {
+        cause: if kernel.is_empty() {
+            Cause::Unknown
+        } else {
+            Cause::Disk
+        },
+        status: "none (not a verity device)".into(),
+        kernel,
     }
 }
 
@@ -146,9 +230,43 @@ mod tests {
         // No device-mapper control here: unknown, with why.
         let d = std::env::temp_dir().join(format!("vld-readfault-{}", std::process::id()));
         std::fs::create_dir_all(&d).unwrap();
-        let j = judge(&d, &d, &d.join("kmsg"), "root");
+        let j = judge(&d, &d, &d.join("kmsg"), "root", &["vda".into()]);
         assert_eq!(j.cause, Cause::Unknown);
         assert!(j.status.starts_with("unreadable: "), "{}", j.status);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    /// A failed read counts for the disks named, and a plain root's cause is the disk
+    /// only with such a line.
+    #[test]
+    fn only_the_disks_own_lines_count() {
+        let line =
+            "I/O error, dev vda, sector 2048 op 0x0:(READ) flags 0x0 phys_seg 1 prio class 2";
+        assert!(is_disk_error(line, "vda"));
+        assert!(!is_disk_error(line, "vd"));
+        assert!(!is_disk_error(line, "sr0"));
+        let d = std::env::temp_dir().join(format!("vld-readfault-plain-{}", std::process::id()));
+        std::fs::write(&d, format!("3,1,1,-;{line}\n")).unwrap();
+        assert_eq!(judge_plain(&d, &["vda".into()]).cause, Cause::Disk);
+        let other = judge_plain(&d, &["nvme0n1".into()]);
+        assert_eq!((other.cause, other.kernel.len()), (Cause::Unknown, 0));
+        std::fs::remove_file(&d).unwrap();
+    }
+
+    /// A partition's disk is its parent in sysfs; a whole disk is itself.
+    #[test]
+    fn a_partition_lies_on_its_parent_disk() {
+        let d = std::env::temp_dir().join(format!("vld-diskof-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        let dev = d.join("devices/pci0/virtio1/block/vda");
+        std::fs::create_dir_all(dev.join("vda5")).unwrap();
+        std::fs::write(dev.join("vda5/partition"), "5\n").unwrap();
+        std::fs::create_dir_all(d.join("class/block")).unwrap();
+        std::os::unix::fs::symlink(dev.join("vda5"), d.join("class/block/vda5")).unwrap();
+        std::os::unix::fs::symlink(&dev, d.join("class/block/vda")).unwrap();
+        assert_eq!(disk_of(&d, "/dev/vda5").as_deref(), Some("vda"));
+        assert_eq!(disk_of(&d, "/dev/vda").as_deref(), Some("vda"));
+        assert_eq!(disk_of(&d, "/dev/nope"), None);
         std::fs::remove_dir_all(&d).unwrap();
     }
 }

@@ -4,9 +4,10 @@
 //!
 //! The reading is [`crate::runtime::critical::read_critical`]: each file streamed through
 //! one bounded buffer, regular files only (a FIFO or a device on the root is refused,
-//! never waited on). A read that fails with `EIO` is told apart
+//! never waited on). When every failed file failed with `EIO`, the cause is told apart
 //! ([`crate::runtime::read_fault`]): a block that failed its hash is the image's fault; a
-//! read the disk could not do (the verity status still `V`) is the hardware's. Limits: a
+//! read the disk could not do (the verity status still `V`, and the kernel's failed read
+//! on its disk) is the hardware's; anything else stays the image's. Limits: a
 //! huge critical file takes as long to read as it is large; the BOM names which files are
 //! read.
 
@@ -56,16 +57,25 @@ pub fn run(ctx: &mut Context) -> Result<String, CriticalError> {
         .filter(|c| !c.ok)
         .map(|c| format!("{} ({})", c.path, c.error.as_deref().unwrap_or("")))
         .collect();
-    let eio = results
+    // Judged only when every failure is an `EIO` (a missing or irregular file is the
+    // image's whatever the disk does).
+    let failed: Vec<&str> = results
         .iter()
-        .any(|c| c.error.as_deref().is_some_and(|e| e.starts_with("EIO:")));
+        .filter(|c| !c.ok)
+        .map(|c| c.error.as_deref().unwrap_or(""))
+        .collect();
+    let eio = !failed.is_empty() && failed.iter().all(|e| e.starts_with("EIO:"));
     let bytes: u64 = results.iter().map(|c| c.bytes).sum();
     let cause = eio.then(|| {
+        let disks = ctx.facts.verity.as_ref().map_or_else(Vec::new, |v| {
+            read_fault::disks_of(&ctx.roots.sys, &[&v.data_device, &v.hash_device])
+        });
         read_fault::judge(
             &ctx.roots.dev,
             &ctx.roots.sys,
             &ctx.roots.dev.join("kmsg"),
             crate::config::VERITY_DM_NAME,
+            &disks,
         )
     });
     if let Some(v) = ctx.facts.verity.as_mut() {

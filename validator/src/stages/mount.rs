@@ -15,8 +15,8 @@ pub enum MountError {
     #[error("no root device")]
     NoRoot,
     /// No filesystem type mounted; with an `EIO`, what the kernel says made the reads
-    /// fail ([`read_fault::judge`] for the verity device; a plain device's `EIO` is the
-    /// disk's).
+    /// fail ([`read_fault::judge`] for the verity device, [`read_fault::judge_plain`] for a
+    /// plain one).
     #[error("cannot mount {device}: {}{}", .tried.join(", "),
         .cause.as_ref().map(|f| format!(": {}", f.describe())).unwrap_or_default())]
     Mount {
@@ -87,7 +87,7 @@ pub fn run(ctx: &mut Context) -> Result<String, MountError> {
     let cause = tried
         .iter()
         .any(|t| t.ends_with(": EIO"))
-        .then(|| eio_cause(ctx));
+        .then(|| eio_cause(ctx, &device));
     if let (Some(v), Some(f)) = (ctx.facts.verity.as_mut(), &cause) {
         v.read_fault = Some(f.clone());
     }
@@ -99,25 +99,17 @@ pub fn run(ctx: &mut Context) -> Result<String, MountError> {
 }
 
 /// Why a mount read `EIO`: the verity device's own account, or, for a plain device (no
-/// hash to fail), the disk's.
-fn eio_cause(ctx: &Context) -> ReadFault {
+/// hash to fail), whether the kernel logged a failed read on its disk.
+fn eio_cause(ctx: &Context, device: &str) -> ReadFault {
     let kmsg = ctx.roots.dev.join("kmsg");
-    if ctx
-        .facts
-        .verity
-        .as_ref()
-        .is_some_and(|v| v.dm_device.is_some())
-    {
-        return read_fault::judge(
+    match ctx.facts.verity.as_ref().filter(|v| v.dm_device.is_some()) {
+        Some(v) => read_fault::judge(
             &ctx.roots.dev,
             &ctx.roots.sys,
             &kmsg,
             crate::config::VERITY_DM_NAME,
-        );
-    }
-    ReadFault {
-        cause: Cause::Disk,
-        status: "none (not a verity device)".into(),
-        kernel: read_fault::evidence(&kmsg),
+            &read_fault::disks_of(&ctx.roots.sys, &[&v.data_device, &v.hash_device]),
+        ),
+        None => read_fault::judge_plain(&kmsg, &read_fault::disks_of(&ctx.roots.sys, &[device])),
     }
 }

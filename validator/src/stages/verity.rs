@@ -436,7 +436,8 @@ pub fn activate(
             .map(|s| s.params.trim().to_string())
             .unwrap_or_default();
         report.status = Some(status.clone());
-        if status != "V" {
+        // The first word: a kernel may add more after it.
+        if status.split_whitespace().next() != Some("V") {
             return Err(VerityError::Status(status));
         }
         let node = dev_root.join(format!("dm-{min}"));

@@ -148,6 +148,21 @@ pub struct Repeated {
     pub check: String,
     /// The devices (PCI addresses) both boots' drivers did not see.
     pub devices: Vec<String>,
+    /// Where the other boot's evidence came from.
+    pub source: RepeatSource,
+}
+
+/// Where the evidence of a [`Repeated`] finding came from. Our record on the ESP is not
+/// authenticated (root on the node can write it); a verifier weighs the finding by this.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RepeatSource {
+    /// The boot that fell back into this one (its report carried by kexec, or kept in our
+    /// record for a fallback by reboot): its demotion of the other slot is given back.
+    FellBack,
+    /// The other slot's last report in our record, which already held the finding: this
+    /// boot quarantines at once, and nothing is given back.
+    Record,
 }
 
 /// What [`Runtime::load`] found.

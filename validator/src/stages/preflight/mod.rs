@@ -527,14 +527,18 @@ pub fn run(ctx: &mut Context) -> Result<String, PreflightError> {
         fell_back: ctx.facts.slot.as_ref().and_then(|s| s.previous.as_ref()),
         last: ctx.slot.as_ref().and_then(|rt| {
             let y = rt.slot.other();
-            let r = rt
+            let report = rt
                 .record
                 .state
                 .slots
                 .get(y.as_str())?
                 .last_report
                 .as_ref()?;
-            Some((y.as_str(), r))
+            Some(repeat::LastBoot {
+                slot: y.as_str(),
+                this: rt.slot.as_str(),
+                report,
+            })
         }),
     };
     if repeat::attribute(&mut report, other) {
@@ -542,7 +546,7 @@ pub fn run(ctx: &mut Context) -> Result<String, PreflightError> {
             rt.repeated.clone_from(&report.repeated);
         }
         log::warn!(
-            "preflight: the same devices failed in the boot that fell back here: {:?}",
+            "preflight: the same device fault on both slots, so the hardware's: {:?}",
             report.repeated
         );
     }

@@ -30,7 +30,7 @@
 
 use super::{Check, PreflightReport};
 use crate::runtime::slot::Previous;
-pub use crate::runtime::slot::Repeated;
+pub use crate::runtime::slot::{RepeatSource, Repeated};
 use crate::stages::Fault;
 
 /// The checks whose image fault can be the devices' (see the module doc).
@@ -75,7 +75,14 @@ fn previous_preflight(previous: &Previous) -> Option<PreflightReport> {
         return None;
     }
     let p = previous.report.as_ref()?.get("preflight")?;
-    serde_json::from_value(p.clone()).ok()
+    serde_json::from_value(p.clone())
+        .map_err(|e| {
+            log::warn!(
+                "preflight: slot {}'s preflight report is not one this gate reads: {e}",
+                previous.slot
+            );
+        })
+        .ok()
 }
 
 /// What this boot knows of the other slot's boots.
@@ -83,20 +90,39 @@ fn previous_preflight(previous: &Previous) -> Option<PreflightReport> {
 pub struct OtherSlot<'a> {
     /// The boot that fell back into this one ([`crate::stages::slot`]'s `previous`).
     pub fell_back: Option<&'a Previous>,
-    /// The other slot's name and its last boot's report, as our record keeps them.
-    pub last: Option<(&'a str, &'a serde_json::Value)>,
+    /// The other slot's last boot, as our record keeps it.
+    pub last: Option<LastBoot<'a>>,
+}
+
+/// The other slot's last boot as our record keeps it.
+#[derive(Debug, Clone, Copy)]
+pub struct LastBoot<'a> {
+    /// The other slot.
+    pub slot: &'a str,
+    /// This boot's slot (the finding in the other slot's report names it).
+    pub this: &'a str,
+    /// Its report.
+    pub report: &'a serde_json::Value,
 }
 
 /// Whether the other slot's last boot already found `check` failing on the same devices
-/// on both slots (its preflight's [`Repeated`]).
-fn diagnosed(last: &serde_json::Value, check: &Check) -> bool {
-    let Some(r) = last
-        .pointer("/preflight/repeated")
-        .and_then(|r| serde_json::from_value::<Repeated>(r.clone()).ok())
-    else {
+/// on both slots, with this slot as the other one (its preflight's [`Repeated`]).
+fn diagnosed(last: &LastBoot<'_>, check: &Check) -> bool {
+    let Some(r) = last.report.pointer("/preflight/repeated") else {
         return false;
     };
-    r.check == check.name && same_set(&r.devices, &check.devices)
+    match serde_json::from_value::<Repeated>(r.clone()) {
+        Ok(r) => {
+            r.slot == last.this && r.check == check.name && same_set(&r.devices, &check.devices)
+        }
+        Err(e) => {
+            log::warn!(
+                "preflight: slot {}'s finding in our record is not one this gate reads: {e}",
+                last.slot
+            );
+            false
+        }
+    }
 }
 
 /// Applies the rule to `report` (this boot's preflight) against what is known of the
@@ -115,13 +141,15 @@ pub fn attribute(report: &mut PreflightReport, other: OtherSlot<'_>) -> bool {
     let fell_back = other
         .fell_back
         .filter(|p| previous_preflight(p).is_some_and(|before| same_in(&before, c)));
-    let (slot, how) = match (fell_back, other.last) {
+    let (slot, source, how) = match (fell_back, other.last) {
         (Some(p), _) => (
             p.slot.clone(),
+            RepeatSource::FellBack,
             "'s boot failed this check on the same device(s) and fell back here",
         ),
-        (None, Some((slot, last))) if diagnosed(last, c) => (
-            slot.to_string(),
+        (None, Some(last)) if diagnosed(&last, c) => (
+            last.slot.to_string(),
+            RepeatSource::Record,
             "'s last boot found this check failing on the same device(s) on both slots",
         ),
         _ => return false,
@@ -130,13 +158,22 @@ pub fn attribute(report: &mut PreflightReport, other: OtherSlot<'_>) -> bool {
         slot,
         check: c.name.clone(),
         devices: c.devices.clone(),
+        source,
     };
+    let before = report.checks.get(i).cloned();
     if let Some(c) = report.checks.get_mut(i) {
         c.fault = Some(Fault::Hardware);
         c.detail = format!(
             "{}; slot {}{how}: the devices are at fault, not the image",
             c.detail, repeated.slot
         );
+    }
+    // Another image fault of this boot decides now: the image is at fault after all.
+    if report.decide().map(|(f, _)| f) != Some(Fault::Hardware) {
+        if let (Some(c), Some(b)) = (report.checks.get_mut(i), before) {
+            *c = b;
+        }
+        return false;
     }
     report.repeated = Some(repeated);
     true
@@ -219,6 +256,7 @@ mod tests {
                 slot: "A".into(),
                 check: "gpu-driver".into(),
                 devices: vec!["0000:3a:00.0".into()],
+                source: RepeatSource::FellBack,
             })
         );
     }
@@ -280,6 +318,18 @@ mod tests {
             .insert(0, Check::fail("fabric-manager", Fault::Image, "missing"));
         assert!(!attribute(&mut b, from(&fell_back(&a))));
         assert_eq!(b.decide().unwrap().1.name, "fabric-manager");
+        // An image fault after the device check decides once it moved: moved back.
+        let mut b = preflight(&["0000:3a:00.0"]);
+        b.checks.push(Check::fail(
+            "driver-version",
+            Fault::Image,
+            "570 is not 535",
+        ));
+        let detail = b.checks[1].detail.clone();
+        assert!(!attribute(&mut b, from(&fell_back(&a))));
+        assert_eq!(b.checks[1].fault, Some(Fault::Image));
+        assert_eq!(b.checks[1].detail, detail);
+        assert_eq!(b.repeated, None);
     }
 
     /// The next boot of the first slot (given back its good mark): the other slot's last
@@ -291,14 +341,19 @@ mod tests {
         let mut b = preflight(&["0000:3a:00.0"]);
         assert!(attribute(&mut b, from(&fell_back(&a))));
         let b_report = serde_json::json!({ "preflight": b });
-        let last = |r| OtherSlot {
+        let last = |report| OtherSlot {
             fell_back: None,
-            last: Some(("B", r)),
+            last: Some(LastBoot {
+                slot: "B",
+                this: "A",
+                report,
+            }),
         };
         let mut a2 = preflight(&["0000:3a:00.0"]);
         assert!(attribute(&mut a2, last(&b_report)));
         assert_eq!(a2.decide().unwrap().0, Fault::Hardware);
         assert_eq!(a2.repeated.as_ref().unwrap().slot, "B");
+        assert_eq!(a2.repeated.as_ref().unwrap().source, RepeatSource::Record);
         assert!(
             a2.checks[1]
                 .detail
@@ -308,6 +363,11 @@ mod tests {
         );
         let mut other = preflight(&["0000:5d:00.0"]);
         assert!(!attribute(&mut other, last(&b_report)));
+        // A finding that names another slot than this one.
+        let mut wrong = b_report.clone();
+        wrong["preflight"]["repeated"]["slot"] = serde_json::json!("B");
+        let mut a4 = preflight(&["0000:3a:00.0"]);
+        assert!(!attribute(&mut a4, last(&wrong)));
         let plain = serde_json::json!({ "preflight": preflight(&["0000:3a:00.0"]) });
         let mut a3 = preflight(&["0000:3a:00.0"]);
         assert!(!attribute(&mut a3, last(&plain)));

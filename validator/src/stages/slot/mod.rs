@@ -350,7 +350,13 @@ pub fn act(
     let rt = ctx.slot.as_mut()?;
     // The other slot's boot failed the same devices: its demotion blamed its image for
     // the hardware's fault (found by the preflight, stages::preflight::repeat).
-    let repeated = rt.repeated.as_ref().map(|r| r.slot.clone());
+    // Only a demotion made by the boot that fell back here is given back (not one an
+    // operator or another fault made).
+    let repeated = rt
+        .repeated
+        .as_ref()
+        .filter(|r| r.source == crate::runtime::slot::RepeatSource::FellBack)
+        .map(|r| r.slot.clone());
     let x = rt.slot;
     let mut done: Vec<String> = Vec::new();
     let mut problems: Vec<SlotError> = Vec::new();

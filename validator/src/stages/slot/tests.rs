@@ -197,7 +197,7 @@ fn unparsable_grubenv_is_left_alone() {
 /// that finding a quarantine of B leaves A demoted.
 #[test]
 fn a_fault_both_slots_show_gives_the_first_slot_back() {
-    use crate::runtime::slot::Repeated;
+    use crate::runtime::slot::{RepeatSource, Repeated};
     for moved in [true, false] {
         let d = esp(
             if moved { "repeat" } else { "no-repeat" },
@@ -218,6 +218,7 @@ fn a_fault_both_slots_show_gives_the_first_slot_back() {
                 slot: "A".into(),
                 check: "gpu-driver".into(),
                 devices: vec!["0000:3a:00.0".into()],
+                source: RepeatSource::FellBack,
             });
         }
         assert!(act(
