@@ -448,11 +448,10 @@ impl Loader {
         gained
     }
 
+    /// Gates and loads one module. The boot-time stamp is taken before the clock its
+    /// duration runs on, so start plus duration never passes the next module's start.
     fn load_one(&self, name: &str, rel: &str) -> ModuleReport {
         let mut r = ModuleReport::new(name, ModStatus::Loaded);
-        // The boot-time stamp first, then the clock the duration is measured on: the
-        // start plus the duration never passes the load's real end (the next module's
-        // start).
         r.start_us = sys::boottime_us().unwrap_or(0);
         let start = Instant::now();
         r.path = Some(rel.to_string());
