@@ -177,6 +177,23 @@ pub fn judge(
     }
 }
 
+/// [`judge`] of the root's verity device (the init's, [`crate::config::VERITY_DM_NAME`])
+/// over the partitions `data` and `hash`, with the kernel log at `dev_root/kmsg`.
+pub fn of_verity(dev_root: &Path, sys_root: &Path, data: &str, hash: &str) -> ReadFault {
+    judge(
+        dev_root,
+        sys_root,
+        &dev_root.join("kmsg"),
+        crate::config::VERITY_DM_NAME,
+        &disks_of(sys_root, &[data, hash]),
+    )
+}
+
+/// [`judge_plain`] of the plain root `device`, with the kernel log at `dev_root/kmsg`.
+pub fn of_plain(dev_root: &Path, sys_root: &Path, device: &str) -> ReadFault {
+    judge_plain(&dev_root.join("kmsg"), &disks_of(sys_root, &[device]))
+}
+
 /// The cause of failed reads of a plain (unverified) root on `disks`: the disk's, when
 /// the kernel logged a failed read on one of them; else unknown.
 pub fn judge_plain(kmsg_path: &Path, disks: &[String]) -> ReadFault {

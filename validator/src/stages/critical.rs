@@ -52,30 +52,22 @@ pub fn run(ctx: &mut Context) -> Result<String, CriticalError> {
         .map(|c| c.critical.iter().map(|p| p.to_string()).collect())
         .unwrap_or_default();
     let results = read_critical(&ctx.roots.new_root, &files);
-    let bad: Vec<String> = results
+    let failed: Vec<(&str, &str)> = results
         .iter()
         .filter(|c| !c.ok)
-        .map(|c| format!("{} ({})", c.path, c.error.as_deref().unwrap_or("")))
+        .map(|c| (c.path.as_str(), c.error.as_deref().unwrap_or("")))
         .collect();
+    let bad: Vec<String> = failed.iter().map(|(p, e)| format!("{p} ({e})")).collect();
     // Judged only when every failure is an `EIO` (a missing or irregular file is the
     // image's whatever the disk does).
-    let failed: Vec<&str> = results
-        .iter()
-        .filter(|c| !c.ok)
-        .map(|c| c.error.as_deref().unwrap_or(""))
-        .collect();
-    let eio = !failed.is_empty() && failed.iter().all(|e| e.starts_with("EIO:"));
+    let eio = !failed.is_empty() && failed.iter().all(|(_, e)| e.starts_with("EIO:"));
     let bytes: u64 = results.iter().map(|c| c.bytes).sum();
-    let cause = eio.then(|| {
-        let disks = ctx.facts.verity.as_ref().map_or_else(Vec::new, |v| {
-            read_fault::disks_of(&ctx.roots.sys, &[&v.data_device, &v.hash_device])
-        });
-        read_fault::judge(
+    let cause = ctx.facts.verity.as_ref().filter(|_| eio).map(|v| {
+        read_fault::of_verity(
             &ctx.roots.dev,
             &ctx.roots.sys,
-            &ctx.roots.dev.join("kmsg"),
-            crate::config::VERITY_DM_NAME,
-            &disks,
+            &v.data_device,
+            &v.hash_device,
         )
     });
     if let Some(v) = ctx.facts.verity.as_mut() {

@@ -101,15 +101,9 @@ pub fn run(ctx: &mut Context) -> Result<String, MountError> {
 /// Why a mount read `EIO`: the verity device's own account, or, for a plain device (no
 /// hash to fail), whether the kernel logged a failed read on its disk.
 fn eio_cause(ctx: &Context, device: &str) -> ReadFault {
-    let kmsg = ctx.roots.dev.join("kmsg");
+    let (dev, sys) = (&ctx.roots.dev, &ctx.roots.sys);
     match ctx.facts.verity.as_ref().filter(|v| v.dm_device.is_some()) {
-        Some(v) => read_fault::judge(
-            &ctx.roots.dev,
-            &ctx.roots.sys,
-            &kmsg,
-            crate::config::VERITY_DM_NAME,
-            &read_fault::disks_of(&ctx.roots.sys, &[&v.data_device, &v.hash_device]),
-        ),
-        None => read_fault::judge_plain(&kmsg, &read_fault::disks_of(&ctx.roots.sys, &[device])),
+        Some(v) => read_fault::of_verity(dev, sys, &v.data_device, &v.hash_device),
+        None => read_fault::of_plain(dev, sys, device),
     }
 }
