@@ -399,23 +399,26 @@ pub fn act(
     } else if kexec {
         note(rt.loader.use_try(y), format!("used a try of {y}"));
     }
+    // The boot loader marks the other slot bad while our record holds it good: it was
+    // demoted outside the gate (RAUC marks a slot non-bootable before it writes it; an
+    // operator's `grub-editenv`). Our verdict was on the image that was there; it is
+    // dropped so that the record and the boot loader agree again.
+    let outside = !undo && demoted_outside(rt, y);
+    if outside {
+        note(
+            Ok(()),
+            format!("dropped our good mark of {y} (the boot loader marks it bad: demoted outside the gate)"),
+        );
+    }
     let mut plan = None;
     if decision == Decision::Fallback {
-        let via = rt.cfg.fallback;
-        plan = Some(Plan {
-            target: y,
-            via,
-            kernel: crate::runtime::slot::esp_path(&rt.esp_dir, &rt.cfg.path(&rt.cfg.kernel, y)),
-            initrd: crate::runtime::slot::esp_path(&rt.esp_dir, &rt.cfg.path(&rt.cfg.initrd, y)),
-            uki: uses_uki(rt, y).then(|| crate::runtime::slot::uki_path(&rt.esp_dir, y)),
-            cmdline: String::new(),
-            images: None,
-        });
-        let how = match via {
+        let p = plan_for(rt, y);
+        let how = match p.via {
             FallbackVia::Kexec => "kexec",
             FallbackVia::Reboot => "reboot",
         };
         note(Ok(()), format!("falling back to {y} by {how}"));
+        plan = Some(p);
     }
     let state = &mut rt.record.state;
     let rec = state.slots.entry(x.as_str().to_string()).or_default();
@@ -431,9 +434,9 @@ pub fn act(
     if fault == Some(Fault::Image) {
         rec.good = Some(false);
     }
-    if undo {
+    if undo || outside {
         let other = state.slots.entry(y.as_str().to_string()).or_default();
-        other.good = Some(true);
+        other.good = undo.then_some(true);
         other.attempts = 0;
     }
     note(rt.record.write(), "recorded the decision".into());
@@ -453,6 +456,30 @@ pub fn act(
         }
     }
     plan
+}
+
+/// Whether the boot loader marks slot `y` bad while our record holds it good.
+fn demoted_outside(rt: &Runtime, y: SlotName) -> bool {
+    rt.loader.marked(y) == Some(false)
+        && rt
+            .record
+            .state
+            .slots
+            .get(y.as_str())
+            .is_some_and(|r| r.good == Some(true))
+}
+
+/// The plan of a fallback to slot `y`: its kernel, initramfs and image on the ESP.
+fn plan_for(rt: &Runtime, y: SlotName) -> Plan {
+    Plan {
+        target: y,
+        via: rt.cfg.fallback,
+        kernel: crate::runtime::slot::esp_path(&rt.esp_dir, &rt.cfg.path(&rt.cfg.kernel, y)),
+        initrd: crate::runtime::slot::esp_path(&rt.esp_dir, &rt.cfg.path(&rt.cfg.initrd, y)),
+        uki: uses_uki(rt, y).then(|| crate::runtime::slot::uki_path(&rt.esp_dir, y)),
+        cmdline: String::new(),
+        images: None,
+    }
 }
 
 /// Replaces the report in this slot's record with `report` (the finished, quoted

@@ -248,3 +248,58 @@ fn a_fault_both_slots_show_gives_the_first_slot_back() {
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
+
+/// An updater marked the other slot bad before writing it (RAUC's GRUB backend sets
+/// `B_OK=0 B_TRY=0`) while our record still held B's old image good: the next boot of A
+/// drops that good mark, so `validator slot status` finds no disagreement; a slot the
+/// gate itself demoted keeps its bad mark.
+#[test]
+fn a_slot_demoted_outside_the_gate_loses_its_good_mark_in_the_record() {
+    let d = esp(
+        "outside",
+        &["ORDER=A B", "A_OK=1", "A_TRY=1", "B_OK=1", "B_TRY=0"],
+    );
+    let (mut ctx, _) = boot(&d, SlotName::B, "bbb");
+    act(&mut ctx, Decision::Pass, None, None, "{}");
+    let (mut ctx, _) = boot(&d, SlotName::A, "aaa");
+    act(&mut ctx, Decision::Pass, None, None, "{}");
+    assert!(ctx.slot.as_ref().unwrap().disagreements().is_empty());
+    // RAUC's install into B marks it non-bootable, then the power is cut.
+    assert!(std::process::Command::new("/usr/bin/grub-editenv")
+        .arg(d.join("EFI/BOOT/grubenv"))
+        .args(["set", "B_OK=0", "B_TRY=0", "A_TRY=1"])
+        .status()
+        .unwrap()
+        .success());
+    let (mut ctx, _) = boot(&d, SlotName::A, "aaa");
+    assert_eq!(ctx.slot.as_ref().unwrap().disagreements().len(), 1);
+    act(&mut ctx, Decision::Pass, None, None, "{}");
+    let f = ctx.facts.slot.as_ref().unwrap();
+    assert!(
+        f.action
+            .as_deref()
+            .unwrap()
+            .contains("dropped our good mark of B"),
+        "{f:?}"
+    );
+    let (ctx, _) = boot(&d, SlotName::A, "aaa");
+    let rt = ctx.slot.as_ref().unwrap();
+    assert!(rt.disagreements().is_empty());
+    assert_eq!(rt.record.state.slots["B"].good, None);
+    assert_eq!(rt.record.state.slots["A"].good, Some(true));
+    // A slot the gate demoted stays bad in the record.
+    let (mut ctx, _) = boot(&d, SlotName::A, "aaa");
+    act(
+        &mut ctx,
+        Decision::Stop,
+        Some(Fault::Image),
+        Some("x"),
+        "{}",
+    );
+    let (ctx, _) = boot(&d, SlotName::B, "bbb");
+    assert_eq!(
+        ctx.slot.as_ref().unwrap().record.state.slots["A"].good,
+        Some(false)
+    );
+    std::fs::remove_dir_all(&d).unwrap();
+}
