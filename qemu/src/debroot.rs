@@ -132,6 +132,9 @@ pub const RAUC_MARKS_GOOD_WORDS: [&str; 2] =
 pub const RAUC_MARK_GOOD: &str = "ROOT-RAUC-MARK-GOOD ";
 /// The section holding `rauc status --detailed --output-format=json` (after any install).
 pub const RAUC_STATUS: &str = "RAUC-STATUS";
+/// The same before the install, when an update disk is attached (RAUC's service log is
+/// on the console while it installs: the bundle hook's lines).
+pub const RAUC_BEFORE: &str = "RAUC-BEFORE";
 /// Printed by `node-check`: the mark-good unit's result (`success`, `exit-code`, ...).
 pub const MARK_GOOD: &str = "ROOT-MARK-GOOD ";
 
@@ -317,9 +320,11 @@ pub fn build(
          if grep -qw {RAUC_MARKS_GOOD} /proc/cmdline; then rauc status mark-good; echo \"{RAUC_MARK_GOOD}$?\"; fi\n\
          echo ROOT-{SLOT_STATUS}-BEGIN; validator slot status --esp /boot/efi; echo ROOT-{SLOT_STATUS}-END\n\
          if [ -b /dev/vdb ]; then mkdir -p /run/bundles; mount -o ro /dev/vdb /run/bundles; \
+         echo ROOT-{RAUC_BEFORE}-BEGIN; rauc status --detailed --output-format=json; echo; echo ROOT-{RAUC_BEFORE}-END; \
+         journalctl -f -n 0 -o cat -u rauc.service & jpid=$!; \
          for b in /run/bundles/*.raucb; do echo \"{RAUC_INSTALL}$(basename $b)\"; rauc install \"$b\"; \
          rc=$?; [ $rc = 0 ] || journalctl -u rauc --no-pager -o cat | tail -n 25; \
-         echo \"{RAUC_INSTALL_RC}$rc\"; done; fi\n\
+         echo \"{RAUC_INSTALL_RC}$rc\"; done; kill $jpid; fi\n\
          echo ROOT-{RAUC_STATUS}-BEGIN; rauc status --detailed --output-format=json; echo; echo ROOT-{RAUC_STATUS}-END\n\
          {extra}\n\
          sync\n\

@@ -31,9 +31,10 @@
 //! each other, directly or round a circle, and that this list names every module):
 //! `paths`, `aptsources`, `disk`, `rootfs`, `verity`, `initramfs`, `firmware`,
 //! `secureboot`, `efivars`, `reportcheck`, `tpmcheck`, `vm`, `hw`, `sigrules`,
-//! `debroot`, `attestation`; then `scenario` (types only); the set-ups `basic`, `ab`,
-//! `preflight`, `faults` and the builder `prepare`; then `catalogue`; then `floor`,
-//! `bench` and the `bench_*` modules.
+//! `debroot`, `nodeview`, `attestation`; then `scenario` (types only); the set-ups
+//! `basic`, `ab`, `preflight`, `faults` and the builder `prepare`; then `catalogue`; then
+//! `install_cuts` (power cuts during `rauc install` on the real node), `floor`, `bench`
+//! and the `bench_*` modules.
 //!
 //! Current limits: x86-64 guests only; TCG by default (`VALIDATOR_ACCEL=kvm` switches);
 //! one vCPU unless a config says more; kernels come from `scripts/provision`
@@ -82,6 +83,8 @@ pub mod firmware;
 pub mod floor;
 pub mod hw;
 pub mod initramfs;
+pub mod install_cuts;
+pub mod nodeview;
 pub mod paths;
 pub mod preflight;
 pub mod prepare;

@@ -4,9 +4,11 @@
 //! Contract: the arguments are parsed by clap (`--help` on every subcommand,
 //! `--version`), positional as they always were: `run [SCENARIO]`, `bench [RUNS]
 //! [DEBIAN_INITRD] [CPUS]` (CPUS comma-separated), `bench-recover [RUNS]`, `peak-memory
-//! [RUNS] [SCENARIO...]`, `bench-boot-paths [RUNS]`. Exit status: `run` 0 when the root's
-//! init was reached, 1 on a validator decision, 3 on anything else (kernel panic,
-//! timeout); 2 on a test-bed error or a usage error (clap's), for every subcommand.
+//! [RUNS] [SCENARIO...]`, `bench-boot-paths [RUNS]`, `install-cuts [CUTS] [--first-seed
+//! N] [--table PATH]`. Exit status: `run` 0 when the root's init was reached, 1 on a
+//! validator decision, 3 on anything else (kernel panic, timeout); `install-cuts` 0 when
+//! every cut was recovered, 1 when one was not; 2 on a test-bed error or a usage error
+//! (clap's), for every subcommand.
 //!
 //! Limits: a number that does not parse is a usage error (before clap, it fell back to
 //! the default).
@@ -105,6 +107,22 @@ enum Command {
         #[arg(value_name = "RUNS", default_value_t = 3)]
         runs: usize,
     },
+    /// Power cuts during `rauc install` on the real node: an uncut install measures the
+    /// install's phases, then each seed cuts the power at a point of one phase and powers
+    /// the node on until it passes; prints a line per cut and a summary. Exit 0 when every
+    /// cut was recovered (no unverified boot, no loop, RAUC, GRUB and our record agreeing,
+    /// the install again succeeding), 1 otherwise.
+    InstallCuts {
+        /// Cuts (seeds FIRST, FIRST+1, ...).
+        #[arg(value_name = "CUTS", default_value_t = 30)]
+        cuts: u64,
+        /// The first seed.
+        #[arg(long, value_name = "FIRST", default_value_t = 1)]
+        first_seed: u64,
+        /// Also write the table (Markdown) to this file.
+        #[arg(long, value_name = "PATH")]
+        table: Option<PathBuf>,
+    },
 }
 
 /// A test-bed error: printed, exit status 2.
@@ -147,6 +165,15 @@ fn main() -> ExitCode {
         },
         Command::BenchRealRoot { runs } => match qemu::bench_real_root::bench_real_root(runs) {
             Ok(_) => ExitCode::SUCCESS,
+            Err(e) => harness_error(e),
+        },
+        Command::InstallCuts {
+            cuts,
+            first_seed,
+            table,
+        } => match qemu::install_cuts::run_campaign(cuts, first_seed, table.as_deref()) {
+            Ok(true) => ExitCode::SUCCESS,
+            Ok(false) => ExitCode::from(1),
             Err(e) => harness_error(e),
         },
         Command::BenchSecureBoot { runs } => {

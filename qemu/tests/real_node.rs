@@ -6,7 +6,8 @@
 //! by the procedure INSTALL.md gives (reinstalled from its slot images); RAUC as the
 //! updater: `rauc install` of bundles made by `mkinitramfs slot --rauc-bundle` writes the
 //! other slot with Debian's 6.12 kernel, the gate refuses a bad update (falling back by
-//! kexec into the 6.1 slot) and passes a good one, and RAUC's view agrees with the gate's; a quarantine cleared by the shipped
+//! kexec into the 6.1 slot) and passes a good one, and RAUC's view agrees with the gate's; power
+//! cuts during `rauc install` (three seeds of `qemu_harness install-cuts`); a quarantine cleared by the shipped
 //! re-check timer once the hardware is there (`real-node-recheck`). Three nodes, booted
 //! side by side two at a time.
 #![expect(
@@ -18,6 +19,8 @@
 
 use qemu::ab::{self, Slot};
 use qemu::debroot;
+use qemu::install_cuts::{self, Spans};
+use qemu::nodeview::{self, Rauc};
 use qemu::rootfs::section;
 use qemu::scenario::{Name, Scenario};
 use qemu::tpmcheck;
@@ -299,7 +302,8 @@ fn damage_signature(disk: &std::path::Path, label: &str) {
 /// kexec into A's 6.1 kernel (a kexec across kernel versions under lockdown), which
 /// passes and is marked good. From A the good 6.12 update then goes
 /// into B: GRUB boots it through the signed chain, the gate passes it and the unit marks
-/// it good; RAUC and the gate agree.
+/// it good; RAUC and the gate agree. Then three power cuts during the install of the same
+/// update into A ([`install_cuts::campaign`], the phases timed on power-on 2's install).
 #[test]
 fn rauc_upgrades_the_kernel_through_the_other_slot_and_a_refused_update_falls_back_across_kernels()
 {
@@ -339,6 +343,8 @@ fn rauc_upgrades_the_kernel_through_the_other_slot_and_a_refused_update_falls_ba
     // good; RAUC sees B bad. A then installs the good 6.12 update into B.
     let good = update("update", true);
     let run = bed.boot_with_disk(&good).unwrap();
+    // The install's phases, uncut, for the power cuts below.
+    let spans = Spans::measure(&run).unwrap();
     assert_eq!(run.boots.len(), 2, "{}", run.log_path.display());
     let first = &run.boots[0];
     let fr = first.report.as_ref().expect("B's report");
@@ -411,6 +417,29 @@ fn rauc_upgrades_the_kernel_through_the_other_slot_and_a_refused_update_falls_ba
     assert_eq!(rauc.booted, "B");
     assert_eq!(rauc.status("B"), Some("good"), "{rauc:?}");
     assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
+
+    // Power cuts during `rauc install` of the same 6.12 update (the seeds aimed at the
+    // root partition's writes, the ESP writes and RAUC's grubenv switch; `qemu-harness
+    // install-cuts` runs a campaign): after each the node comes back on a slot the gate
+    // passes, RAUC, GRUB and our record agree, and the install again succeeds; the last
+    // install's slot passes.
+    eprintln!("install phases: {}", spans.describe());
+    let s = install_cuts::campaign(&bed, &good, &spans, &SUITE_SEEDS).unwrap();
+    eprintln!("{}\n{}", s.table(), s.line());
+    assert!(s.ok(), "{}\n{}", s.table(), s.line());
+}
+
+/// The power cuts the suite runs (seeds aimed at the root partition's writes, the ESP
+/// writes and RAUC's grubenv switch).
+const SUITE_SEEDS: [u64; 3] = [1, 2, 5];
+
+#[test]
+fn the_suite_seeds_aim_at_the_writes_and_the_switch() {
+    let phases: Vec<&str> = SUITE_SEEDS
+        .iter()
+        .map(|s| install_cuts::aim(*s).0.as_str())
+        .collect();
+    assert_eq!(phases, ["data", "esp", "switch"]);
 }
 
 /// The release of the kernel a boot ran, as its report says.
@@ -537,61 +566,10 @@ fn the_timers_recheck_clears_a_quarantine_once_the_hardware_recovered() {
 
 /// `rauc install` of the bundles on the update disk: `<file> <exit status>`.
 fn installed(o: &Outcome) -> Vec<String> {
-    let names: Vec<&str> = o
-        .console
-        .lines()
-        .filter_map(|l| l.strip_prefix(debroot::RAUC_INSTALL))
-        .collect();
-    let rcs: Vec<&str> = o
-        .console
-        .lines()
-        .filter_map(|l| l.strip_prefix(debroot::RAUC_INSTALL_RC))
-        .collect();
-    names
-        .iter()
-        .zip(rcs)
-        .map(|(n, rc)| format!("{} {}", n.trim(), rc.trim()))
-        .collect()
+    nodeview::installed(&o.console)
 }
 
-/// What `rauc status --detailed --output-format=json` said in the root.
-#[derive(Debug)]
-struct Rauc {
-    booted: String,
-    /// The bootname of RAUC's primary slot.
-    primary: Option<String>,
-    /// Each bootname's boot status (`good`, `bad`).
-    good: std::collections::BTreeMap<String, String>,
-}
-
-impl Rauc {
-    /// RAUC's boot status of the slot booted as `bootname`.
-    fn status(&self, bootname: &str) -> Option<&str> {
-        self.good.get(bootname).map(String::as_str)
-    }
-}
-
+/// What `rauc status` said in the root after any install.
 fn rauc_status(o: &Outcome) -> Rauc {
-    let text = section(&o.console, debroot::RAUC_STATUS).unwrap_or_default();
-    let v: serde_json::Value =
-        serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("rauc status: {e}: {text}"));
-    let mut good = std::collections::BTreeMap::new();
-    let mut names = std::collections::BTreeMap::new();
-    for slot in v["slots"].as_array().unwrap() {
-        for (name, s) in slot.as_object().unwrap() {
-            if let Some(b) = s["bootname"].as_str() {
-                names.insert(name.clone(), b.to_string());
-                if let Some(st) = s["boot_status"].as_str() {
-                    good.insert(b.to_string(), st.to_string());
-                }
-            }
-        }
-    }
-    Rauc {
-        booted: v["booted"].as_str().unwrap_or("").to_string(),
-        primary: v["boot_primary"]
-            .as_str()
-            .and_then(|p| names.get(p).cloned()),
-        good,
-    }
+    Rauc::of(&o.console, debroot::RAUC_STATUS).unwrap()
 }

@@ -36,6 +36,7 @@ sfdisk --quiet --lock=no --no-reread --no-tell-kernel --part-uuid "$disk" \
     "$(cat "/sys/class/block/$name/partition")" "$uuid"
 [ "$RAUC_SLOT_CLASS" = rootfs ] || exit 0
 esp=${VALIDATOR_ESP:-/boot/efi}
+echo "validator slot bundle: slot $RAUC_SLOT_BOOTNAME's root written; writing its boot files to $esp"
 mkdir -p "$esp/$RAUC_SLOT_BOOTNAME"
 for f in vmlinuz initrd.img linux.efi; do
     src="$RAUC_BUNDLE_MOUNT_POINT/$f"

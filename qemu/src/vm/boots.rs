@@ -54,12 +54,20 @@ impl Run {
     /// When `needle` was first seen on the console in boot `boot` (0-based), since QEMU
     /// started (late by up to one poll interval).
     pub fn seen_at(&self, boot: usize, needle: &str) -> Option<Duration> {
-        let from = *self.offsets.get(boot)?;
+        self.seen_nth(boot, needle, 1)
+    }
+
+    /// When the `nth` (1-based) occurrence of `needle` was seen in boot `boot`.
+    pub fn seen_nth(&self, boot: usize, needle: &str, nth: u32) -> Option<Duration> {
+        let mut from = *self.offsets.get(boot)?;
         let to = self
             .offsets
             .get(boot + 1)
             .copied()
             .unwrap_or(self.raw.len());
+        for _ in 1..nth {
+            from += find(&self.raw[from..to], needle.as_bytes())? + needle.len();
+        }
         let at = find(&self.raw[from..to], needle.as_bytes())? + from + needle.len();
         self.arrivals
             .iter()
