@@ -9,6 +9,9 @@
 //!   gated and loaded, and its `root-modules` checks, kept (a re-check loads nothing, so a
 //!   driver refused at boot still fails); the preflight stage is `ok`, or
 //!   `failed` with the fault class the new checks decide;
+//! - a fault the boot moved to the devices because both slots showed it
+//!   (`preflight.repeated`) stays the devices' while the same check fails on the same
+//!   devices (`stages::preflight::repeat::carry`), and the finding is kept;
 //! - the decision is `quarantine` when the new preflight fails (whatever its fault class:
 //!   a running node cannot fall back) or when a stage other than the preflight failed at
 //!   boot (a quarantine the preflight did not raise is not the preflight's to clear), and
@@ -60,6 +63,11 @@ pub fn live(boot: &Report, now: PreflightReport, at_unix_s: u64) -> Result<Repor
         pre.checks.splice(0..0, kept);
     }
     drivers::attribute_no_device(&mut pre);
+    // A fault the boot found on both slots' devices stays the devices' while the same
+    // check fails on the same devices.
+    if let Some(rep) = boot.preflight.as_ref().and_then(|b| b.repeated.as_ref()) {
+        crate::stages::preflight::repeat::carry(&mut pre, rep);
+    }
     let decided = pre
         .decide()
         .map(|(f, c)| (f, format!("preflight: {}: {}", c.name, c.detail)));
@@ -183,6 +191,47 @@ mod tests {
         assert!(r.attestation.is_none());
         // A re-check is not re-checked.
         assert_eq!(live(&r, now(vec![]), 10), Err(RecheckError::NotABoot));
+    }
+
+    /// A GPU fault the boot found on both slots (quarantine, hardware) is still the
+    /// devices' at the re-check while the same GPU is unseen; `preflight.repeated` stays.
+    #[test]
+    fn a_fault_both_slots_showed_stays_the_hardwares() {
+        use crate::stages::preflight::nvidia::GpuFact;
+        let gpu = |a: &str, seen: bool| GpuFact {
+            address: a.into(),
+            pci_id: "10de:2335".into(),
+            driver: seen.then(|| "nvidia".to_string()),
+            model: None,
+            minor: None,
+            excluded: false,
+            vbios: None,
+        };
+        let unseen = || {
+            let mut p = now(vec![Check::fail("gpu-driver", Fault::Image, "not seen")
+                .with_devices(vec!["0000:3a:00.0".into()])]);
+            p.gpus = vec![gpu("0000:18:00.0", true), gpu("0000:3a:00.0", false)];
+            p
+        };
+        let found = crate::stages::preflight::repeat::Repeated {
+            slot: "A".into(),
+            check: "gpu-driver".into(),
+            devices: vec!["0000:3a:00.0".into()],
+            source: crate::stages::preflight::repeat::RepeatSource::FellBack,
+        };
+        let mut b = boot(
+            Decision::Quarantine,
+            Some((Stage::Preflight, Fault::Hardware)),
+        );
+        let mut p = unseen();
+        p.repeated = Some(found.clone());
+        b.preflight = Some(p);
+        let r = live(&b, unseen(), 9).unwrap();
+        assert_eq!(
+            (r.decision, r.fault),
+            (Decision::Quarantine, Some(Fault::Hardware))
+        );
+        assert_eq!(r.preflight.as_ref().unwrap().repeated, Some(found));
     }
 
     /// A fault that appears after a passing boot raises a quarantine, of its own class.

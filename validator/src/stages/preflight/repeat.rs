@@ -160,12 +160,39 @@ pub fn attribute(report: &mut PreflightReport, other: OtherSlot<'_>) -> bool {
         devices: c.devices.clone(),
         source,
     };
+    let how = format!("slot {}{how}", repeated.slot);
+    mark(report, i, repeated, &how)
+}
+
+/// The live re-check (`validator recheck`, [`crate::report::recheck`]) of a boot whose
+/// preflight moved a fault to the devices (`boot`, its [`PreflightReport::repeated`]):
+/// when the same check fails now on the same devices, it is the devices' fault again,
+/// on the boot's evidence. Returns whether it moved.
+pub fn carry(report: &mut PreflightReport, boot: &Repeated) -> bool {
+    let Some(i) = movable(report) else {
+        return false;
+    };
+    let same = report
+        .checks
+        .get(i)
+        .is_some_and(|c| c.name == boot.check && same_set(&c.devices, &boot.devices));
+    if !same {
+        return false;
+    }
+    let how = format!("as at boot, where slot {} showed it too", boot.slot);
+    mark(report, i, boot.clone(), &how)
+}
+
+/// Makes check `i` of `report` a hardware fault (`how`: why, in its detail) and keeps
+/// `repeated`, unless another image fault of the report would decide then (left as it
+/// was). Returns whether it moved.
+fn mark(report: &mut PreflightReport, i: usize, repeated: Repeated, how: &str) -> bool {
     let before = report.checks.get(i).cloned();
     if let Some(c) = report.checks.get_mut(i) {
         c.fault = Some(Fault::Hardware);
         c.detail = format!(
-            "{}; slot {}{how}: the devices are at fault, not the image",
-            c.detail, repeated.slot
+            "{}; {how}: the devices are at fault, not the image",
+            c.detail
         );
     }
     // Another image fault of this boot decides now: the image is at fault after all.
@@ -259,6 +286,35 @@ mod tests {
                 source: RepeatSource::FellBack,
             })
         );
+    }
+
+    /// The live re-check keeps the boot's finding while the same devices fail; other
+    /// devices, or none failing, are judged afresh.
+    #[test]
+    fn the_recheck_carries_the_boots_finding_for_the_same_devices_only() {
+        let a = preflight(&["0000:3a:00.0"]);
+        let mut b = preflight(&["0000:3a:00.0"]);
+        assert!(attribute(&mut b, from(&fell_back(&a))));
+        let found = b.repeated.clone().unwrap();
+        let mut now = preflight(&["0000:3a:00.0"]);
+        assert!(carry(&mut now, &found));
+        let (fault, c) = now.decide().unwrap();
+        assert_eq!(fault, Fault::Hardware);
+        assert!(
+            c.detail.contains("as at boot, where slot A showed it too"),
+            "{}",
+            c.detail
+        );
+        assert_eq!(now.repeated, Some(found.clone()));
+        let mut other = preflight(&["0000:5d:00.0"]);
+        assert!(!carry(&mut other, &found));
+        assert_eq!(
+            (other.decide().unwrap().0, other.repeated),
+            (Fault::Image, None)
+        );
+        let mut well = preflight(&[]);
+        assert!(!carry(&mut well, &found));
+        assert!(well.decide().is_none());
     }
 
     #[test]
