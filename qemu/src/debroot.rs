@@ -26,8 +26,8 @@
 //! recovery of a node with both slots bad).
 //!
 //! The image is read-only (a verity root): `/etc/fstab` puts tmpfs on `/tmp`, `/var/tmp`,
-//! `/var/log`, `/var/cache` and `/var/lib/systemd`, mounts the ESP at `/boot/efi` (as
-//! Debian does) and `/etc/machine-id` is empty (systemd makes one for the boot); the
+//! `/var/log`, `/var/cache` and `/var/lib/systemd`, mounts the ESP at `/boot/efi` after
+//! `fsck.vfat` has checked it (fstab pass 2, as Debian does) and `/etc/machine-id` is empty (systemd makes one for the boot); the
 //! textfile and NFD directories are links into `/run/validator`, where the gate wrote.
 //!
 //! The packages come from the mirrors of the build host's apt sources, or from the file
@@ -74,6 +74,10 @@ pub const PACKAGES: &[&str] = &[
     // partition UUIDs with sfdisk.
     "grub-common",
     "fdisk",
+    // fsck.vfat: systemd-fsck checks (and repairs) the ESP before it mounts it (fstab's
+    // pass 2): a power cut during an update's ESP writes can leave a broken cluster
+    // chain, which the kernel's vfat answers by going read-only.
+    "dosfstools",
     "tpm2-tools",
     "pciutils",
     "nvme-cli",
@@ -95,7 +99,7 @@ tmpfs /var/tmp tmpfs mode=1777,nosuid,nodev 0 0
 tmpfs /var/log tmpfs mode=0755,nosuid,nodev 0 0
 tmpfs /var/cache tmpfs mode=0755,nosuid,nodev 0 0
 tmpfs /var/lib/systemd tmpfs mode=0755,nosuid,nodev 0 0
-PARTLABEL=esp /boot/efi vfat umask=0077,nofail 0 0
+PARTLABEL=esp /boot/efi vfat umask=0077,nofail 0 2
 EOF
 mkdir -p "$1/boot/efi"
 rm -rf "$1/var/lib/prometheus/node-exporter"

@@ -408,8 +408,9 @@ impl Summary {
     }
 }
 
-/// The cuts of `seeds` on `bed` in turn (each printed to stderr as it ends), then one
-/// power-on without the update disk: the slot the last install wrote must pass.
+/// The cuts of `seeds` on `bed` in turn (each printed to stderr as it ends; the first
+/// one not recovered as [`Cut::ok`] says ends the campaign), then one power-on without
+/// the update disk: the slot the last install wrote must pass.
 pub fn campaign(
     bed: &Bed,
     disk: &Path,
@@ -420,10 +421,11 @@ pub fn campaign(
     for (i, seed) in seeds.iter().enumerate() {
         let c = cut_once(bed, disk, spans, *seed)?;
         eprintln!("{}", c.line(i + 1));
-        let stop = c.slot.is_empty();
+        let stop = !c.ok();
         s.cuts.push(c);
         if stop {
-            // Not recovered: nothing after it would say anything about the install.
+            // Not recovered as it must be: what follows would start from that state.
+            s.last = "not run: a cut was not recovered".into();
             return Ok(s);
         }
     }

@@ -205,6 +205,7 @@ pub fn run_pid1() -> ! {
     publish::emit(&mut ctx, &mut report);
     match (decision, plan) {
         (Decision::Pass | Decision::Quarantine, _) => {
+            stages::slot::release(&mut ctx);
             let err = stages::handover::switch_root(
                 &ctx.roots.new_root,
                 &ctx.args.init,

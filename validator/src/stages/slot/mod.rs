@@ -496,6 +496,21 @@ pub fn keep_report(ctx: &mut Context, v: serde_json::Value) {
     }
 }
 
+/// Before the handover: the ESP is synced and unmounted, so that the root mounts a file
+/// system nobody holds, and can check it first (`fsck.vfat` through its fstab: a power
+/// cut during an update's ESP writes can leave a broken cluster chain). A failure is
+/// logged; the root then finds the ESP still mounted at the slot stage's mount point.
+pub fn release(ctx: &mut Context) {
+    let Some(rt) = ctx.slot.as_ref() else {
+        return;
+    };
+    crate::sys::sync();
+    match crate::sys::umount(&rt.esp_dir) {
+        Ok(()) => log::info!("slot: ESP synced and unmounted before the handover"),
+        Err(e) => log::warn!("slot: the ESP stays mounted: {e}"),
+    }
+}
+
 /// Before the report is quoted and the boot sealed: a fallback by kexec reads the other
 /// slot's kernel and initramfs and measures what it read ([`kexec::prepare`]), so a
 /// verifier can tell the kexec'd boot's images as it tells the boot loader's. The same
