@@ -18,6 +18,10 @@
 //! - the install in that boot (the same bundle, uncut) succeeds, and the next cut's first
 //!   boot (or the campaign's last power-on) passes on the slot it wrote.
 //!
+//! [`campaign`] does that for every seed (two power-ons or more per cut); [`chained`]
+//! (the suite's, one power-on per cut) cuts each recovery's install with the next seed,
+//! so the install goes uncut, and is shown to succeed, after the last cut only.
+//!
 //! Limits: one bundle, installed over and over (the slots alternate); the phases are
 //! found by console text (RAUC's progress lines, the hook's line through the service's
 //! journal on the console), so a cut is placed to within the console's latency
@@ -200,7 +204,7 @@ impl Cut {
             && self.unverified == 0
             && self.loops == 0
             && self.agreement == "agree"
-            && self.reinstall.ends_with(" 0")
+            && (self.reinstall.ends_with(" 0") || self.reinstall.starts_with("cut by seed "))
     }
 
     /// The line the campaign prints.
@@ -253,33 +257,40 @@ fn slot_of(o: &crate::vm::Outcome) -> Option<String> {
         .and_then(|r| r.booted_slot().map(str::to_string))
 }
 
-/// One seed on `bed`: the cut power-on (whose first boot must pass: the slot the last
-/// install wrote), then the recovery. `disk` holds the bundle.
-pub fn cut_once(bed: &Bed, disk: &Path, spans: &Spans, seed: u64) -> Result<Cut, HarnessError> {
+/// The kill of `seed`: the phase it aims at, the delay into it, and the power cut.
+fn kill_of(spans: &Spans, seed: u64) -> (Phase, Duration, KillAt) {
     let (aimed, frac) = aim(seed);
     let delay = spans.of(aimed).mul_f64(frac);
-    let run = bed.boot_with(|c| {
+    let (text, nth) = aimed.start();
+    let kill = KillAt {
+        text: text.into(),
+        nth,
+        delay,
+    };
+    (aimed, delay, kill)
+}
+
+/// A power-on of `bed` with the update disk `disk` attached (`node-check` installs its
+/// bundle), cut at `kill` when given.
+fn power_on(bed: &Bed, disk: &Path, kill: Option<KillAt>) -> Result<Run, HarnessError> {
+    bed.boot_with(|c| {
         c.extra_args.extend([
             "-drive".into(),
             format!("file={},format=raw,if=virtio,readonly=on", disk.display()),
         ]);
-        let (text, nth) = aimed.start();
-        c.kill_at = Some(KillAt {
-            text: text.into(),
-            nth,
-            delay,
-        });
-    })?;
-    let first = run.boots.last().ok_or_else(|| {
-        HarnessError::Setup(format!("cut seed {seed}: no boot: {}", run.describe()))
-    })?;
-    let from = slot_of(first).unwrap_or_default();
+        c.kill_at = kill;
+    })
+}
+
+/// The cut of `seed` made in `run`, before its recovery.
+fn new_cut(seed: u64, aimed: Phase, delay: Duration, run: &Run) -> Cut {
+    let from = run.boots.last().and_then(slot_of).unwrap_or_default();
     let mut cut = Cut {
         seed,
         aimed,
         delay,
         target: if from == "A" { "B".into() } else { "A".into() },
-        landed: landed(&run),
+        landed: landed(run),
         power_ons: 0,
         boots: 0,
         unverified: 0,
@@ -288,19 +299,41 @@ pub fn cut_once(bed: &Bed, disk: &Path, spans: &Spans, seed: u64) -> Result<Cut,
         agreement: String::new(),
         reinstall: String::new(),
     };
-    if first.report.as_ref().map(|r| r.decision) != Some(Decision::Pass) {
+    let passed = run
+        .boots
+        .last()
+        .and_then(|o| o.report.as_ref())
+        .map(|r| r.decision)
+        == Some(Decision::Pass);
+    if !passed {
         cut.agreement = format!("the boot before the cut did not pass: {}", run.describe());
-        return Ok(cut);
     }
-    recover(bed, disk, &mut cut)?;
+    cut
+}
+
+/// One seed on `bed`: the cut power-on (whose boot must pass: the slot the last install
+/// wrote), then the recovery, whose install of `disk`'s bundle goes uncut.
+pub fn cut_once(bed: &Bed, disk: &Path, spans: &Spans, seed: u64) -> Result<Cut, HarnessError> {
+    let (aimed, delay, kill) = kill_of(spans, seed);
+    let run = power_on(bed, disk, Some(kill))?;
+    let mut cut = new_cut(seed, aimed, delay, &run);
+    if cut.agreement.is_empty() {
+        recover(bed, disk, &mut cut, None)?;
+    }
     Ok(cut)
 }
 
-/// Powers `bed` on until a boot passes (at most [`MAX_POWER_ONS`]), then reads the
-/// agreement and the install again from that boot.
-fn recover(bed: &Bed, disk: &Path, cut: &mut Cut) -> Result<(), HarnessError> {
+/// Powers `bed` on until a boot passes (at most [`MAX_POWER_ONS`]), each power-on's
+/// install cut at `next` when given, then reads the agreement and the install from that
+/// boot. Returns the run of the boot that passed.
+fn recover(
+    bed: &Bed,
+    disk: &Path,
+    cut: &mut Cut,
+    next: Option<KillAt>,
+) -> Result<Option<Run>, HarnessError> {
     for _ in 0..MAX_POWER_ONS {
-        let run = bed.boot_with_disk(disk)?;
+        let run = power_on(bed, disk, next.clone())?;
         cut.power_ons += 1;
         cut.boots += run.boots.len();
         if run.boots.len() > 2 {
@@ -335,9 +368,51 @@ fn recover(bed: &Bed, disk: &Path, cut: &mut Cut) -> Result<(), HarnessError> {
             (Err(e), _) | (_, Err(e)) => e,
         };
         cut.reinstall = nodeview::installed(&o.console).join(", ");
-        return Ok(());
+        return Ok(Some(run));
     }
-    Ok(())
+    Ok(None)
+}
+
+/// The cuts of `seeds` chained (the suite's way, one power-on per cut): each recovery's
+/// install is cut by the next seed, and only the last recovery's install goes uncut, so
+/// "the install again succeeds" is shown once, at the end; the first cut not recovered
+/// ends it. Then one power-on without the update disk: the last install's slot must
+/// pass.
+pub fn chained(
+    bed: &Bed,
+    disk: &Path,
+    spans: &Spans,
+    seeds: &[u64],
+) -> Result<Summary, HarnessError> {
+    let mut s = Summary::default();
+    let Some(first) = seeds.first() else {
+        return Ok(s);
+    };
+    let (mut aimed, mut delay, kill) = kill_of(spans, *first);
+    let mut run = power_on(bed, disk, Some(kill))?;
+    for (i, seed) in seeds.iter().enumerate() {
+        let mut cut = new_cut(*seed, aimed, delay, &run);
+        let next = seeds.get(i + 1).map(|n| kill_of(spans, *n));
+        let recovered = if cut.agreement.is_empty() {
+            recover(bed, disk, &mut cut, next.as_ref().map(|n| n.2.clone()))?
+        } else {
+            None
+        };
+        if let (Some(r), Some(n)) = (recovered.as_ref(), next.as_ref()) {
+            cut.reinstall = format!("cut by seed {}", seeds.get(i + 1).copied().unwrap_or(0));
+            (aimed, delay) = (n.0, n.1);
+            run = r.clone();
+        }
+        eprintln!("{}", cut.line(i + 1));
+        let stop = !cut.ok();
+        s.cuts.push(cut);
+        if stop {
+            s.last = "not run: a cut was not recovered".into();
+            return Ok(s);
+        }
+    }
+    last_power_on(bed, &mut s)?;
+    Ok(s)
 }
 
 /// The campaign's outcome.
@@ -429,6 +504,13 @@ pub fn campaign(
             return Ok(s);
         }
     }
+    last_power_on(bed, &mut s)?;
+    Ok(s)
+}
+
+/// The power-on after the last install, without the update disk: the slot it wrote must
+/// pass, in one boot.
+fn last_power_on(bed: &Bed, s: &mut Summary) -> Result<(), HarnessError> {
     let run = bed.boot()?;
     let o = run.boots.last();
     s.last_ok = run.boots.len() == 1
@@ -444,7 +526,7 @@ pub fn campaign(
     if !s.last_ok {
         s.last.push_str(&format!(" ({})", run.describe()));
     }
-    Ok(s)
+    Ok(())
 }
 
 /// The campaign as a command: the real node, a first (uncut) install of a 6.1 update to

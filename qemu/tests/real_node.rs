@@ -419,12 +419,13 @@ fn rauc_upgrades_the_kernel_through_the_other_slot_and_a_refused_update_falls_ba
     assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
 
     // Power cuts during `rauc install` of the same 6.12 update (the seeds aimed at the
-    // root partition's writes, the ESP writes and RAUC's grubenv switch; `qemu-harness
-    // install-cuts` runs a campaign): after each the node comes back on a slot the gate
-    // passes, RAUC, GRUB and our record agree, and the install again succeeds; the last
-    // install's slot passes.
+    // root partition's writes, the ESP writes and RAUC's grubenv switch; chained: each
+    // recovery's install is cut by the next seed; `qemu-harness install-cuts` runs a
+    // campaign with an uncut install after every cut): after each the node comes back on
+    // a slot the gate passes and RAUC, GRUB and our record agree; the last install
+    // succeeds and its slot passes.
     eprintln!("install phases: {}", spans.describe());
-    let s = install_cuts::campaign(&bed, &good, &spans, &SUITE_SEEDS).unwrap();
+    let s = install_cuts::chained(&bed, &good, &spans, &SUITE_SEEDS).unwrap();
     eprintln!("{}\n{}", s.table(), s.line());
     assert!(s.ok(), "{}\n{}", s.table(), s.line());
 }
