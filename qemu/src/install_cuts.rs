@@ -403,11 +403,7 @@ pub fn chained(
             (aimed, delay) = (n.0, n.1);
             run = r.clone();
         }
-        eprintln!("{}", cut.line(i + 1));
-        let stop = !cut.ok();
-        s.cuts.push(cut);
-        if stop {
-            s.last = "not run: a cut was not recovered".into();
+        if !s.push(cut) {
             return Ok(s);
         }
     }
@@ -425,6 +421,19 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// Prints `cut`'s line and keeps it; false when it was not recovered as
+    /// [`Cut::ok`] says (the campaign ends there: what follows would start from that
+    /// state).
+    fn push(&mut self, cut: Cut) -> bool {
+        eprintln!("{}", cut.line(self.cuts.len() + 1));
+        let ok = cut.ok();
+        self.cuts.push(cut);
+        if !ok {
+            self.last = "not run: a cut was not recovered".into();
+        }
+        ok
+    }
+
     /// Every cut ok and the last install's slot passed.
     pub fn ok(&self) -> bool {
         self.last_ok && self.cuts.iter().all(Cut::ok)
@@ -493,14 +502,8 @@ pub fn campaign(
     seeds: &[u64],
 ) -> Result<Summary, HarnessError> {
     let mut s = Summary::default();
-    for (i, seed) in seeds.iter().enumerate() {
-        let c = cut_once(bed, disk, spans, *seed)?;
-        eprintln!("{}", c.line(i + 1));
-        let stop = !c.ok();
-        s.cuts.push(c);
-        if stop {
-            // Not recovered as it must be: what follows would start from that state.
-            s.last = "not run: a cut was not recovered".into();
+    for seed in seeds {
+        if !s.push(cut_once(bed, disk, spans, *seed)?) {
             return Ok(s);
         }
     }
