@@ -541,6 +541,17 @@ pub fn run_campaign(
     first_seed: u64,
     table: Option<&Path>,
 ) -> Result<bool, HarnessError> {
+    // Refused before the half hour of boots, not after: a table path in no directory,
+    // or one that is a directory.
+    if let Some(t) = table {
+        let parent = t.parent().filter(|p| !p.as_os_str().is_empty());
+        if t.is_dir() || parent.is_some_and(|p| !p.is_dir()) {
+            return Err(HarnessError::Setup(format!(
+                "--table {}: not a file in an existing directory",
+                t.display()
+            )));
+        }
+    }
     let bed = crate::scenario::Scenario::named(crate::scenario::Name::RealNode)?.bed()?;
     let kernel = crate::paths::kernel("default")?;
     let bom = bed.slots.a.bom.clone();
