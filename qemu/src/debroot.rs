@@ -162,6 +162,7 @@ fn key(mirrors: &str) -> String {
 pub fn base_tar() -> Result<PathBuf, HarnessError> {
     let _g = BUILD.lock().unwrap_or_else(|p| p.into_inner());
     let dir = crate::paths::workspace().join("target/debian-root");
+    let _other_processes = crate::paths::file_lock(&dir.join(".build-lock"))?;
     let mirrors = crate::aptsources::mirrors()?;
     let key = key(&mirrors);
     let tar = dir.join(format!("{key}.tar"));

@@ -79,8 +79,9 @@ pub fn validator_cli() -> Result<PathBuf, HarnessError> {
 /// `target/harness/bin/`. Every static build of the test bed shares the target directory
 /// `target/harness`, so the dependencies (AWS-LC's C above all) are compiled once for all
 /// of them; a build of the same binary with other features replaces cargo's output, which
-/// is why each is copied out, under one lock, before the next build starts. Cargo keeps
-/// its own lock on the directory against other processes.
+/// is why each is copied out before the next build starts: under this process's lock and
+/// a file lock ([`file_lock`]) on `target/harness/.build-lock` against other processes
+/// (the suite runs tests of one binary in processes of their own, side by side).
 pub(crate) fn build_static(
     name: &'static str,
     package: &str,
@@ -93,6 +94,7 @@ pub(crate) fn build_static(
     }
     let ws = workspace();
     let target_dir = ws.join("target/harness");
+    let _other_processes = file_lock(&target_dir.join(".build-lock"))?;
     crate::progress(&format!(
         "building {bin} (static musl release build: minutes the first time, seconds after)"
     ));
@@ -133,6 +135,22 @@ pub(crate) fn build_static(
     std::fs::rename(&part, &to).map_err(|e| HarnessError::io(&to, e))?;
     built.push((name, to.clone()));
     Ok(to)
+}
+
+/// An exclusive lock (`flock`) on `path`, created if missing, held until the value is
+/// dropped: what keeps two test processes from building the same cache at once.
+pub fn file_lock(path: &Path) -> Result<nix::fcntl::Flock<std::fs::File>, HarnessError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| HarnessError::io(dir, e))?;
+    }
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| HarnessError::io(path, e))?;
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| HarnessError::io(path, std::io::Error::from(e)))
 }
 
 /// This process's directory for the files scenarios are set up with (edited BOMs,

@@ -1,0 +1,386 @@
+//! `suite`: runs every test of the workspace, as `cargo test --workspace` would, but as
+//! one queue of jobs over a fixed number of workers instead of one test binary after
+//! another. `scripts/test` runs it after the lints.
+//!
+//! Why: `cargo test` runs the binaries in turn, and libtest's threads wait at the end of
+//! each binary for its longest test. On a two-core machine the QEMU boots then left a
+//! core idle for about a third of the suite. Here each test of a split binary is a
+//! process of its own (`<binary> <name> --exact`), a binary that is not split is one
+//! job, and the heaviest jobs start first (longest-processing-time order), so no core
+//! waits while work is queued. The binaries under `qemu/tests/` are split, and those the
+//! weights file names a test of; the others build shared cases once per process (the
+//! signature-rule sets), so they run whole, one test at a time.
+//!
+//! Contract: every test that `cargo test --workspace` runs is run (the doc tests as one
+//! `cargo test --doc` job); a job's output is printed whole when it fails, a line per job
+//! when it passes; the exit status is 0 when every job passed, 1 when one failed, 2 when
+//! the suite could not be listed or started. Each job runs in its package's directory
+//! with `CARGO_MANIFEST_DIR` set, as cargo runs it.
+//!
+//! Weights: `scripts/test-weights` (`<source> <test> <seconds>`, `#` comments) orders the
+//! queue. `*` as the test weighs the whole binary, or for a split one each test the file
+//! does not name; a job it does not weigh weighs 60 s under `qemu/tests/` and 1 s
+//! elsewhere. Each run writes what it measured, in the same
+//! format, to `target/suite-times.tsv`, so the file can be refreshed by copying.
+//!
+//! `--only qemu/tests/tpm` runs the binaries whose source starts so (no doc tests).
+//!
+//! Limits: a job that hangs holds its worker (the VMs have their own deadlines); tests
+//! that share in-process state are run in separate processes, so shared caches on disk
+//! must take file locks (the QEMU crate's static builds and Debian root do).
+
+use std::collections::{HashMap, VecDeque};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+const USAGE: &str = "usage: suite [--jobs N] [--only SOURCE-PREFIX]";
+
+/// One test binary, as cargo reported it.
+struct Binary {
+    /// Its source, relative to the workspace (`qemu/tests/ab.rs`).
+    source: String,
+    exe: PathBuf,
+    /// Its package's directory.
+    dir: PathBuf,
+}
+
+/// What a worker runs.
+struct Job {
+    source: String,
+    /// The test's name, or `*` for the whole binary (and the doc tests).
+    test: String,
+    weight: f64,
+    program: PathBuf,
+    args: Vec<String>,
+    dir: PathBuf,
+}
+
+/// What a job did.
+struct Done {
+    source: String,
+    test: String,
+    secs: f64,
+    ok: bool,
+    output: String,
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("suite: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run() -> Result<bool, String> {
+    let mut jobs_n: usize = 2;
+    let mut only: Option<String> = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--jobs" | "-j" => {
+                jobs_n = args
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .filter(|n| *n > 0)
+                    .ok_or("--jobs needs a positive number")?;
+            }
+            "--only" => only = Some(args.next().ok_or("--only needs a source prefix")?),
+            "-h" | "--help" => {
+                println!("{USAGE}\n(runs every test of the workspace; see the source's doc)");
+                return Ok(true);
+            }
+            other => return Err(format!("unknown argument '{other}' ({USAGE})")),
+        }
+    }
+    let ws = workspace();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut binaries = build(&ws, &cargo)?;
+    if let Some(p) = &only {
+        binaries.retain(|b| b.source.starts_with(p.as_str()));
+    }
+    let weights = read_weights(&ws.join("scripts/test-weights"))?;
+    let mut jobs = Vec::new();
+    for b in &binaries {
+        jobs.extend(jobs_of(b, &weights)?);
+    }
+    jobs.extend(only.is_none().then(|| {
+        Job {
+            source: "(doc tests)".into(),
+            test: "*".into(),
+            weight: weights
+                .get(&("(doc tests)".to_string(), "*".to_string()))
+                .copied()
+                .unwrap_or(10.0),
+            program: PathBuf::from(&cargo),
+            args: ["test", "--locked", "--workspace", "--doc", "-q"]
+                .map(String::from)
+                .to_vec(),
+            dir: ws.clone(),
+        }
+    }));
+    jobs.sort_by(|a, b| b.weight.total_cmp(&a.weight));
+    let total = jobs.len();
+    println!(
+        "suite: {total} jobs from {} test binaries on {jobs_n} workers, heaviest first",
+        binaries.len()
+    );
+    let started = Instant::now();
+    let done = work(jobs, jobs_n, &ws)?;
+    let failed: Vec<&Done> = done.iter().filter(|d| !d.ok).collect();
+    write_times(&ws, &done);
+    println!(
+        "suite: {} of {total} jobs passed, {} failed, in {:.0} s",
+        total - failed.len(),
+        failed.len(),
+        started.elapsed().as_secs_f64()
+    );
+    for d in &failed {
+        println!("suite: FAILED {} {}", d.source, d.test);
+    }
+    Ok(failed.is_empty())
+}
+
+/// The workspace root: this crate's parent directory.
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Builds every test binary (`cargo test --no-run`) and returns them.
+fn build(ws: &Path, cargo: &str) -> Result<Vec<Binary>, String> {
+    let mut child = Command::new(cargo)
+        .current_dir(ws)
+        .args(["test", "--locked", "--workspace", "--no-run"])
+        .arg("--message-format=json-render-diagnostics")
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {cargo}: {e}"))?;
+    let stdout = child.stdout.take().ok_or("cargo's stdout was not piped")?;
+    let mut out = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.map_err(|e| format!("reading cargo's output: {e}"))?;
+        let Ok(m) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        let at = |p: &str| m.pointer(p);
+        if at("/reason").and_then(|v| v.as_str()) != Some("compiler-artifact")
+            || at("/profile/test").and_then(serde_json::Value::as_bool) != Some(true)
+        {
+            continue;
+        }
+        let (Some(exe), Some(src), Some(manifest)) = (
+            at("/executable").and_then(|v| v.as_str()),
+            at("/target/src_path").and_then(|v| v.as_str()),
+            at("/manifest_path").and_then(|v| v.as_str()),
+        ) else {
+            continue;
+        };
+        let dir = Path::new(manifest)
+            .parent()
+            .ok_or_else(|| format!("manifest path {manifest} has no directory"))?;
+        let source = Path::new(src)
+            .strip_prefix(ws)
+            .unwrap_or(Path::new(src))
+            .display()
+            .to_string();
+        out.push(Binary {
+            source,
+            exe: PathBuf::from(exe),
+            dir: dir.to_path_buf(),
+        });
+    }
+    let st = child
+        .wait()
+        .map_err(|e| format!("waiting for cargo: {e}"))?;
+    if !st.success() {
+        return Err(format!("cargo test --no-run failed ({st})"));
+    }
+    out.sort_by(|a, b| a.source.cmp(&b.source));
+    out.dedup_by(|a, b| a.exe == b.exe);
+    Ok(out)
+}
+
+type Weights = HashMap<(String, String), f64>;
+
+/// The weights file: `<source> <test> <seconds>` per line.
+fn read_weights(path: &Path) -> Result<Weights, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Weights::new()),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let mut w = Weights::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let [source, test, secs] = f.as_slice() else {
+            return Err(format!(
+                "{}:{}: expected '<source> <test> <seconds>'",
+                path.display(),
+                n + 1
+            ));
+        };
+        let secs: f64 = secs
+            .parse()
+            .map_err(|_| format!("{}:{}: '{secs}' is no number", path.display(), n + 1))?;
+        w.insert((source.to_string(), test.to_string()), secs);
+    }
+    Ok(w)
+}
+
+/// The jobs of one binary: one per test when it is split (it is under `qemu/tests/`, or
+/// the weights file names one of its tests), else one for the whole binary.
+fn jobs_of(b: &Binary, weights: &Weights) -> Result<Vec<Job>, String> {
+    let qemu = b.source.starts_with("qemu/tests/");
+    let split = qemu || weights.keys().any(|(s, t)| *s == b.source && t != "*");
+    let of = |t: &str| weights.get(&(b.source.clone(), t.to_string())).copied();
+    let default = of("*").unwrap_or(if qemu { 60.0 } else { 1.0 });
+    let job = |test: String, mut args: Vec<String>| {
+        args.push("--test-threads=1".into());
+        Job {
+            source: b.source.clone(),
+            weight: of(&test).unwrap_or(default),
+            program: b.exe.clone(),
+            args,
+            dir: b.dir.clone(),
+            test,
+        }
+    };
+    if !split {
+        return Ok(vec![job("*".into(), Vec::new())]);
+    }
+    Ok(list(b)?
+        .into_iter()
+        .map(|t| job(t.clone(), vec![t, "--exact".into()]))
+        .collect())
+}
+
+/// The tests a binary holds (`--list --format terse`).
+fn list(b: &Binary) -> Result<Vec<String>, String> {
+    let out = Command::new(&b.exe)
+        .current_dir(&b.dir)
+        .env("CARGO_MANIFEST_DIR", &b.dir)
+        .args(["--list", "--format", "terse"])
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", b.exe.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} --list failed: {}",
+            b.source,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| l.strip_suffix(": test"))
+        .map(String::from)
+        .collect())
+}
+
+/// Runs the jobs, heaviest first, on `n` workers; prints a line as each ends.
+fn work(jobs: Vec<Job>, n: usize, ws: &Path) -> Result<Vec<Done>, String> {
+    let logs = ws.join("target/suite-logs");
+    let _ = std::fs::remove_dir_all(&logs);
+    std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
+    let total = jobs.len();
+    let queue = Arc::new(Mutex::new(
+        jobs.into_iter().enumerate().collect::<VecDeque<_>>(),
+    ));
+    let done = Arc::new(Mutex::new(Vec::new()));
+    let workers: Vec<_> = (0..n)
+        .map(|_| {
+            let (queue, done, logs) = (queue.clone(), done.clone(), logs.clone());
+            std::thread::spawn(move || loop {
+                let next = queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
+                let Some((i, job)) = next else { break };
+                let d = run_job(&job, &logs.join(format!("{i}.log")));
+                let mut all = done.lock().unwrap_or_else(|p| p.into_inner());
+                report(&d, all.len() + 1, total);
+                all.push(d);
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().map_err(|_| "a worker panicked")?;
+    }
+    let done = std::mem::take(&mut *done.lock().unwrap_or_else(|p| p.into_inner()));
+    Ok(done)
+}
+
+/// Runs one job with its output in `log`.
+fn run_job(job: &Job, log: &Path) -> Done {
+    let started = Instant::now();
+    let result = File::create(log).and_then(|f| {
+        let err = f.try_clone()?;
+        Command::new(&job.program)
+            .args(&job.args)
+            .current_dir(&job.dir)
+            .env("CARGO_MANIFEST_DIR", &job.dir)
+            .stdin(Stdio::null())
+            .stdout(f)
+            .stderr(err)
+            .status()
+    });
+    let secs = started.elapsed().as_secs_f64();
+    let mut output = String::new();
+    if let Ok(mut f) = File::open(log) {
+        let mut bytes = Vec::new();
+        let _ = f.read_to_end(&mut bytes);
+        output = String::from_utf8_lossy(&bytes).into_owned();
+    }
+    let ok = match result {
+        Ok(st) => st.success(),
+        Err(e) => {
+            output.push_str(&format!(
+                "suite: cannot run {}: {e}\n",
+                job.program.display()
+            ));
+            false
+        }
+    };
+    Done {
+        source: job.source.clone(),
+        test: job.test.clone(),
+        secs,
+        ok,
+        output,
+    }
+}
+
+fn report(d: &Done, n: usize, total: usize) {
+    let verdict = if d.ok { "ok" } else { "FAILED" };
+    println!(
+        "[{n:>4}/{total}] {verdict:<6} {:>7.1} s  {} {}",
+        d.secs, d.source, d.test
+    );
+    if !d.ok {
+        println!("---- output of {} {} ----\n{}", d.source, d.test, d.output);
+    }
+}
+
+/// What this run measured, in the weights file's format.
+fn write_times(ws: &Path, done: &[Done]) {
+    let mut rows: Vec<&Done> = done.iter().collect();
+    rows.sort_by(|a, b| (&a.source, &a.test).cmp(&(&b.source, &b.test)));
+    let mut text = String::from("# measured by target/debug/suite: <source> <test> <seconds>\n");
+    for d in rows {
+        text.push_str(&format!("{} {} {:.1}\n", d.source, d.test, d.secs));
+    }
+    let path = ws.join("target/suite-times.tsv");
+    if let Err(e) = std::fs::write(&path, text) {
+        eprintln!("suite: {}: {e}", path.display());
+    }
+}
