@@ -142,6 +142,16 @@ struct SlotArgs {
     /// The RAUC bundle's signing certificate (PEM), in the nodes' RAUC keyring.
     #[arg(long, value_name = "FILE", requires = "rauc_bundle")]
     rauc_cert: Option<PathBuf>,
+    /// Extra mksquashfs arguments for the bundle, as `rauc bundle --mksquashfs-args`
+    /// takes them (for example "-comp zstd", or "-noI -noD -noF -noX" for none; default:
+    /// mksquashfs's gzip).
+    #[arg(
+        long,
+        value_name = "ARGS",
+        requires = "rauc_bundle",
+        allow_hyphen_values = true
+    )]
+    rauc_mksquashfs_args: Option<String>,
     /// Also build the slot's Unified Kernel Image, esp/<SLOT>/linux.efi (systemd-stub,
     /// the kernel, the initramfs, an os-release and the command line
     /// "validator.slot=<SLOT> LINE" as one signed image); reference.json then predicts a
@@ -339,6 +349,7 @@ fn slot(a: SlotArgs, out: &mut Out) -> Result<(), String> {
         rauc_bundle,
         rauc_key,
         rauc_cert,
+        rauc_mksquashfs_args,
         cmdline,
         uki_cmdline,
         uki_stub,
@@ -368,6 +379,7 @@ fn slot(a: SlotArgs, out: &mut Out) -> Result<(), String> {
             compatible,
             key,
             cert,
+            mksquashfs_args: rauc_mksquashfs_args,
         }),
         _ => None,
     };

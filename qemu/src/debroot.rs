@@ -142,6 +142,9 @@ pub const RAUC_BEFORE: &str = "RAUC-BEFORE";
 /// Printed by `node-check`: the mark-good unit's result (`success`, `exit-code`, ...).
 pub const MARK_GOOD: &str = "ROOT-MARK-GOOD ";
 
+/// The test bed's bundles are uncompressed squashfs (`rauc bundle --mksquashfs-args`).
+pub const BUNDLE_MKSQUASHFS_ARGS: &str = "-noI -noId -noD -noF -noX";
+
 static BUILD: Mutex<()> = Mutex::new(());
 
 /// The cache key of the recipe: SHA-256 over its arguments, mirrors (the sources text),
@@ -194,6 +197,19 @@ pub fn base_tar() -> Result<PathBuf, HarnessError> {
     })?;
     std::fs::rename(&part, &tar).map_err(|e| HarnessError::io(&tar, e))?;
     Ok(tar)
+}
+
+/// Builds what the scenarios share and would otherwise build on first use, one test
+/// waiting on another: the static init with the test hooks (unless `VALIDATOR_INIT` names
+/// one) and without, the operator's CLI, and the Debian root's archive. `scripts/test`
+/// runs it (`qemu-harness prebuild`) beside the NVIDIA driver builds, before the suite.
+pub fn prebuild() -> Result<Vec<PathBuf>, HarnessError> {
+    Ok(vec![
+        crate::paths::init_binary()?,
+        crate::paths::production_init()?,
+        crate::paths::validator_cli()?,
+        base_tar()?,
+    ])
 }
 
 /// The test bed's RAUC bundle signing key and certificate, made once in `dir/rauc/`
@@ -619,6 +635,9 @@ pub fn update_disk(
             compatible: "gpu-node".into(),
             key: rauc_key,
             cert: ring,
+            // Uncompressed: the node under TCG reads the bundle at emulated speed, and
+            // gzip would cost each install (and each bundle's build) tens of seconds.
+            mksquashfs_args: Some(BUNDLE_MKSQUASHFS_ARGS.into()),
         }),
         cmdline: None,
         // A node whose slots are Unified Kernel Images gets one in the bundle too, signed

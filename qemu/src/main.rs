@@ -123,6 +123,10 @@ enum Command {
         #[arg(long, value_name = "PATH")]
         table: Option<PathBuf>,
     },
+    /// Build what the scenarios share (the static init with and without the test hooks,
+    /// the operator's CLI, the Debian root's archive) and print where each is, so tests
+    /// run side by side do not wait on each other for them.
+    Prebuild,
 }
 
 /// A test-bed error: printed, exit status 2.
@@ -174,6 +178,15 @@ fn main() -> ExitCode {
         } => match qemu::install_cuts::run_campaign(cuts, first_seed, table.as_deref()) {
             Ok(true) => ExitCode::SUCCESS,
             Ok(false) => ExitCode::from(1),
+            Err(e) => harness_error(e),
+        },
+        Command::Prebuild => match qemu::debroot::prebuild() {
+            Ok(paths) => {
+                for p in paths {
+                    println!("{}", p.display());
+                }
+                ExitCode::SUCCESS
+            }
             Err(e) => harness_error(e),
         },
         Command::BenchSecureBoot { runs } => {

@@ -11,7 +11,10 @@
 //! benchmarks). Not a test: it prints, and a failure stops it with a panic. SHA-256 and
 //! the gate are timed [`RUNS`] times each, and the best run is printed; the floor and the
 //! gate are measured in [`SITTINGS`] sittings in turn, and the median `floor/gate` of the
-//! sittings is printed with its spread (lowest to highest).
+//! sittings is printed with its spread (lowest to highest). Then the gate's time split
+//! into its phases (read, decompression, ELF, exports, digest, PKCS#7, certificate
+//! lookup, signature, CRCs: `modules/phases.rs`), with the gate's own signature rate
+//! beside `openssl speed`'s.
 #![expect(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -28,6 +31,9 @@ use validator::util::as_f64;
 
 use sha2::Digest;
 use validator::gate::{self, batch};
+
+#[path = "modules/phases.rs"]
+mod phases;
 
 /// Runs of each timed pass; the best counts.
 const RUNS: usize = 3;
@@ -119,9 +125,11 @@ fn main() {
     // machine, so the median and the spread are what is reported.
     let mut ratios: Vec<Vec<f64>> = vec![Vec::new(); 2];
     let mut results = Vec::new();
+    let mut verify_s = 0.0;
     for sitting in 1..=SITTINGS {
         println!("sitting {sitting} of {SITTINGS}:");
         let floor = floor(&files, &g.trust);
+        verify_s = floor.verify_s;
         println!(
             "  floor, 1 core: {:.3} s = sha256 {:.3} s ({} MB/s) + {} x {} verify {:.1} us \
              (openssl speed){}",
@@ -170,6 +178,16 @@ fn main() {
             r[r.len() - 1]
         );
     }
+    // Where the gate's time goes: each phase's calls timed over every module (best of
+    // RUNS by their sum), beside the gate's own best time.
+    let gate_s = (0..RUNS)
+        .map(|_| batch::check_files(&g, &files, 1).elapsed.as_secs_f64())
+        .fold(f64::INFINITY, f64::min);
+    let split = (0..RUNS)
+        .map(|_| phases::measure(&g, &files))
+        .min_by(|a, b| a.secs.iter().sum::<f64>().total_cmp(&b.secs.iter().sum()))
+        .unwrap();
+    phases::print(&split, files.len(), gate_s, verify_s);
     // openssl cms -verify over a sample spread across the tree.
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-modules");
     let _ = std::fs::remove_dir_all(&dir);

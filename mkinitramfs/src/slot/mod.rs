@@ -171,13 +171,15 @@ impl UkiSlot {
     }
 }
 
-/// A RAUC bundle of the slot image: its `compatible` string (the nodes' system.conf's) and
-/// the bundle signing key and certificate (PEM).
+/// A RAUC bundle of the slot image: its `compatible` string (the nodes' system.conf's),
+/// the bundle signing key and certificate (PEM), and extra `mksquashfs` arguments for
+/// `rauc bundle --mksquashfs-args` (none: RAUC's and mksquashfs's defaults, gzip).
 #[derive(Debug, Clone)]
 pub struct RaucBundle {
     pub compatible: String,
     pub key: PathBuf,
     pub cert: PathBuf,
+    pub mksquashfs_args: Option<String>,
 }
 
 /// What was built.

@@ -113,12 +113,14 @@ pub(super) fn rauc_bundle(
     );
     let m = content.join("manifest.raucm");
     std::fs::write(&m, manifest).map_err(io(&m))?;
-    let out = run(Command::new("rauc")
-        .arg("bundle")
+    let mut c = Command::new("rauc");
+    c.arg("bundle")
         .arg(format!("--cert={}", r.cert.display()))
-        .arg(format!("--key={}", r.key.display()))
-        .arg(&content)
-        .arg(tmp.join("bundle.raucb")));
+        .arg(format!("--key={}", r.key.display()));
+    if let Some(a) = &r.mksquashfs_args {
+        c.arg(format!("--mksquashfs-args={a}"));
+    }
+    let out = run(c.arg(&content).arg(tmp.join("bundle.raucb")));
     let _ = std::fs::remove_dir_all(&content);
     out.map(|_| ())
 }

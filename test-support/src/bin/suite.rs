@@ -113,10 +113,10 @@ fn run() -> Result<bool, String> {
     }
     jobs.extend(only.is_none().then(|| {
         Job {
-            source: "(doc tests)".into(),
+            source: "doc-tests".into(),
             test: "*".into(),
             weight: weights
-                .get(&("(doc tests)".to_string(), "*".to_string()))
+                .get(&("doc-tests".to_string(), "*".to_string()))
                 .copied()
                 .unwrap_or(10.0),
             program: PathBuf::from(&cargo),
@@ -382,5 +382,40 @@ fn write_times(ws: &Path, done: &[Done]) {
     let path = ws.join("target/suite-times.tsv");
     if let Err(e) = std::fs::write(&path, text) {
         eprintln!("suite: {}: {e}", path.display());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The committed weights file parses, and weighs the real node's upgrade test.
+    #[test]
+    fn the_committed_weights_parse() {
+        let w = read_weights(&workspace().join("scripts/test-weights")).unwrap();
+        assert!(
+            w.keys().any(|(s, _)| s == "qemu/tests/real_node.rs"),
+            "{w:?}"
+        );
+        assert!(w.values().all(|s| *s > 0.0));
+    }
+
+    /// A line without three fields, or with a weight that is no number, is an error that
+    /// names the file and the line.
+    #[test]
+    fn a_bad_weights_line_names_its_place() {
+        let dir = std::env::temp_dir().join(format!("suite-weights-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (text, want) in [
+            ("# c\n(doc tests) * 1\n", ":2: expected"),
+            ("a b c d\n", ":1: expected"),
+            ("a b x\n", ":1: 'x' is no number"),
+        ] {
+            let f = dir.join("w");
+            std::fs::write(&f, text).unwrap();
+            let e = read_weights(&f).unwrap_err();
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
