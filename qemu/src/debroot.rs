@@ -201,8 +201,9 @@ pub fn base_tar() -> Result<PathBuf, HarnessError> {
 
 /// Builds what the scenarios share and would otherwise build on first use, one test
 /// waiting on another: the static init with the test hooks (unless `VALIDATOR_INIT` names
-/// one) and without, the operator's CLI, and the Debian root's archive. `scripts/test`
-/// runs it (`qemu-harness prebuild`) beside the NVIDIA driver builds, before the suite.
+/// one) and without, the operator's CLI, and the Debian root's archive. The suite runner
+/// (`test-support/src/bin/suite.rs`) runs it (`qemu-harness prebuild`) first, beside the
+/// tests that boot nothing.
 pub fn prebuild() -> Result<Vec<PathBuf>, HarnessError> {
     Ok(vec![
         crate::paths::init_binary()?,

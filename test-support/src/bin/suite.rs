@@ -17,6 +17,11 @@
 //! the suite could not be listed or started. Each job runs in its package's directory
 //! with `CARGO_MANIFEST_DIR` set, as cargo runs it.
 //!
+//! Set-up: the QEMU tests wait for one job, `qemu-harness prebuild` (the static init with
+//! and without the test hooks, the operator's CLI, the Debian root: minutes of builds that
+//! their first tests would otherwise make while the others wait); it starts first, and the
+//! other workers run the tests that need none of it meanwhile.
+//!
 //! Weights: `scripts/test-weights` (`<source> <test> <seconds>`, `#` comments) orders the
 //! queue. `*` as the test weighs the whole binary, or for a split one each test the file
 //! does not name; a job it does not weigh weighs 60 s under `qemu/tests/` and 1 s
@@ -34,7 +39,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 const USAGE: &str = "usage: suite [--jobs N] [--only SOURCE-PREFIX]";
@@ -57,6 +62,10 @@ struct Job {
     program: PathBuf,
     args: Vec<String>,
     dir: PathBuf,
+    /// Waits for the set-up job (a QEMU test).
+    after_setup: bool,
+    /// Is the set-up job.
+    setup: bool,
 }
 
 /// What a job did.
@@ -102,7 +111,7 @@ fn run() -> Result<bool, String> {
     }
     let ws = workspace();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut binaries = build(&ws, &cargo)?;
+    let (mut binaries, harness) = build(&ws, &cargo)?;
     if let Some(p) = &only {
         binaries.retain(|b| b.source.starts_with(p.as_str()));
     }
@@ -124,8 +133,24 @@ fn run() -> Result<bool, String> {
                 .map(String::from)
                 .to_vec(),
             dir: ws.clone(),
+            after_setup: false,
+            setup: false,
         }
     }));
+    // The QEMU tests' shared builds (`qemu-harness prebuild`: the static init and CLI,
+    // the Debian root), first, while the other workers run the tests that need none.
+    if let Some(h) = harness.filter(|_| jobs.iter().any(|j| j.after_setup)) {
+        jobs.push(Job {
+            source: "qemu-harness".into(),
+            test: "prebuild".into(),
+            weight: f64::INFINITY,
+            program: h,
+            args: vec!["prebuild".into()],
+            dir: ws.join("qemu"),
+            after_setup: false,
+            setup: true,
+        });
+    }
     jobs.sort_by(|a, b| b.weight.total_cmp(&a.weight));
     let total = jobs.len();
     println!(
@@ -156,8 +181,9 @@ fn workspace() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
-/// Builds every test binary (`cargo test --no-run`) and returns them.
-fn build(ws: &Path, cargo: &str) -> Result<Vec<Binary>, String> {
+/// Builds every test binary (`cargo test --no-run`) and returns them, with the test bed's
+/// `qemu-harness` binary (built with them) when cargo reported it.
+fn build(ws: &Path, cargo: &str) -> Result<(Vec<Binary>, Option<PathBuf>), String> {
     let mut child = Command::new(cargo)
         .current_dir(ws)
         .args(["test", "--locked", "--workspace", "--no-run"])
@@ -167,15 +193,22 @@ fn build(ws: &Path, cargo: &str) -> Result<Vec<Binary>, String> {
         .map_err(|e| format!("cannot run {cargo}: {e}"))?;
     let stdout = child.stdout.take().ok_or("cargo's stdout was not piped")?;
     let mut out = Vec::new();
+    let mut harness = None;
     for line in BufReader::new(stdout).lines() {
         let line = line.map_err(|e| format!("reading cargo's output: {e}"))?;
         let Ok(m) = serde_json::from_str::<serde_json::Value>(&line) else {
             continue;
         };
         let at = |p: &str| m.pointer(p);
-        if at("/reason").and_then(|v| v.as_str()) != Some("compiler-artifact")
-            || at("/profile/test").and_then(serde_json::Value::as_bool) != Some(true)
-        {
+        if at("/reason").and_then(|v| v.as_str()) != Some("compiler-artifact") {
+            continue;
+        }
+        if at("/target/name").and_then(|v| v.as_str()) == Some("qemu-harness") {
+            harness = at("/executable")
+                .and_then(|v| v.as_str())
+                .map(PathBuf::from);
+        }
+        if at("/profile/test").and_then(serde_json::Value::as_bool) != Some(true) {
             continue;
         }
         let (Some(exe), Some(src), Some(manifest)) = (
@@ -207,7 +240,7 @@ fn build(ws: &Path, cargo: &str) -> Result<Vec<Binary>, String> {
     }
     out.sort_by(|a, b| a.source.cmp(&b.source));
     out.dedup_by(|a, b| a.exe == b.exe);
-    Ok(out)
+    Ok((out, harness))
 }
 
 type Weights = HashMap<(String, String), f64>;
@@ -257,6 +290,8 @@ fn jobs_of(b: &Binary, weights: &Weights) -> Result<Vec<Job>, String> {
             args,
             dir: b.dir.clone(),
             test,
+            after_setup: qemu,
+            setup: false,
         }
     };
     if !split {
@@ -291,25 +326,45 @@ fn list(b: &Binary) -> Result<Vec<String>, String> {
 }
 
 /// Runs the jobs, heaviest first, on `n` workers; prints a line as each ends.
+/// The queue the workers share: the jobs not started, heaviest first, and whether the
+/// set-up job (if any) has ended.
+struct Queue {
+    jobs: VecDeque<(usize, Job)>,
+    setup_done: bool,
+}
+
+/// Runs the jobs on `n` workers, each taking the heaviest job it may start (a QEMU test
+/// only once the set-up job ended, passed or not: the tests build what is missing
+/// themselves); prints a line as each ends.
 fn work(jobs: Vec<Job>, n: usize, ws: &Path) -> Result<Vec<Done>, String> {
     let logs = ws.join("target/suite-logs");
     let _ = std::fs::remove_dir_all(&logs);
     std::fs::create_dir_all(&logs).map_err(|e| format!("{}: {e}", logs.display()))?;
     let total = jobs.len();
-    let queue = Arc::new(Mutex::new(
-        jobs.into_iter().enumerate().collect::<VecDeque<_>>(),
+    let setup_done = !jobs.iter().any(|j| j.setup);
+    let queue = Arc::new((
+        Mutex::new(Queue {
+            jobs: jobs.into_iter().enumerate().collect(),
+            setup_done,
+        }),
+        Condvar::new(),
     ));
     let done = Arc::new(Mutex::new(Vec::new()));
     let workers: Vec<_> = (0..n)
         .map(|_| {
             let (queue, done, logs) = (queue.clone(), done.clone(), logs.clone());
-            std::thread::spawn(move || loop {
-                let next = queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
-                let Some((i, job)) = next else { break };
-                let d = run_job(&job, &logs.join(format!("{i}.log")));
-                let mut all = done.lock().unwrap_or_else(|p| p.into_inner());
-                report(&d, all.len() + 1, total);
-                all.push(d);
+            std::thread::spawn(move || {
+                while let Some((i, job)) = take(&queue) {
+                    let d = run_job(&job, &logs.join(format!("{i}.log")));
+                    if job.setup {
+                        let (q, ready) = &*queue;
+                        q.lock().unwrap_or_else(|p| p.into_inner()).setup_done = true;
+                        ready.notify_all();
+                    }
+                    let mut all = done.lock().unwrap_or_else(|p| p.into_inner());
+                    report(&d, all.len() + 1, total);
+                    all.push(d);
+                }
             })
         })
         .collect();
@@ -318,6 +373,27 @@ fn work(jobs: Vec<Job>, n: usize, ws: &Path) -> Result<Vec<Done>, String> {
     }
     let done = std::mem::take(&mut *done.lock().unwrap_or_else(|p| p.into_inner()));
     Ok(done)
+}
+
+/// The next job a worker may start, waiting while every job left waits for the set-up;
+/// `None` when the queue is empty.
+fn take(queue: &(Mutex<Queue>, Condvar)) -> Option<(usize, Job)> {
+    let (q, ready) = queue;
+    let mut q = q.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        if q.jobs.is_empty() {
+            return None;
+        }
+        let setup_done = q.setup_done;
+        if let Some(at) = q
+            .jobs
+            .iter()
+            .position(|(_, j)| setup_done || !j.after_setup)
+        {
+            return q.jobs.remove(at);
+        }
+        q = ready.wait(q).unwrap_or_else(|p| p.into_inner());
+    }
 }
 
 /// Runs one job with its output in `log`.
