@@ -28,7 +28,8 @@
 //! elsewhere. Each run writes what it measured, in the same
 //! format, to `target/suite-times.tsv`, so the file can be refreshed by copying.
 //!
-//! `--only qemu/tests/tpm` runs the binaries whose source starts so (no doc tests).
+//! `--only qemu/tests/tpm,validator/tests` runs the binaries whose source starts with one
+//! of the prefixes (no doc tests).
 //!
 //! Limits: a job that hangs holds its worker (the VMs have their own deadlines); tests
 //! that share in-process state are run in separate processes, so shared caches on disk
@@ -42,7 +43,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-const USAGE: &str = "usage: suite [--jobs N] [--only SOURCE-PREFIX]";
+const USAGE: &str = "usage: suite [--jobs N] [--only SOURCE-PREFIX[,...]]";
 
 /// One test binary, as cargo reported it.
 struct Binary {
@@ -113,7 +114,7 @@ fn run() -> Result<bool, String> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let (mut binaries, harness) = build(&ws, &cargo)?;
     if let Some(p) = &only {
-        binaries.retain(|b| b.source.starts_with(p.as_str()));
+        binaries.retain(|b| p.split(',').any(|p| b.source.starts_with(p)));
     }
     let weights = read_weights(&ws.join("scripts/test-weights"))?;
     let mut jobs = Vec::new();
