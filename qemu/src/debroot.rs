@@ -38,7 +38,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 
 use validator::config::bom as vbom;
 
@@ -145,8 +144,6 @@ pub const MARK_GOOD: &str = "ROOT-MARK-GOOD ";
 /// The test bed's bundles are uncompressed squashfs (`rauc bundle --mksquashfs-args`).
 pub const BUNDLE_MKSQUASHFS_ARGS: &str = "-noI -noId -noD -noF -noX";
 
-static BUILD: Mutex<()> = Mutex::new(());
-
 /// The cache key of the recipe: SHA-256 over its arguments, mirrors (the sources text),
 /// packages and hook.
 fn key(mirrors: &str) -> String {
@@ -163,9 +160,10 @@ fn key(mirrors: &str) -> String {
 /// The Debian root as a tar archive, built by `mmdebstrap` when the recipe changed
 /// (about 30 s and 250 MB with a reachable mirror).
 pub fn base_tar() -> Result<PathBuf, HarnessError> {
-    let _g = BUILD.lock().unwrap_or_else(|p| p.into_inner());
     let dir = crate::paths::workspace().join("target/debian-root");
-    let _other_processes = crate::paths::file_lock(&dir.join(".build-lock"))?;
+    // One build at a time, across threads and processes (each call opens the lock file
+    // anew, and `flock` serialises separate opens even within a process).
+    let _one_build = crate::paths::file_lock(&dir.join(".build-lock"))?;
     let mirrors = crate::aptsources::mirrors()?;
     let key = key(&mirrors);
     let tar = dir.join(format!("{key}.tar"));

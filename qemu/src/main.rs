@@ -182,10 +182,13 @@ fn main() -> ExitCode {
         },
         Command::Prebuild => match qemu::debroot::prebuild() {
             Ok(paths) => {
-                for p in paths {
-                    println!("{}", p.display());
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                let text: String = paths.iter().map(|p| format!("{}\n", p.display())).collect();
+                match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(e) => harness_error(format!("writing the paths to stdout: {e}")),
                 }
-                ExitCode::SUCCESS
             }
             Err(e) => harness_error(e),
         },

@@ -75,6 +75,7 @@ struct Done {
     test: String,
     secs: f64,
     ok: bool,
+    /// The job's output, read back when it failed (empty when it passed).
     output: String,
 }
 
@@ -412,22 +413,22 @@ fn run_job(job: &Job, log: &Path) -> Done {
             .status()
     });
     let secs = started.elapsed().as_secs_f64();
-    let mut output = String::new();
-    if let Ok(mut f) = File::open(log) {
-        let mut bytes = Vec::new();
-        let _ = f.read_to_end(&mut bytes);
-        output = String::from_utf8_lossy(&bytes).into_owned();
-    }
-    let ok = match result {
-        Ok(st) => st.success(),
-        Err(e) => {
-            output.push_str(&format!(
-                "suite: cannot run {}: {e}\n",
-                job.program.display()
-            ));
-            false
-        }
+    // The log is read back only for a failed job: it is what the report then prints.
+    let (ok, mut output) = match result {
+        Ok(st) if st.success() => (true, String::new()),
+        Ok(_) => (false, String::new()),
+        Err(e) => (
+            false,
+            format!("suite: cannot run {}: {e}\n", job.program.display()),
+        ),
     };
+    if !ok {
+        if let Ok(mut f) = File::open(log) {
+            let mut bytes = Vec::new();
+            let _ = f.read_to_end(&mut bytes);
+            output.insert_str(0, &String::from_utf8_lossy(&bytes));
+        }
+    }
     Done {
         source: job.source.clone(),
         test: job.test.clone(),
