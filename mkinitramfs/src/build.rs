@@ -7,6 +7,8 @@
 //!
 //! Contract: each step reads only what it is given and fails with a [`BuildError`]
 //! naming the file or the module; [`build`] runs them in this order and compresses.
+//! [`kernel_facts`] keeps its answer for the process, keyed by the SHA-256 of the image
+//! and the release (tests/kernel_facts.rs: a changed image is read again).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -227,8 +229,17 @@ fn closure_with_crypto(
 }
 
 /// What the kernel image says about itself: the image, its built-in certificates, its
-/// vermagic and the CRCs of the symbols it exports.
+/// vermagic and the CRCs of the symbols it exports. Decompressing the image is most of
+/// a build's time (xz, tens of MB), and building two slots from one kernel asks twice:
+/// the answer is kept for the process, keyed by the SHA-256 of the image's bytes as read
+/// now and the release, so a changed image is always read afresh.
 fn kernel_facts(spec: &Spec, tree: &KernelTree) -> Result<KernelFacts, BuildError> {
+    use sha2::Digest;
+    /// The image's SHA-256 and the release.
+    type Key = ([u8; 32], String);
+    /// The built-in certificates, the vermagic, the exported CRCs.
+    type Facts = std::sync::Arc<(Vec<Vec<u8>>, String, Symvers)>;
+    static SEEN: std::sync::Mutex<Vec<(Key, Facts)>> = std::sync::Mutex::new(Vec::new());
     let vmlinuz = tree
         .vmlinuz
         .clone()
@@ -237,26 +248,43 @@ fn kernel_facts(spec: &Spec, tree: &KernelTree) -> Result<KernelFacts, BuildErro
         path: vmlinuz.clone(),
         source,
     };
-    let vmlinux = validator::formats::vmlinuz::vmlinux(&read(&vmlinuz, limits::VMLINUZ_MAX)?)
-        .map_err(kerr)?;
-    let builtin = validator::formats::vmlinuz::builtin_certs(&vmlinux).map_err(kerr)?;
-    let vermagic =
-        validator::formats::vmlinuz::vermagic(&vmlinux, &tree.release).ok_or_else(|| {
-            kerr(validator::formats::vmlinuz::VmlinuzError::Missing(format!(
-                "no vermagic string for {}",
-                tree.release
-            )))
-        })?;
-    let mut symvers = Symvers::default();
-    for e in validator::formats::vmlinuz::exported_crcs(&vmlinux).map_err(kerr)? {
-        symvers.insert_ns(&e.symbol, e.crc, "vmlinux", e.gpl, &e.namespace);
-    }
-    drop(vmlinux);
+    let image = read(&vmlinuz, limits::VMLINUZ_MAX)?;
+    let key = (sha2::Sha256::digest(&image).into(), tree.release.clone());
+    let seen = |k: &Key| {
+        let list = SEEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        list.iter().find(|(x, _)| x == k).map(|(_, f)| f.clone())
+    };
+    let facts = match seen(&key) {
+        Some(f) => f,
+        None => {
+            let vmlinux = validator::formats::vmlinuz::vmlinux(&image).map_err(kerr)?;
+            let builtin = validator::formats::vmlinuz::builtin_certs(&vmlinux).map_err(kerr)?;
+            let vermagic = validator::formats::vmlinuz::vermagic(&vmlinux, &tree.release)
+                .ok_or_else(|| {
+                    kerr(validator::formats::vmlinuz::VmlinuzError::Missing(format!(
+                        "no vermagic string for {}",
+                        tree.release
+                    )))
+                })?;
+            let mut symvers = Symvers::default();
+            for e in validator::formats::vmlinuz::exported_crcs(&vmlinux).map_err(kerr)? {
+                symvers.insert_ns(&e.symbol, e.crc, "vmlinux", e.gpl, &e.namespace);
+            }
+            let f = std::sync::Arc::new((builtin, vermagic, symvers));
+            SEEN.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push((key, f.clone()));
+            f
+        }
+    };
+    let (builtin, vermagic, symvers) = &*facts;
     Ok(KernelFacts {
         vmlinuz,
-        builtin,
-        vermagic,
-        symvers,
+        builtin: builtin.clone(),
+        vermagic: vermagic.clone(),
+        symvers: symvers.clone(),
     })
 }
 

@@ -3,8 +3,8 @@
 //! Contract: [`watch`] starts a swtpm for the VM when its config asks for one (a fresh
 //! state, a control socket in the run directory) and QEMU in its own process group with
 //! the serial console written to `<dir>/console.log` (its stderr to `qemu.stderr`, its
-//! command line to `qemu.cmdline`); it polls the console until QEMU exits, the timeout
-//! passes, the boot limit is reached (`follow_reboots`), or a [`KillAt`](super::KillAt)
+//! command line to `qemu.cmdline`, the console with host times to `console.timed`); it
+//! polls the console until QEMU exits, the timeout passes, the boot limit is reached (`follow_reboots`), or a [`KillAt`](super::KillAt)
 //! cut is due, kills the swtpm when `kill_tpm_on` shows, and at the end kills both process
 //! groups, whatever happened. [`Watched`] is what it saw: the console bytes, when each
 //! part of them arrived, and how the run ended. A QEMU that exits with no console output
@@ -91,6 +91,28 @@ impl Counter {
             .max((buf.len() + 1).saturating_sub(self.needle.len()));
         self.count
     }
+}
+
+/// The console with each line prefixed by the host's time (seconds since QEMU started)
+/// at which the line's last byte had arrived: where a run's wall time went, firmware and
+/// boot loader included, which the kernel's own timestamps do not show.
+fn timed(console: &[u8], arrivals: &[(usize, Duration)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(console.len() + console.len() / 8);
+    let mut next = arrivals.iter().peekable();
+    let mut line_start = 0;
+    for (i, b) in console.iter().enumerate() {
+        if *b != b'\n' && i + 1 != console.len() {
+            continue;
+        }
+        while next.peek().is_some_and(|(end, _)| *end <= i) {
+            next.next();
+        }
+        let t = next.peek().map_or(0.0, |(_, t)| t.as_secs_f64());
+        out.extend_from_slice(format!("{t:8.2} ").as_bytes());
+        out.extend_from_slice(console.get(line_start..=i).unwrap_or_default());
+        line_start = i + 1;
+    }
+    out
 }
 
 /// What watching one QEMU run saw.
@@ -253,6 +275,7 @@ pub(super) fn watch(cfg: &VmConfig, dir: &Path) -> Result<Watched, HarnessError>
     drop(swtpm);
     read_console(&mut console, &mut arrivals);
     let wall = start.elapsed();
+    let _ = std::fs::write(dir.join("console.timed"), timed(&console, &arrivals));
     if console.is_empty() && !timed_out && killed_at.is_none() {
         let err = std::fs::read_to_string(&qemu_log).unwrap_or_default();
         return Err(HarnessError::Setup(format!(
