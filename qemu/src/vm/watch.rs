@@ -299,6 +299,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn timed_prefixes_each_line_with_the_arrival_of_its_last_byte() {
+        let console = b"a\nbb\nc";
+        let arrivals = [
+            (3, Duration::from_millis(1000)),
+            (5, Duration::from_millis(2500)),
+            (6, Duration::from_millis(3000)),
+        ];
+        assert_eq!(
+            String::from_utf8(timed(console, &arrivals)).unwrap(),
+            "    1.00 a\n    2.50 bb\n    3.00 c"
+        );
+        assert!(timed(b"", &[]).is_empty());
+    }
+
+    #[test]
     fn counter_counts_each_occurrence_once_as_the_buffer_grows() {
         let mut c = Counter::new("Linux version ");
         let mut buf = b"xx Linux ver".to_vec();
