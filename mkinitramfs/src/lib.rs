@@ -8,7 +8,7 @@
 //! for identical inputs (sorted entries, uid/gid 0, mtimes from `SOURCE_DATE_EPOCH` or 0,
 //! gzip without name or time), uncompressed, gzip or zstd. Gzip is zlib's best
 //! compression by flate2's zlib-rs backend (a Rust port of zlib-ng: the same format at
-//! about 2.5 times miniz_oxide's speed here); the init, which only decompresses, keeps
+//! about 2.4 times miniz_oxide's speed here); the init, which only decompresses, keeps
 //! flate2's default backend.
 //!
 //! The module gate's inputs go in too: the kernel's built-in trusted certificates and the
