@@ -7,9 +7,10 @@
 //! its `modules.dep`, `modules.softdep` and `modules.builtin`. Output is byte-identical
 //! for identical inputs (sorted entries, uid/gid 0, mtimes from `SOURCE_DATE_EPOCH` or 0,
 //! gzip without name or time), uncompressed, gzip or zstd. Gzip is zlib's best
-//! compression by flate2's zlib-rs backend (a Rust port of zlib-ng: the same format at
-//! about 2.4 times miniz_oxide's speed here); the init, which only decompresses, keeps
-//! flate2's default backend.
+//! compression by the zlib-rs crate (a Rust port of zlib-ng: about 2.4 times
+//! miniz_oxide's speed here), called directly rather than as flate2's backend: a backend
+//! feature would be unified into every crate of a workspace build, and the init's tests
+//! must run against the decoder the init ships (flate2's default).
 //!
 //! The module gate's inputs go in too: the kernel's built-in trusted certificates and the
 //! BOM's `policy.trust` certificates (`/etc/validator/trust/`), the CRCs of every symbol
@@ -67,7 +68,6 @@ pub mod limits {
     pub const UNPACKED_MAX: usize = 1 << 30;
 }
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use closure::ClosureError;
@@ -246,17 +246,36 @@ pub use validator::sys::EFIVARFS;
 
 pub use build::build;
 
+/// gzip at zlib's best compression, by zlib-rs: zlib's own header (no name, mtime 0, the
+/// Unix OS byte), so the same bytes give the same member.
+fn gzip_best(raw: &[u8]) -> std::io::Result<Vec<u8>> {
+    let mut config = zlib_rs::DeflateConfig::new(9);
+    // Window bits above 15 ask for the gzip wrapper (zlib's deflateInit2).
+    config.window_bits = 15 + 16;
+    let mut d = zlib_rs::Deflate::new_with_config(config);
+    let mut out = vec![0u8; zlib_rs::compress_bound(raw.len()) + 32];
+    let at = |n: u64| usize::try_from(n).map_err(std::io::Error::other);
+    loop {
+        let input = raw.get(at(d.total_in())?..).unwrap_or_default();
+        let done = at(d.total_out())?;
+        let output = out.get_mut(done..).unwrap_or_default();
+        match d.compress(input, output, zlib_rs::DeflateFlush::Finish) {
+            Ok(zlib_rs::Status::StreamEnd) => {
+                out.truncate(at(d.total_out())?);
+                return Ok(out);
+            }
+            // The output is full (the bound should prevent it): room for more.
+            Ok(_) => out.resize(out.len() + out.len() / 2 + 64, 0),
+            Err(e) => return Err(std::io::Error::other(format!("gzip: {e:?}"))),
+        }
+    }
+}
+
 /// Compresses deterministically.
 pub fn compress(raw: &[u8], c: Compress) -> std::io::Result<Vec<u8>> {
     match c {
         Compress::None => Ok(raw.to_vec()),
-        Compress::Gzip => {
-            let mut e = flate2::GzBuilder::new()
-                .mtime(0)
-                .write(Vec::new(), flate2::Compression::best());
-            e.write_all(raw)?;
-            e.finish()
-        }
+        Compress::Gzip => gzip_best(raw),
         Compress::Zstd => zstd::encode_all(raw, 19),
     }
 }
