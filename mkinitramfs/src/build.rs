@@ -259,20 +259,7 @@ fn kernel_facts(spec: &Spec, tree: &KernelTree) -> Result<KernelFacts, BuildErro
     let facts = match seen(&key) {
         Some(f) => f,
         None => {
-            let vmlinux = validator::formats::vmlinuz::vmlinux(&image).map_err(kerr)?;
-            let builtin = validator::formats::vmlinuz::builtin_certs(&vmlinux).map_err(kerr)?;
-            let vermagic = validator::formats::vmlinuz::vermagic(&vmlinux, &tree.release)
-                .ok_or_else(|| {
-                    kerr(validator::formats::vmlinuz::VmlinuzError::Missing(format!(
-                        "no vermagic string for {}",
-                        tree.release
-                    )))
-                })?;
-            let mut symvers = Symvers::default();
-            for e in validator::formats::vmlinuz::exported_crcs(&vmlinux).map_err(kerr)? {
-                symvers.insert_ns(&e.symbol, e.crc, "vmlinux", e.gpl, &e.namespace);
-            }
-            let f = std::sync::Arc::new((builtin, vermagic, symvers));
+            let f = std::sync::Arc::new(decode_facts(&image, &tree.release).map_err(kerr)?);
             SEEN.lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .push((key, f.clone()));
@@ -286,6 +273,25 @@ fn kernel_facts(spec: &Spec, tree: &KernelTree) -> Result<KernelFacts, BuildErro
         vermagic: vermagic.clone(),
         symvers: symvers.clone(),
     })
+}
+
+/// What [`kernel_facts`] reads out of a kernel image: its built-in certificates, its
+/// vermagic for `release` and the CRCs of the symbols it exports.
+fn decode_facts(
+    image: &[u8],
+    release: &str,
+) -> Result<(Vec<Vec<u8>>, String, Symvers), validator::formats::vmlinuz::VmlinuzError> {
+    use validator::formats::vmlinuz;
+    let vmlinux = vmlinuz::vmlinux(image)?;
+    let builtin = vmlinuz::builtin_certs(&vmlinux)?;
+    let vermagic = vmlinuz::vermagic(&vmlinux, release).ok_or_else(|| {
+        vmlinuz::VmlinuzError::Missing(format!("no vermagic string for {release}"))
+    })?;
+    let mut symvers = Symvers::default();
+    for e in vmlinuz::exported_crcs(&vmlinux)? {
+        symvers.insert_ns(&e.symbol, e.crc, "vmlinux", e.gpl, &e.namespace);
+    }
+    Ok((builtin, vermagic, symvers))
 }
 
 /// The trust store's files (the kernel's built-in certificates, the BOM's `policy.trust`
