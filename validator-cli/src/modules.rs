@@ -17,8 +17,10 @@ use crate::{Res, Usage};
 
 /// `validator modules check`.
 pub(crate) fn check(a: ModulesCheck, out: &mut Out) -> Res {
-    let g = gate_of(&a)?;
+    // The paths and every small input are read before the kernel image is decoded (a
+    // second or so): bad input is named at once.
     let files = module_files(&a.paths)?;
+    let g = gate_of(&a)?;
     let jobs = a.jobs.map_or_else(
         || std::thread::available_parallelism().map_or(1, |n| n.get()),
         usize::from,
@@ -51,10 +53,27 @@ pub(crate) fn check(a: ModulesCheck, out: &mut Out) -> Res {
 }
 
 /// The gate the options describe: the kernel's vermagic and symbol CRCs (`--vmlinuz`,
-/// `--symvers`), the BOM's policy (`--bom`), `--mode`, and the trust store.
+/// `--symvers`), the BOM's policy (`--bom`), `--mode`, and the trust store. The small
+/// inputs (certificates, `Module.symvers`, BOM) are read first, the kernel image last.
 fn gate_of(a: &ModulesCheck) -> Result<validator::gate::Gate, Usage> {
     use validator::config::bom::VermagicMode;
     use validator::gate;
+    let trust = trust_store(&a.trust)?;
+    let symvers = match &a.symvers {
+        Some(f) => {
+            let bytes = read_limited(f, gate::SYMVERS_MAX)?;
+            let text = String::from_utf8(bytes)
+                .map_err(|_| Usage(format!("{}: not UTF-8", f.display())))?;
+            let t = validator::formats::kmod::symvers::Symvers::parse(&text)
+                .map_err(|e| Usage(format!("{}: {e}", f.display())))?;
+            Some(t)
+        }
+        None => None,
+    };
+    let bom = match &a.bom {
+        Some(b) => Some(validator::config::bom::load(b)?.bom),
+        None => None,
+    };
     let mut policy = gate::Policy {
         require_signature: true,
         ..gate::Policy::default()
@@ -74,17 +93,11 @@ fn gate_of(a: &ModulesCheck) -> Result<validator::gate::Gate, Usage> {
         }
         release = Some(k.release);
     }
-    if let Some(f) = &a.symvers {
-        let bytes = read_limited(f, gate::SYMVERS_MAX)?;
-        let text =
-            String::from_utf8(bytes).map_err(|_| Usage(format!("{}: not UTF-8", f.display())))?;
-        let t = validator::formats::kmod::symvers::Symvers::parse(&text)
-            .map_err(|e| Usage(format!("{}: {e}", f.display())))?;
+    if let Some(t) = symvers {
         let tab = table.get_or_insert_with(Default::default);
         tab.map.extend(t.map);
     }
-    if let Some(b) = &a.bom {
-        let b = validator::config::bom::load(b)?.bom;
+    if let Some(b) = bom {
         if release
             .as_deref()
             .is_some_and(|r| r != b.kernel.release.as_str())
@@ -111,7 +124,7 @@ fn gate_of(a: &ModulesCheck) -> Result<validator::gate::Gate, Usage> {
     }
     policy.release = release;
     Ok(gate::Gate {
-        trust: trust_store(&a.trust)?,
+        trust,
         symvers: table,
         policy,
     })

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use crate::kernel::{load_kernel, VMLINUZ_MAX};
+use crate::kernel::load_kernel;
 use crate::{Res, Usage};
 use validator::config::bom::hardware::LINK_WAIT_S_MAX;
 use validator::gate::{Gate, Policy, Verdict};
@@ -95,24 +95,29 @@ fn gate(
                 .join(format!("vmlinuz-{}", rel.trim_end()))
         }
     };
+    // Certificates named on the command line and by the BOM first, the kernel image (a
+    // second or so to decode) last: bad input is named at once.
+    let mut named = validator::trust::TrustStore::new();
+    let bom_dir = bom.path.parent().unwrap_or(Path::new("."));
+    for t in &bom.bom.policy.trust {
+        named.add_path(&bom_dir.join(t))?;
+    }
+    for t in &a.trust {
+        named.add_path(t)?;
+    }
     let k = load_kernel(&vmlinuz)?;
-    let img = validator::util::fs::read_limited(&vmlinuz, VMLINUZ_MAX)?;
-    let elf = validator::formats::vmlinuz::vmlinux(&img)
-        .map_err(|e| Usage(format!("{}: {e}", vmlinuz.display())))?;
     let mut trust = validator::trust::TrustStore::new();
-    for (i, der) in validator::formats::vmlinuz::builtin_certs(&elf)
+    for (i, der) in k
+        .builtin_certs()
         .map_err(|e| Usage(format!("{}: {e}", vmlinuz.display())))?
         .iter()
         .enumerate()
     {
         trust.add_bytes(der, &format!("{} built-in key {i}", vmlinuz.display()))?;
     }
-    let bom_dir = bom.path.parent().unwrap_or(Path::new("."));
-    for t in &bom.bom.policy.trust {
-        trust.add_path(&bom_dir.join(t))?;
-    }
-    for t in &a.trust {
-        trust.add_path(t)?;
+    // The kernel's keys first, as a boot's gate holds them.
+    for c in named.certs {
+        trust.add(c);
     }
     let mut policy = Policy::from_bom(&bom.bom);
     policy.kernel_vermagic = k.vermagic.clone();

@@ -380,11 +380,15 @@ pub fn builtin_certs(vmlinux: &[u8]) -> Result<Vec<Vec<u8>>, VmlinuzError> {
         i = end.max(i + 1);
     }
     if out.is_empty() {
-        return Err(VmlinuzError::Missing(
-            "no system_certificate_list (built-in trusted keys) found in the kernel".into(),
-        ));
+        return Err(no_builtin_certs());
     }
     Ok(out)
+}
+
+fn no_builtin_certs() -> VmlinuzError {
+    VmlinuzError::Missing(
+        "no system_certificate_list (built-in trusted keys) found in the kernel".into(),
+    )
 }
 
 #[cfg(test)]
@@ -455,6 +459,27 @@ mod tests {
     }
 
     #[test]
+    fn facts_without_certificates_give_builtin_certs_error() {
+        let facts = KernelFacts {
+            release: "6.1.0-x".into(),
+            vermagic: None,
+            exports: Vec::new(),
+            certs: Vec::new(),
+        };
+        let scanned = builtin_certs(&[0u8; 64])
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        let kept = facts.builtin_certs().map(|_| ()).map_err(|e| e.to_string());
+        assert!(kept.is_err());
+        assert_eq!(kept, scanned);
+        let facts = KernelFacts {
+            certs: vec![vec![0x30, 0]],
+            ..facts
+        };
+        assert_eq!(facts.builtin_certs().ok(), Some(&[vec![0x30u8, 0]][..]));
+    }
+
+    #[test]
     fn banner_and_vermagic_strings() {
         let img = b"xx\0Linux version 6.1.0-57-amd64 (debian-kernel@lists) #1 SMP\0junk\x006.1.0-57-amd64 SMP preempt mod_unload modversions \0";
         assert_eq!(release(img).as_deref(), Some("6.1.0-57-amd64"));
@@ -488,6 +513,15 @@ impl KernelFacts {
             certs: builtin_certs(&elf).unwrap_or_default(),
             release,
         })
+    }
+
+    /// The built-in certificates, or [`builtin_certs`]'s error where the image has none
+    /// (what a caller that needs them reports, without decoding the image again).
+    pub fn builtin_certs(&self) -> Result<&[Vec<u8>], VmlinuzError> {
+        if self.certs.is_empty() {
+            return Err(no_builtin_certs());
+        }
+        Ok(&self.certs)
     }
 
     /// The exports as a symbol table.
