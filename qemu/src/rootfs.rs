@@ -149,9 +149,13 @@ pub fn build(dir: &Path, extra: &str) -> Result<(), HarnessError> {
     Ok(())
 }
 
-/// An ext4 image of `dir` at `out` (4096-byte blocks, label `root`, owned by root, sized
-/// by [`image_size_mib`]), as `mkfs.ext4 -d` makes it.
+/// An ext4 image of `dir` at `out` (4096-byte blocks, label `root`, owned by root), as
+/// `mkfs.ext4 -d` makes it, sized to its content by [`ext4_fit`]: a read-only verity root
+/// (or the update disk) gets no journal and the inodes it needs, not the ratio mke2fs
+/// picks for a file system that will be written to. Every byte of it is hashed, copied by
+/// RAUC and read through verity, so the free space kept is small.
 pub fn ext4_image(dir: &Path, out: &Path) -> Result<(), HarnessError> {
+    let (size_mib, inodes) = ext4_fit(dir);
     crate::disk::run(
         std::process::Command::new("mkfs.ext4")
             .args([
@@ -161,15 +165,48 @@ pub fn ext4_image(dir: &Path, out: &Path) -> Result<(), HarnessError> {
                 "4096",
                 "-L",
                 "root",
+                "-O",
+                "^has_journal",
+                "-N",
+                &inodes.to_string(),
                 "-E",
                 "root_owner=0:0",
                 "-d",
             ])
             .arg(dir)
             .arg(out)
-            .arg(format!("{}M", image_size_mib(dir))),
+            .arg(format!("{size_mib}M")),
     )?;
     Ok(())
+}
+
+/// Size in MiB and inode count of a journal-less ext4 image of `dir` with 4 KiB blocks:
+/// a quarter more inodes than entries (256 bytes each), the content in 4 KiB blocks plus
+/// a twentieth, and 8 MiB for the rest of the metadata.
+pub fn ext4_fit(dir: &Path) -> (u64, u64) {
+    let (bytes, entries) = usage(dir);
+    let inodes = entries + entries / 4 + 256;
+    let size = bytes + bytes / 20 + inodes * 256;
+    ((size >> 20) + 8, inodes)
+}
+
+/// Bytes in 4 KiB blocks (a directory one block) and the number of entries under `dir`,
+/// `dir` included; what cannot be read counts nothing.
+fn usage(p: &Path) -> (u64, u64) {
+    let Ok(m) = std::fs::symlink_metadata(p) else {
+        return (0, 0);
+    };
+    if !m.is_dir() {
+        return (m.len().div_ceil(4096) * 4096, 1);
+    }
+    let mut total = (4096, 1);
+    if let Ok(rd) = std::fs::read_dir(p) {
+        for e in rd.filter_map(Result::ok) {
+            let (b, n) = usage(&e.path());
+            total = (total.0 + b, total.1 + n);
+        }
+    }
+    total
 }
 
 /// tpm2-tools in a busybox root: `tpm2` with its `tpm2_pcrread` and `tpm2_eventlog` links
@@ -233,24 +270,8 @@ pub fn add_host_programs(
     Ok(())
 }
 
-/// Size in MiB for an ext4 image holding `dir` with room to spare.
+/// Size in MiB for an ext4 image holding `dir` with room to spare (the writable roots
+/// of the busybox scenarios, made by [`crate::disk::mkfs_ext4`]).
 pub fn image_size_mib(dir: &Path) -> u64 {
-    fn du(p: &Path) -> u64 {
-        let Ok(m) = std::fs::symlink_metadata(p) else {
-            return 0;
-        };
-        if m.is_dir() {
-            std::fs::read_dir(p)
-                .map(|rd| {
-                    rd.filter_map(Result::ok)
-                        .map(|e| du(&e.path()))
-                        .sum::<u64>()
-                })
-                .unwrap_or(0)
-                + 4096
-        } else {
-            m.len().div_ceil(4096) * 4096
-        }
-    }
-    (du(dir) * 3 / 2 / (1 << 20) + 8).max(16)
+    (usage(dir).0 * 3 / 2 / (1 << 20) + 8).max(16)
 }

@@ -55,54 +55,6 @@ fn assert_slot_root(o: &qemu::vm::Outcome, slot: Slot) {
 }
 
 #[test]
-fn grub_boots_slot_a_from_grubenv_and_saves_the_try() {
-    let bed = grub_node().bed().unwrap();
-    assert_eq!(var(&env_of(&bed), "A_TRY"), "0");
-    let run = bed.boot().unwrap();
-    eprintln!("{}", run.describe());
-    assert_eq!(run.boots.len(), 1, "{}", run.describe());
-    let o = &run.boots[0];
-    assert_eq!(ab::grub_slot(o), Some(Slot::A), "{}", o.describe());
-    assert!(
-        o.console
-            .contains("boot gate: slot A (A_OK=1 A_TRY=1 B_OK=1 B_TRY=0)"),
-        "{}",
-        o.describe()
-    );
-    assert_slot_root(o, Slot::A);
-    let r = o.report.as_ref().unwrap();
-    // The modules the init needs to mount the ESP are in the slot's BOM and loaded.
-    for m in ESP_MODULES {
-        assert!(
-            r.modules
-                .iter()
-                .any(|x| x.name == *m && x.status == ModStatus::Loaded),
-            "{m} not loaded: {:?}",
-            r.modules
-        );
-    }
-    // GRUB's save_env rewrote grubenv on the FAT ESP; grub-editenv reads it back.
-    let env = env_of(&bed);
-    assert_eq!(var(&env, "ORDER"), "A B");
-    assert_eq!(var(&env, "A_OK"), "1");
-    assert_eq!(var(&env, "A_TRY"), "1");
-    assert_eq!(var(&env, "B_OK"), "1");
-    assert_eq!(var(&env, "B_TRY"), "0");
-    // The bed puts the initial state back in place (as GRUB's save_env writes it).
-    bed.reset_boot_state().unwrap();
-    assert_eq!(var(&env_of(&bed), "A_TRY"), "0");
-    // A saved disk comes back as it was.
-    bed.save("fresh").unwrap();
-    bed.esp()
-        .unwrap()
-        .grubenv_set(&bed.dir, &[("A_OK", "0")])
-        .unwrap();
-    assert_eq!(var(&env_of(&bed), "A_OK"), "0");
-    bed.restore("fresh").unwrap();
-    assert_eq!(var(&env_of(&bed), "A_OK"), "1");
-}
-
-#[test]
 fn grub_boots_slot_b_when_a_is_demoted() {
     let mut s = grub_node();
     s.boot.slots.as_mut().unwrap().grubenv = vec![
@@ -229,13 +181,17 @@ fn reboots_are_followed_counted_and_stopped_at_the_limit() {
 }
 
 /// The shipped grub.cfg never loops: a slot that rebooted without being marked good is
-/// not tried again, so A, then B, then a halt.
+/// not tried again, so A, then B, then a halt. The first boot is also GRUB booting slot A
+/// from grubenv: it saved A's try before the kernel started, and the slot's ESP modules
+/// are in its BOM and loaded. Then the bed's own state handling, on the host: the initial
+/// state put back, and a saved disk restored.
 #[test]
 fn grub_tries_each_slot_once_then_halts() {
     let mut s = grub_node();
     s.root_extra = "sync; reboot -f".into();
     s.boot.follow_reboots = Some(5);
     let bed = s.bed().unwrap();
+    assert_eq!(var(&env_of(&bed), "A_TRY"), "0");
     let run = bed.boot().unwrap();
     eprintln!("{}", run.describe());
     assert!(
@@ -244,18 +200,60 @@ fn grub_tries_each_slot_once_then_halts() {
         run.describe()
     );
     assert_eq!(run.boots.len(), 3, "{}", run.describe());
-    assert_slot_root(&run.boots[0], Slot::A);
-    assert_eq!(ab::grub_slot(&run.boots[0]), Some(Slot::A));
-    assert_eq!(run.boots[0].verdict, Verdict::RootInitReached);
+    let o = &run.boots[0];
+    assert_slot_root(o, Slot::A);
+    assert_eq!(ab::grub_slot(o), Some(Slot::A));
+    assert_eq!(o.verdict, Verdict::RootInitReached);
+    // What GRUB's save_env wrote before the kernel started, as the gate read it.
+    assert!(
+        o.console
+            .contains("boot gate: slot A (A_OK=1 A_TRY=1 B_OK=1 B_TRY=0)"),
+        "{}",
+        o.describe()
+    );
+    let r = o.report.as_ref().unwrap();
+    // The modules the init needs to mount the ESP are in the slot's BOM and loaded.
+    for m in ESP_MODULES {
+        assert!(
+            r.modules
+                .iter()
+                .any(|x| x.name == *m && x.status == ModStatus::Loaded),
+            "{m} not loaded: {:?}",
+            r.modules
+        );
+    }
     assert_slot_root(&run.boots[1], Slot::B);
     assert_eq!(ab::grub_slot(&run.boots[1]), Some(Slot::B));
     assert!(run.boots[2].console.contains(ab::GRUB_NO_SLOT));
     assert!(!run.boots[2].console.contains("Linux version"));
+    // GRUB's save_env rewrote grubenv on the FAT ESP; grub-editenv reads it back.
+    let env = env_of(&bed);
+    assert_eq!(var(&env, "ORDER"), "A B");
+    assert_eq!(
+        (
+            var(&env, "A_OK"),
+            var(&env, "A_TRY"),
+            var(&env, "B_OK"),
+            var(&env, "B_TRY")
+        ),
+        ("1".into(), "1".into(), "1".into(), "1".into())
+    );
+    // The bed puts the initial state back in place (as GRUB's save_env writes it).
+    bed.reset_boot_state().unwrap();
     let env = env_of(&bed);
     assert_eq!(
         (var(&env, "A_TRY"), var(&env, "B_TRY")),
-        ("1".into(), "1".into())
+        ("0".into(), "0".into())
     );
+    // A saved disk comes back as it was.
+    bed.save("fresh").unwrap();
+    bed.esp()
+        .unwrap()
+        .grubenv_set(&bed.dir, &[("A_OK", "0")])
+        .unwrap();
+    assert_eq!(var(&env_of(&bed), "A_OK"), "0");
+    bed.restore("fresh").unwrap();
+    assert_eq!(var(&env_of(&bed), "A_OK"), "1");
 }
 
 /// A power cut while slot A's root rewrites a file on the ESP through slow (throttled)
