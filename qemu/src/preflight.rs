@@ -31,7 +31,7 @@ pub const NVIDIA_MODPROBE_CONF: &str =
 /// capability: a hardware fault against the BOM (quarantine), with the link in the facts.
 ///
 /// `preflight-nvidia`: the signed verity root of `verity`, carrying `nvme` and the real
-/// proprietary `nvidia.ko` (76 MB, licence "NVIDIA", signed with the fleet key the BOM
+/// proprietary `nvidia.ko` (65 MB as DKMS installs it, licence "NVIDIA", signed with the fleet key the BOM
 /// trusts) under `updates/dkms`; the BOM names the built driver and expects 8 GPUs. The VM
 /// has no NVIDIA GPU: the gate passes `nvidia.ko`, the kernel is handed it, and the
 /// preflight attributes the outcome; the root's `modprobe.d` and the command line give
