@@ -205,10 +205,8 @@ fn build(ws: &Path, cargo: &str) -> Result<(Vec<Binary>, Option<PathBuf>), Strin
         if at("/reason").and_then(|v| v.as_str()) != Some("compiler-artifact") {
             continue;
         }
-        if at("/target/name").and_then(|v| v.as_str()) == Some("qemu-harness") {
-            harness = at("/executable")
-                .and_then(|v| v.as_str())
-                .map(PathBuf::from);
+        if let Some(h) = harness_of(&m) {
+            harness = Some(h);
         }
         if at("/profile/test").and_then(serde_json::Value::as_bool) != Some(true) {
             continue;
@@ -243,6 +241,21 @@ fn build(ws: &Path, cargo: &str) -> Result<(Vec<Binary>, Option<PathBuf>), Strin
     out.sort_by(|a, b| a.source.cmp(&b.source));
     out.dedup_by(|a, b| a.exe == b.exe);
     Ok((out, harness))
+}
+
+/// The `qemu-harness` program itself, if cargo's artifact message `m` is it: the binary
+/// target built as a program, not as its own unit tests (`cargo test --no-run` builds
+/// both under that target name, in no fixed order).
+fn harness_of(m: &serde_json::Value) -> Option<PathBuf> {
+    let at = |p: &str| m.pointer(p);
+    if at("/target/name").and_then(|v| v.as_str()) != Some("qemu-harness")
+        || at("/profile/test").and_then(serde_json::Value::as_bool) != Some(false)
+    {
+        return None;
+    }
+    at("/executable")
+        .and_then(|v| v.as_str())
+        .map(PathBuf::from)
 }
 
 type Weights = HashMap<(String, String), f64>;
@@ -476,6 +489,33 @@ mod tests {
             "{w:?}"
         );
         assert!(w.values().all(|s| *s > 0.0));
+    }
+
+    /// The harness is the program, whichever order cargo reports its two builds in (the
+    /// unit tests' one, run with `prebuild`, would filter every test out and pass).
+    #[test]
+    fn the_harness_is_the_program_not_its_unit_tests() {
+        let artifact = |test: bool, exe: &str| {
+            serde_json::json!({
+                "reason": "compiler-artifact",
+                "target": { "name": "qemu-harness", "kind": ["bin"] },
+                "profile": { "test": test },
+                "executable": exe,
+            })
+        };
+        let program = artifact(false, "/t/debug/qemu-harness");
+        let tests = artifact(true, "/t/debug/deps/qemu_harness-0123");
+        assert_eq!(
+            harness_of(&program),
+            Some(PathBuf::from("/t/debug/qemu-harness"))
+        );
+        assert_eq!(harness_of(&tests), None);
+        let other = serde_json::json!({
+            "target": { "name": "validator" },
+            "profile": { "test": false },
+            "executable": "/t/debug/validator",
+        });
+        assert_eq!(harness_of(&other), None);
     }
 
     /// A line without three fields, or with a weight that is no number, is an error that
