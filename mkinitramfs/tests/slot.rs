@@ -503,6 +503,49 @@ fn uki_is_signed_reproducible_and_predicted_as_systemd_measure_does() {
         .iter()
         .filter(|s| s.entry == validator::attest::reference::Entry::Kexec)
         .all(|s| s.stub.is_none()));
+    // A RAUC bundle's image goes into whichever slot is not booted: its reference
+    // predicts both, B's entries as above, A's its own image (its own line, its own
+    // bytes) read from /A/.
+    let rauc = [
+        &signed[..],
+        &[
+            "--rauc-bundle",
+            "gpu-node",
+            "--rauc-key",
+            "key.pem",
+            "--rauc-cert",
+            "cert.pem",
+        ],
+    ]
+    .concat();
+    let (ok, err) = slot_with(&d, "root", "bom.toml", "key.pem", "bundled", &rauc);
+    assert!(ok, "{err}");
+    let both = validator::attest::reference::Reference::parse(
+        &std::fs::read_to_string(d.join("bundled/reference.json")).unwrap(),
+    )
+    .unwrap();
+    let entries = |r: &validator::attest::reference::Reference| {
+        r.slots
+            .iter()
+            .map(|s| (s.slot.as_str(), s.entry.as_str()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        entries(&both),
+        [
+            ("B", "boot-loader"),
+            ("B", "kexec"),
+            ("A", "boot-loader"),
+            ("A", "kexec")
+        ]
+    );
+    assert_eq!(&both.slots[..2], &r.slots[..]);
+    let a = both.slot(validator::config::bom::SlotName::A).unwrap();
+    assert_eq!(a.cmdline, format!("validator.slot=A {UKI_LINE}"));
+    assert_eq!(a.files.len(), 1);
+    assert_eq!(a.files[0].path, "/A/linux.efi");
+    assert_ne!(a.files[0].digests["sha256"], b.files[0].digests["sha256"]);
+    assert_ne!(a.stub, b.stub);
     // Unsigned, then signed outside the tool: the same image.
     let unsigned = [&uki[..], &["--uki-unsigned"]].concat();
     let (ok, err) = slot_with(&d, "root", "bom.toml", "key.pem", "u3", &unsigned);

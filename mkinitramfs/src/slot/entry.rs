@@ -11,8 +11,9 @@ pub(super) struct Uki {
     pub image: Vec<u8>,
     /// Signed by the tool (its bytes are final).
     pub signed: bool,
-    /// For a RAUC bundle: the image naming the other slot (its name, its bytes).
-    pub other: Option<(&'static str, Vec<u8>)>,
+    /// For a RAUC bundle: the image naming the other slot (its name, its `.cmdline`, its
+    /// bytes).
+    pub other: Option<(&'static str, String, Vec<u8>)>,
 }
 
 /// The slot's Unified Kernel Image (`None` without `spec.uki`), built in `tmp` from the
@@ -53,7 +54,8 @@ pub(super) fn uki(
     let other = match spec.rauc {
         Some(_) => {
             let name = if spec.slot == "A" { "B" } else { "A" };
-            Some((name, make(name)?.1))
+            let (line, image) = make(name)?;
+            Some((name, line, image))
         }
         None => None,
     };
@@ -78,14 +80,15 @@ pub(super) enum Boot<'a> {
     },
 }
 
-/// The reference measurements (`validator.reference/v1`) of the slot booted by GRUB as
-/// `boot` says (its boot-loader entry, and the kexec entry a fallback from the other slot
-/// gives it), as `validator attest predict` makes them: from the BOM, the initramfs and
-/// the root hash just built, the files GRUB measures into PCR 9 (the kernel and
-/// initramfs, or the signed image), and what systemd-stub measures into PCR 11.
+/// The reference measurements (`validator.reference/v1`) of the image booted by GRUB from
+/// each slot of `boots` as its `Boot` says (the boot-loader entry, and the kexec entry a
+/// fallback from the other slot gives it), as `validator attest predict` makes them: from
+/// the BOM, the initramfs and the root hash just built, the files GRUB measures into PCR 9
+/// (the kernel and initramfs, or the signed image), and what systemd-stub measures into
+/// PCR 11. A RAUC bundle's image may be installed in either slot: it has one per slot.
 pub(super) fn reference(
     spec: &SlotSpec,
-    boot: &Boot<'_>,
+    boots: &[(&str, Boot<'_>)],
     bom: &[u8],
     root_hex: &str,
     kernel: &[u8],
@@ -99,56 +102,52 @@ pub(super) fn reference(
         }
     })?;
     let tree = predict::MemTree::from_listing("initrd.img", entries);
-    let slot = spec.slot.as_str();
     let file_pcr = validator::formats::tpm::measurement::BOOT_LOADER_FILE_PCR;
-    let name = validator::config::bom::SlotName::parse(slot).ok_or_else(|| SlotError::Input {
-        path: spec.bom.clone(),
-        why: format!("slot {slot:?}: A or B"),
-    })?;
     let dir = spec
         .root
         .is_dir()
         .then(|| predict::DirTree(spec.root.clone()));
-    let (line, files, uki) = match boot {
-        Boot::Plain(line) => (
-            *line,
-            vec![
-                (file_pcr, format!("/{slot}/vmlinuz"), Some(kernel.to_vec())),
-                (
-                    file_pcr,
-                    format!("/{slot}/initrd.img"),
-                    Some(initrd.to_vec()),
-                ),
-            ],
-            None,
-        ),
-        Boot::Uki {
-            line,
-            image,
-            signed,
-        } => (
-            *line,
-            // An image still to be signed elsewhere: its final bytes are not known here.
-            signed
-                .then(|| {
+    let mut slots = Vec::new();
+    for (slot, boot) in boots {
+        let name =
+            validator::config::bom::SlotName::parse(slot).ok_or_else(|| SlotError::Input {
+                path: spec.bom.clone(),
+                why: format!("slot {slot:?}: A or B"),
+            })?;
+        let (line, files, uki) = match boot {
+            Boot::Plain(line) => (
+                *line,
+                vec![
+                    (file_pcr, format!("/{slot}/vmlinuz"), Some(kernel.to_vec())),
                     (
                         file_pcr,
-                        format!("/{slot}/{UKI_NAME}"),
-                        Some(image.to_vec()),
-                    )
-                })
-                .into_iter()
-                .collect(),
-            Some(image.to_vec()),
-        ),
-    };
-    let r = predict::predict(&predict::Inputs {
-        bom,
-        initramfs: &tree,
-        root: dir.as_ref().map(|t| t as &dyn predict::Tree),
-        root_hash: Some(root_hex.to_string()),
-        uefi: true,
-        slots: vec![predict::SlotInput {
+                        format!("/{slot}/initrd.img"),
+                        Some(initrd.to_vec()),
+                    ),
+                ],
+                None,
+            ),
+            Boot::Uki {
+                line,
+                image,
+                signed,
+            } => (
+                *line,
+                // An image still to be signed elsewhere: its final bytes are not known here.
+                signed
+                    .then(|| {
+                        (
+                            file_pcr,
+                            format!("/{slot}/{UKI_NAME}"),
+                            Some(image.to_vec()),
+                        )
+                    })
+                    .into_iter()
+                    .collect(),
+                Some(image.to_vec()),
+            ),
+        };
+        slots.push(predict::SlotInput {
             slot: name,
             cmdline: line.into(),
             kexec_cmdline: Some(predict::kexec_cmdline_grub(line, name)),
@@ -156,7 +155,15 @@ pub(super) fn reference(
             // The ESP's configuration is the install's, not the slot's.
             files_complete: false,
             uki,
-        }],
+        });
+    }
+    let r = predict::predict(&predict::Inputs {
+        bom,
+        initramfs: &tree,
+        root: dir.as_ref().map(|t| t as &dyn predict::Tree),
+        root_hash: Some(root_hex.to_string()),
+        uefi: true,
+        slots,
     })
     .map_err(|e| SlotError::Input {
         path: spec.bom.clone(),

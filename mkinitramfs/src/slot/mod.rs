@@ -30,7 +30,9 @@
 //!   command line `validator.slot=<SLOT> ...` as one image, signed by the fleet's Secure
 //!   Boot key or left unsigned for a signer outside the tool), which the shipped grub.cfg
 //!   chainloads; `reference.json` then predicts a boot of it (its `.cmdline`, GRUB's read
-//!   of the signed file, systemd-stub's PCR 11 events) instead of the plain entry;
+//!   of the signed file, systemd-stub's PCR 11 events) instead of the plain entry, and
+//!   with [`SlotSpec::rauc`] a boot of the other slot's image too (the bundle carries
+//!   both: RAUC installs it in whichever slot is not booted);
 //! - with [`SlotSpec::cmdline`], `reference.json`: what a good boot of the slot measures
 //!   (`validator.reference/v1`, as `validator attest predict` writes it; the entries
 //!   `boot-loader` through the shipped grub.cfg and `kexec` from the other slot), for
@@ -578,22 +580,40 @@ fn build_into(spec: &SlotSpec, tmp: &Path) -> Result<SlotBuilt, SlotError> {
     let uki = entry::uki(spec, tmp, &kernel, &initrd.bytes, &image_id)?;
     if let Some(u) = &uki {
         write(&format!("esp/{slot}/{UKI_NAME}"), &u.image)?;
-        if let Some((other, image)) = &u.other {
+        if let Some((other, _, image)) = &u.other {
             let p = tmp.join(format!(".linux-{other}.efi"));
             std::fs::write(&p, image).map_err(io(&p))?;
         }
     }
-    let boot = match (&uki, &spec.cmdline) {
-        (Some(u), _) => Some(entry::Boot::Uki {
-            line: &u.line,
-            image: &u.image,
-            signed: u.signed,
-        }),
-        (None, Some(line)) => Some(entry::Boot::Plain(line)),
-        (None, None) => None,
+    // The boots the reference predicts: the slot's, and for a RAUC bundle's images the
+    // other slot's too (the bundle is installed in whichever slot is not booted).
+    let boots: Vec<(&str, entry::Boot<'_>)> = match (&uki, &spec.cmdline) {
+        (Some(u), _) => {
+            let mut b = vec![(
+                slot,
+                entry::Boot::Uki {
+                    line: &u.line,
+                    image: &u.image,
+                    signed: u.signed,
+                },
+            )];
+            if let Some((other, line, image)) = &u.other {
+                b.push((
+                    *other,
+                    entry::Boot::Uki {
+                        line,
+                        image,
+                        signed: u.signed,
+                    },
+                ));
+            }
+            b
+        }
+        (None, Some(line)) => vec![(slot, entry::Boot::Plain(line))],
+        (None, None) => Vec::new(),
     };
-    if let Some(boot) = &boot {
-        let r = entry::reference(spec, boot, &bom_text, &root_hex, &kernel, &initrd.bytes)?;
+    if !boots.is_empty() {
+        let r = entry::reference(spec, &boots, &bom_text, &root_hex, &kernel, &initrd.bytes)?;
         write("reference.json", r.as_bytes())?;
     }
     let entry = format!(
