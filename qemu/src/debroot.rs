@@ -332,6 +332,7 @@ pub fn build(
          echo \"{marker} uptime=$(cut -d' ' -f1 /proc/uptime) pid=$$\"\n\
          echo \"{SYSTEM}pid1=$(cat /proc/1/comm) multi-user=$(systemctl is-active multi-user.target) at_us=$(systemctl show -P ActiveEnterTimestampMonotonic multi-user.target) node_exporter=$(systemctl is-active prometheus-node-exporter.service)\"\n\
          printf '%s%s\\n' \"{report}\" \"$(cat /run/validator/report.json 2>/dev/null)\"\n\
+         echo TPM-LOG-BEGIN; base64 /run/validator/tpm-eventlog.bin 2>/dev/null; echo TPM-LOG-END\n\
          systemctl -q is-active prometheus-node-exporter.service && for i in $(seq 30); do curl -sf http://127.0.0.1:9100/metrics > /tmp/scrape && grep -q '^validator_' /tmp/scrape && break; sleep 1; done; touch /tmp/scrape\n\
          echo ROOT-{SCRAPE}-BEGIN; grep -E '^(# (HELP|TYPE) )?validator_' /tmp/scrape; echo ROOT-{SCRAPE}-END\n\
          echo ROOT-METRICS-BEGIN; cat /{textfile}/validator.prom; echo ROOT-METRICS-END\n\
@@ -539,6 +540,30 @@ pub fn slot_image(
     Ok((parts, out.join(format!("esp/{slot}/initrd.img"))))
 }
 
+/// The attestation reference of the update `name` made by [`update_disk`] in `run_dir`
+/// (`mkinitramfs slot`'s `reference.json`: the image booted from either slot).
+pub fn update_reference(
+    run_dir: &Path,
+    name: &str,
+) -> Result<validator::attest::reference::Reference, HarnessError> {
+    read_reference(&run_dir.join(format!("update-{name}/reference.json")))
+}
+
+/// The attestation reference of the real node's installed slot `slot`, as `mkinitramfs
+/// slot` wrote it (`slot-<slot>/image/reference.json`).
+pub fn slot_reference(
+    run_dir: &Path,
+    slot: crate::firmware::Slot,
+) -> Result<validator::attest::reference::Reference, HarnessError> {
+    read_reference(&run_dir.join(format!("slot-{slot}/image/reference.json")))
+}
+
+fn read_reference(p: &Path) -> Result<validator::attest::reference::Reference, HarnessError> {
+    let text = std::fs::read_to_string(p).map_err(|e| HarnessError::io(p, e))?;
+    validator::attest::reference::Reference::parse(&text)
+        .map_err(|e| HarnessError::Setup(format!("{}: {e}", p.display())))
+}
+
 /// The sizes (MiB) the real node's disk is installed with: docs/INSTALL.md's table
 /// (ESP, each root partition, each hash partition), so `sfdisk --dump` of the node's disk
 /// is that table. The image is sparse: the slots fill a few hundred MiB of it.
@@ -585,7 +610,7 @@ pub fn install_disk(
 /// when given (the node's slots are such images), and put alone on an ext4 disk image
 /// for the VM's second disk. `trusted`: the root hash is signed by the key the new initramfs trusts;
 /// otherwise by another one, so the gate refuses the image (an image fault). Returns the
-/// disk image.
+/// disk image; the update's `reference.json` is kept beside it ([`update_reference`]).
 pub fn update_disk(
     run_dir: &Path,
     kernel: &crate::paths::Kernel,
@@ -652,6 +677,9 @@ pub fn update_disk(
     std::fs::create_dir_all(&carry).map_err(|e| io(&carry, e))?;
     let bundle = carry.join(format!("{name}.raucb"));
     std::fs::rename(out.join("bundle.raucb"), &bundle).map_err(|e| io(&bundle, e))?;
+    // What a verifier of the update's boots is given (from either slot: update_reference).
+    let reference = d.join("reference.json");
+    std::fs::rename(out.join("reference.json"), &reference).map_err(|e| io(&reference, e))?;
     let _ = std::fs::remove_dir_all(&out);
     let disk = d.join("update.img");
     crate::rootfs::ext4_image(&carry, &disk)?;

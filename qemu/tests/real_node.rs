@@ -302,7 +302,10 @@ fn damage_signature(disk: &std::path::Path, label: &str) {
 /// kexec into A's 6.1 kernel (a kexec across kernel versions under lockdown), which
 /// passes and is marked good. From A the good 6.12 update then goes
 /// into B: GRUB boots it through the signed chain, the gate passes it and the unit marks
-/// it good; RAUC and the gate agree. Then three power cuts during the install of the same
+/// it good; RAUC and the gate agree. Each power-on's quote and event log verify against
+/// the references of the images it booted (A's as installed, each update's as `mkinitramfs
+/// slot` made it, for whichever slot RAUC wrote): the refused update's boot from B then
+/// A's after the kexec in one log. Then three power cuts during the install of the same
 /// update into A ([`install_cuts::campaign`], the phases timed on power-on 2's install).
 #[test]
 fn rauc_upgrades_the_kernel_through_the_other_slot_and_a_refused_update_falls_back_across_kernels()
@@ -337,6 +340,13 @@ fn rauc_upgrades_the_kernel_through_the_other_slot_and_a_refused_update_falls_ba
     assert_eq!(rauc.booted, "A");
     assert_eq!(rauc.primary.as_deref(), Some("B"), "{rauc:?}");
     assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
+    // Each image's attestation reference verifies the boots of it: A's as installed, the
+    // updates' as `mkinitramfs slot` made their bundles (for either slot).
+    let a_ref = debroot::slot_reference(&bed.dir, Slot::A).unwrap();
+    assert_eq!(
+        attested(&o, std::slice::from_ref(&a_ref)),
+        [boot_of(&a_ref, "A", "pass")]
+    );
 
     // Power-on 2: GRUB boots B's 6.12 image; the gate refuses its root (an image fault),
     // demotes B and falls back by kexec into A's 6.1 kernel, which passes and is marked
@@ -389,6 +399,16 @@ fn rauc_upgrades_the_kernel_through_the_other_slot_and_a_refused_update_falls_ba
         "{:?}",
         slot.before
     );
+    // The quote after the kexec covers both boots: the refused 6.12 image from B, then
+    // A's 6.1 image.
+    let refused_ref = debroot::update_reference(&bed.dir, "untrusted").unwrap();
+    assert_eq!(
+        attested(&o, &[a_ref.clone(), refused_ref.clone()]),
+        [
+            boot_of(&refused_ref, "B", "fallback"),
+            boot_of(&a_ref, "A", "pass")
+        ]
+    );
     assert_eq!(mark_good(&o), "success");
     assert_eq!(installed(&o), ["update.raucb 0"]);
     let rauc = rauc_status(&o);
@@ -411,6 +431,11 @@ fn rauc_upgrades_the_kernel_through_the_other_slot_and_a_refused_update_falls_ba
         qemu::reportcheck::stub_booted(r).is_some(),
         "{:?}",
         r.boot_image
+    );
+    let good_ref = debroot::update_reference(&bed.dir, "update").unwrap();
+    assert_eq!(
+        attested(&o, &[a_ref.clone(), good_ref.clone()]),
+        [boot_of(&good_ref, "B", "pass")]
     );
     assert_eq!(mark_good(&o), "success");
     let rauc = rauc_status(&o);
@@ -449,6 +474,41 @@ fn kernel_of(o: &Outcome) -> String {
         .as_ref()
         .and_then(|r| r.kernel_release.clone())
         .unwrap_or_else(|| panic!("no kernel release: {}", o.describe()))
+}
+
+/// The boots a verifier finds in `o`'s report and event log (its quote checked with the
+/// attestation key the node's TPM derives), each against the images' references `refs`:
+/// (image id, slot, decision) in order.
+fn attested(
+    o: &Outcome,
+    refs: &[validator::attest::reference::Reference],
+) -> Vec<(String, String, String)> {
+    use qemu::attestation::{self, Evidence};
+    use validator::attest::verify::{verify_report, Policy};
+    use validator::formats::tpm::attest::KeyKind;
+    let (tpm_dir, _) = attestation::dirs(o);
+    let ev = Evidence::of(o).unwrap_or_else(|e| panic!("{e}: {}", o.describe()));
+    let ak = attestation::enrolled_ak(&tpm_dir, KeyKind::EccP256).unwrap();
+    let v = verify_report(&ak, refs, &ev.report, &ev.log, &Policy::default())
+        .unwrap_or_else(|e| panic!("{e}: {}", o.describe()));
+    v.boots
+        .iter()
+        .map(|b| {
+            (
+                b.image_id.clone(),
+                b.slot.as_str().to_string(),
+                b.decision.as_str().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn boot_of(
+    r: &validator::attest::reference::Reference,
+    slot: &str,
+    decision: &str,
+) -> (String, String, String) {
+    (r.image_id.clone(), slot.to_string(), decision.to_string())
 }
 
 /// The live re-check under systemd (`real-node-recheck`): the BOM expects an NVMe
