@@ -238,21 +238,7 @@ fn slot_image_verifies_reproduces_and_carries_its_signed_root_hash() {
 fn rauc_bundle_is_verified_by_rauc_with_the_images_of_the_slot() {
     let d = scratch("rauc");
     inputs(&d);
-    let (ok, err) = slot_with(
-        &d,
-        "root",
-        "bom.toml",
-        "key.pem",
-        "bundled",
-        &[
-            "--rauc-bundle",
-            "gpu-node",
-            "--rauc-key",
-            "key.pem",
-            "--rauc-cert",
-            "cert.pem",
-        ],
-    );
+    let (ok, err) = slot_with(&d, "root", "bom.toml", "key.pem", "bundled", RAUC_ARGS);
     assert!(ok, "{err}");
     let out = d.join("bundled");
     let sums = std::fs::read_to_string(out.join("SHA256SUMS")).unwrap();
@@ -413,6 +399,16 @@ fn section(image: &Path, name: &str, out: &Path) -> Vec<u8> {
 
 const UKI_LINE: &str = "console=ttyS0,115200 panic=-1 ro";
 
+/// A RAUC bundle signed by the test key, for the example system.conf's `compatible`.
+const RAUC_ARGS: &[&str] = &[
+    "--rauc-bundle",
+    "gpu-node",
+    "--rauc-key",
+    "key.pem",
+    "--rauc-cert",
+    "cert.pem",
+];
+
 /// The slot's Unified Kernel Image: signed by the fleet key as sbverify judges it (and not
 /// by another), the kernel and initramfs inside byte for byte as objcopy extracts them,
 /// the command line naming the slot; the same bytes twice; unsigned and then signed by
@@ -506,18 +502,7 @@ fn uki_is_signed_reproducible_and_predicted_as_systemd_measure_does() {
     // A RAUC bundle's image goes into whichever slot is not booted: its reference
     // predicts both, B's entries as above, A's its own image (its own line, its own
     // bytes) read from /A/.
-    let rauc = [
-        &signed[..],
-        &[
-            "--rauc-bundle",
-            "gpu-node",
-            "--rauc-key",
-            "key.pem",
-            "--rauc-cert",
-            "cert.pem",
-        ],
-    ]
-    .concat();
+    let rauc = [&signed[..], RAUC_ARGS].concat();
     let (ok, err) = slot_with(&d, "root", "bom.toml", "key.pem", "bundled", &rauc);
     assert!(ok, "{err}");
     let both = validator::attest::reference::Reference::parse(
