@@ -588,27 +588,17 @@ fn build_into(spec: &SlotSpec, tmp: &Path) -> Result<SlotBuilt, SlotError> {
     // The boots the reference predicts: the slot's, and for a RAUC bundle's images the
     // other slot's too (the bundle is installed in whichever slot is not booted).
     let boots: Vec<(&str, entry::Boot<'_>)> = match (&uki, &spec.cmdline) {
-        (Some(u), _) => {
-            let mut b = vec![(
-                slot,
-                entry::Boot::Uki {
-                    line: &u.line,
-                    image: &u.image,
+        (Some(u), _) => std::iter::once((slot, &u.line, &u.image))
+            .chain(u.other.iter().map(|(o, line, image)| (*o, line, image)))
+            .map(|(s, line, image)| {
+                let boot = entry::Boot::Uki {
+                    line,
+                    image,
                     signed: u.signed,
-                },
-            )];
-            if let Some((other, line, image)) = &u.other {
-                b.push((
-                    *other,
-                    entry::Boot::Uki {
-                        line,
-                        image,
-                        signed: u.signed,
-                    },
-                ));
-            }
-            b
-        }
+                };
+                (s, boot)
+            })
+            .collect(),
         (None, Some(line)) => vec![(slot, entry::Boot::Plain(line))],
         (None, None) => Vec::new(),
     };
