@@ -91,7 +91,8 @@ impl Scenario {
             | Name::AbNoEsp
             | Name::AbEspFull
             | Name::AbEspReadOnly
-            | Name::AbCorruptGrubenv => crate::faults::setup(&mut s, name)?,
+            | Name::AbCorruptGrubenv
+            | Name::AbGrubenvBrokenChain => crate::faults::setup(&mut s, name)?,
         }
         Ok(s)
     }

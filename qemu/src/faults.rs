@@ -9,7 +9,7 @@
 //! files are written under `target/qemu-runs/fault-files-<pid>/`. Verity faults use the
 //! variants of [`crate::verity`]. The A/B faults boot the gate's A/B node directly (no
 //! firmware, for speed) with its ESP absent, full, on a read-only disk, or with a grubenv
-//! GRUB cannot read ([`crate::scenario::EspCondition`]); every A/B fault follows reboots, so a
+//! GRUB cannot read, damaged or under a broken cluster chain ([`crate::scenario::EspCondition`]); every A/B fault follows reboots, so a
 //! loop would show as more boots.
 //!
 //! Limits: the CRC fault is signed by a test key (trusted by the BOM, unknown to the
@@ -154,7 +154,11 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
             *s = crate::basic::named(Name::Modules40)?;
             s.memory_mib = Some(LOW_MEMORY_MIB);
         }
-        Name::AbNoEsp | Name::AbEspFull | Name::AbEspReadOnly | Name::AbCorruptGrubenv => {
+        Name::AbNoEsp
+        | Name::AbEspFull
+        | Name::AbEspReadOnly
+        | Name::AbCorruptGrubenv
+        | Name::AbGrubenvBrokenChain => {
             *s = Scenario::ab_gate(BootPath::Direct, Roots::Plain)?;
             // A missing ESP is waited for as long as a root; keep that short.
             s.cmdline.push_str(" validator.root_timeout=5");
@@ -164,6 +168,7 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
                     Name::AbNoEsp => EspCondition::Absent,
                     Name::AbEspFull => EspCondition::Full,
                     Name::AbEspReadOnly => EspCondition::ReadOnlyDisk,
+                    Name::AbGrubenvBrokenChain => EspCondition::GrubenvBrokenChain,
                     _ => EspCondition::CorruptGrubenv,
                 };
                 if matches!(name, Name::AbEspFull | Name::AbEspReadOnly) {

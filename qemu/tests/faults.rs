@@ -475,6 +475,82 @@ fn corrupt_grubenv_halts_grub_and_is_left_alone_by_the_gate() {
         .unwrap()
         .read(qemu::firmware::GRUBENV_PATH)
         .unwrap();
+    through_grub_no_kernel_starts(&bed);
+    let err = direct_boot_passes_with_a_slot_error(&bed);
+    assert!(
+        err.contains("grubenv") && err.contains("(left alone)"),
+        "{err}"
+    );
+    let after = bed
+        .esp()
+        .unwrap()
+        .read(qemu::firmware::GRUBENV_PATH)
+        .unwrap();
+    assert_eq!(before, after, "the gate wrote the grubenv");
+}
+
+/// The grubenv's cluster chain broken after its first cluster (the FAT a cut between a
+/// chain's FAT writes leaves): GRUB's FAT reader refuses the file (`invalid cluster`) and
+/// finds no bootable slot; booted directly, the kernel's vfat refuses it too (EIO, then
+/// the file system set read-only), the gate names the grubenv and the FAT driver's lines,
+/// and a good boot hands over with the ESP left as it was (but the dirty mark the kernel
+/// sets).
+#[test]
+fn broken_cluster_chain_under_the_grubenv_halts_grub_and_is_named_by_the_gate() {
+    let bed = Scenario::named(Name::AbGrubenvBrokenChain)
+        .unwrap()
+        .bed()
+        .unwrap();
+    let esp = bed.esp().unwrap();
+    let before = esp_bytes(&bed);
+    assert!(
+        esp.read(qemu::firmware::GRUBENV_PATH).is_err(),
+        "mtools read it"
+    );
+    let fw = through_grub_no_kernel_starts(&bed);
+    assert!(fw.console.contains("invalid cluster"), "{}", fw.describe());
+    let err = direct_boot_passes_with_a_slot_error(&bed);
+    assert!(
+        err.starts_with("grubenv: ") && err.contains("I/O error"),
+        "{err}"
+    );
+    assert!(
+        err.contains("kernel: FAT-fs (vda1): error, fat_get_cluster: invalid cluster chain")
+            && err.contains("FAT-fs (vda1): Filesystem has been set read-only"),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("our state record is not written").count(),
+        1,
+        "each error once: {err}"
+    );
+    let after = esp_bytes(&bed);
+    let changed: Vec<usize> = (0..before.len())
+        .filter(|&i| before.get(i) != after.get(i))
+        .take(16)
+        .collect();
+    // Only the boot sector's state byte (FAT32 offset 0x41): the kernel marks the volume
+    // dirty when it mounts it read-write and, once it set it read-only after the error,
+    // never clears the mark; `fsck.fat` at the root's next boot sees it.
+    assert_eq!(changed, [0x41], "the ESP changed at these bytes");
+    assert_eq!(after[0x41] & 1, 1, "the dirty bit");
+}
+
+/// The bytes of the bed's ESP partition.
+fn esp_bytes(bed: &ab::Bed) -> Vec<u8> {
+    use std::io::{Read, Seek};
+    let esp = bed.esp().unwrap();
+    let (_, len) = qemu::disk::partition_offset(&esp.image, qemu::firmware::ESP_LABEL).unwrap();
+    let mut f = std::fs::File::open(&esp.image).unwrap();
+    f.seek(std::io::SeekFrom::Start(esp.offset)).unwrap();
+    let mut b = vec![0u8; usize::try_from(len).unwrap()];
+    f.read_exact(&mut b).unwrap();
+    b
+}
+
+/// Powers `bed` on through OVMF and GRUB: GRUB finds no bootable slot and no kernel
+/// starts.
+fn through_grub_no_kernel_starts(bed: &ab::Bed) -> Run {
     let ovmf = qemu::firmware::Ovmf::fresh(&bed.dir).unwrap();
     let fw = bed
         .boot_with(|c| {
@@ -490,21 +566,17 @@ fn corrupt_grubenv_halts_grub_and_is_left_alone_by_the_gate() {
     clean(&fw, 0);
     assert!(fw.console.contains(ab::GRUB_NO_SLOT), "{}", fw.describe());
     assert!(!fw.console.contains("Linux version"), "no kernel started");
+    fw
+}
+
+/// Boots `bed` directly: one boot, which passes and hands over; returns the report's
+/// slot `error`.
+fn direct_boot_passes_with_a_slot_error(bed: &ab::Bed) -> String {
     let run = bed.boot().unwrap();
     clean(&run, 1);
     let o = &run.boots[0];
     assert_eq!(o.verdict, Verdict::RootInitReached, "{}", o.describe());
     let r = o.report.as_ref().unwrap();
     assert_eq!((r.decision, r.fault), (Decision::Pass, None));
-    let err = r.slot.as_ref().unwrap().error.as_deref().unwrap();
-    assert!(
-        err.contains("grubenv") && err.contains("(left alone)"),
-        "{err}"
-    );
-    let after = bed
-        .esp()
-        .unwrap()
-        .read(qemu::firmware::GRUBENV_PATH)
-        .unwrap();
-    assert_eq!(before, after, "the gate wrote the grubenv");
+    r.slot.as_ref().unwrap().error.clone().unwrap()
 }

@@ -282,6 +282,9 @@ pub(super) fn build_disk(
                 }
                 esp.overwrite_in_place(firmware::GRUBENV_PATH, &env)?;
             }
+            EspCondition::GrubenvBrokenChain => {
+                Esp::image(&esp_img).break_chain(firmware::GRUBENV_PATH)?;
+            }
             _ => {}
         }
         if two.esp == EspCondition::ReadOnlyDisk {

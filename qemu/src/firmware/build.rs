@@ -437,6 +437,39 @@ mod tests {
             esp.list("/EFI/BOOT").unwrap(),
             ["BOOTX64.EFI", "grub.cfg", "grubenv"]
         );
+        // The grubenv's chain broken after its first cluster: GRUB's own FAT reader
+        // (`grub-fstest`, GRUB's fs modules in user space) refuses the file, and
+        // `fsck.fat` sees the free cluster in the chain.
+        let fstest = |img: &Path| {
+            std::process::Command::new("grub-fstest")
+                .arg(img)
+                .args(["cat", GRUBENV_PATH])
+                .output()
+                .unwrap()
+        };
+        assert!(fstest(&img).status.success());
+        let first = esp.break_chain(GRUBENV_PATH).unwrap();
+        assert!(first >= 2);
+        let out = fstest(&img);
+        let said = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && said.contains("invalid cluster"),
+            "{said}"
+        );
+        let fsck = std::process::Command::new("fsck.fat")
+            .arg("-n")
+            .arg(&img)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&fsck.stdout);
+        assert!(
+            said.contains(&format!("Contains a free cluster ({first})")),
+            "{said}"
+        );
+        assert!(
+            esp.break_chain("/A/vmlinuz").is_err(),
+            "one cluster: no chain"
+        );
         // One slot's own options cannot be expressed under GRUB.
         spec.slots[0].options = "x=1".into();
         let err = build_esp(&spec, &img, &dir.join("scratch")).unwrap_err();

@@ -89,6 +89,10 @@ struct Geometry {
     /// Byte offset of cluster 2 from the start of the file system.
     data_start: u64,
     cluster_bytes: u64,
+    /// Byte offset of the first FAT, each FAT's length in bytes, and how many there are.
+    fat_start: u64,
+    fat_bytes: u64,
+    fats: u64,
 }
 
 fn geometry(bpb: &[u8]) -> Option<Geometry> {
@@ -112,6 +116,9 @@ fn geometry(bpb: &[u8]) -> Option<Geometry> {
     Some(Geometry {
         data_start: (reserved + fats * fat_sectors + root_dir_sectors) * bytes_per_sector,
         cluster_bytes: sectors_per_cluster * bytes_per_sector,
+        fat_start: reserved * bytes_per_sector,
+        fat_bytes: fat_sectors * bytes_per_sector,
+        fats,
     })
 }
 
@@ -314,6 +321,59 @@ impl Esp {
         Ok(())
     }
 
+    /// Breaks the cluster chain of file `path` (FAT32, at least two clusters long) after
+    /// its first cluster: that cluster's entry is marked free (0) in every FAT, as a write
+    /// cut between a chain's FAT updates leaves it; the directory entry and the data stay.
+    /// Returns the first cluster.
+    pub fn break_chain(&self, path: &str) -> Result<u64, HarnessError> {
+        use std::os::unix::fs::FileExt;
+        let shown = disk::run(
+            mtools("mshowfat")
+                .arg("-i")
+                .arg(self.target())
+                .arg(self.mpath(path)?),
+        )?;
+        let runs = cluster_runs(&shown);
+        let clusters: u64 = runs.iter().map(|(a, b)| b + 1 - a).sum();
+        let first = match runs.first() {
+            Some((a, _)) if clusters >= 2 => *a,
+            _ => {
+                return Err(HarnessError::Setup(format!(
+                    "ESP {path}: no chain to break in {shown:?} (one cluster or none)"
+                )))
+            }
+        };
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&self.image)
+            .map_err(|e| HarnessError::io(&self.image, e))?;
+        let mut bpb = [0u8; 512];
+        f.read_exact_at(&mut bpb, self.offset)
+            .map_err(|e| HarnessError::io(&self.image, e))?;
+        let g = geometry(&bpb)
+            .filter(|g| first * 4 + 4 <= g.fat_bytes)
+            .ok_or_else(|| {
+                HarnessError::Setup(format!(
+                    "{}@{}: not a FAT32 boot sector with cluster {first}",
+                    self.image.display(),
+                    self.offset
+                ))
+            })?;
+        for i in 0..g.fats {
+            let at = self.offset + g.fat_start + i * g.fat_bytes + first * 4;
+            let mut e = [0u8; 4];
+            f.read_exact_at(&mut e, at)
+                .map_err(|e| HarnessError::io(&self.image, e))?;
+            // The top four bits of a FAT32 entry are reserved and kept.
+            let free = u32::from_le_bytes(e) & 0xF000_0000;
+            f.write_all_at(&free.to_le_bytes(), at)
+                .map_err(|e| HarnessError::io(&self.image, e))?;
+        }
+        f.sync_all().map_err(|e| HarnessError::io(&self.image, e))?;
+        Ok(first)
+    }
+
     /// Copies ESP file `path` to `out` on the host.
     pub fn copy_out(&self, path: &str, out: &Path) -> Result<(), HarnessError> {
         let bytes = self.read(path)?;
@@ -384,7 +444,10 @@ mod tests {
             geometry(&b),
             Some(Geometry {
                 data_start: (32 + 2 * 1009) * 512,
-                cluster_bytes: 512
+                cluster_bytes: 512,
+                fat_start: 32 * 512,
+                fat_bytes: 1009 * 512,
+                fats: 2,
             })
         );
         assert_eq!(geometry(&[0u8; 512]), None);

@@ -170,6 +170,10 @@ pub enum EspCondition {
     ReadOnlyDisk,
     /// A grubenv whose signature line is damaged (one byte): GRUB cannot load it.
     CorruptGrubenv,
+    /// The grubenv's cluster chain broken after its first cluster (the FAT entry linking
+    /// it to the second marked free, in both FATs; `Esp::break_chain`): GRUB's and the
+    /// kernel's FAT readers both refuse the file.
+    GrubenvBrokenChain,
 }
 
 /// The disk image of an ESP on a disk of its own ([`EspCondition::ReadOnlyDisk`]).

@@ -13,7 +13,9 @@
 //! that returns `EIO` itself, a filesystem larger than the verity data): the caller keeps
 //! its image class. [`judge_plain`] does the same for a root without verity (no status:
 //! the disk's line alone). The lines kept as evidence are that disk's and dm-verity's
-//! `device-mapper: verity: <dev>: data|metadata block <n> is corrupted`.
+//! `device-mapper: verity: <dev>: data|metadata block <n> is corrupted`. For the ESP,
+//! [`fat_evidence`] keeps the FAT driver's lines about its partition (a damaged FAT reads
+//! `EIO` with no disk error; only the driver's line says why).
 //!
 //! Limits: the log lines are matched by disk name, not by time (an older error of the
 //! same disk counts); `blk_print_req_error` is rate limited, so a burst can hide the
@@ -85,6 +87,37 @@ pub fn is_evidence(m: &str) -> bool {
 /// (`<status> error, dev <disk>, sector ...`).
 pub fn is_disk_error(m: &str, disk: &str) -> bool {
     m.contains(&format!(" error, dev {disk}, sector "))
+}
+
+/// Whether `m` is the FAT driver's line about the file system on partition `name`
+/// (`FAT-fs (<name>): ...`): the damage it found (`error, fat_get_cluster: invalid
+/// cluster chain ...`) and what it did (`Filesystem has been set read-only`).
+pub fn is_fat_line(m: &str, name: &str) -> bool {
+    m.strip_prefix("FAT-fs (")
+        .and_then(|r| r.strip_prefix(name))
+        .is_some_and(|r| r.starts_with("): "))
+}
+
+/// The kernel log's newest lines (at `kmsg_path`) of the FAT driver about the file system
+/// on `device` (`/dev/vda1`), each once, oldest first; none, with a warning logged, when
+/// the log cannot be read. A read of a FAT file that fails with `EIO` and no disk error
+/// is the file system's damage, which only these lines name.
+pub fn fat_evidence(kmsg_path: &Path, device: &str) -> Vec<String> {
+    let Some(name) = Path::new(device).file_name().map(|n| n.to_string_lossy()) else {
+        return Vec::new();
+    };
+    let lines =
+        kmsg::read_messages(kmsg_path, EVIDENCE, |m| is_fat_line(m, &name)).unwrap_or_else(|e| {
+            log::warn!("reading the kernel log for FAT errors: {e}");
+            Vec::new()
+        });
+    let mut out: Vec<String> = Vec::new();
+    for l in lines {
+        if !out.contains(&l) {
+            out.push(l);
+        }
+    }
+    out
 }
 
 /// The whole disk a partition's device node lies on (`/dev/vda5` -> `vda`,
@@ -230,6 +263,40 @@ mod tests {
         ] {
             assert!(!is_evidence(m), "{m}");
         }
+    }
+
+    #[test]
+    fn the_fat_drivers_lines_are_matched_by_partition() {
+        let m = "FAT-fs (vda1): error, fat_get_cluster: invalid cluster chain (i_pos 32834)";
+        assert!(is_fat_line(m, "vda1"));
+        assert!(is_fat_line(
+            "FAT-fs (vda1): Filesystem has been set read-only",
+            "vda1"
+        ));
+        assert!(!is_fat_line(m, "vda"));
+        assert!(!is_fat_line(m, "vda11"));
+        assert!(!is_fat_line("FAT-fs (vda11): error", "vda1"));
+        assert!(!is_fat_line("I/O error, dev vda, sector 8", "vda1"));
+    }
+
+    /// Read from a file in `/dev/kmsg`'s record format: the device's lines, each once.
+    #[test]
+    fn fat_evidence_keeps_the_devices_lines_once() {
+        let d = std::env::temp_dir().join(format!("vld-fat-kmsg-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        let k = d.join("kmsg");
+        std::fs::write(
+            &k,
+            "3,1,1,-;FAT-fs (vda1): error, fat_get_cluster: invalid cluster chain (i_pos 9)\n",
+        )
+        .unwrap();
+        assert_eq!(
+            fat_evidence(&k, "/dev/vda1"),
+            ["FAT-fs (vda1): error, fat_get_cluster: invalid cluster chain (i_pos 9)"]
+        );
+        assert!(fat_evidence(&k, "/dev/vdb1").is_empty());
+        assert!(fat_evidence(&d.join("none"), "/dev/vda1").is_empty());
+        std::fs::remove_dir_all(&d).unwrap();
     }
 
     #[test]

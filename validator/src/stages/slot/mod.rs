@@ -15,6 +15,8 @@
 //! Missing or unusable state never stops a good boot: the stage records why slot handling
 //! is off (a platform fault, in the report) and the boot goes on; only the fallback is then
 //! impossible. The decision itself is made by `boot`; this stage only carries it out.
+//! Where the state could not be read or written, the FAT driver's kernel lines about the
+//! ESP (a broken cluster chain, the file system set read-only) follow the errors.
 //!
 //! Current limits: two slots, `A` and `B`; the ESP is vfat (its modules must be in the
 //! BOM's `modules.load`).
@@ -33,6 +35,7 @@ use crate::config::layout;
 use crate::formats::slotstate::{self, SlotRecord};
 use crate::util::fs::read_limited;
 
+use crate::runtime::read_fault;
 use crate::runtime::slot::bootable;
 pub use crate::runtime::slot::{BootLoader, Previous, Runtime, SlotError, SlotFacts};
 
@@ -105,13 +108,15 @@ fn describe(m: &BTreeMap<String, String>) -> String {
         .join(" ")
 }
 
-/// The errors' messages, joined as the report shows them.
+/// The errors' messages, each once, joined as the report shows them.
 fn join(errors: &[SlotError]) -> String {
-    errors
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+    let mut out: Vec<String> = Vec::new();
+    for m in errors.iter().map(ToString::to_string) {
+        if !out.contains(&m) {
+            out.push(m);
+        }
+    }
+    out.join("; ")
 }
 
 /// Finds and mounts the ESP, reads the boot loader's state and our record, and counts
@@ -176,7 +181,14 @@ pub(crate) fn open_dir(
         problems.push(e);
     }
     if !problems.is_empty() {
-        let why = join(&problems);
+        let mut why = join(&problems);
+        // A damaged FAT reads EIO (and is then set read-only): its driver's lines say why.
+        if let Some(esp) = facts.esp.as_deref() {
+            let kernel = read_fault::fat_evidence(&ctx.roots.dev.join("kmsg"), esp);
+            if !kernel.is_empty() {
+                why = format!("{why}; kernel: {}", kernel.join("; "));
+            }
+        }
         ctx.facts
             .warnings
             .push(format!("slot state incomplete (platform fault): {why}"));
@@ -447,13 +459,16 @@ pub fn act(
     if let Some(f) = ctx.facts.slot.as_mut() {
         f.after = after;
         f.action = Some(done.join("; "));
-        if !problems.is_empty() {
-            let why = join(&problems);
-            f.error = Some(match f.error.take() {
-                Some(e) => format!("{e}; {why}"),
-                None => why,
-            });
-        }
+        // The errors the load already reported (an unreadable grubenv or record) are
+        // not repeated.
+        let earlier = f.error.take().unwrap_or_default();
+        problems.retain(|e| !earlier.contains(&e.to_string()));
+        f.error = match (earlier.is_empty(), problems.is_empty()) {
+            (true, true) => None,
+            (false, true) => Some(earlier),
+            (true, false) => Some(join(&problems)),
+            (false, false) => Some(format!("{earlier}; {}", join(&problems))),
+        };
     }
     plan
 }
