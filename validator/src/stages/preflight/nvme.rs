@@ -188,10 +188,63 @@ pub fn check(roots: &HwRoots, hw: &Hardware) -> (Vec<NvmeFact>, Check, bool) {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    /// A controller the driver found but that never came up (`resetting`, or `dead`
+    /// after a failed initialisation) is not counted: the check fails as the hardware's,
+    /// names it with its state, and asks the caller to wait (it may still come up).
+    #[test]
+    fn a_controller_that_is_not_live_is_named_with_its_state() {
+        let d = std::env::temp_dir().join(format!("vld-nvme-state-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        for (name, state) in [("nvme0", "live"), ("nvme1", "resetting")] {
+            let c = d.join("class/nvme").join(name);
+            std::fs::create_dir_all(c.join(format!("{name}n1"))).unwrap();
+            for (f, v) in [
+                ("state", state),
+                ("model", "SAMSUNG MZ1L2960HCJR-00A07   "),
+                ("serial", "S665NE0R1"),
+                ("firmware_rev", "GDC7302Q"),
+            ] {
+                std::fs::write(c.join(f), format!("{v}\n")).unwrap();
+            }
+        }
+        let roots = HwRoots {
+            sys: d.clone(),
+            proc: d.join("proc"),
+            root: d.join("root"),
+        };
+        let hw = Hardware {
+            nvme: Some(2),
+            ..Hardware::default()
+        };
+        let (facts, check, settling) = super::check(&roots, &hw);
+        assert_eq!(facts.len(), 2);
+        assert_eq!(check.fault, Some(Fault::Hardware), "{check:?}");
+        assert!(
+            check.detail.starts_with("1 of 2 NVMe controller(s) live: ")
+                && check
+                    .detail
+                    .contains("nvme1 \"SAMSUNG MZ1L2960HCJR-00A07\" resetting"),
+            "{}",
+            check.detail
+        );
+        assert!(settling, "a controller not yet live may still come up");
+        std::fs::write(d.join("class/nvme/nvme1/state"), "dead\n").unwrap();
+        let (_, check, _) = super::check(&roots, &hw);
+        assert!(
+            check
+                .detail
+                .contains("nvme1 \"SAMSUNG MZ1L2960HCJR-00A07\" dead"),
+            "{check:?}"
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
     #[test]
     fn namespace_names() {
         for ok in ["nvme0n1", "nvme1c1n1", "nvme12n3", "nvme0c12n1"] {
-            assert!(super::is_namespace(ok), "{ok}");
+            assert!(is_namespace(ok), "{ok}");
         }
         for no in [
             "nvme0",
@@ -203,7 +256,7 @@ mod tests {
             "ng0n1",
             "nvme0n1p1",
         ] {
-            assert!(!super::is_namespace(no), "{no}");
+            assert!(!is_namespace(no), "{no}");
         }
     }
 }
