@@ -112,84 +112,10 @@ fn real_node_reaches_multi_user_marks_good_and_rolls_back_when_unhealthy() {
         bed.disk.display()
     );
 
-    // Power-on 1: slot A, healthy.
-    let o = power_on(&bed, None);
-    let r = o.report.as_ref().unwrap();
-    assert_eq!(ab::root_slot(&o), Some(Slot::A));
-    assert_eq!(system(&o)["node_exporter"], "active");
-    // node_exporter serves, over HTTP, every sample of the textfile the gate wrote.
-    let file = section(&o.console, "METRICS").expect("the textfile");
-    let scrape = section(&o.console, debroot::SCRAPE).expect("the scrape");
-    let samples = qemu::reportcheck::prometheus_samples(&file);
-    let served = qemu::reportcheck::prometheus_samples(&scrape);
-    assert!(samples.len() > 20, "{file}");
-    let missing: Vec<_> = samples.difference(&served).collect();
-    assert!(missing.is_empty(), "not served: {missing:?}\n{scrape}");
-    assert!(
-        scrape.contains("validator_decision{decision=\"pass\"} 1"),
-        "{scrape}"
-    );
-    // The NFD features file is where NFD's local source reads it, and the report in /run.
-    let nfd = section(&o.console, "NFD").expect("features");
-    let f = validator::formats::nfd::parse(&nfd).unwrap();
-    let get = |n: &str| f.iter().find(|x| x.name == n).map(|x| x.value.clone());
-    assert_eq!(get("decision").as_deref(), Some("pass"));
-    assert_eq!(get("image"), r.image_id.clone());
-    let run = section(&o.console, "RUN").unwrap();
-    assert!(run.lines().any(|l| l == "report.json"), "{run}");
-    // The gate left A's try consumed; the shipped unit marked it good once healthy.
-    let slot = r.slot.as_ref().unwrap();
-    assert_eq!(slot.after.get("A_TRY").map(String::as_str), Some("1"));
-    assert_eq!(mark_good(&o), "success");
-    let status = section(&o.console, debroot::SLOT_STATUS).unwrap();
-    assert!(
-        status.contains("A_OK=1") && status.contains("A_TRY=0"),
-        "{status}"
-    );
+    // Power-on 1, slot A healthy and marked good, is the kernel-upgrade test's first
+    // (`healthy_first_boot`): the same node, one power-on fewer. The disk starts as
+    // installed: both slots good, neither tried.
     assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
-    // The node booted its slot's Unified Kernel Image: systemd-stub said so.
-    assert!(
-        qemu::reportcheck::stub_booted(r).is_some(),
-        "{:?}",
-        r.boot_image
-    );
-    // After systemd ran, the TPM still equals the replay of our log in every PCR the log
-    // touches, but PCR 11: booted from a UKI (`StubPcrKernelImage` set), systemd 252's
-    // pcrphase units extend it in the real root with their phase words, `sysinit` and then
-    // `ready` (systemd's own log in /run/log/systemd/tpm2-measure.log has them; our quote
-    // was made before them, in the initramfs).
-    let tpm = tpmcheck::parse_listing(&tpmcheck::section(&o.console, "TPM-PCRREAD").unwrap());
-    let el = tpmcheck::section(&o.console, "TPM-EVENTLOG").unwrap();
-    assert!(el.contains("TPM-EVENTLOG-RC 0"), "{el}");
-    let replay = tpmcheck::eventlog_pcrs(&el);
-    for bank in ["sha1", "sha256"] {
-        assert!(replay[bank].contains_key(&11) && replay[bank].contains_key(&13));
-        for (pcr, v) in replay[bank].iter().filter(|(p, _)| **p != 11) {
-            assert_eq!(tpm[bank].get(pcr), Some(v), "{bank} PCR {pcr}");
-        }
-        let alg = validator::formats::tpm::HashAlg::from_name(bank).unwrap();
-        let mut pcr11 = validator::util::unhex(&replay[bank][&11]).unwrap();
-        let mut phases = Vec::new();
-        for word in ["sysinit", "ready"] {
-            pcr11 = alg.extend(&pcr11, &alg.digest(word.as_bytes()));
-            phases.push(validator::util::hex(&pcr11));
-        }
-        assert!(
-            phases.contains(&tpm[bank][&11]),
-            "{bank} PCR 11: the TPM's {} is our log's {} with systemd's sysinit ({}) or also ready ({})",
-            tpm[bank][&11],
-            replay[bank][&11],
-            phases[0],
-            phases[1]
-        );
-        // The report read its PCRs back before the quote and the seal that follows it
-        // (the log's last record, which the TPM holds too).
-        let ours = &r.tpm.as_ref().unwrap().pcrs[bank];
-        let at_quote = tpmcheck::pcrs_before_seal(&o.console).unwrap();
-        assert_eq!(ours[&11], at_quote[bank][&11]);
-        assert_eq!(ours[&13], at_quote[bank][&13]);
-        assert_eq!(ours[&11], replay[bank][&11], "the seal is in PCR 13 only");
-    }
 
     // Power-on 2: node_exporter never starts: A passes the gate, the unit fails, A's
     // try stays consumed.
@@ -270,6 +196,89 @@ fn real_node_reaches_multi_user_marks_good_and_rolls_back_when_unhealthy() {
     assert_eq!(grubenv(&bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
 }
 
+/// What the first power-on of a freshly installed real node shows: slot A passed, its
+/// services run, node_exporter serves the gate's metrics, the NFD features and the run
+/// directory are there, the shipped unit marked A good, the node booted A's Unified
+/// Kernel Image, and the TPM equals the replay of our log (PCR 11 with systemd's phases).
+fn healthy_first_boot(bed: &ab::Bed, o: &Outcome) {
+    let r = o.report.as_ref().unwrap();
+    assert_eq!(ab::root_slot(o), Some(Slot::A));
+    assert_eq!(system(o)["node_exporter"], "active");
+    // node_exporter serves, over HTTP, every sample of the textfile the gate wrote.
+    let file = section(&o.console, "METRICS").expect("the textfile");
+    let scrape = section(&o.console, debroot::SCRAPE).expect("the scrape");
+    let samples = qemu::reportcheck::prometheus_samples(&file);
+    let served = qemu::reportcheck::prometheus_samples(&scrape);
+    assert!(samples.len() > 20, "{file}");
+    let missing: Vec<_> = samples.difference(&served).collect();
+    assert!(missing.is_empty(), "not served: {missing:?}\n{scrape}");
+    assert!(
+        scrape.contains("validator_decision{decision=\"pass\"} 1"),
+        "{scrape}"
+    );
+    // The NFD features file is where NFD's local source reads it, and the report in /run.
+    let nfd = section(&o.console, "NFD").expect("features");
+    let f = validator::formats::nfd::parse(&nfd).unwrap();
+    let get = |n: &str| f.iter().find(|x| x.name == n).map(|x| x.value.clone());
+    assert_eq!(get("decision").as_deref(), Some("pass"));
+    assert_eq!(get("image"), r.image_id.clone());
+    let run = section(&o.console, "RUN").unwrap();
+    assert!(run.lines().any(|l| l == "report.json"), "{run}");
+    // The gate left A's try consumed; the shipped unit marked it good once healthy.
+    let slot = r.slot.as_ref().unwrap();
+    assert_eq!(slot.after.get("A_TRY").map(String::as_str), Some("1"));
+    assert_eq!(mark_good(o), "success");
+    let status = section(&o.console, debroot::SLOT_STATUS).unwrap();
+    assert!(
+        status.contains("A_OK=1") && status.contains("A_TRY=0"),
+        "{status}"
+    );
+    assert_eq!(grubenv(bed), "A_OK=1 A_TRY=0 B_OK=1 B_TRY=0");
+    // The node booted its slot's Unified Kernel Image: systemd-stub said so.
+    assert!(
+        qemu::reportcheck::stub_booted(r).is_some(),
+        "{:?}",
+        r.boot_image
+    );
+    // After systemd ran, the TPM still equals the replay of our log in every PCR the log
+    // touches, but PCR 11: booted from a UKI (`StubPcrKernelImage` set), systemd 252's
+    // pcrphase units extend it in the real root with their phase words, `sysinit` and then
+    // `ready` (systemd's own log in /run/log/systemd/tpm2-measure.log has them; our quote
+    // was made before them, in the initramfs).
+    let tpm = tpmcheck::parse_listing(&tpmcheck::section(&o.console, "TPM-PCRREAD").unwrap());
+    let el = tpmcheck::section(&o.console, "TPM-EVENTLOG").unwrap();
+    assert!(el.contains("TPM-EVENTLOG-RC 0"), "{el}");
+    let replay = tpmcheck::eventlog_pcrs(&el);
+    for bank in ["sha1", "sha256"] {
+        assert!(replay[bank].contains_key(&11) && replay[bank].contains_key(&13));
+        for (pcr, v) in replay[bank].iter().filter(|(p, _)| **p != 11) {
+            assert_eq!(tpm[bank].get(pcr), Some(v), "{bank} PCR {pcr}");
+        }
+        let alg = validator::formats::tpm::HashAlg::from_name(bank).unwrap();
+        let mut pcr11 = validator::util::unhex(&replay[bank][&11]).unwrap();
+        let mut phases = Vec::new();
+        for word in ["sysinit", "ready"] {
+            pcr11 = alg.extend(&pcr11, &alg.digest(word.as_bytes()));
+            phases.push(validator::util::hex(&pcr11));
+        }
+        assert!(
+            phases.contains(&tpm[bank][&11]),
+            "{bank} PCR 11: the TPM's {} is our log's {} with systemd's sysinit ({}) or also ready ({})",
+            tpm[bank][&11],
+            replay[bank][&11],
+            phases[0],
+            phases[1]
+        );
+        // The report read its PCRs back before the quote and the seal that follows it
+        // (the log's last record, which the TPM holds too).
+        let ours = &r.tpm.as_ref().unwrap().pcrs[bank];
+        let at_quote = tpmcheck::pcrs_before_seal(&o.console).unwrap();
+        assert_eq!(ours[&11], at_quote[bank][&11]);
+        assert_eq!(ours[&13], at_quote[bank][&13]);
+        assert_eq!(ours[&11], replay[bank][&11], "the seal is in PCR 13 only");
+    }
+}
+
 /// Changes one character of the signature in the DPS signature partition `label` (its
 /// JSON `signature`, base64): the root hash signature no longer verifies.
 fn damage_signature(disk: &std::path::Path, label: &str) {
@@ -332,6 +341,7 @@ fn rauc_upgrades_the_kernel_through_the_other_slot_and_a_refused_update_falls_ba
     // Power-on 1: A (6.1), healthy and marked good, installs the refused 6.12 update
     // into B.
     let o = power_on(&bed, Some(&refused));
+    healthy_first_boot(&bed, &o);
     assert_eq!(ab::root_slot(&o), Some(Slot::A));
     assert_eq!(kernel_of(&o), old);
     assert_eq!(mark_good(&o), "success");
