@@ -1,7 +1,9 @@
 //! The steps of [`build`]: the BOM's module names checked against the initramfs's own
 //! module configuration and what the init needs ([`check_names`]), the module closure
-//! with the crypto modules a signature digest needs ([`closure_with_crypto`]), what the
-//! kernel image says about itself ([`kernel_facts`]), the trust store
+//! with the crypto modules a signature digest needs ([`closure_with_crypto`]), the init,
+//! extra files and BOM certificates ([`small_inputs`], read before the kernel image is
+//! decoded, so that a bad one is named at once), what the kernel image says about itself
+//! ([`kernel_facts`]), the trust store
 //! ([`trust_files`]), the module files and the CRCs they import ([`module_files`]), the
 //! gate over every packed module ([`gate_modules`]) and the archive's layout ([`pack`]).
 //!
@@ -64,13 +66,16 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
         names.push(EFIVARFS.to_string());
     }
     let (clo, mut files, gained) = closure_with_crypto(spec, &tree, names)?;
+    // The small inputs before the kernel image's decode (about a second): a bad init,
+    // extra file or BOM certificate is named at once.
+    let (small, bom_certs) = small_inputs(spec, &bom)?;
     let KernelFacts {
         vmlinuz,
         builtin,
         vermagic,
         mut symvers,
     } = kernel_facts(spec, &tree)?;
-    let (trust_files, trust) = trust_files(spec, &bom, &vmlinuz, &builtin)?;
+    let (trust_files, trust) = trust_files(&vmlinuz, &builtin, bom_certs)?;
     let (module_files, referenced) = module_files(spec, &tree, &clo, &mut files, &mut symvers)?;
     // The init only needs the CRCs of symbols the packed modules import (their undefined
     // symbols and `__versions` records, `module_layout` included). With root modules
@@ -84,7 +89,7 @@ pub fn build(spec: &Spec) -> Result<Built, BuildError> {
         gate_modules(&bom, &trust, &symvers, &vermagic, &gained, &module_files)?;
     }
     let a = pack(
-        spec,
+        small,
         &bom,
         &tree,
         &clo,
@@ -297,10 +302,9 @@ fn decode_facts(
 /// The trust store's files (the kernel's built-in certificates, the BOM's `policy.trust`
 /// found next to the BOM) and the store they make.
 fn trust_files(
-    spec: &Spec,
-    bom: &LoadedBom,
     vmlinuz: &Path,
     builtin: &[Vec<u8>],
+    bom_certs: Vec<TrustFile>,
 ) -> Result<(Vec<TrustFile>, TrustStore), BuildError> {
     let mut trust_files: Vec<TrustFile> = builtin
         .iter()
@@ -313,23 +317,15 @@ fn trust_files(
             )
         })
         .collect();
-    // A BOM given as a bare file name has the empty parent: its certificates are in ".".
-    let bom_dir = spec
-        .bom
-        .parent()
-        .filter(|d| !d.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    for t in &bom.bom.policy.trust {
-        let p = bom_dir.join(t);
-        let name = p
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let bytes = read(&p, limits::CERT_FILE_MAX)?;
-        trust_files.push((format!("bom-{name}"), p, bytes));
-    }
+    trust_files.extend(bom_certs);
+    let trust = store_of(&trust_files)?;
+    Ok((trust_files, trust))
+}
+
+/// The trust store of `files`, in their order (a duplicate keeps its first origin).
+fn store_of(files: &[TrustFile]) -> Result<TrustStore, BuildError> {
     let mut trust = TrustStore::new();
-    for (name, path, bytes) in &trust_files {
+    for (name, path, bytes) in files {
         trust
             .add_bytes(bytes, name)
             .map_err(|source| BuildError::Trust {
@@ -337,7 +333,59 @@ fn trust_files(
                 source,
             })?;
     }
-    Ok((trust_files, trust))
+    Ok(trust)
+}
+
+/// The files [`pack`] copies as they are, read before the kernel image is decoded.
+struct SmallInputs {
+    /// The init's bytes (never empty).
+    init: Vec<u8>,
+    /// Each extra file: its path in the archive, its bytes, its permission bits, where
+    /// it came from.
+    extras: Vec<(String, Vec<u8>, u32, PathBuf)>,
+}
+
+/// Reads the init, the extra files and the BOM's certificates (`policy.trust`, each
+/// parsed once here to check it).
+fn small_inputs(spec: &Spec, bom: &LoadedBom) -> Result<(SmallInputs, Vec<TrustFile>), BuildError> {
+    let init = read(&spec.init, limits::INIT_MAX)?;
+    if init.is_empty() {
+        return Err(BuildError::EmptyInit(spec.init.clone()));
+    }
+    let mut extras = Vec::new();
+    for (src, dst) in &spec.extra_files {
+        let perm = {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::metadata(src)
+                .map_err(|source| BuildError::Io {
+                    path: src.clone(),
+                    source,
+                })?
+                .permissions()
+                .mode()
+                & 0o7777
+        };
+        let bytes = read(src, limits::EXTRA_FILE_MAX)?;
+        extras.push((dst.clone(), bytes, perm, src.clone()));
+    }
+    // A BOM given as a bare file name has the empty parent: its certificates are in ".".
+    let bom_dir = spec
+        .bom
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let mut bom_certs = Vec::new();
+    for t in &bom.bom.policy.trust {
+        let p = bom_dir.join(t);
+        let name = p
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let bytes = read(&p, limits::CERT_FILE_MAX)?;
+        bom_certs.push((format!("bom-{name}"), p, bytes));
+    }
+    store_of(&bom_certs)?;
+    Ok((SmallInputs { init, extras }, bom_certs))
 }
 
 /// The module files to pack, in the closure's order (overrides replace the tree's file),
@@ -416,12 +464,9 @@ fn gate_modules(
 
 /// The archive's layout: directories, the console, the init, the BOM, the modules and
 /// their index, the trust store, the CRC table, the vermagic and the extra files.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "every input of the layout, each borrowed"
-)]
+#[expect(clippy::too_many_arguments, reason = "every input of the layout")]
 fn pack(
-    spec: &Spec,
+    small: SmallInputs,
     bom: &LoadedBom,
     tree: &KernelTree,
     clo: &Closure,
@@ -449,11 +494,7 @@ fn pack(
             perm: 0o600,
         },
     )?;
-    let init = read(&spec.init, limits::INIT_MAX)?;
-    if init.is_empty() {
-        return Err(BuildError::EmptyInit(spec.init.clone()));
-    }
-    a.file("init", init, 0o755)?;
+    a.file("init", small.init, 0o755)?;
     a.file("etc/validator/bom.toml", bom.bytes.clone(), 0o644)?;
     let mdir = format!("lib/modules/{}", tree.release);
     a.dir(&mdir)?;
@@ -495,23 +536,9 @@ fn pack(
             0o644,
         )?;
     }
-    for (src, dst) in &spec.extra_files {
-        let perm = {
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::metadata(src)
-                .map_err(|source| BuildError::Io {
-                    path: src.clone(),
-                    source,
-                })?
-                .permissions()
-                .mode()
-                & 0o7777
-        };
-        a.file(dst, read(src, limits::EXTRA_FILE_MAX)?, perm)
-            .map_err(|source| BuildError::Entry {
-                path: src.clone(),
-                source,
-            })?;
+    for (dst, bytes, perm, src) in small.extras {
+        a.file(&dst, bytes, perm)
+            .map_err(|source| BuildError::Entry { path: src, source })?;
     }
     Ok(a)
 }
