@@ -12,6 +12,7 @@
 //! side by side two at a time.
 #![expect(
     clippy::unwrap_used,
+    clippy::expect_used,
     clippy::panic,
     clippy::indexing_slicing,
     reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"

@@ -261,18 +261,10 @@ impl Esp {
         Ok(())
     }
 
-    /// Rewrites the clusters file `path` already has with `bytes` (the same length), in
-    /// place, as GRUB's `save_env` does: no new allocation, no directory change.
-    pub fn overwrite_in_place(&self, path: &str, bytes: &[u8]) -> Result<(), HarnessError> {
+    /// The image opened for reading and writing, and the FAT's geometry from its boot
+    /// sector.
+    fn open_fat(&self) -> Result<(std::fs::File, Geometry), HarnessError> {
         use std::os::unix::fs::FileExt;
-        let old = self.read(path)?;
-        if old.len() != bytes.len() {
-            return Err(HarnessError::Setup(format!(
-                "ESP {path}: {} bytes, cannot rewrite it in place with {}",
-                old.len(),
-                bytes.len()
-            )));
-        }
         let f = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -288,6 +280,22 @@ impl Esp {
                 self.offset
             ))
         })?;
+        Ok((f, g))
+    }
+
+    /// Rewrites the clusters file `path` already has with `bytes` (the same length), in
+    /// place, as GRUB's `save_env` does: no new allocation, no directory change.
+    pub fn overwrite_in_place(&self, path: &str, bytes: &[u8]) -> Result<(), HarnessError> {
+        use std::os::unix::fs::FileExt;
+        let old = self.read(path)?;
+        if old.len() != bytes.len() {
+            return Err(HarnessError::Setup(format!(
+                "ESP {path}: {} bytes, cannot rewrite it in place with {}",
+                old.len(),
+                bytes.len()
+            )));
+        }
+        let (f, g) = self.open_fat()?;
         let shown = disk::run(
             mtools("mshowfat")
                 .arg("-i")
@@ -343,23 +351,14 @@ impl Esp {
                 )))
             }
         };
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(&self.image)
-            .map_err(|e| HarnessError::io(&self.image, e))?;
-        let mut bpb = [0u8; 512];
-        f.read_exact_at(&mut bpb, self.offset)
-            .map_err(|e| HarnessError::io(&self.image, e))?;
-        let g = geometry(&bpb)
-            .filter(|g| first * 4 + 4 <= g.fat_bytes)
-            .ok_or_else(|| {
-                HarnessError::Setup(format!(
-                    "{}@{}: not a FAT32 boot sector with cluster {first}",
-                    self.image.display(),
-                    self.offset
-                ))
-            })?;
+        let (f, g) = self.open_fat()?;
+        if first * 4 + 4 > g.fat_bytes {
+            return Err(HarnessError::Setup(format!(
+                "{}@{}: cluster {first} lies past the FAT",
+                self.image.display(),
+                self.offset
+            )));
+        }
         for i in 0..g.fats {
             let at = self.offset + g.fat_start + i * g.fat_bytes + first * 4;
             let mut e = [0u8; 4];

@@ -176,8 +176,18 @@ impl VmConfig {
 
     /// The kernel command line of a direct boot: the fixed part, `append`, `append_raw`.
     pub fn kernel_cmdline(&self) -> std::ffi::OsString {
+        self.cmdline_with(None)
+    }
+
+    /// [`VmConfig::kernel_cmdline`] with `word` after the fixed part (the initramfs's
+    /// place in a PVH boot, [`super::pvh`]).
+    fn cmdline_with(&self, word: Option<&str>) -> std::ffi::OsString {
         use std::os::unix::ffi::OsStringExt;
-        let mut line = format!("console=ttyS0 panic=-1 {}", self.append)
+        let fixed = match word {
+            Some(w) => format!("console=ttyS0 panic=-1 {w}"),
+            None => "console=ttyS0 panic=-1".to_string(),
+        };
+        let mut line = format!("{fixed} {}", self.append)
             .trim_end()
             .as_bytes()
             .to_vec();
@@ -222,12 +232,30 @@ impl VmConfig {
                 c.args(fw.qemu_args());
             }
             None => {
-                c.arg("-kernel")
-                    .arg(&self.kernel)
-                    .arg("-initrd")
-                    .arg(&self.initrd)
-                    .arg("-append")
-                    .arg(self.kernel_cmdline());
+                // OVMF given through the extra arguments boots `-kernel` by its EFI stub:
+                // the image, always.
+                let uefi = self
+                    .extra_args
+                    .iter()
+                    .any(|a| a.contains("if=pflash") || a == "-bios");
+                let pvh = (!uefi)
+                    .then(|| super::pvh::direct(&self.kernel, &self.initrd, self.memory_mib))
+                    .flatten();
+                match pvh {
+                    Some(d) => {
+                        c.args(d.args(&self.initrd))
+                            .arg("-append")
+                            .arg(self.cmdline_with(Some(&d.words())));
+                    }
+                    None => {
+                        c.arg("-kernel")
+                            .arg(&self.kernel)
+                            .arg("-initrd")
+                            .arg(&self.initrd)
+                            .arg("-append")
+                            .arg(self.kernel_cmdline());
+                    }
+                }
             }
         }
         let mut throttle = String::new();

@@ -3,7 +3,8 @@
 //! process group is killed. `panic=-1` and `-no-reboot` are set by default, so a dead PID 1
 //! ends the VM instead of hanging it.
 //!
-//! A VM boots either a kernel directly (`-kernel`, SeaBIOS) or UEFI firmware
+//! A VM boots either a kernel directly (`-kernel`, SeaBIOS; the image's `vmlinux`
+//! through its PVH entry point, [`pvh`], so the guest does not decompress it) or UEFI firmware
 //! ([`VmConfig::firmware`]: OVMF from pflash with a writable copy of its variable store)
 //! which starts the boot loader on the first disk's ESP. [`run_boots`] can follow reboots
 //! ([`VmConfig::follow_reboots`]: no `-no-reboot`, so QEMU resets the guest): the console
@@ -26,6 +27,7 @@
 mod boots;
 mod config;
 mod outcome;
+pub mod pvh;
 mod watch;
 
 pub use boots::{run, run_boots, Run};
