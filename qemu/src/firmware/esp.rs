@@ -261,6 +261,16 @@ impl Esp {
         Ok(())
     }
 
+    /// `mshowfat`'s line for file `path`: its cluster runs (`::/f <7-8><20-21>`).
+    fn show_fat(&self, path: &str) -> Result<String, HarnessError> {
+        disk::run(
+            mtools("mshowfat")
+                .arg("-i")
+                .arg(self.target())
+                .arg(self.mpath(path)?),
+        )
+    }
+
     /// The image opened for reading and writing, and the FAT's geometry from its boot
     /// sector.
     fn open_fat(&self) -> Result<(std::fs::File, Geometry), HarnessError> {
@@ -296,12 +306,7 @@ impl Esp {
             )));
         }
         let (f, g) = self.open_fat()?;
-        let shown = disk::run(
-            mtools("mshowfat")
-                .arg("-i")
-                .arg(self.target())
-                .arg(self.mpath(path)?),
-        )?;
+        let shown = self.show_fat(path)?;
         let mut left = bytes;
         for (first, last) in cluster_runs(&shown) {
             if left.is_empty() {
@@ -335,12 +340,7 @@ impl Esp {
     /// Returns the first cluster.
     pub fn break_chain(&self, path: &str) -> Result<u64, HarnessError> {
         use std::os::unix::fs::FileExt;
-        let shown = disk::run(
-            mtools("mshowfat")
-                .arg("-i")
-                .arg(self.target())
-                .arg(self.mpath(path)?),
-        )?;
+        let shown = self.show_fat(path)?;
         let runs = cluster_runs(&shown);
         let clusters: u64 = runs.iter().map(|(a, b)| b + 1 - a).sum();
         let first = match runs.first() {
