@@ -22,14 +22,15 @@
 //!
 //! Contract: [`direct`] returns the ELF, extracted once into
 //! `target/qemu-cache/pvh/<SHA-256 of the image>.elf` (written under another name and
-//! renamed, so processes side by side never read a partial file), with the initramfs's
-//! place; or `None` (boot the image as it is, with `-initrd`) when it is not a bzImage we
+//! renamed, so processes side by side never read a partial file; read and parsed once per
+//! process), with the initramfs's place; or `None` (boot the image as it is, with `-initrd`) when it is not a bzImage we
 //! decode, its kernel has no PVH entry point, or the VM has less than 512 MiB.
 //!
 //! Limits: `VALIDATOR_DIRECT_BZIMAGE=1` boots every image as it is. A cache that cannot be
 //! written is reported on stderr and the image booted.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use sha2::{Digest, Sha256};
 
@@ -110,59 +111,74 @@ fn place(kernel_end: u64, len: u64, memory_mib: u32) -> Option<u64> {
     (addr + len + 64 * MIB <= low).then_some(addr)
 }
 
+/// What this process found for each image digest ([`extracted`]): the ELF is read and
+/// parsed once per process, not at every VM start.
+static FOUND: Mutex<Vec<(String, Found)>> = Mutex::new(Vec::new());
+
+/// The extracted ELF and the end of the kernel's image in memory; `None`: no PVH kernel.
+type Found = Option<(PathBuf, u64)>;
+
 /// The cached ELF of `image`, made if missing, and the end of its image in memory (the
 /// highest physical address a loadable segment reaches); `None` when there is no PVH
 /// kernel in it.
-fn extracted(image: &Path) -> Result<Option<(PathBuf, u64)>, HarnessError> {
+fn extracted(image: &Path) -> Result<Found, HarnessError> {
     let bytes = std::fs::read(image).map_err(|e| HarnessError::io(image, e))?;
     let key = validator::util::hex(&Sha256::digest(&bytes));
+    let found = FOUND.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, f)) = found.iter().find(|(k, _)| *k == key) {
+        return Ok(f.clone());
+    }
+    drop(found);
+    let f = cached_or_made(&key, &bytes)?;
+    FOUND
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push((key, f.clone()));
+    Ok(f)
+}
+
+/// [`extracted`] from the cache directory, or made there from the image's `bytes`.
+fn cached_or_made(key: &str, bytes: &[u8]) -> Result<Found, HarnessError> {
     let dir = crate::paths::workspace().join("target/qemu-cache/pvh");
     let elf = dir.join(format!("{key}.elf"));
     let none = dir.join(format!("{key}.none"));
     if none.is_file() {
         return Ok(None);
     }
-    if !elf.is_file() {
-        std::fs::create_dir_all(&dir).map_err(|e| HarnessError::io(&dir, e))?;
-        let (target, out) = match validator::formats::vmlinuz::vmlinux(&bytes) {
-            Ok(v) if pvh_end(&v).is_some() => (elf.clone(), v),
-            _ => (none, Vec::new()),
-        };
-        let part = dir.join(format!(".{key}.{}", std::process::id()));
-        std::fs::write(&part, &out).map_err(|e| HarnessError::io(&part, e))?;
-        std::fs::rename(&part, &target).map_err(|e| HarnessError::io(&target, e))?;
-        if out.is_empty() {
-            return Ok(None);
-        }
+    if elf.is_file() {
+        let v = std::fs::read(&elf).map_err(|e| HarnessError::io(&elf, e))?;
+        return Ok(pvh_end(&v).map(|end| (elf, end)));
     }
-    let v = std::fs::read(&elf).map_err(|e| HarnessError::io(&elf, e))?;
-    Ok(pvh_end(&v).map(|end| (elf, end)))
+    std::fs::create_dir_all(&dir).map_err(|e| HarnessError::io(&dir, e))?;
+    let made = validator::formats::vmlinuz::vmlinux(bytes)
+        .ok()
+        .and_then(|v| pvh_end(&v).map(|end| (v, end)));
+    let (target, out) = match &made {
+        Some((v, _)) => (&elf, v.as_slice()),
+        None => (&none, &[][..]),
+    };
+    let part = dir.join(format!(".{key}.{}", std::process::id()));
+    std::fs::write(&part, out).map_err(|e| HarnessError::io(&part, e))?;
+    std::fs::rename(&part, target).map_err(|e| HarnessError::io(target, e))?;
+    Ok(made.map(|(_, end)| (elf, end)))
 }
 
-/// The end of the kernel's image in memory, when ELF `elf` carries the PVH entry point.
+/// The end of the kernel's image in memory, when ELF `elf` carries the PVH entry point
+/// note (one parse for both).
 fn pvh_end(elf: &[u8]) -> Option<u64> {
-    if !has_pvh_entry(elf) {
+    let e = goblin::elf::Elf::parse(elf).ok()?;
+    let entry = e
+        .iter_note_headers(elf)?
+        .filter_map(Result::ok)
+        .any(|n| n.name == "Xen" && n.n_type == PHYS32_ENTRY);
+    if !entry {
         return None;
     }
-    let e = goblin::elf::Elf::parse(elf).ok()?;
     e.program_headers
         .iter()
         .filter(|p| p.p_type == goblin::elf::program_header::PT_LOAD)
         .map(|p| p.p_paddr.saturating_add(p.p_memsz))
         .max()
-}
-
-/// Whether ELF `elf` carries the PVH entry point note.
-fn has_pvh_entry(elf: &[u8]) -> bool {
-    let Ok(e) = goblin::elf::Elf::parse(elf) else {
-        return false;
-    };
-    let Some(notes) = e.iter_note_headers(elf) else {
-        return false;
-    };
-    notes
-        .filter_map(Result::ok)
-        .any(|n| n.name == "Xen" && n.n_type == PHYS32_ENTRY)
 }
 
 #[cfg(test)]
@@ -204,7 +220,7 @@ mod tests {
         std::fs::write(&junk, b"not a kernel").unwrap();
         assert_eq!(direct(&junk, &initrd, 1024), None);
         assert_eq!(direct(&junk, &initrd, 1024), None);
-        assert!(!has_pvh_entry(b"\x7fELF"));
+        assert_eq!(pvh_end(b"\x7fELF"), None);
     }
 
     #[test]

@@ -111,13 +111,7 @@ pub fn fat_evidence(kmsg_path: &Path, device: &str) -> Vec<String> {
             log::warn!("reading the kernel log for FAT errors: {e}");
             Vec::new()
         });
-    let mut out: Vec<String> = Vec::new();
-    for l in lines {
-        if !out.contains(&l) {
-            out.push(l);
-        }
-    }
-    out
+    crate::util::first_of_each(lines)
 }
 
 /// The whole disk a partition's device node lies on (`/dev/vda5` -> `vda`,

@@ -54,6 +54,17 @@ pub fn escape_controls(s: &str) -> String {
         .collect()
 }
 
+/// The items of `items` in their order, each kept once (its first occurrence).
+pub fn first_of_each<T: PartialEq>(items: impl IntoIterator<Item = T>) -> Vec<T> {
+    let mut out: Vec<T> = Vec::new();
+    for x in items {
+        if !out.contains(&x) {
+            out.push(x);
+        }
+    }
+    out
+}
+
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -106,6 +117,12 @@ pub fn colon_hex(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn first_of_each_keeps_the_first_occurrences_in_order() {
+        assert_eq!(first_of_each(["b", "a", "b", "c", "a"]), ["b", "a", "c"]);
+        assert!(first_of_each(Vec::<u8>::new()).is_empty());
+    }
 
     #[test]
     fn hex_round_trips_and_is_strict() {

@@ -110,13 +110,7 @@ fn describe(m: &BTreeMap<String, String>) -> String {
 
 /// The errors' messages, each once, joined as the report shows them.
 fn join(errors: &[SlotError]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    for m in errors.iter().map(ToString::to_string) {
-        if !out.contains(&m) {
-            out.push(m);
-        }
-    }
-    out.join("; ")
+    crate::util::first_of_each(errors.iter().map(ToString::to_string)).join("; ")
 }
 
 /// Finds and mounts the ESP, reads the boot loader's state and our record, and counts
@@ -461,14 +455,13 @@ pub fn act(
         f.action = Some(done.join("; "));
         // The errors the load already reported (an unreadable grubenv or record) are
         // not repeated.
-        let earlier = f.error.take().unwrap_or_default();
-        problems.retain(|e| !earlier.contains(&e.to_string()));
-        f.error = match (earlier.is_empty(), problems.is_empty()) {
-            (true, true) => None,
-            (false, true) => Some(earlier),
-            (true, false) => Some(join(&problems)),
-            (false, false) => Some(format!("{earlier}; {}", join(&problems))),
-        };
+        let earlier = f.error.take();
+        problems.retain(|e| !earlier.as_deref().unwrap_or("").contains(&e.to_string()));
+        let parts: Vec<String> = earlier
+            .into_iter()
+            .chain((!problems.is_empty()).then(|| join(&problems)))
+            .collect();
+        f.error = (!parts.is_empty()).then(|| parts.join("; "));
     }
     plan
 }
