@@ -421,8 +421,8 @@ fn module_files<'c>(
             symvers.insert(&e.symbol, e.crc, name, false);
         }
         if let Ok(elf) = validator::formats::kmod::modinfo::parse_elf(body) {
-            referenced.extend(elf.versions.into_iter().map(|v| v.symbol));
-            referenced.extend(elf.undefined.into_iter().map(|u| u.name));
+            referenced.extend(elf.versions().map(|v| v.symbol.to_string()));
+            referenced.extend(elf.undefined().map(|u| u.name.to_string()));
         }
         module_files.push((name, rel, src, bytes));
     }

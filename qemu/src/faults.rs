@@ -234,11 +234,14 @@ pub fn edited_module(edit: ModuleEdit) -> Result<PathBuf, HarnessError> {
 pub fn crc_symbol(body: &[u8]) -> Result<(String, u64), HarnessError> {
     let elf = validator::formats::kmod::modinfo::parse_elf(body)
         .map_err(|e| HarnessError::Setup(format!("{MODULE}: {e}")))?;
-    elf.undefined
-        .iter()
+    let found = elf
+        .undefined()
         .filter(|u| u.name != "module_layout")
-        .find_map(|u| elf.version_of(&u.name).map(|v| (v.symbol.clone(), v.crc)))
-        .ok_or_else(|| HarnessError::Setup(format!("{MODULE}: no versioned import")))
+        .find_map(|u| {
+            elf.version_of(u.name)
+                .map(|v| (v.symbol.to_string(), v.crc))
+        });
+    found.ok_or_else(|| HarnessError::Setup(format!("{MODULE}: no versioned import")))
 }
 
 /// [`MODULE`] with one bit of the CRC it records for [`crc_symbol`] flipped, signed with

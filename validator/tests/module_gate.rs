@@ -391,11 +391,9 @@ fn changed_symbol_crc_is_named() {
     let body = validator::formats::kmod::sig::split(&orig).unwrap().body;
     let elf = validator::formats::kmod::modinfo::parse_elf(body).unwrap();
     let target = elf
-        .versions
-        .iter()
+        .versions()
         .find(|v| v.symbol != "module_layout")
-        .unwrap()
-        .clone();
+        .unwrap();
     // Find that record (crc, then the 56-byte name) in the file and change its CRC.
     let mut rec = (target.crc as u64).to_le_bytes().to_vec();
     rec.extend_from_slice(target.symbol.as_bytes());
@@ -759,4 +757,24 @@ fn p521_signed_modules_pass_when_trusted() {
     trust.add_path(&der).unwrap();
     let (v, _) = gate_any_crypto(&k61, trust).check("crc16", "crc16.ko", &bad);
     assert!(v.has("bad-signature"), "{:?}", v.reasons);
+}
+
+#[test]
+fn exports_read_in_the_elf_pass_are_the_symtab_exports_of_every_6_1_module() {
+    use validator::formats::kmod::modinfo;
+    let mut total = 0;
+    for f in all_modules("default") {
+        let image = std::fs::read(&f).unwrap();
+        let body = validator::formats::kmod::sig::split(&image).unwrap().body;
+        let elf = modinfo::parse_elf(body).unwrap();
+        let alone = modinfo::exports(body).unwrap();
+        assert_eq!(elf.exports_error, None, "{}", f.display());
+        let one_pass: Vec<(String, u32)> =
+            elf.exports().map(|(s, crc)| (s.to_string(), crc)).collect();
+        let separate: Vec<(String, u32)> = alone.into_iter().map(|e| (e.symbol, e.crc)).collect();
+        assert_eq!(one_pass, separate, "{}", f.display());
+        total += one_pass.len();
+    }
+    // Debian 6.1's modules export about 20,000 symbols between them.
+    assert!(total > 10_000, "{total}");
 }

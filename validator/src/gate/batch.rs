@@ -1,6 +1,7 @@
 //! Checking many module files at once (a whole kernel tree on a host, or every module on a
 //! live node): files are read and inspected by worker threads, the exports of every file
-//! join the symbol table, then each module's CRCs are checked against the full table.
+//! whose ELF could be read join the symbol table (over the gate's own, which is not
+//! copied), then each module's CRCs are checked against the full table.
 //! Finding and reading the files fails with a [`BatchError`] naming the path.
 
 use std::path::{Path, PathBuf};
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 use super::{Gate, Verdict};
 use crate::formats::kmod::index::name_of_path;
 use crate::formats::kmod::modinfo;
+use crate::formats::kmod::symvers::Symvers;
 
 /// Most bytes read from one module file, compressed or not (the largest real module,
 /// NVIDIA's proprietary `nvidia.ko`, is about 76 MB): the operator's batch check, the
@@ -28,16 +30,11 @@ pub enum BatchError {
         path: PathBuf,
         source: std::io::Error,
     },
-    /// A module file's metadata could not be read.
-    #[error("{}: {source}", path.display())]
-    Metadata {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{}: not a regular file", path.display())]
-    NotAFile { path: PathBuf },
     #[error("{}: {size} bytes is larger than any module ({MODULE_FILE_MAX} at most)", path.display())]
     TooLarge { path: PathBuf, size: u64 },
+    /// The file ended before the size it had when it was opened.
+    #[error("{}: the file shrank from {size} bytes while it was read", path.display())]
+    Shrank { path: PathBuf, size: u64 },
     #[error(transparent)]
     Read(#[from] crate::util::fs::InputError),
 }
@@ -92,13 +89,7 @@ pub struct Batch {
 }
 
 /// One file's result, filled in by whichever worker took it.
-type Slot = Mutex<
-    Option<(
-        Verdict,
-        Option<modinfo::ModuleElf>,
-        Vec<modinfo::VersionEntry>,
-    )>,
->;
+type Slot = Mutex<Option<(Verdict, Option<modinfo::ModuleElf>)>>;
 
 /// Checks every file with `jobs` threads. The exports of the checked modules are added to
 /// the gate's symbol table (when it has one) before the CRC check.
@@ -107,43 +98,37 @@ pub fn check_files(gate: &Gate, files: &[PathBuf], jobs: usize) -> Batch {
     let next = AtomicUsize::new(0);
     let total = AtomicUsize::new(0);
     let slots: Vec<Slot> = files.iter().map(|_| Mutex::new(None)).collect();
-    let work = || loop {
-        let i = next.fetch_add(1, Ordering::Relaxed);
-        let Some(path) = files.get(i) else { return };
-        let name = name_of_path(&path.to_string_lossy());
-        let file_name = path
-            .file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let result = match read_file(path) {
-            Ok(raw) => {
-                total.fetch_add(raw.len(), Ordering::Relaxed);
-                let (mut v, elf, image) = gate.inspect(&name, &file_name, &raw);
-                let exports = image
-                    .as_deref()
-                    .map(|img| {
-                        let body = crate::formats::kmod::sig::split(img)
-                            .map(|s| s.body)
-                            .unwrap_or(img);
-                        modinfo::exports(body).unwrap_or_default()
-                    })
-                    .unwrap_or_default();
-                v.file = Some(path.display().to_string());
-                (v, elf, exports)
+    let work = || {
+        let mut buf = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(path) = files.get(i) else { return };
+            let name = name_of_path(&path.to_string_lossy());
+            let file_name = path
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let result = match read_into(path, &mut buf) {
+                Ok(()) => {
+                    total.fetch_add(buf.len(), Ordering::Relaxed);
+                    let (mut v, elf, _) = gate.inspect(&name, &file_name, &buf);
+                    v.file = Some(path.display().to_string());
+                    (v, elf)
+                }
+                Err(e) => {
+                    let (mut v, _, _) = gate.inspect(&name, &file_name, b"");
+                    v.reasons.clear();
+                    v.reasons.push(super::Reason {
+                        code: super::ReasonCode::Unreadable,
+                        message: e.to_string(),
+                    });
+                    v.file = Some(path.display().to_string());
+                    (v, None)
+                }
+            };
+            if let Some(Ok(mut s)) = slots.get(i).map(|m| m.lock()) {
+                *s = Some(result);
             }
-            Err(e) => {
-                let (mut v, _, _) = gate.inspect(&name, &file_name, b"");
-                v.reasons.clear();
-                v.reasons.push(super::Reason {
-                    code: super::ReasonCode::Unreadable,
-                    message: e.to_string(),
-                });
-                v.file = Some(path.display().to_string());
-                (v, None, Vec::new())
-            }
-        };
-        if let Some(Ok(mut s)) = slots.get(i).map(|m| m.lock()) {
-            *s = Some(result);
         }
     };
     std::thread::scope(|s| {
@@ -156,19 +141,21 @@ pub fn check_files(gate: &Gate, files: &[PathBuf], jobs: usize) -> Batch {
         .into_iter()
         .filter_map(|m| m.into_inner().ok().flatten())
         .collect();
-    let mut g = gate.clone();
-    if let Some(table) = g.symvers.as_mut() {
-        for (v, _, exports) in &results {
-            for e in exports {
-                table.insert(&e.symbol, e.crc, &v.module, false);
+    // The exports of the modules checked here, over the gate's table (a module whose
+    // ELF could not be read exports nothing: the kernel could not load it).
+    let mut extra = Symvers::default();
+    if gate.symvers.is_some() {
+        for (v, elf) in &results {
+            for (symbol, crc) in elf.iter().flat_map(|elf| elf.exports()) {
+                extra.insert(symbol, crc, &v.module, false);
             }
         }
     }
     let verdicts = results
         .into_iter()
-        .map(|(mut v, elf, _)| {
+        .map(|(mut v, elf)| {
             if let Some(elf) = &elf {
-                g.check_crcs(elf, &mut v);
+                gate.check_crcs_over(&extra, elf, &mut v);
             }
             v.pass = v.reasons.is_empty();
             v
@@ -183,25 +170,91 @@ pub fn check_files(gate: &Gate, files: &[PathBuf], jobs: usize) -> Batch {
 
 /// Reads a module file, refusing absurd sizes before reading.
 pub fn read_file(path: &Path) -> Result<Vec<u8>, BatchError> {
-    let meta = std::fs::metadata(path).map_err(|source| BatchError::Metadata {
+    let mut buf = Vec::new();
+    read_into(path, &mut buf)?;
+    Ok(buf)
+}
+
+/// Reads a module file into `buf` (emptied first; its memory is kept, so one buffer
+/// serves file after file): a regular file of at most [`MODULE_FILE_MAX`] bytes, read to
+/// the size it had when opened, as the kernel's `kernel_read_file` reads a module (to
+/// `i_size`; growth after the open is not read, a file that shrank is an error).
+pub fn read_into(path: &Path, buf: &mut Vec<u8>) -> Result<(), BatchError> {
+    use std::io::Read;
+    buf.clear();
+    let (mut f, meta) = crate::util::fs::open_input_metadata(path, false)?;
+    let size = meta.len();
+    let too_large = || BatchError::TooLarge {
         path: path.to_path_buf(),
-        source,
-    })?;
-    if !meta.is_file() {
-        return Err(BatchError::NotAFile {
+        size,
+    };
+    if size > MODULE_FILE_MAX {
+        return Err(too_large());
+    }
+    let len = usize::try_from(size).map_err(|_| too_large())?;
+    buf.reserve(len);
+    // `take` ends the read at the size without another read(2) to find the end.
+    if let Err(source) = f.by_ref().take(size).read_to_end(buf) {
+        buf.clear();
+        return Err(crate::util::fs::InputError::Io {
             path: path.to_path_buf(),
+            source,
+        }
+        .into());
+    }
+    if buf.len() != len {
+        buf.clear();
+        return Err(BatchError::Shrank {
+            path: path.to_path_buf(),
+            size,
         });
     }
-    if meta.len() > MODULE_FILE_MAX {
-        return Err(BatchError::TooLarge {
-            path: path.to_path_buf(),
-            size: meta.len(),
-        });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn read_into_reuses_the_buffer_and_refuses_what_is_not_a_module_file() {
+        let dir = std::env::temp_dir().join(format!("batch-read-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let big = dir.join("big.ko");
+        let small = dir.join("small.ko");
+        std::fs::write(&big, vec![7u8; 100_000]).unwrap();
+        std::fs::write(&small, b"small").unwrap();
+        let mut buf = Vec::new();
+        read_into(&big, &mut buf).unwrap();
+        assert_eq!(buf.len(), 100_000);
+        read_into(&small, &mut buf).unwrap();
+        assert_eq!(buf, b"small");
+        // Larger than any module: refused from its size, before a byte is read (sparse).
+        let huge = dir.join("huge.ko");
+        std::fs::File::create(&huge)
+            .unwrap()
+            .set_len(MODULE_FILE_MAX + 1)
+            .unwrap();
+        let e = read_into(&huge, &mut buf).unwrap_err();
+        assert!(matches!(e, BatchError::TooLarge { .. }), "{e}");
+        assert!(e.to_string().contains("huge.ko"), "{e}");
+        assert!(buf.is_empty());
+        // A directory and a FIFO named like modules: refused by type, without blocking.
+        let d = dir.join("dir.ko");
+        std::fs::create_dir(&d).unwrap();
+        let fifo = dir.join("fifo.ko");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRUSR).unwrap();
+        for p in [&d, &fifo] {
+            let e = read_into(p, &mut buf).unwrap_err();
+            assert!(
+                e.to_string().contains("not a regular file"),
+                "{}: {e}",
+                p.display()
+            );
+        }
+        let e = read_into(&dir.join("absent.ko"), &mut buf).unwrap_err();
+        assert!(e.to_string().contains("absent.ko"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
-    let f = crate::util::fs::open_input(path, false)?;
-    Ok(crate::util::fs::read_file_limited(
-        f,
-        path,
-        MODULE_FILE_MAX,
-    )?)
 }

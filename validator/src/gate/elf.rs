@@ -7,10 +7,11 @@
 //! Limits: duplicate exports are not checked, nor the namespaces of symbols other modules
 //! export (their `__crc_` exports carry none).
 
-use std::collections::BTreeSet;
+use std::collections::{HashMap, HashSet};
 
 use crate::config::bom::VermagicMode;
 use crate::formats::kmod::modinfo;
+use crate::formats::kmod::symvers::{Export, Symvers};
 
 use super::{Gate, KernelRules, ReasonCode, Verdict};
 
@@ -136,98 +137,127 @@ impl Gate {
     /// Checks the module's imports against the symbol table as the kernel does at load
     /// time (the caller settles `pass`).
     pub fn check_crcs(&self, elf: &modinfo::ModuleElf, v: &mut Verdict) {
-        let Some(table) = &self.symvers else {
-            return;
+        if let Some(table) = &self.symvers {
+            check_imports(
+                elf,
+                v,
+                &|s| table.map.get(s),
+                self.policy.unknown_symbols_fatal,
+            );
+        }
+    }
+
+    /// [`Gate::check_crcs`] against the gate's symbol table with `extra` over it (the
+    /// exports of the modules checked with this one; a symbol in both is `extra`'s), as if
+    /// `extra`'s entries had been inserted into the table. Nothing is checked when the
+    /// gate has no table.
+    pub fn check_crcs_over(&self, extra: &Symvers, elf: &modinfo::ModuleElf, v: &mut Verdict) {
+        if let Some(table) = &self.symvers {
+            let lookup = |s: &str| extra.map.get(s).or_else(|| table.map.get(s));
+            check_imports(elf, v, &lookup, self.policy.unknown_symbols_fatal);
+        }
+    }
+}
+
+/// The imports of `elf` against the symbol table `lookup` reads, as the kernel resolves
+/// them at load time.
+fn check_imports<'t>(
+    elf: &modinfo::ModuleElf,
+    v: &mut Verdict,
+    lookup: &dyn Fn(&str) -> Option<&'t Export>,
+    unknown_symbols_fatal: bool,
+) {
+    if !elf.has_versions {
+        v.reason(
+            ReasonCode::NoVersions,
+            "no __versions section (built without CONFIG_MODVERSIONS)",
+        );
+        return;
+    }
+    let mut bad = Vec::new();
+    let mut missing = Vec::new();
+    let mut unknown = Vec::new();
+    let mut gpl_only = Vec::new();
+    let mut namespaces = Vec::new();
+    let gplok = elf
+        .modinfo
+        .get("license")
+        .is_some_and(|l| GPL_COMPATIBLE.contains(&l));
+    let hasher = foldhash::fast::RandomState::default();
+    let mut seen = HashSet::with_capacity_and_hasher(elf.undefined().len() + 1, hasher.clone());
+    // The kernel's check_version takes the first `__versions` record of a name; one
+    // map instead of a scan per import (modules import hundreds of symbols).
+    let mut versions = HashMap::with_capacity_and_hasher(elf.versions().len(), hasher);
+    for r in elf.versions() {
+        versions.entry(r.symbol).or_insert(r.crc);
+    }
+    // check_modstruct_version first, then simplify_symbols in symbol-table order.
+    let layout = lookup(MODULE_LAYOUT)
+        .is_some()
+        .then_some((MODULE_LAYOUT, false));
+    let undefined = elf.undefined().map(|u| (u.name, u.weak));
+    for (name, weak) in layout.into_iter().chain(undefined) {
+        if !seen.insert(name) {
+            continue;
+        }
+        let Some(x) = lookup(name) else {
+            // The kernel: an unresolved weak symbol is fine, and x86 ignores an
+            // unreferenced _GLOBAL_OFFSET_TABLE_ (ignore_undef_symbol).
+            if !weak && name != "_GLOBAL_OFFSET_TABLE_" {
+                unknown.push(name.to_string());
+            }
+            continue;
         };
-        if !elf.has_versions {
-            v.reason(
-                ReasonCode::NoVersions,
-                "no __versions section (built without CONFIG_MODVERSIONS)",
-            );
-            return;
+        // find_symbol with gplok false skips GPL-only exports: "Unknown symbol".
+        if x.gpl && !gplok {
+            gpl_only.push(name.to_string());
+            continue;
         }
-        let mut bad = Vec::new();
-        let mut missing = Vec::new();
-        let mut unknown = Vec::new();
-        let mut gpl_only = Vec::new();
-        let mut namespaces = Vec::new();
-        let gplok = elf
-            .modinfo
-            .get("license")
-            .is_some_and(|l| GPL_COMPATIBLE.contains(&l));
-        let mut seen = BTreeSet::new();
-        // The kernel's check_version takes the first `__versions` record of a name; one
-        // map instead of a scan per import (modules import hundreds of symbols).
-        let mut versions = std::collections::HashMap::with_capacity(elf.versions.len());
-        for r in &elf.versions {
-            versions.entry(r.symbol.as_str()).or_insert(r);
+        // verify_namespace_is_imported (CONFIG_MODULE_ALLOW_MISSING_NAMESPACE_IMPORTS
+        // is unset in both Debian kernels).
+        if !x.namespace.is_empty() && !elf.modinfo.all("import_ns").any(|n| n == x.namespace) {
+            namespaces.push(format!(
+                "module uses symbol ({name}) from namespace {}, but does not import it",
+                x.namespace
+            ));
         }
-        // check_modstruct_version first, then simplify_symbols in symbol-table order.
-        let layout = (table.map.contains_key(MODULE_LAYOUT)).then_some((MODULE_LAYOUT, false));
-        let undefined = elf.undefined.iter().map(|u| (u.name.as_str(), u.weak));
-        for (name, weak) in layout.into_iter().chain(undefined) {
-            if !seen.insert(name) {
-                continue;
-            }
-            let Some(x) = table.map.get(name) else {
-                // The kernel: an unresolved weak symbol is fine, and x86 ignores an
-                // unreferenced _GLOBAL_OFFSET_TABLE_ (ignore_undef_symbol).
-                if !weak && name != "_GLOBAL_OFFSET_TABLE_" {
-                    unknown.push(name.to_string());
-                }
-                continue;
-            };
-            // find_symbol with gplok false skips GPL-only exports: "Unknown symbol".
-            if x.gpl && !gplok {
-                gpl_only.push(name.to_string());
-                continue;
-            }
-            // verify_namespace_is_imported (CONFIG_MODULE_ALLOW_MISSING_NAMESPACE_IMPORTS
-            // is unset in both Debian kernels).
-            if !x.namespace.is_empty() && !elf.modinfo.all("import_ns").any(|n| n == x.namespace) {
-                namespaces.push(format!(
-                    "module uses symbol ({name}) from namespace {}, but does not import it",
-                    x.namespace
-                ));
-            }
-            match versions.get(name) {
-                None => missing.push(name.to_string()),
-                Some(e) if e.crc != u64::from(x.crc) => bad.push(format!(
-                    "disagrees about version of symbol {name} (module {:#010x}, {} {:#010x})",
-                    e.crc, x.module, x.crc
-                )),
-                Some(_) => {}
-            }
+        match versions.get(name) {
+            None => missing.push(name.to_string()),
+            Some(&crc) if crc != u64::from(x.crc) => bad.push(format!(
+                "disagrees about version of symbol {name} (module {crc:#010x}, {} {:#010x})",
+                x.module, x.crc
+            )),
+            Some(_) => {}
         }
-        for b in bad {
-            v.reason(ReasonCode::Crc, b);
-        }
-        for m in missing {
-            v.reason(
-                ReasonCode::NoSymbolVersion,
-                format!("no symbol version for {m}"),
-            );
-        }
-        for n in namespaces {
-            v.reason(ReasonCode::NamespaceNotImported, n);
-        }
-        if !gpl_only.is_empty() {
-            v.reason(
-                ReasonCode::GplOnlySymbol,
-                format!(
-                    "licence '{}' is not GPL-compatible, and the module uses GPL-only \
+    }
+    for b in bad {
+        v.reason(ReasonCode::Crc, b);
+    }
+    for m in missing {
+        v.reason(
+            ReasonCode::NoSymbolVersion,
+            format!("no symbol version for {m}"),
+        );
+    }
+    for n in namespaces {
+        v.reason(ReasonCode::NamespaceNotImported, n);
+    }
+    if !gpl_only.is_empty() {
+        v.reason(
+            ReasonCode::GplOnlySymbol,
+            format!(
+                "licence '{}' is not GPL-compatible, and the module uses GPL-only \
                      symbol(s) {} (the kernel: Unknown symbol)",
-                    elf.modinfo.get("license").unwrap_or("(none)"),
-                    gpl_only.join(", ")
-                ),
-            );
-        }
-        if self.policy.unknown_symbols_fatal && !unknown.is_empty() {
-            v.reason(
-                ReasonCode::UnknownSymbol,
-                format!("unknown symbol(s) {}", unknown.join(", ")),
-            );
-        }
+                elf.modinfo.get("license").unwrap_or("(none)"),
+                gpl_only.join(", ")
+            ),
+        );
+    }
+    if unknown_symbols_fatal && !unknown.is_empty() {
+        v.reason(
+            ReasonCode::UnknownSymbol,
+            format!("unknown symbol(s) {}", unknown.join(", ")),
+        );
     }
 }
 
@@ -258,25 +288,19 @@ mod tests {
     }
 
     fn elf_with(license: &str, intree: bool) -> modinfo::ModuleElf {
-        let mut pairs = vec![
-            ("license".to_string(), license.to_string()),
-            (
-                "vermagic".to_string(),
-                "6.1.0-57-amd64 SMP preempt mod_unload modversions ".to_string(),
-            ),
-        ];
+        let mut text = format!(
+            "license={license}\0vermagic=6.1.0-57-amd64 SMP preempt mod_unload modversions \0"
+        );
         if intree {
-            pairs.push(("intree".into(), "Y".into()));
+            text.push_str("intree=Y\0");
         }
-        modinfo::ModuleElf {
-            modinfo: modinfo::ModInfo { pairs },
-            versions: vec![],
-            has_versions: true,
-            undefined: vec![],
-            machine: EM_X86_64,
-            modinfo_sections: 1,
-            this_module: vec![(1, 3, 1344)],
-        }
+        let mut elf = modinfo::ModuleElf::default();
+        elf.modinfo = modinfo::ModInfo::parse(text.as_bytes());
+        elf.has_versions = true;
+        elf.machine = EM_X86_64;
+        elf.modinfo_sections = 1;
+        elf.this_module = vec![(1, 3, 1344)];
+        elf
     }
 
     #[test]

@@ -240,6 +240,15 @@ pub fn write_output(path: &Path, bytes: &[u8]) -> Result<(), OutputError> {
 /// Opens `path` for reading if it is a regular file (or, with `block_ok`, a block
 /// device); never blocks on a FIFO.
 pub fn open_input(path: &Path, block_ok: bool) -> Result<File, InputError> {
+    open_input_metadata(path, block_ok).map(|(f, _)| f)
+}
+
+/// [`open_input`], with the metadata of what was opened (`fstat(2)` on the open file,
+/// which the check already made).
+pub fn open_input_metadata(
+    path: &Path,
+    block_ok: bool,
+) -> Result<(File, std::fs::Metadata), InputError> {
     let io = |source| InputError::Io {
         path: path.to_path_buf(),
         source,
@@ -259,8 +268,9 @@ pub fn open_input(path: &Path, block_ok: bool) -> Result<File, InputError> {
         .open(path)
         .map_err(io)?;
     // The path may have changed between the two looks: judge what was opened.
-    check(f.metadata().map_err(io)?.file_type())?;
-    Ok(f)
+    let meta = f.metadata().map_err(io)?;
+    check(meta.file_type())?;
+    Ok((f, meta))
 }
 
 /// The limit for one sysfs attribute (`dev`, `size`, `module/compression`, ...). sysfs

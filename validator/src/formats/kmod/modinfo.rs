@@ -83,41 +83,56 @@ pub fn decompress(bytes: &[u8], c: Compression) -> Result<Vec<u8>, ModFileError>
     })
 }
 
-/// `.modinfo` as `key=value` pairs, in file order (keys repeat: `alias`, `depends` ...).
+/// `.modinfo` as `key=value` pairs, in file order (keys repeat: `alias`, `depends` ...):
+/// the section's text held once (as UTF-8, invalid bytes replaced), each pair its key's
+/// and value's place in it (a module has tens to hundreds of pairs; one allocation for
+/// all of them).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ModInfo {
-    pub pairs: Vec<(String, String)>,
+    text: String,
+    /// Per pair: the key's start, the `=`'s offset and the value's end in `text`.
+    pairs: Vec<(u32, u32, u32)>,
 }
 
 impl ModInfo {
-    /// Parses the raw section: NUL-separated `key=value` strings.
+    /// Parses the raw section: NUL-separated `key=value` strings (a string without `=`
+    /// is skipped).
     pub fn parse(section: &[u8]) -> ModInfo {
-        let pairs = section
-            .split(|&b| b == 0)
-            .filter(|s| !s.is_empty())
-            .filter_map(|s| {
-                let s = String::from_utf8_lossy(s);
-                s.split_once('=')
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-            })
-            .collect();
-        ModInfo { pairs }
+        let mut out = ModInfo {
+            text: String::with_capacity(section.len()),
+            pairs: Vec::new(),
+        };
+        for s in section.split(|&b| b == 0).filter(|s| !s.is_empty()) {
+            let s = String::from_utf8_lossy(s);
+            let (Some(eq), Ok(start)) = (s.find('='), u32::try_from(out.text.len())) else {
+                continue;
+            };
+            out.text.push_str(&s);
+            let (Ok(eq), Ok(end)) = (u32::try_from(eq), u32::try_from(out.text.len())) else {
+                break;
+            };
+            out.pairs.push((start, start.saturating_add(eq), end));
+        }
+        out
+    }
+
+    /// Every pair, in file order.
+    pub fn pairs(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.pairs.iter().filter_map(|&(start, eq, end)| {
+            let key = self.text.get(start as usize..eq as usize)?;
+            let value = self.text.get(eq as usize + 1..end as usize)?;
+            Some((key, value))
+        })
     }
 
     /// The first value of `key`.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.pairs
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+        self.pairs().find(|(k, _)| *k == key).map(|(_, v)| v)
     }
 
     /// Every value of `key`.
     pub fn all<'a>(&'a self, key: &'a str) -> impl Iterator<Item = &'a str> + 'a {
-        self.pairs
-            .iter()
-            .filter(move |(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+        self.pairs().filter(move |(k, _)| *k == key).map(|(_, v)| v)
     }
 
     /// `depends=`, split on commas, normalised.
@@ -141,53 +156,104 @@ pub struct VersionEntry {
 /// One `__versions` record (`struct modversion_info`): a symbol this module imports and
 /// the CRC it was built against, as the kernel reads it: an `unsigned long`, compared
 /// with the exporter's 32-bit CRC without truncation (so high bits must be zero).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ModVersion {
-    pub symbol: String,
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModVersion<'a> {
+    pub symbol: &'a str,
     pub crc: u64,
 }
 
 /// An undefined symbol of the module's symbol table: the kernel resolves each one at
 /// load time (`simplify_symbols`), and checks its `__versions` record.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Undefined {
-    pub name: String,
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Undefined<'a> {
+    pub name: &'a str,
     /// `STB_WEAK`: an unresolved weak symbol is no error.
     pub weak: bool,
 }
 
-/// What the gate needs from a module's ELF.
+/// A name's place in [`ModuleElf`]'s text: start and end.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Span(u32, u32);
+
+/// What the gate needs from a module's ELF. The symbol names (of `__versions`, the
+/// undefined symbols and the exports: hundreds per module) are held in one text, each
+/// record its name's place in it, and read through [`ModuleElf::versions`],
+/// [`ModuleElf::undefined`] and [`ModuleElf::exports`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ModuleElf {
     pub modinfo: ModInfo,
-    /// `__versions`: imported symbols with CRCs (empty without CONFIG_MODVERSIONS), in
-    /// file order (the kernel takes the first record of a name).
-    pub versions: Vec<ModVersion>,
+    /// The symbol names, one after another (as UTF-8, invalid bytes replaced).
+    names: String,
+    versions: Vec<(Span, u64)>,
     /// True when the module has a `__versions` section at all.
     pub has_versions: bool,
-    /// The undefined symbols of the first `SHT_SYMTAB` section, in table order.
-    pub undefined: Vec<Undefined>,
+    undefined: Vec<(Span, bool)>,
     /// `e_machine` of the ELF header.
     pub machine: u16,
     /// How many `.modinfo` sections the file has (`modinfo` is the first one's).
     pub modinfo_sections: usize,
     /// Each `.gnu.linkonce.this_module` section: `(sh_type, sh_flags, sh_size)`.
     pub this_module: Vec<(u32, u64, u64)>,
+    exports: Vec<(Span, u32)>,
+    /// Why [`exports`] refused the module's `__crc_*` records, which leaves
+    /// [`ModuleElf::exports`] empty (the kernel does not read them: it takes CRCs from
+    /// `__kcrctab`; a module whose records modpost could not have written exports nothing
+    /// to a batch's symbol table, and what imports from it is refused naming the symbol).
+    pub exports_error: Option<ModFileError>,
 }
 
 impl ModuleElf {
+    fn name(&self, s: Span) -> &str {
+        self.names.get(s.0 as usize..s.1 as usize).unwrap_or("")
+    }
+
+    /// Adds `bytes` (up to a NUL) to the names.
+    fn push_name(&mut self, bytes: &[u8]) -> Span {
+        let start = self.names.len();
+        self.names
+            .push_str(&String::from_utf8_lossy(until_nul(bytes)));
+        let at = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        Span(at(start), at(self.names.len()))
+    }
+
+    /// `__versions`: imported symbols with CRCs (none without CONFIG_MODVERSIONS), in
+    /// file order (the kernel takes the first record of a name).
+    pub fn versions(&self) -> impl ExactSizeIterator<Item = ModVersion<'_>> + '_ {
+        self.versions.iter().map(|&(s, crc)| ModVersion {
+            symbol: self.name(s),
+            crc,
+        })
+    }
+
+    /// The undefined symbols of the first `SHT_SYMTAB` section, in table order.
+    pub fn undefined(&self) -> impl ExactSizeIterator<Item = Undefined<'_>> + '_ {
+        self.undefined.iter().map(|&(s, weak)| Undefined {
+            name: self.name(s),
+            weak,
+        })
+    }
+
+    /// The module's own `__crc_*` exports (symbol, CRC), as [`exports`] reads them (in
+    /// the same pass over the symbol table as the undefined symbols).
+    pub fn exports(&self) -> impl ExactSizeIterator<Item = (&str, u32)> + '_ {
+        self.exports.iter().map(|&(s, crc)| (self.name(s), crc))
+    }
+
     /// The module's `__versions` record for `symbol`: the first one, as the kernel's
     /// `check_version` finds it.
-    pub fn version_of(&self, symbol: &str) -> Option<&ModVersion> {
-        self.versions.iter().find(|v| v.symbol == symbol)
+    pub fn version_of(&self, symbol: &str) -> Option<ModVersion<'_>> {
+        self.versions().find(|v| v.symbol == symbol)
     }
 }
 
 /// Size of one `struct modversion_info` on 64-bit kernels: `unsigned long crc; char name[56]`.
 pub const MODVERSION_INFO_SIZE: usize = 64;
 
+/// A section's name (as bytes, up to its NUL) and header.
+type Section<'a> = (&'a [u8], goblin::elf::SectionHeader);
+
 /// The section headers of a 64-bit little-endian relocatable ELF, with their names.
-fn sections(bytes: &[u8]) -> Result<Vec<(String, goblin::elf::SectionHeader)>, ModFileError> {
+fn sections(bytes: &[u8]) -> Result<Vec<Section<'_>>, ModFileError> {
     use goblin::elf::header::{self, Header};
     if !bytes.starts_with(b"\x7fELF") {
         return Err(ModFileError::NotElf);
@@ -227,23 +293,17 @@ fn sections(bytes: &[u8]) -> Result<Vec<(String, goblin::elf::SectionHeader)>, M
     let strtab = shdrs
         .get(h.e_shstrndx as usize)
         .ok_or_else(|| bad("no section name table"))?;
-    let names = section_data(bytes, strtab, ".shstrtab")?;
+    let names = section_data(bytes, strtab, b".shstrtab")?;
     Ok(shdrs
         .into_iter()
-        .map(|sh| {
-            let n = names
-                .get(sh.sh_name..)
-                .map(|r| String::from_utf8_lossy(until_nul(r)).into_owned())
-                .unwrap_or_default();
-            (n, sh)
-        })
+        .map(|sh| (names.get(sh.sh_name..).map_or(&[][..], until_nul), sh))
         .collect())
 }
 
 fn section_data<'a>(
     bytes: &'a [u8],
     sh: &goblin::elf::SectionHeader,
-    name: &str,
+    name: &[u8],
 ) -> Result<&'a [u8], ModFileError> {
     if sh.sh_type == goblin::elf::section_header::SHT_NOBITS {
         return Ok(&[]);
@@ -253,33 +313,42 @@ fn section_data<'a>(
     start
         .checked_add(len)
         .and_then(|end| bytes.get(start..end))
-        .ok_or_else(|| bad(&format!("section {name} lies beyond the end of the file")))
+        .ok_or_else(|| {
+            bad(&format!(
+                "section {} lies beyond the end of the file",
+                String::from_utf8_lossy(name)
+            ))
+        })
 }
 
 /// `b` up to its first NUL (all of it without one).
 fn until_nul(b: &[u8]) -> &[u8] {
-    b.split(|&c| c == 0).next().unwrap_or(b)
+    b.iter()
+        .position(|&c| c == 0)
+        .map_or(b, |n| b.get(..n).unwrap_or(b))
 }
 
 /// Size of one `Elf64_Sym`.
 const SYM_SIZE: usize = 24;
 
 /// Parses what the gate needs from a (decompressed) module ELF: `.modinfo`,
-/// `__versions` and the undefined symbols. Only the section headers, these sections and
-/// the symbol table are read, so this is cheap for big modules.
+/// `__versions`, the undefined symbols and the module's own exports. Only the section
+/// headers, these sections and the symbol table are read, in one pass each, so this is
+/// cheap for big modules.
 pub fn parse_elf(bytes: &[u8]) -> Result<ModuleElf, ModFileError> {
     let mut out = ModuleElf::default();
     let secs = sections(bytes)?;
     out.machine = crate::util::le::u16_le(bytes, 0x12).unwrap_or_default();
     for (name, sh) in &secs {
-        if name == ".gnu.linkonce.this_module" {
+        let name = *name;
+        if name == b".gnu.linkonce.this_module" {
             out.this_module.push((sh.sh_type, sh.sh_flags, sh.sh_size));
         }
-        if name != ".modinfo" && name != "__versions" {
+        if name != b".modinfo" && name != b"__versions" {
             continue;
         }
         let data = section_data(bytes, sh, name)?;
-        if name == ".modinfo" {
+        if name == b".modinfo" {
             // 6.1's find_sec takes the first one (6.12 refuses a second: the gate).
             out.modinfo_sections += 1;
             if out.modinfo_sections == 1 {
@@ -293,104 +362,166 @@ pub fn parse_elf(bytes: &[u8]) -> Result<ModuleElf, ModFileError> {
                     data.len()
                 )));
             }
+            out.versions.reserve(data.len() / MODVERSION_INFO_SIZE);
             for rec in data.chunks_exact(MODVERSION_INFO_SIZE) {
                 let (crc, name) = rec.split_at(8);
-                out.versions.push(ModVersion {
-                    symbol: String::from_utf8_lossy(until_nul(name)).into_owned(),
-                    crc: crate::util::le::u64_le(crc, 0).unwrap_or_default(),
-                });
+                let symbol = out.push_name(name);
+                let crc = crate::util::le::u64_le(crc, 0).unwrap_or_default();
+                out.versions.push((symbol, crc));
             }
         }
     }
     if out.modinfo_sections == 0 {
         return Err(ModFileError::NotModule("no .modinfo section".into()));
     }
-    out.undefined = undefined_symbols(bytes, &secs)?;
-    Ok(out)
-}
-
-/// The undefined symbols of the first `SHT_SYMTAB` section, as the kernel's loader finds
-/// the table (`setup_load_info`): a module without one is refused ("module has no
-/// symbols (stripped?)").
-fn undefined_symbols(
-    bytes: &[u8],
-    secs: &[(String, goblin::elf::SectionHeader)],
-) -> Result<Vec<Undefined>, ModFileError> {
-    use crate::util::le::{u16_le, u32_le};
-    use goblin::elf::section_header::SHT_SYMTAB;
-    use goblin::elf::sym::STB_WEAK;
-    let Some((name, symtab)) = secs.iter().find(|(_, s)| s.sh_type == SHT_SYMTAB) else {
+    // The kernel's loader takes the first `SHT_SYMTAB` section: a module without one is
+    // refused ("module has no symbols (stripped?)"); modpost's exports are `.symtab`'s,
+    // the same section in any module a linker made.
+    let Some(first) = secs
+        .iter()
+        .position(|(_, s)| s.sh_type == goblin::elf::section_header::SHT_SYMTAB)
+    else {
         return Err(ModFileError::NotModule(
             "no symbol table (stripped?)".into(),
         ));
     };
-    let (strname, strtab) = secs
-        .get(symtab.sh_link as usize)
-        .ok_or_else(|| bad(&format!("{name}: its string table does not exist")))?;
-    let syms = section_data(bytes, symtab, name)?;
-    let names = section_data(bytes, strtab, strname)?;
-    let mut out = Vec::new();
-    // Entry 0 is the null symbol; the kernel starts at 1.
-    for (i, rec) in syms.chunks_exact(SYM_SIZE).enumerate().skip(1) {
-        if u16_le(rec, 6).map(u32::from) != Some(goblin::elf::section_header::SHN_UNDEF) {
-            continue;
+    let same = secs.get(first).is_some_and(|(n, _)| *n == b".symtab");
+    let mut exports = Vec::new();
+    let mut undefined = Vec::new();
+    let found = walk_symtab(bytes, &secs, first, same, &mut |sym| match sym {
+        Symbol::Undefined(name, weak) => undefined.push((name, weak)),
+        Symbol::Crc(name, crc) => exports.push((name, crc)),
+    })?;
+    for (name, weak) in undefined {
+        let s = out.push_name(name);
+        out.undefined.push((s, weak));
+    }
+    let crcs = if same {
+        found
+    } else {
+        exports.clear();
+        exports_of(bytes, &secs, &mut |name, crc| exports.push((name, crc)))
+    };
+    match crcs {
+        Ok(()) => {
+            for (name, crc) in exports {
+                let s = out.push_name(name);
+                out.exports.push((s, crc));
+            }
         }
-        let off = u32_le(rec, 0).unwrap_or_default() as usize;
-        let n = names
-            .get(off..)
-            .ok_or_else(|| bad(&format!("symbol {i}: name outside {strname}")))?;
-        let info = rec.get(4).copied().unwrap_or_default();
-        out.push(Undefined {
-            name: String::from_utf8_lossy(until_nul(n)).into_owned(),
-            weak: info >> 4 == STB_WEAK,
-        });
+        Err(e) => out.exports_error = Some(e),
     }
     Ok(out)
 }
 
-/// The module's own exported symbol CRCs: its `__crc_<symbol>` symbols, either absolute
-/// (value = CRC) or pointing into `__kcrctab` / `__kcrctab_gpl` (the CRC is stored there).
-/// Reads `.symtab` directly (24-byte `Elf64_Sym` records), so it is cheap.
-pub fn exports(bytes: &[u8]) -> Result<Vec<VersionEntry>, ModFileError> {
-    let secs = sections(bytes)?;
-    let Some((_, symtab)) = secs.iter().find(|(n, _)| n == ".symtab") else {
-        return Ok(Vec::new());
-    };
-    let strtab = secs
-        .get(symtab.sh_link as usize)
-        .ok_or_else(|| bad(".symtab has no string table"))?;
-    let syms = section_data(bytes, symtab, ".symtab")?;
-    let names = section_data(bytes, &strtab.1, ".strtab")?;
-    let mut out = Vec::new();
+/// A symbol [`walk_symtab`] hands on: an undefined one (name, weak) or a `__crc_` export
+/// (the symbol's name without the prefix, its CRC).
+enum Symbol<'a> {
+    Undefined(&'a [u8], bool),
+    Crc(&'a [u8], u32),
+}
+
+/// One pass over the symbol table `secs[index]`, handing each symbol to `found`: the
+/// undefined ones (from entry 1, as the kernel's `simplify_symbols`; a name outside the
+/// string table is an error, the `Err`), then, when `crcs`, the `__crc_*` exports until a
+/// bad record (the `Ok`'s error, as [`exports`] reports it).
+fn walk_symtab<'a>(
+    bytes: &'a [u8],
+    secs: &[Section<'a>],
+    index: usize,
+    crcs: bool,
+    found: &mut dyn FnMut(Symbol<'a>),
+) -> Result<Result<(), ModFileError>, ModFileError> {
     use crate::util::le::{u16_le, u32_le, u64_le};
-    for rec in syms.chunks_exact(SYM_SIZE) {
-        let name_off = u32_le(rec, 0).unwrap_or_default() as usize;
-        let Some(name) = names.get(name_off..) else {
-            continue;
-        };
-        let Some(sym) = name.strip_prefix(b"__crc_") else {
-            continue;
-        };
-        let symbol = String::from_utf8_lossy(until_nul(sym)).into_owned();
+    use goblin::elf::section_header::{SHN_ABS, SHN_UNDEF};
+    use goblin::elf::sym::STB_WEAK;
+    let (name, symtab) = secs.get(index).ok_or_else(|| bad("symbol table index"))?;
+    let (strname, strtab) = secs.get(symtab.sh_link as usize).ok_or_else(|| {
+        bad(&format!(
+            "{}: its string table does not exist",
+            String::from_utf8_lossy(name)
+        ))
+    })?;
+    let syms = section_data(bytes, symtab, name)?;
+    let names = section_data(bytes, strtab, strname)?;
+    let mut crc_error = None;
+    for (i, rec) in syms.chunks_exact(SYM_SIZE).enumerate() {
+        let off = u32_le(rec, 0).unwrap_or_default() as usize;
         let shndx = u32::from(u16_le(rec, 6).unwrap_or_default());
+        let n = names.get(off..);
+        // Entry 0 is the null symbol; the kernel starts at 1.
+        if i > 0 && shndx == SHN_UNDEF {
+            let n = n.ok_or_else(|| {
+                bad(&format!(
+                    "symbol {i}: name outside {}",
+                    String::from_utf8_lossy(strname)
+                ))
+            })?;
+            let info = rec.get(4).copied().unwrap_or_default();
+            found(Symbol::Undefined(until_nul(n), info >> 4 == STB_WEAK));
+        }
+        if !crcs || crc_error.is_some() {
+            continue;
+        }
+        let Some(sym) = n.and_then(|n| n.strip_prefix(b"__crc_")) else {
+            continue;
+        };
+        let sym = until_nul(sym);
         let value = u64_le(rec, 8).unwrap_or_default();
-        let crc = if shndx == goblin::elf::section_header::SHN_ABS {
+        let what = || format!("__crc_{}", String::from_utf8_lossy(sym));
+        let crc = if shndx == SHN_ABS {
             // The 32-bit CRC is the low half of the symbol's value (what the kernel reads).
             let [a, b, c, d, ..] = value.to_le_bytes();
-            u32::from_le_bytes([a, b, c, d])
+            Ok(u32::from_le_bytes([a, b, c, d]))
         } else {
-            let (_, sh) = secs
-                .get(shndx as usize)
-                .ok_or_else(|| bad(&format!("__crc_{symbol}: bad section index")))?;
-            let data = section_data(bytes, sh, "__kcrctab")?;
-            usize::try_from(value)
-                .ok()
-                .and_then(|o| u32_le(data, o))
-                .ok_or_else(|| bad(&format!("__crc_{symbol}: outside its section")))?
+            secs.get(shndx as usize)
+                .ok_or_else(|| bad(&format!("{}: bad section index", what())))
+                .and_then(|(_, sh)| section_data(bytes, sh, b"__kcrctab"))
+                .and_then(|data| {
+                    usize::try_from(value)
+                        .ok()
+                        .and_then(|o| u32_le(data, o))
+                        .ok_or_else(|| bad(&format!("{}: outside its section", what())))
+                })
         };
-        out.push(VersionEntry { symbol, crc });
+        match crc {
+            Ok(crc) => found(Symbol::Crc(sym, crc)),
+            Err(e) => crc_error = Some(e),
+        }
     }
+    Ok(crc_error.map_or(Ok(()), Err))
+}
+
+/// The module's own exported symbol CRCs: its `__crc_<symbol>` symbols in `.symtab`,
+/// either absolute (value = CRC) or pointing into `__kcrctab` / `__kcrctab_gpl` (the CRC
+/// is stored there). Reads the 24-byte `Elf64_Sym` records directly, so it is cheap; a
+/// module without `.symtab` exports nothing. [`parse_elf`] reads them too
+/// ([`ModuleElf::exports`]).
+pub fn exports(bytes: &[u8]) -> Result<Vec<VersionEntry>, ModFileError> {
+    let mut out = Vec::new();
+    exports_of(bytes, &sections(bytes)?, &mut |name, crc| {
+        out.push(VersionEntry {
+            symbol: String::from_utf8_lossy(name).into_owned(),
+            crc,
+        });
+    })?;
     Ok(out)
+}
+
+/// The `__crc_*` exports of `.symtab`, handed to `found`.
+fn exports_of<'a>(
+    bytes: &'a [u8],
+    secs: &[Section<'a>],
+    found: &mut dyn FnMut(&'a [u8], u32),
+) -> Result<(), ModFileError> {
+    let Some(i) = secs.iter().position(|(n, _)| *n == b".symtab") else {
+        return Ok(());
+    };
+    walk_symtab(bytes, secs, i, true, &mut |s| {
+        if let Symbol::Crc(name, crc) = s {
+            found(name, crc);
+        }
+    })?
 }
 
 fn bad(what: &str) -> ModFileError {

@@ -23,16 +23,20 @@ pub struct Export {
     pub namespace: String,
 }
 
+/// Symbol name to export, hashed with `foldhash` (seeded per process): the gate looks up
+/// every import of every module here.
+pub type SymbolMap = HashMap<String, Export, foldhash::fast::RandomState>;
+
 /// Symbol name to export.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Symvers {
-    pub map: HashMap<String, Export>,
+    pub map: SymbolMap,
 }
 
 impl Symvers {
     /// Parses `Module.symvers` text; a malformed line is an error naming it.
     pub fn parse(text: &str) -> Result<Symvers, SymversError> {
-        let mut map = HashMap::new();
+        let mut map = SymbolMap::default();
         for (n, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
