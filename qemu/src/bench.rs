@@ -4,7 +4,8 @@
 //! kernel's "Run /init" to the root init's marker, both read from kernel log timestamps
 //! (the root's init writes its marker to `/dev/kmsg`), so both ends are on one clock.
 //! Medians and ratios are printed: ours/debian, and ours/floor (what our checks cost over
-//! what the kernel itself spends).
+//! what the kernel itself spends), then ours and the floor stage by stage
+//! ([`crate::bench_split`]).
 //!
 //! Also here: PID 1's peak memory ([`peak_memory`]); the A/B node's boot paths, direct
 //! against OVMF + GRUB and OVMF + systemd-boot ([`bench_boot_paths`]). The time to
@@ -85,6 +86,9 @@ pub struct Samples {
     pub ours: Vec<Sample>,
     pub debian: Vec<Sample>,
     pub floor: Vec<Sample>,
+    /// Ours and the floor split by stage, per boot ([`crate::bench_split`]).
+    pub ours_parts: Vec<crate::bench_split::Parts>,
+    pub floor_parts: Vec<crate::bench_split::Parts>,
 }
 
 /// Runs the benchmark and prints its table.
@@ -93,6 +97,16 @@ pub fn run(runs: usize, debian: Option<&Path>, cpus: u32) -> Result<Samples, Har
     let dir = crate::paths::run_dir("bench")?;
     let mut ours_cfg = s.prepare(&dir)?;
     ours_cfg.cpus = cpus;
+    // Timed with the init as it ships (the test bed's also prints the full report on
+    // the console, which the production init never does).
+    crate::initramfs::build_with(
+        &s.kernel,
+        &dir.join("bom.toml"),
+        &s.extras(),
+        &ours_cfg.initrd,
+        &dir,
+        &crate::paths::production_init()?,
+    )?;
     let deb = debian
         .map(Path::to_path_buf)
         .unwrap_or_else(|| debian_initrd(&s.kernel.release));
@@ -112,14 +126,19 @@ pub fn run(runs: usize, debian: Option<&Path>, cpus: u32) -> Result<Samples, Har
     let sizes = [size(&ours_cfg.initrd), size(&deb), size(&floor_cfg.initrd)];
     let mut all = Samples::default();
     for i in 0..runs {
-        let one = |what: &str, cfg: &vm::VmConfig| -> Result<Sample, HarnessError> {
+        let one = |what: &str, cfg: &vm::VmConfig| -> Result<(Sample, Outcome), HarnessError> {
             let d = dir.join(format!("{what}-{i}"));
             std::fs::create_dir_all(&d).map_err(|e| HarnessError::io(&d, e))?;
-            sample(&vm::run(cfg, &d)?)
+            let o = vm::run(cfg, &d)?;
+            Ok((sample(&o)?, o))
         };
-        let o = one("ours", &ours_cfg)?;
-        let d = one("debian", &deb_cfg)?;
-        let f = one("floor", &floor_cfg)?;
+        let (o, out) = one("ours", &ours_cfg)?;
+        all.ours_parts
+            .push(crate::bench_split::ours(&out, o.run_init, o.marker));
+        let (d, _) = one("debian", &deb_cfg)?;
+        let (f, out) = one("floor", &floor_cfg)?;
+        all.floor_parts
+            .push(crate::bench_split::floor(&out, f.run_init, f.marker));
         println!(
             "run {}: ours {:.3} s, debian {:.3} s, floor {:.3} s (Run /init at {:.3} / {:.3} / {:.3})",
             i + 1,
@@ -166,6 +185,11 @@ pub fn run(runs: usize, debian: Option<&Path>, cpus: u32) -> Result<Samples, Har
     println!(
         "our checks cost       {:>8.3} s over the floor (Run /init -> root)",
         mo - mf
+    );
+    println!("Run /init -> root by stage, median of {runs} boots:");
+    crate::bench_split::print(
+        &crate::bench_split::medians(&all.ours_parts),
+        &crate::bench_split::medians(&all.floor_parts),
     );
     Ok(all)
 }

@@ -2,6 +2,8 @@
 //! has to do for the same boot - `insmod` the same module files (each after its
 //! dependencies), mount the same root read-only and `switch_root` - with no checks. Its
 //! time is what the kernel itself costs; ours minus the floor is the price of the checks.
+//! It writes a line to the kernel log (`floor: ...`, a shell builtin, no process) at each
+//! point [`crate::bench_split`] splits it at.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -68,10 +70,14 @@ pub fn build(s: &Scenario, dir: &Path) -> Result<PathBuf, HarnessError> {
          mount -t sysfs sysfs /sys\n\
          mount -t devtmpfs devtmpfs /dev\n\
          mount -t tmpfs tmpfs /run\n\
+         echo 'floor: init' > /dev/kmsg\n\
          {insmods}\
+         echo 'floor: modules' > /dev/kmsg\n\
          i=0\n\
          while [ ! -b /dev/vda1 ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done\n\
+         echo 'floor: device' > /dev/kmsg\n\
          mount -t ext4 -o ro /dev/vda1 /sysroot\n\
+         echo 'floor: mounted' > /dev/kmsg\n\
          for d in dev proc sys run; do mount --move /$d /sysroot/$d; done\n\
          exec switch_root /sysroot /sbin/init\n"
     );

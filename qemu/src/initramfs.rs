@@ -44,14 +44,35 @@ pub fn resign_module(
     Ok(())
 }
 
-/// Builds the initramfs for `kernel` and the BOM at `bom_path` into `out`; tampered
-/// module copies go to `scratch`.
+/// Builds the initramfs for `kernel` and the BOM at `bom_path` into `out`, with the test
+/// bed's init ([`paths::init_binary`]); tampered module copies go to `scratch`.
 pub fn build(
     kernel: &Kernel,
     bom_path: &Path,
     extras: &Extras,
     out: &Path,
     scratch: &Path,
+) -> Result<(), HarnessError> {
+    build_with(
+        kernel,
+        bom_path,
+        extras,
+        out,
+        scratch,
+        &paths::init_binary()?,
+    )
+}
+
+/// [`build`] with the init at `init` (the boot benchmark times the production one,
+/// [`paths::production_init`]: no test hooks, so the full report is not printed on the
+/// console).
+pub fn build_with(
+    kernel: &Kernel,
+    bom_path: &Path,
+    extras: &Extras,
+    out: &Path,
+    scratch: &Path,
+    init: &Path,
 ) -> Result<(), HarnessError> {
     let mut overrides = extras.module_overrides.clone();
     // The build-time gate would refuse a tampered module; the boot-time gate is tested.
@@ -84,7 +105,7 @@ pub fn build(
             overrides.push((m.clone(), tampered));
         }
     }
-    let mut spec = mkinitramfs::Spec::new(&kernel.root, bom_path, &paths::init_binary()?);
+    let mut spec = mkinitramfs::Spec::new(&kernel.root, bom_path, init);
     spec.extra_files = extras.files.clone();
     spec.mtime = 0;
     spec.gate = gate;

@@ -74,6 +74,7 @@ pub mod bench;
 pub mod bench_real_root;
 pub mod bench_recover;
 pub mod bench_secure_boot;
+pub mod bench_split;
 pub mod catalogue;
 pub mod debroot;
 pub mod disk;

@@ -23,6 +23,16 @@ use crate::vm::{self, Outcome, Run, VmConfig};
 use crate::HarnessError;
 
 impl Scenario {
+    /// What the scenario adds to or changes in its initramfs.
+    pub fn extras(&self) -> crate::initramfs::Extras {
+        crate::initramfs::Extras {
+            files: self.extra_initramfs_files.clone(),
+            module_overrides: self.module_overrides.clone(),
+            tampered_modules: self.tampered_modules.clone(),
+            snakeoil_signed: self.snakeoil_signed.clone(),
+        }
+    }
+
     /// Builds the BOM file, initramfs and disk in `dir`; returns the VM to boot.
     pub fn prepare(&self, dir: &Path) -> Result<VmConfig, HarnessError> {
         if self.boot.two_slots() {
@@ -52,13 +62,7 @@ impl Scenario {
         )
         .map_err(|e| HarnessError::io(&bom_path, e))?;
         let initrd = dir.join("initrd.img");
-        let extras = crate::initramfs::Extras {
-            files: self.extra_initramfs_files.clone(),
-            module_overrides: self.module_overrides.clone(),
-            tampered_modules: self.tampered_modules.clone(),
-            snakeoil_signed: self.snakeoil_signed.clone(),
-        };
-        crate::initramfs::build(&self.kernel, &bom_path, &extras, &initrd, dir)?;
+        crate::initramfs::build(&self.kernel, &bom_path, &self.extras(), &initrd, dir)?;
         let mut cfg = VmConfig::new(&self.kernel.vmlinuz, &initrd);
         cfg.append = self.cmdline.clone();
         cfg.append_raw = self.cmdline_raw.clone();

@@ -38,14 +38,16 @@ pub(super) fn parse_message(text: &str, offset: Option<usize>, message: &str) ->
 /// Lines of keys in the BOM text, from the TOML parser's spans.
 pub(super) struct KeyLines<'a> {
     text: &'a str,
-    doc: Option<toml_edit::ImDocument<&'a str>>,
+    /// The text parsed again with its spans, on the first question: only a BOM with a
+    /// problem is asked about, so a good one is parsed once.
+    doc: std::cell::OnceCell<Option<toml_edit::ImDocument<&'a str>>>,
 }
 
 impl<'a> KeyLines<'a> {
     pub(super) fn new(text: &'a str) -> KeyLines<'a> {
         KeyLines {
             text,
-            doc: toml_edit::ImDocument::parse(text).ok(),
+            doc: std::cell::OnceCell::new(),
         }
     }
 
@@ -53,7 +55,10 @@ impl<'a> KeyLines<'a> {
     /// that is not in the text (a default), the line of the nearest enclosing key or
     /// table, else 1.
     pub(super) fn of(&self, path: &[&str], index: Option<usize>) -> usize {
-        let Some(doc) = &self.doc else { return 1 };
+        let doc = self
+            .doc
+            .get_or_init(|| toml_edit::ImDocument::parse(self.text).ok());
+        let Some(doc) = doc else { return 1 };
         let mut item = doc.as_item();
         let mut span = None;
         let mut complete = true;

@@ -36,19 +36,21 @@ pub struct Symvers {
 impl Symvers {
     /// Parses `Module.symvers` text; a malformed line is an error naming it.
     pub fn parse(text: &str) -> Result<Symvers, SymversError> {
-        let mut map = SymbolMap::default();
+        // A line is about 50 bytes: room for every entry at once, no rehashing.
+        let mut map = SymbolMap::with_capacity_and_hasher(text.len() / 48, Default::default());
         for (n, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }
-            let f: Vec<&str> = line.split('\t').collect();
+            let mut f = line.split('\t');
             let bad = || SymversError {
                 line: n + 1,
                 text: line.to_string(),
             };
-            let [crc, symbol, module, rest @ ..] = f.as_slice() else {
+            let (Some(crc), Some(symbol), Some(module)) = (f.next(), f.next(), f.next()) else {
                 return Err(bad());
             };
+            let (kind, namespace) = (f.next(), f.next());
             let crc = crc
                 .strip_prefix("0x")
                 .and_then(|h| u32::from_str_radix(h, 16).ok())
@@ -58,8 +60,8 @@ impl Symvers {
                 Export {
                     crc,
                     module: module.to_string(),
-                    gpl: rest.first().is_some_and(|t| t.ends_with("_GPL")),
-                    namespace: rest.get(1).map_or_else(String::new, |n| n.to_string()),
+                    gpl: kind.is_some_and(|t| t.ends_with("_GPL")),
+                    namespace: namespace.map_or_else(String::new, str::to_string),
                 },
             );
         }
