@@ -74,6 +74,27 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// The median of each part over the boots (a part missing from a boot counts as zero),
+/// in the order of the first boot that has it.
+pub fn split_medians(runs: &[crate::bench_split::Parts]) -> crate::bench_split::Parts {
+    let mut names: Vec<String> = Vec::new();
+    for p in runs.iter().flatten() {
+        if !names.contains(&p.0) {
+            names.push(p.0.clone());
+        }
+    }
+    names
+        .into_iter()
+        .map(|n| {
+            let v: Vec<f64> = runs
+                .iter()
+                .map(|r| r.iter().find(|(m, _)| *m == n).map_or(0.0, |(_, s)| *s))
+                .collect();
+            (n, median(&v))
+        })
+        .collect()
+}
+
 /// Debian's initramfs for `release` (`/boot/initrd.img-<release>`, made by installing the
 /// distro kernel package; `scripts/bench` does that).
 pub fn debian_initrd(release: &str) -> PathBuf {
@@ -188,8 +209,8 @@ pub fn run(runs: usize, debian: Option<&Path>, cpus: u32) -> Result<Samples, Har
     );
     println!("Run /init -> root by stage, median of {runs} boots:");
     crate::bench_split::print(
-        &crate::bench_split::medians(&all.ours_parts),
-        &crate::bench_split::medians(&all.floor_parts),
+        &split_medians(&all.ours_parts),
+        &split_medians(&all.floor_parts),
     );
     Ok(all)
 }
@@ -417,5 +438,15 @@ mod tests {
         assert_eq!(super::median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(super::median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
         assert!(super::median(&[]).is_nan());
+    }
+
+    #[test]
+    fn split_medians_take_each_part_over_the_boots() {
+        let boot = |m: f64| vec![("start-up".to_string(), 0.02), ("modules".to_string(), m)];
+        let m = super::split_medians(&[boot(0.4), boot(0.5), vec![("modules".into(), 1.0)]]);
+        assert_eq!(m.len(), 2);
+        // A part a boot lacks counts as zero there.
+        assert!((m[0].1 - 0.02).abs() < 1e-9, "{m:?}");
+        assert!((m[1].1 - 0.5).abs() < 1e-9, "{m:?}");
     }
 }

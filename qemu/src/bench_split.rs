@@ -92,28 +92,6 @@ fn kernel_line(l: &str) -> Option<(f64, &str)> {
     Some((t.trim().parse().ok()?, rest.trim_start()))
 }
 
-/// The median of each part over the boots (a part missing from a boot counts as zero),
-/// in the order of the first boot that has it.
-pub fn medians(runs: &[Parts]) -> Parts {
-    let mut names: Vec<String> = Vec::new();
-    for p in runs.iter().flatten() {
-        if !names.contains(&p.0) {
-            names.push(p.0.clone());
-        }
-    }
-    names
-        .into_iter()
-        .map(|n| {
-            let v: Vec<f64> = runs
-                .iter()
-                .map(|r| r.iter().find(|(m, _)| *m == n).map_or(0.0, |(_, s)| *s))
-                .collect();
-            let m = crate::bench::median(&v);
-            (n, m)
-        })
-        .collect()
-}
-
 /// Prints ours against the floor, part by part: ours, the floor, what is ours alone.
 pub fn print(ours: &Parts, floor: &Parts) {
     println!("stage                                  ours        floor       ours - floor");
@@ -193,8 +171,5 @@ mod tests {
                 ("handover", 60.0)
             ]
         );
-        let m = medians(&[p.clone(), p.clone(), vec![("modules".into(), 1.0)]]);
-        assert_eq!(m.len(), 5);
-        assert!((m[1].1 - 0.4).abs() < 1e-9);
     }
 }
