@@ -36,8 +36,10 @@ pub struct Symvers {
 impl Symvers {
     /// Parses `Module.symvers` text; a malformed line is an error naming it.
     pub fn parse(text: &str) -> Result<Symvers, SymversError> {
-        // A line is about 50 bytes: room for every entry at once, no rehashing.
-        let mut map = SymbolMap::with_capacity_and_hasher(text.len() / 48, Default::default());
+        // A line is about 50 bytes: room for every entry at once, no rehashing (at most a
+        // whole kernel's, so text that is not a symbol table reserves little).
+        let room = (text.len() / 48).min(1 << 16);
+        let mut map = SymbolMap::with_capacity_and_hasher(room, Default::default());
         for (n, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
