@@ -386,20 +386,18 @@ pub fn parse_elf(bytes: &[u8]) -> Result<ModuleElf, ModFileError> {
         ));
     };
     let same = secs.get(first).is_some_and(|(n, _)| *n == b".symtab");
+    // The exports wait until the walk ends: a bad `__crc_` record leaves none.
     let mut exports = Vec::new();
-    let mut undefined = Vec::new();
     let found = walk_symtab(bytes, &secs, first, same, &mut |sym| match sym {
-        Symbol::Undefined(name, weak) => undefined.push((name, weak)),
+        Symbol::Undefined(name, weak) => {
+            let s = out.push_name(name);
+            out.undefined.push((s, weak));
+        }
         Symbol::Crc(name, crc) => exports.push((name, crc)),
     })?;
-    for (name, weak) in undefined {
-        let s = out.push_name(name);
-        out.undefined.push((s, weak));
-    }
     let crcs = if same {
         found
     } else {
-        exports.clear();
         exports_of(bytes, &secs, &mut |name, crc| exports.push((name, crc)))
     };
     match crcs {
