@@ -91,7 +91,8 @@ struct BuildArgs {
     inputs: Inputs,
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     output: PathBuf,
-    #[arg(long, value_enum, default_value = "gzip")]
+    /// The initramfs's compression (the kernel needs CONFIG_RD_ZSTD or CONFIG_RD_GZIP).
+    #[arg(long, value_enum, default_value = "zstd")]
     compress: Compression,
     /// Another module to pack (with its dependencies); repeatable.
     #[arg(long = "module", value_name = "NAME")]
