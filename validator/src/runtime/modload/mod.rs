@@ -8,7 +8,10 @@
 //! Dependencies come from the directory's own index: `modules.dep` for hard
 //! dependencies, `modules.softdep` for `pre:`/`post:` soft dependencies (whose failure is
 //! reported but, as with modprobe, not fatal), `modules.builtin` for modules compiled into
-//! the kernel. A module already live in `/sys/module` is not loaded again; `EEXIST` from
+//! the kernel. Independent modules load in parallel, one worker per CPU (at most 8); of
+//! the modules ready, the one heading the heaviest chain of files still to gate and load
+//! goes first, so the longest chain starts early. The report and the measurements keep
+//! the plan's order whatever the timing was. A module already live in `/sys/module` is not loaded again; `EEXIST` from
 //! the kernel means the same. A module whose hard dependency failed is not attempted.
 //! With a [`Gate`] every module is mapped once ([`sys::mmap::Mapped`], no copy), judged,
 //! and only then handed to the kernel: an uncompressed module as the same open file
@@ -280,10 +283,29 @@ impl Loader {
         me
     }
 
-    /// Runs the plan with `jobs` workers.
+    /// Each node's weight for [`critical_path`]: its file's size (the gate hashes every
+    /// byte of it and the kernel reads, verifies and relocates it), 0 for a node decided
+    /// without loading. A file that cannot be read weighs nothing here (it only orders the
+    /// work): its load then fails, naming why.
+    fn weights(&self) -> Vec<u64> {
+        self.nodes
+            .iter()
+            .map(|node| match node.preset {
+                Some(_) => 0,
+                None => std::fs::metadata(self.dir.join(&node.path)).map_or(0, |m| m.len()),
+            })
+            .collect()
+    }
+
+    /// Runs the plan with `jobs` workers. Of the modules ready to load, a worker takes the
+    /// one heading the heaviest chain of work still ahead ([`critical_path`]), so the
+    /// module at the end of the longest chain (ext4 after jbd2, a GPU driver after its
+    /// helpers) is not left waiting behind independent ones; with one worker the order is
+    /// the same work in another sequence.
     fn execute(&self) -> Vec<ModuleReport> {
         use std::sync::{Condvar, Mutex};
         let n = self.nodes.len();
+        let rank = critical_path(&self.nodes, &self.weights());
         // Node i's state and result (indexes come from the plan; `get` keeps a bad one
         // from panicking: a missing node reads as dropped).
         fn state(states: &[State], j: usize) -> State {
@@ -322,7 +344,7 @@ impl Loader {
             let mut g = shared.lock().unwrap_or_else(|p| p.into_inner());
             let pick = loop {
                 let (states, results) = &mut *g;
-                let mut pick = None;
+                let mut pick: Option<usize> = None;
                 for (i, node) in self.nodes.iter().enumerate() {
                     if state(states, i) != State::Waiting {
                         continue;
@@ -359,9 +381,14 @@ impl Loader {
                         settle(states, results, i, State::Done(r.ok()), Some(r.clone()));
                         continue;
                     }
+                    // Ready: the heaviest chain ahead first, the plan's order among equals.
+                    let at = |j: usize| rank.get(j).copied().unwrap_or(0);
+                    if pick.is_none_or(|p| at(i) > at(p)) {
+                        pick = Some(i);
+                    }
+                }
+                if let Some(i) = pick {
                     settle(states, results, i, State::Running, None);
-                    pick = Some(i);
-                    break;
                 }
                 let pending = states
                     .iter()
@@ -570,6 +597,37 @@ impl Loader {
             }
         }
     }
+}
+
+/// For each node of a plan (dependencies before what waits on them), its own weight plus
+/// the heaviest chain of nodes that wait on it (`hard`, `pre` or `post_of`): how much
+/// work, at least, still follows once it starts.
+fn critical_path(nodes: &[Node], weights: &[u64]) -> Vec<u64> {
+    let mut waiting_on: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
+    for (j, node) in nodes.iter().enumerate() {
+        for &i in node.hard.iter().chain(&node.pre).chain(node.post_of.iter()) {
+            if let Some(w) = waiting_on.get_mut(i) {
+                w.push(j);
+            }
+        }
+    }
+    let mut rank = vec![0u64; nodes.len()];
+    // A node waits only on nodes planned before it, so one pass from the end suffices
+    // (a later node's rank is final when an earlier one reads it).
+    for i in (0..nodes.len()).rev() {
+        let after = waiting_on
+            .get(i)
+            .into_iter()
+            .flatten()
+            .filter(|&&j| j > i)
+            .filter_map(|&j| rank.get(j).copied())
+            .max()
+            .unwrap_or(0);
+        if let Some(r) = rank.get_mut(i) {
+            *r = weights.get(i).copied().unwrap_or(0).saturating_add(after);
+        }
+    }
+    rank
 }
 
 #[cfg(test)]

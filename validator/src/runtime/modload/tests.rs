@@ -173,3 +173,39 @@ fn module_files_are_opened_and_read_with_limits() {
     }
     std::fs::remove_dir_all(&tmp).unwrap();
 }
+
+/// The order of work: each node's rank is its weight plus the heaviest chain waiting on
+/// it, so ext4's helpers (hard dependencies and a `post:` softdep of one of them) outrank
+/// an independent chain of smaller modules, and a node nothing waits on ranks by itself.
+#[test]
+fn ready_modules_heading_the_heaviest_chain_go_first() {
+    let node = |name: &str, hard: &[usize], post_of: Option<usize>| Node {
+        name: name.into(),
+        path: format!("kernel/{name}.ko"),
+        softdep: post_of.is_some(),
+        hard: hard.to_vec(),
+        pre: vec![],
+        post_of,
+        preset: None,
+    };
+    let nodes = vec![
+        node("crc16", &[], None),
+        node("jbd2", &[], None),
+        node("mbcache", &[], None),
+        node("ext4", &[1, 2, 0], None),
+        node("virtio_ring", &[], None),
+        node("virtio_blk", &[4], None),
+        node("crc32c_generic", &[], Some(1)),
+    ];
+    let weights = [6, 365, 26, 2064, 77, 58, 10];
+    let rank = critical_path(&nodes, &weights);
+    assert_eq!(rank, vec![2070, 2429, 2090, 2064, 135, 58, 10]);
+    // Every helper of ext4 outranks the virtio chain's head.
+    for i in [0, 1, 2] {
+        assert!(rank[i] > rank[4], "{} before virtio_ring", nodes[i].name);
+    }
+    // Out-of-range indexes (a bad plan) and missing weights count as nothing.
+    let mut bad = nodes.clone();
+    bad[5].hard.push(99);
+    assert_eq!(critical_path(&bad, &weights[..2]).len(), nodes.len());
+}
