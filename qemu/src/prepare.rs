@@ -100,6 +100,9 @@ impl Scenario {
         if let Some(m) = self.memory_mib {
             cfg.memory_mib = m;
         }
+        if let Some(c) = self.cpus {
+            cfg.cpus = c;
+        }
         // SMBIOS serial numbers, so the report's node identity has something to read.
         cfg.extra_args.extend(
             [

@@ -10,6 +10,7 @@
     reason = "test code: helpers outside `#[test]` functions unwrap, index and panic as the tests do"
 )]
 
+use sha2::Digest;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::process::CommandExt;
@@ -133,6 +134,15 @@ fn forty_module_node_reports_in_one_short_line() {
         .filter(|m| m.status == ModStatus::Loaded)
         .count();
     assert!(loaded >= 40, "{loaded} loaded");
+    // On two vCPUs (modules loading in parallel, some judged ahead of their
+    // dependencies): each loaded module's recorded digest, the one measured, is its file's.
+    let kernel = qemu::paths::kernel("default").unwrap();
+    let tree = mkinitramfs::closure::KernelTree::open(&kernel.root).unwrap();
+    for m in r.modules.iter().filter(|m| m.status == ModStatus::Loaded) {
+        let path = tree.moddir.join(m.path.as_deref().unwrap());
+        let want = validator::util::hex(&sha2::Sha256::digest(std::fs::read(&path).unwrap()));
+        assert_eq!(m.sha256.as_deref(), Some(want.as_str()), "{}", m.name);
+    }
     // One short line; the full report stays in /run.
     let raw = o
         .console

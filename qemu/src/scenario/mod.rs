@@ -71,6 +71,8 @@ pub struct Scenario {
     pub hotplug_on: Option<String>,
     /// VM memory (default: `VmConfig`'s).
     pub memory_mib: Option<u32>,
+    /// vCPUs (default: `VmConfig`'s, one).
+    pub cpus: Option<u32>,
     /// The boot path (kernel direct, or OVMF with GRUB or systemd-boot), the A/B slots,
     /// reboot following, power cuts and disk throttling ([`Boot`]).
     pub boot: Boot,
@@ -166,6 +168,7 @@ impl Scenario {
             devices: Vec::new(),
             hotplug_on: None,
             memory_mib: None,
+            cpus: None,
             boot: Boot::default(),
         })
     }

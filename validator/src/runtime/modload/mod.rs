@@ -50,20 +50,21 @@ use std::time::Instant;
 
 pub mod gated;
 mod index;
+mod judge;
 mod options;
 mod report;
+mod schedule;
 
 pub use index::{load_index, IndexLoadError, INDEX_FILE_MAX};
 pub use options::{read_config, OptionsError};
 pub use report::{ModStatus, ModuleReport};
 
 use crate::formats::kmod::index::Index;
-use crate::formats::kmod::modinfo::{self, Compression};
 use crate::formats::kmod::modprobe;
-use crate::gate::batch::MODULE_FILE_MAX;
 use crate::gate::{self, Gate};
 use crate::sys;
-use crate::util::fs::{open_input, read_text_limited, InputError};
+use crate::util::fs::read_text_limited;
+use judge::Ahead;
 
 /// One module in a load plan.
 #[derive(Debug, Clone)]
@@ -283,144 +284,6 @@ impl Loader {
         me
     }
 
-    /// Each node's weight for [`critical_path`]: its file's size (the gate hashes every
-    /// byte of it and the kernel reads, verifies and relocates it), 0 for a node decided
-    /// without loading. A file that cannot be read weighs nothing here (it only orders the
-    /// work): its load then fails, naming why.
-    fn weights(&self) -> Vec<u64> {
-        self.nodes
-            .iter()
-            .map(|node| match node.preset {
-                Some(_) => 0,
-                None => std::fs::metadata(self.dir.join(&node.path)).map_or(0, |m| m.len()),
-            })
-            .collect()
-    }
-
-    /// Runs the plan with `jobs` workers. Of the modules ready to load, a worker takes the
-    /// one heading the heaviest chain of work still ahead ([`critical_path`]), so the
-    /// module at the end of the longest chain (ext4 after jbd2, a GPU driver after its
-    /// helpers) is not left waiting behind independent ones; with one worker the order is
-    /// the same work in another sequence.
-    fn execute(&self) -> Vec<ModuleReport> {
-        use std::sync::{Condvar, Mutex};
-        let n = self.nodes.len();
-        let rank = critical_path(&self.nodes, &self.weights());
-        // Node i's state and result (indexes come from the plan; `get` keeps a bad one
-        // from panicking: a missing node reads as dropped).
-        fn state(states: &[State], j: usize) -> State {
-            states.get(j).copied().unwrap_or(State::Dropped)
-        }
-        fn settle(
-            states: &mut [State],
-            results: &mut [Option<ModuleReport>],
-            i: usize,
-            s: State,
-            r: Option<ModuleReport>,
-        ) {
-            if let (Some(st), Some(res)) = (states.get_mut(i), results.get_mut(i)) {
-                *st = s;
-                if r.is_some() {
-                    *res = r;
-                }
-            }
-        }
-        let mut states = vec![State::Waiting; n];
-        let mut results: Vec<Option<ModuleReport>> = vec![None; n];
-        for (i, node) in self.nodes.iter().enumerate() {
-            if let (Some(r), None) = (&node.preset, node.post_of) {
-                settle(
-                    &mut states,
-                    &mut results,
-                    i,
-                    State::Done(r.ok()),
-                    Some(r.clone()),
-                );
-            }
-        }
-        let shared = Mutex::new((states, results));
-        let cv = Condvar::new();
-        let worker = || loop {
-            let mut g = shared.lock().unwrap_or_else(|p| p.into_inner());
-            let pick = loop {
-                let (states, results) = &mut *g;
-                let mut pick: Option<usize> = None;
-                for (i, node) in self.nodes.iter().enumerate() {
-                    if state(states, i) != State::Waiting {
-                        continue;
-                    }
-                    if let Some(p) = node.post_of {
-                        match state(states, p) {
-                            State::Done(true) => {}
-                            State::Done(false) | State::Dropped => {
-                                settle(states, results, i, State::Dropped, None);
-                                continue;
-                            }
-                            _ => continue,
-                        }
-                    }
-                    let finished =
-                        |j: &usize| matches!(state(states, *j), State::Done(_) | State::Dropped);
-                    if !node.pre.iter().all(finished) || !node.hard.iter().all(finished) {
-                        continue;
-                    }
-                    if let Some(&d) = node
-                        .hard
-                        .iter()
-                        .find(|&&j| state(states, j) != State::Done(true))
-                    {
-                        let mut r = ModuleReport::new(&node.name, ModStatus::Skipped);
-                        r.path = Some(node.path.clone());
-                        r.softdep = node.softdep;
-                        let dep = self.nodes.get(d).map_or("?", |n| n.name.as_str());
-                        r.message = Some(format!("dependency {dep} did not load"));
-                        settle(states, results, i, State::Done(false), Some(r));
-                        continue;
-                    }
-                    if let Some(r) = &node.preset {
-                        settle(states, results, i, State::Done(r.ok()), Some(r.clone()));
-                        continue;
-                    }
-                    // Ready: the heaviest chain ahead first, the plan's order among equals.
-                    let at = |j: usize| rank.get(j).copied().unwrap_or(0);
-                    if pick.is_none_or(|p| at(i) > at(p)) {
-                        pick = Some(i);
-                    }
-                }
-                if let Some(i) = pick {
-                    settle(states, results, i, State::Running, None);
-                }
-                let pending = states
-                    .iter()
-                    .any(|s| matches!(s, State::Waiting | State::Running));
-                if pick.is_some() || !pending {
-                    cv.notify_all();
-                    break pick;
-                }
-                g = cv.wait(g).unwrap_or_else(|p| p.into_inner());
-            };
-            drop(g);
-            let Some((i, node)) = pick.and_then(|i| Some((i, self.nodes.get(i)?))) else {
-                return;
-            };
-            let mut r = self.load_one(&node.name, &node.path);
-            r.softdep = node.softdep;
-            let mut g = shared.lock().unwrap_or_else(|p| p.into_inner());
-            let (states, results) = &mut *g;
-            settle(states, results, i, State::Done(r.ok()), Some(r));
-            drop(g);
-            cv.notify_all();
-        };
-        std::thread::scope(|s| {
-            for _ in 1..self.jobs.max(1) {
-                s.spawn(worker);
-            }
-            worker();
-        });
-        let (_, results) = shared.into_inner().unwrap_or_else(|p| p.into_inner());
-        results.into_iter().flatten().collect()
-    }
-
     fn is_live(&self, name: &str) -> bool {
         self.sys_root
             .join("module")
@@ -475,9 +338,11 @@ impl Loader {
         gained
     }
 
-    /// Gates and loads one module. The boot-time stamp is taken before the clock its
+    /// Gates and loads one module (judged ahead of its turn when `ahead` is `Some`: its
+    /// start and gate time are the judging's, and its duration counts the gate and the
+    /// load, not the wait between). The boot-time stamp is taken before the clock its
     /// duration runs on, so start plus duration never passes the next module's start.
-    fn load_one(&self, name: &str, rel: &str) -> ModuleReport {
+    fn load_one(&self, name: &str, rel: &str, ahead: Option<Box<Ahead>>) -> ModuleReport {
         let mut r = ModuleReport::new(name, ModStatus::Loaded);
         r.start_us = sys::boottime_us().unwrap_or(0);
         let start = Instant::now();
@@ -486,7 +351,6 @@ impl Loader {
             r.status = ModStatus::AlreadyLoaded;
             return r;
         }
-        let path = self.dir.join(rel);
         // As modprobe hands them over: the options, then one space (its separator before
         // options of its own command line), which the kernel's parser skips.
         let options = self.options.options(name);
@@ -495,96 +359,41 @@ impl Loader {
         } else {
             format!("{options} ")
         };
+        let (judged, before_us) = match ahead {
+            Some(a) => {
+                r = a.report;
+                let gate_us = r.gate_us;
+                (a.judged, gate_us)
+            }
+            None => match self.judge(name, rel, &mut r, start) {
+                Some(j) => (j, 0),
+                None => {
+                    if !options.is_empty() {
+                        r.options = Some(options);
+                    }
+                    return r;
+                }
+            },
+        };
         if !options.is_empty() {
             r.options = Some(options);
         }
-        let fail = |mut r: ModuleReport, errno: Option<String>, msg: String| {
-            r.status = ModStatus::Failed;
-            r.errno = errno;
-            r.message = Some(msg);
-            r
-        };
-        // A regular file only: a FIFO would block the open, a directory or a device is
-        // no module.
-        let file = match open_input(&path, false) {
-            Ok(f) => f,
-            Err(e) => {
-                let errno = match &e {
-                    InputError::Io { source, .. } => sys::io_errno_name(source),
-                    _ => None,
-                };
-                return fail(r, errno, format!("open {e}"));
-            }
-        };
-        let comp = Compression::from_name(rel);
-        // Map the file once: the gate judges exactly the bytes the kernel is then given,
-        // the same open file (`finit_module` on it) or, for a compressed module, the image
-        // the gate decompressed from these bytes (`init_module`: decompressed once, and
-        // the kernel does not decompress it again). Pages already hashed are released as
-        // the gate goes, so PID 1's memory does not grow with the module.
-        let mut image = None;
-        let kernel_decompresses = comp == Compression::None
-            || self.kernel_compression().as_deref() == Some(comp.sysfs_name());
-        if self.gate.is_some() || !kernel_decompresses {
-            let map = match sys::mmap::Mapped::of(&file, &path, MODULE_FILE_MAX) {
-                Ok(m) => m,
-                Err(e) => {
-                    let errno = match &e {
-                        InputError::Io { source, .. } => sys::io_errno_name(source),
-                        _ => None,
-                    };
-                    return fail(r, errno, format!("read {e}"));
-                }
-            };
-            // A page that cannot be read must be an error here, not a SIGBUS in PID 1
-            // when the gate touches it.
-            if let Err(e) = map.check_readable() {
-                return fail(
-                    r,
-                    Some("EIO".into()),
-                    format!("read {}: {e}", path.display()),
-                );
-            }
-            let raw = map.bytes();
-            let release = |part: &[u8]| map.release(part);
-            match &self.gate {
-                Some(gate) => {
-                    let t = Instant::now();
-                    let (mut v, mut img) = gate.check_releasing(name, rel, raw, &release);
-                    if !v.pass && self.kernel_gained_digests(gate) {
-                        (v, img) = gate.check_releasing(name, rel, raw, &release);
-                    }
-                    r.gate_us = u64::try_from(t.elapsed().as_micros()).unwrap_or(u64::MAX);
-                    r.signer = v.signer.clone();
-                    r.sig_key = v.sig_key.clone();
-                    r.sig_hashalgo = v.sig_hashalgo.clone();
-                    r.sha256 = v.image_sha256.clone();
-                    if !v.pass {
-                        r.status = ModStatus::Rejected;
-                        r.message = Some(v.summary());
-                        r.reasons = v.reasons;
-                        r.duration_us =
-                            u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
-                        return r;
-                    }
-                    if comp != Compression::None {
-                        image = img.map(std::borrow::Cow::into_owned);
-                    }
-                }
-                None => match modinfo::decompress(raw, comp) {
-                    Ok(i) => image = Some(i),
-                    Err(e) => return fail(r, None, format!("{}: {e}", path.display())),
-                },
-            }
-        }
-        let result = match &image {
+        let result = match &judged.image {
             Some(i) => sys::init_module(i, &params, name),
-            None if kernel_decompresses => {
-                sys::finit_module(&file, &params, comp != Compression::None, name)
+            None if judged.kernel_reads => {
+                sys::finit_module(&judged.file, &params, judged.compressed, name)
             }
-            None => return fail(r, None, format!("{}: not decompressed", path.display())),
+            None => {
+                r.status = ModStatus::Failed;
+                r.message = Some(format!(
+                    "{}: not decompressed",
+                    self.dir.join(rel).display()
+                ));
+                return r;
+            }
         };
-        r.duration_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
+        let took = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
+        r.duration_us = before_us.saturating_add(took);
         match result {
             Ok(()) => r,
             Err(e) if e.errno == nix::errno::Errno::EEXIST => {
@@ -592,42 +401,13 @@ impl Loader {
                 r
             }
             Err(e) => {
-                let n = e.errno_name();
-                fail(r, Some(n), e.to_string())
+                r.status = ModStatus::Failed;
+                r.errno = Some(e.errno_name());
+                r.message = Some(e.to_string());
+                r
             }
         }
     }
-}
-
-/// For each node of a plan (dependencies before what waits on them), its own weight plus
-/// the heaviest chain of nodes that wait on it (`hard`, `pre` or `post_of`): how much
-/// work, at least, still follows once it starts.
-fn critical_path(nodes: &[Node], weights: &[u64]) -> Vec<u64> {
-    let mut waiting_on: Vec<Vec<usize>> = vec![Vec::new(); nodes.len()];
-    for (j, node) in nodes.iter().enumerate() {
-        for &i in node.hard.iter().chain(&node.pre).chain(node.post_of.iter()) {
-            if let Some(w) = waiting_on.get_mut(i) {
-                w.push(j);
-            }
-        }
-    }
-    let mut rank = vec![0u64; nodes.len()];
-    // A node waits only on nodes planned before it, so one pass from the end suffices
-    // (a later node's rank is final when an earlier one reads it).
-    for i in (0..nodes.len()).rev() {
-        let after = waiting_on
-            .get(i)
-            .into_iter()
-            .flatten()
-            .filter(|&&j| j > i)
-            .filter_map(|&j| rank.get(j).copied())
-            .max()
-            .unwrap_or(0);
-        if let Some(r) = rank.get_mut(i) {
-            *r = weights.get(i).copied().unwrap_or(0).saturating_add(after);
-        }
-    }
-    rank
 }
 
 #[cfg(test)]

@@ -1,7 +1,9 @@
 //! The load plan's order, softdeps and skipping, and the limits on reading module
 //! files.
+use super::schedule::critical_path;
 use super::*;
 use crate::formats::kmod::index::{Entry, SoftDeps};
+use crate::gate::batch::MODULE_FILE_MAX;
 
 fn idx() -> Index {
     let mut i = Index::default();
