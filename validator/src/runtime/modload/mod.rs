@@ -8,18 +8,18 @@
 //! Dependencies come from the directory's own index: `modules.dep` for hard
 //! dependencies, `modules.softdep` for `pre:`/`post:` soft dependencies (whose failure is
 //! reported but, as with modprobe, not fatal), `modules.builtin` for modules compiled into
-//! the kernel. Independent modules load in parallel, one worker per CPU (at most 8); of
-//! the modules ready, the one heading the heaviest chain of files still to gate and load
-//! goes first, so the longest chain starts early. The report and the measurements keep
-//! the plan's order whatever the timing was. A module already live in `/sys/module` is not loaded again; `EEXIST` from
-//! the kernel means the same. A module whose hard dependency failed is not attempted.
-//! With a [`Gate`] every module is mapped once ([`sys::mmap::Mapped`], no copy), judged,
-//! and only then handed to the kernel: an uncompressed module as the same open file
-//! (`finit_module`), a compressed one as the image the gate decompressed from the judged
-//! bytes (`init_module`, so it is decompressed once); a refused module is reported as
-//! `rejected` and the kernel never sees it. The pages the gate has hashed are released as
-//! it goes ([`Gate::check_releasing`]), so PID 1's memory does not grow with the largest
-//! module.
+//! the kernel. Independent modules load in parallel, one worker per CPU (at most 8), the
+//! heaviest chain of work first, and a free worker may judge a module ahead of its
+//! dependencies (`schedule.rs`); the report and the measurements keep the plan's order
+//! whatever the timing was. A module already live in `/sys/module` is not loaded again;
+//! `EEXIST` from the kernel means the same. A module whose hard dependency failed is not
+//! attempted. With a [`Gate`] every module is mapped once ([`sys::mmap::Mapped`], no
+//! copy), judged (`judge.rs`), and only then handed to the kernel: an uncompressed module
+//! as the same open file (`finit_module`), a compressed one as the image the gate
+//! decompressed from the judged bytes (`init_module`, so it is decompressed once); a
+//! refused module is reported as `rejected` and the kernel never sees it. The pages the
+//! gate has hashed are released as it goes ([`Gate::check_releasing`]), so PID 1's memory
+//! does not grow with the largest module.
 //!
 //! A module whose signature needs a digest the kernel does not have built in (sha512 on
 //! Debian 6.1) passes only once a module that provides it has loaded: the initramfs lists
@@ -40,7 +40,7 @@
 //! ([`ModuleReport`]), the set-up, load and measurement both stages share and the
 //! initramfs's load order in [`gated`].
 //!
-//! Current limits: a module is at most [`MODULE_FILE_MAX`] bytes; a compressed module's
+//! Current limits: a module is at most [`crate::gate::batch::MODULE_FILE_MAX`] bytes; a compressed module's
 //! image is held whole in memory while it loads; a module signed with a digest other than
 //! SHA-256 is read a second time for that digest without releasing its pages.
 
