@@ -7,9 +7,10 @@
 //! than one worker, a worker judges ahead when nothing is ready to load or when the
 //! heaviest module still waiting on its dependencies heads more work than any ready one:
 //! it runs the gate over it ([`super::Loader::judge_ahead`]) while its helpers load,
-//! keeping the open file it judged for the load. With one worker the work is the same,
-//! in another sequence, and nothing is judged ahead. The report and the measurements keep the plan's order whatever
-//! the timing was.
+//! keeping the open file it judged for the load. One worker keeps the plan's order and
+//! judges nothing ahead. The report and the measurements keep the plan's order whatever
+//! the timing was. (Measuring each module while later ones load was tried: on one vCPU
+//! the measurements then took 30 ms instead of 20 and the stage no less time.)
 
 use std::sync::{Condvar, Mutex};
 
@@ -196,7 +197,12 @@ impl Loader {
     /// Runs the plan with `jobs` workers (see the module's documentation for the order).
     pub(super) fn execute(&self) -> Vec<ModuleReport> {
         let n = self.nodes.len();
-        let rank = critical_path(&self.nodes, &self.weights());
+        // One worker does the same work in any order: it keeps the plan's.
+        let rank = if self.jobs > 1 {
+            critical_path(&self.nodes, &self.weights())
+        } else {
+            vec![0; n]
+        };
         let mut p = Progress {
             states: vec![State::Waiting; n],
             results: vec![None; n],
