@@ -84,9 +84,9 @@ pub fn build(s: &Scenario, dir: &Path) -> Result<PathBuf, HarnessError> {
     a.file("init", init.into_bytes(), 0o755).map_err(cpio)?;
     let raw = a.write(0);
     // Compressed as ours is, so the two image sizes compare.
-    let gz = mkinitramfs::compress(&raw, mkinitramfs::Compress::Zstd)
+    let packed = mkinitramfs::compress(&raw, mkinitramfs::Compress::Zstd)
         .map_err(|e| HarnessError::Setup(format!("zstd: {e}")))?;
     let out = dir.join("floor-initrd.img");
-    std::fs::write(&out, gz).map_err(|e| HarnessError::io(&out, e))?;
+    std::fs::write(&out, packed).map_err(|e| HarnessError::io(&out, e))?;
     Ok(out)
 }
