@@ -15,8 +15,9 @@ use crate::gate::batch::MODULE_FILE_MAX;
 use crate::sys;
 use crate::util::fs::{open_input, InputError};
 
-/// A module ready for the kernel: the open file that was judged and, when the kernel is
-/// not to decompress it, the image the gate decompressed from the judged bytes.
+/// A module ready for the kernel: the open file that was judged and, for a compressed
+/// module, the image decompressed from the judged bytes (by the gate, or without one for
+/// a compression the kernel cannot read).
 #[derive(Debug)]
 pub(super) struct Judged {
     pub file: File,
@@ -140,12 +141,11 @@ impl Loader {
         Some(judged)
     }
 
-    /// Judges `rel` ahead of its dependencies (a worker with nothing ready to load does
-    /// this): the module the gate passed, ready for its load, or `None` - no gate, a
-    /// module already live, a compressed one (its image would be held until the load),
-    /// a file that cannot be read or a refusal, each judged again
-    /// when its turn comes (a refusal for a digest the kernel gains from an earlier
-    /// module included).
+    /// Judges `rel` ahead of its dependencies (when the schedule says so): the module the
+    /// gate passed, ready for its load, or `None` - no gate, a module already live, a
+    /// compressed one (its image would be held until the load), a file that cannot be
+    /// read or a refusal, each judged again when its turn comes (a refusal for a digest
+    /// the kernel gains from an earlier module included).
     pub(super) fn judge_ahead(&self, name: &str, rel: &str) -> Option<Box<Ahead>> {
         self.gate.as_ref()?;
         if Compression::from_name(rel) != Compression::None {
