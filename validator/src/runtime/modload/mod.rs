@@ -362,22 +362,16 @@ impl Loader {
         let (judged, before_us) = match ahead {
             Some(a) => {
                 r = a.report;
-                let gate_us = r.gate_us;
-                (a.judged, gate_us)
+                (Some(a.judged), r.gate_us)
             }
-            None => match self.judge(name, rel, &mut r, start) {
-                Some(j) => (j, 0),
-                None => {
-                    if !options.is_empty() {
-                        r.options = Some(options);
-                    }
-                    return r;
-                }
-            },
+            None => (self.judge(name, rel, &mut r, start), 0),
         };
         if !options.is_empty() {
             r.options = Some(options);
         }
+        let Some(judged) = judged else {
+            return r;
+        };
         let result = match &judged.image {
             Some(i) => sys::init_module(i, &params, name),
             None if judged.kernel_reads => {

@@ -17,14 +17,18 @@ use std::sync::{Condvar, Mutex};
 use super::judge::Ahead;
 use super::{Loader, ModStatus, ModuleReport, Node, State};
 
-/// A module judged ahead of its turn: not tried, being judged, judged (the outcome, when
-/// the gate passed it), or taken by its load.
+/// A module judged ahead of its turn: not tried, being judged, or judged (what the gate
+/// passed, until its load takes it).
 #[derive(Debug)]
 enum AheadState {
     NotTried,
     Judging,
     Judged(Option<Box<Ahead>>),
-    Taken,
+}
+
+/// Node `j`'s rank ([`critical_path`]); a missing one counts as nothing.
+fn rank_of(rank: &[u64], j: usize) -> u64 {
+    rank.get(j).copied().unwrap_or(0)
 }
 
 /// What a worker does next.
@@ -64,7 +68,6 @@ impl Progress {
     /// Settles what needs no load (dropped post-softdeps, skipped dependents, presets)
     /// and returns the ready node heading the heaviest chain, if any.
     fn ready(&mut self, nodes: &[Node], rank: &[u64]) -> Option<usize> {
-        let at = |j: usize| rank.get(j).copied().unwrap_or(0);
         let mut pick: Option<usize> = None;
         for (i, node) in nodes.iter().enumerate() {
             if self.state(i) != State::Waiting {
@@ -105,7 +108,7 @@ impl Progress {
             if self.judging(i) {
                 continue;
             }
-            if pick.is_none_or(|p| at(i) > at(p)) {
+            if pick.is_none_or(|p| rank_of(rank, i) > rank_of(rank, p)) {
                 pick = Some(i);
             }
         }
@@ -115,14 +118,13 @@ impl Progress {
     /// The heaviest module still waiting on its dependencies and not yet judged ahead
     /// (nor a `post:` softdep, loaded only if what it follows loads).
     fn to_judge(&self, nodes: &[Node], rank: &[u64]) -> Option<usize> {
-        let at = |j: usize| rank.get(j).copied().unwrap_or(0);
         let mut best: Option<usize> = None;
         for (i, n) in nodes.iter().enumerate() {
             let candidate = self.state(i) == State::Waiting
                 && n.preset.is_none()
                 && n.post_of.is_none()
                 && matches!(self.ahead.get(i), Some(AheadState::NotTried));
-            if candidate && best.is_none_or(|b| at(i) > at(b)) {
+            if candidate && best.is_none_or(|b| rank_of(rank, i) > rank_of(rank, b)) {
                 best = Some(i);
             }
         }
@@ -137,7 +139,6 @@ impl Progress {
         loader: &Loader,
         rank: &[u64],
     ) -> Option<Job> {
-        let at = |j: usize| rank.get(j).copied().unwrap_or(0);
         loop {
             let ready = g.ready(&loader.nodes, rank);
             // Judging ahead pays only beside other work, and only with a gate.
@@ -147,7 +148,7 @@ impl Progress {
             // The heavier chain first: a module waiting on its helpers is judged before
             // an independent one is loaded when more work follows it.
             let judge = match (ready, judge) {
-                (Some(i), Some(j)) if at(j) > at(i) => Some(j),
+                (Some(i), Some(j)) if rank_of(rank, j) > rank_of(rank, i) => Some(j),
                 (None, j) => j,
                 _ => None,
             };
@@ -160,11 +161,8 @@ impl Progress {
             if let Some(i) = ready {
                 g.settle(i, State::Running, None);
                 let ahead = match g.ahead.get_mut(i) {
-                    Some(a) => match std::mem::replace(a, AheadState::Taken) {
-                        AheadState::Judged(j) => j,
-                        _ => None,
-                    },
-                    None => None,
+                    Some(AheadState::Judged(j)) => j.take(),
+                    _ => None,
                 };
                 cv.notify_all();
                 return Some(Job::Load(i, ahead));
