@@ -46,12 +46,13 @@ pub fn find(ctx: &Context) -> Result<String, SlotError> {
     Ok(esp.device)
 }
 
-/// The vfat options the ESP is mounted with: none. Not `flush`: with it, closing any file
-/// opened for writing sleeps a tenth of a second (`fat_file_release`: `io_schedule_timeout
-/// (HZ/10)`, whatever was written), 0.4 s of every A/B boot (three record writes and
-/// `grubenv`); every write here is synced before it is reported done (the record and
-/// `grubenv` by `fsync`, which on vfat also writes the FAT and flushes the disk's cache;
-/// a boot-counting rename by `fsync` of its directory).
+/// The vfat options the ESP is mounted with: none. Not `flush`: with it, every close of a
+/// file opened for writing sleeps a tenth of a second, whatever was written (the kernel's
+/// `fat_file_release` calls `io_schedule_timeout(HZ/10)`), 0.4 s of every A/B boot (three
+/// record writes and `grubenv`). Every write the gate makes on the ESP is synced before it
+/// is reported done instead: the record's copies and `grubenv` by `fsync` (which on vfat
+/// also writes the FAT and flushes the disk's cache), a boot-counting rename by `fsync` of
+/// its directory.
 pub const MOUNT_OPTIONS: Option<&str> = None;
 
 /// Mounts the ESP `device` read-write at [`mountpoint`] with [`MOUNT_OPTIONS`] and
