@@ -36,8 +36,8 @@ pub(crate) struct Ahead {
     pub(super) report: ModuleReport,
 }
 
-/// `r` as a failure to read the module.
-fn failed(r: &mut ModuleReport, errno: Option<String>, message: String) {
+/// `r` as a failure: the module could not be read or the kernel did not load it.
+pub(super) fn failed(r: &mut ModuleReport, errno: Option<String>, message: String) {
     r.status = ModStatus::Failed;
     r.errno = errno;
     r.message = Some(message);

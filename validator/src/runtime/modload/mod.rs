@@ -378,11 +378,8 @@ impl Loader {
                 sys::finit_module(&judged.file, &params, judged.compressed, name)
             }
             None => {
-                r.status = ModStatus::Failed;
-                r.message = Some(format!(
-                    "{}: not decompressed",
-                    self.dir.join(rel).display()
-                ));
+                let why = format!("{}: not decompressed", self.dir.join(rel).display());
+                judge::failed(&mut r, None, why);
                 return r;
             }
         };
@@ -395,9 +392,7 @@ impl Loader {
                 r
             }
             Err(e) => {
-                r.status = ModStatus::Failed;
-                r.errno = Some(e.errno_name());
-                r.message = Some(e.to_string());
+                judge::failed(&mut r, Some(e.errno_name()), e.to_string());
                 r
             }
         }
