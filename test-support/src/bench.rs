@@ -1,4 +1,4 @@
-//! What the benchmarks share: reading their path arguments.
+//! What the benchmarks share: reading their path and count arguments.
 //!
 //! Cargo runs a benchmark in its package's directory (`validator/`), while
 //! `docs/PERFORMANCE.md` and `scripts/bench` give paths from the repository root: a
@@ -27,4 +27,13 @@ pub fn path_arg(arg: &str) -> PathBuf {
 /// The kernel tree argument of the modules benchmark (default `target/kernels/default`).
 pub fn kernel_dir(arg: Option<&str>) -> PathBuf {
     path_arg(arg.unwrap_or("target/kernels/default"))
+}
+
+/// The benchmark's first numeric argument (cargo adds `--bench`), else `default`.
+pub fn count_arg<T: std::str::FromStr>(default: T) -> T {
+    std::env::args()
+        .skip(1)
+        .filter(|a| a != "--bench")
+        .find_map(|a| a.parse().ok())
+        .unwrap_or(default)
 }

@@ -61,11 +61,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 fn main() {
-    let runs: usize = std::env::args()
-        .skip(1)
-        .filter(|a| a != "--bench")
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(200);
+    let runs: usize = test_support::bench::count_arg(200);
     let dir: PathBuf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-attest");
     std::fs::create_dir_all(&dir).unwrap();
 

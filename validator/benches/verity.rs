@@ -18,11 +18,7 @@ use sha2::Digest;
 use validator::formats::verity::{superblock, tree};
 
 fn main() {
-    let mib: usize = std::env::args()
-        .skip(1)
-        .filter(|a| a != "--bench")
-        .find_map(|a| a.parse().ok())
-        .unwrap_or(1024);
+    let mib: usize = test_support::bench::count_arg(1024);
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/bench-verity");
     std::fs::create_dir_all(&dir).unwrap();
     let data = dir.join("data.img");
