@@ -778,3 +778,82 @@ fn exports_read_in_the_elf_pass_are_the_symtab_exports_of_every_6_1_module() {
     // Debian 6.1's modules export about 20,000 symbols between them.
     assert!(total > 10_000, "{total}");
 }
+
+/// The batch feeds two files' digests in turn on each thread: every file still gets the
+/// verdict a check of it alone gives (reasons, signer, digests), and its digest is the
+/// SHA-256 of its image, over real 6.1 and 6.12 modules of every size mixed with an
+/// unsigned, a damaged, a truncated, an empty and an unreadable file, a pinned digest
+/// and a blacklisted module.
+#[test]
+fn the_batch_gives_each_file_the_verdict_it_gets_alone() {
+    use sha2::Digest;
+    let k61 = facts("default");
+    let mut g = gate(&k61, store(&k61.certs));
+    let mut files: Vec<PathBuf> = all_modules("default").into_iter().step_by(61).collect();
+    files.extend(all_modules("k612").into_iter().step_by(301));
+    let dir = tmpdir("batch-lanes");
+    let crc16 = real_module("crc16");
+    let sig_at = crc16.len()
+        - validator::formats::kmod::sig::MAGIC.len()
+        - 12
+        - validator::formats::kmod::sig::split(&crc16)
+            .unwrap()
+            .pkcs7
+            .len();
+    let mut damaged = crc16.clone();
+    let n = damaged.len() - validator::formats::kmod::sig::MAGIC.len() - 4;
+    damaged[n..n + 4].copy_from_slice(&u32::MAX.to_be_bytes());
+    for (name, bytes) in [
+        ("unsigned.ko", crc16[..sig_at].to_vec()),
+        ("damaged.ko", damaged),
+        ("truncated.ko", crc16[..crc16.len() / 2].to_vec()),
+        ("empty.ko", Vec::new()),
+        ("crc16.ko", crc16.clone()),
+    ] {
+        std::fs::write(dir.join(name), bytes).unwrap();
+        files.insert(files.len() / 2, dir.join(name));
+    }
+    std::fs::create_dir(dir.join("directory.ko")).unwrap();
+    files.insert(7, dir.join("directory.ko"));
+    g.policy.sha256.insert(
+        "crc16".into(),
+        validator::util::hex(&sha2::Sha256::digest(&crc16)),
+    );
+    let blacklisted = validator::formats::kmod::index::name_of_path(&files[3].to_string_lossy());
+    g.policy.module_blacklist.push(blacklisted.clone());
+    assert!(files.len() > 80, "{}", files.len());
+    for jobs in [1, 2] {
+        let b = batch::check_files(&g, &files, jobs);
+        assert_eq!(b.verdicts.len(), files.len());
+        for (f, got) in files.iter().zip(&b.verdicts) {
+            assert_eq!(got.file.as_deref(), Some(f.display().to_string().as_str()));
+            let Ok(raw) = batch::read_file(f) else {
+                assert!(
+                    !got.pass && got.has("unreadable"),
+                    "{}: {got:?}",
+                    f.display()
+                );
+                continue;
+            };
+            let file_name = f.file_name().unwrap().to_string_lossy();
+            let (mut alone, image) = g.check(&got.module, &file_name, &raw);
+            alone.file.clone_from(&got.file);
+            assert_eq!(got, &alone, "{}", f.display());
+            if let (Some(image), Some(d)) = (image, &got.image_sha256) {
+                assert_eq!(
+                    d,
+                    &validator::util::hex(&sha2::Sha256::digest(&image)),
+                    "{}",
+                    f.display()
+                );
+            }
+        }
+        let by_name = |n: &str| b.verdicts.iter().find(|v| v.module == n).unwrap();
+        assert!(by_name("unsigned").has("unsigned"));
+        assert!(by_name("damaged").has("bad-signature-trailer"));
+        assert!(by_name("crc16").pass && by_name("crc16").sha256.is_some());
+        assert!(by_name(&blacklisted).has("blacklisted"));
+        assert!(b.verdicts.iter().filter(|v| v.pass).count() > 60);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -1,5 +1,5 @@
 //! Layer 10 (below `boot`, which does not use it): attestation for a verifier - what a good boot of an image
-//! measures, predicted at build time ([`predict`], written as a [`reference`] file), and
+//! measures, predicted at build time ([`predict`], written as a [`reference`](mod@reference) file), and
 //! the check of a node's report, quote and event log against it ([`verify`]). The node's
 //! side (the quote at the end of every boot) is [`crate::runtime::attest`].
 //!

@@ -1,7 +1,9 @@
 //! Checking many module files at once (a whole kernel tree on a host, or every module on a
-//! live node): files are read and inspected by worker threads, the exports of every file
-//! whose ELF could be read join the symbol table (over the gate's own, which is not
-//! copied), then each module's CRCs are checked against the full table.
+//! live node): files are read and inspected by worker threads, each keeping two files
+//! under way and feeding their digests in turn (a file's verdict is the one
+//! [`Gate::check`] gives it alone), the exports of every file whose ELF could be read join
+//! the symbol table (over the gate's own, which is not copied), then each module's CRCs
+//! are checked against the full table.
 //! Finding and reading the files fails with a [`BatchError`] naming the path.
 
 use std::path::{Path, PathBuf};
@@ -9,7 +11,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::{Gate, Verdict};
+use super::digest::STEP;
+use super::{Begun, Gate, Verdict};
 use crate::formats::kmod::index::name_of_path;
 use crate::formats::kmod::modinfo;
 use crate::formats::kmod::symvers::Symvers;
@@ -91,43 +94,70 @@ pub struct Batch {
 /// One file's result, filled in by whichever worker took it.
 type Slot = Mutex<Option<(Verdict, Option<modinfo::ModuleElf>)>>;
 
+/// A file in one of a worker's two lanes: read, its checks begun, its digest under way.
+struct Lane {
+    i: usize,
+    raw: Vec<u8>,
+    begun: Begun,
+}
+
 /// Checks every file with `jobs` threads. The exports of the checked modules are added to
-/// the gate's symbol table (when it has one) before the CRC check.
+/// the gate's symbol table (when it has one) before the CRC check. Each thread keeps two
+/// files under way and feeds their digests in turn ([`Begun::hash_step`], a few blocks
+/// each): one thread then hashes about a fifth faster than one file at a time.
 pub fn check_files(gate: &Gate, files: &[PathBuf], jobs: usize) -> Batch {
     let start = Instant::now();
     let next = AtomicUsize::new(0);
     let total = AtomicUsize::new(0);
     let slots: Vec<Slot> = files.iter().map(|_| Mutex::new(None)).collect();
+    let store = |i: usize, mut v: Verdict, elf: Option<modinfo::ModuleElf>| {
+        if let Some(path) = files.get(i) {
+            v.file = Some(path.display().to_string());
+        }
+        if let Some(Ok(mut s)) = slots.get(i).map(|m| m.lock()) {
+            *s = Some((v, elf));
+        }
+    };
     let work = || {
-        let mut buf = Vec::new();
+        let mut spare: Vec<Vec<u8>> = Vec::new();
+        let mut lanes: [Option<Lane>; 2] = [None, None];
         loop {
-            let i = next.fetch_add(1, Ordering::Relaxed);
-            let Some(path) = files.get(i) else { return };
-            let name = name_of_path(&path.to_string_lossy());
-            let file_name = path
-                .file_name()
-                .map(|f| f.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let result = match read_into(path, &mut buf) {
-                Ok(()) => {
-                    total.fetch_add(buf.len(), Ordering::Relaxed);
-                    let (mut v, elf, _) = gate.inspect(&name, &file_name, &buf);
-                    v.file = Some(path.display().to_string());
-                    (v, elf)
+            for lane in &mut lanes {
+                while lane.is_none() {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(path) = files.get(i) else { break };
+                    let (name, file_name) = names(path);
+                    let mut raw = spare.pop().unwrap_or_default();
+                    match read_into(path, &mut raw) {
+                        Ok(()) => {
+                            total.fetch_add(raw.len(), Ordering::Relaxed);
+                            let begun = gate.begin(&name, &file_name, &raw);
+                            *lane = Some(Lane { i, raw, begun });
+                        }
+                        Err(e) => {
+                            store(i, unreadable(gate, &name, &file_name, &e), None);
+                            spare.push(raw);
+                        }
+                    }
                 }
-                Err(e) => {
-                    let (mut v, _, _) = gate.inspect(&name, &file_name, b"");
-                    v.reasons.clear();
-                    v.reasons.push(super::Reason {
-                        code: super::ReasonCode::Unreadable,
-                        message: e.to_string(),
-                    });
-                    v.file = Some(path.display().to_string());
-                    (v, None)
+            }
+            if lanes.iter().all(Option::is_none) {
+                return;
+            }
+            // Both lanes' digests in turn until one is complete; a lone lane is finished
+            // whole by `end`.
+            if let [Some(a), Some(b)] = &mut lanes {
+                while !(a.begun.hash_step(&a.raw, STEP) | b.begun.hash_step(&b.raw, STEP)) {}
+            }
+            let both = lanes.iter().all(Option::is_some);
+            for lane in &mut lanes {
+                if lane.as_ref().is_some_and(|l| !both || l.begun.hashed()) {
+                    if let Some(l) = lane.take() {
+                        let (v, elf, _) = gate.end(l.begun, &l.raw, &|_| {});
+                        store(l.i, v, elf);
+                        spare.push(l.raw);
+                    }
                 }
-            };
-            if let Some(Ok(mut s)) = slots.get(i).map(|m| m.lock()) {
-                *s = Some(result);
             }
         }
     };
@@ -166,6 +196,27 @@ pub fn check_files(gate: &Gate, files: &[PathBuf], jobs: usize) -> Batch {
         bytes: total.load(Ordering::Relaxed) as u64,
         elapsed: start.elapsed(),
     }
+}
+
+/// The module name a file should hold and its file name (which decides decompression).
+fn names(path: &Path) -> (String, String) {
+    let name = name_of_path(&path.to_string_lossy());
+    let file_name = path
+        .file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    (name, file_name)
+}
+
+/// The verdict on a file that could not be read: that reason alone.
+fn unreadable(gate: &Gate, name: &str, file_name: &str, e: &BatchError) -> Verdict {
+    let (mut v, _, _) = gate.inspect(name, file_name, b"");
+    v.reasons.clear();
+    v.reasons.push(super::Reason {
+        code: super::ReasonCode::Unreadable,
+        message: e.to_string(),
+    });
+    v
 }
 
 /// Reads a module file, refusing absurd sizes before reading.

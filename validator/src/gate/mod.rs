@@ -50,10 +50,14 @@
 //! (`policy`), the verdict and reason codes (`reason`), the kernel's configuration-
 //! dependent tables (`rules`, [`KernelRules`]), the ELF, vermagic and symbol checks
 //! (`elf`), the signature (`signature`, the trust decision being one call into
-//! [`crate::trust::pkcs7::verify_message`]), the set-up from the initramfs (`setup`), and
-//! many files at once ([`batch`]). The public names are re-exported here.
+//! [`crate::trust::pkcs7::verify_message`]), a module's digests computed in steps
+//! (`digest`: [`Gate::begin`] makes the checks before the digest, [`Gate::end`] those
+//! after it, so that [`batch`] can feed two modules' digests in turn), the set-up from the
+//! initramfs (`setup`), and many files at once ([`batch`]). The public names are
+//! re-exported here.
 
 pub mod batch;
+mod digest;
 mod elf;
 mod policy;
 mod reason;
@@ -73,6 +77,14 @@ use crate::formats::kmod::modinfo::{self, Compression};
 use crate::formats::kmod::sig::{self, SigError};
 use crate::formats::kmod::symvers::Symvers;
 use crate::trust::TrustStore;
+
+/// What [`Gate::inspect`] gives: the verdict so far (all but the CRC check), the parsed
+/// ELF when it could be read, and the (decompressed) image when the file could be read.
+pub type Inspected<'a> = (
+    Verdict,
+    Option<modinfo::ModuleElf>,
+    Option<std::borrow::Cow<'a, [u8]>>,
+);
 
 /// The gate: a trust store, a symbol table and a policy.
 #[derive(Debug, Clone, Default)]
@@ -115,16 +127,7 @@ impl Gate {
 
     /// Everything but the CRC check (which may need the exports of other modules first):
     /// the verdict so far, the parsed ELF and the decompressed image.
-    pub fn inspect<'a>(
-        &self,
-        name: &str,
-        file_name: &str,
-        raw: &'a [u8],
-    ) -> (
-        Verdict,
-        Option<modinfo::ModuleElf>,
-        Option<std::borrow::Cow<'a, [u8]>>,
-    ) {
+    pub fn inspect<'a>(&self, name: &str, file_name: &str, raw: &'a [u8]) -> Inspected<'a> {
         self.inspect_releasing(name, file_name, raw, &|_| {})
     }
 
@@ -135,32 +138,37 @@ impl Gate {
         file_name: &str,
         raw: &'a [u8],
         release: &dyn Fn(&[u8]),
-    ) -> (
-        Verdict,
-        Option<modinfo::ModuleElf>,
-        Option<std::borrow::Cow<'a, [u8]>>,
-    ) {
+    ) -> Inspected<'a> {
+        let b = self.begin(name, file_name, raw);
+        self.end(b, raw, release)
+    }
+
+    /// The checks of [`Gate::inspect`] before the module's digest: decompression, the
+    /// signature trailer's split, the ELF's checks, `module_blacklist=`. The digest is
+    /// then fed in steps ([`Begun::hash_step`], as `batch` does for two modules at once)
+    /// or whole by [`Gate::end`], which makes the checks that need it.
+    pub fn begin(&self, name: &str, file_name: &str, raw: &[u8]) -> Begun {
         let mut v = Verdict::new(name);
-        let image: std::borrow::Cow<'_, [u8]> = match Compression::from_name(file_name) {
-            Compression::None => std::borrow::Cow::Borrowed(raw),
+        let decompressed = match Compression::from_name(file_name) {
+            Compression::None => None,
             c => match modinfo::decompress(raw, c) {
-                Ok(i) => std::borrow::Cow::Owned(i),
+                Ok(i) => Some(i),
                 Err(e) => {
                     v.reason(ReasonCode::Unreadable, e.to_string());
-                    return (v, None, None);
+                    return Begun {
+                        v,
+                        elf: None,
+                        decompressed: None,
+                        stream: None,
+                        readable: false,
+                    };
                 }
             },
         };
-        let split = sig::split(&image);
-        let body: &[u8] = match &split {
-            Ok(s) => s.body,
-            Err(SigError::Unsigned) => &image,
-            Err(_) => {
-                // A damaged trailer: the ELF ends somewhere before it; let the ELF parser
-                // decide from its own headers.
-                &image
-            }
-        };
+        let image = decompressed.as_deref().unwrap_or(raw);
+        // A damaged trailer: the ELF ends somewhere before it; let the ELF parser decide
+        // from its own headers.
+        let body = sig::split(image).map_or(image, |s| s.body);
         let elf = match modinfo::parse_elf(body) {
             Ok(e) => Some(e),
             Err(e) => {
@@ -177,23 +185,43 @@ impl Gate {
                 format!("Module {name} is blacklisted (module_blacklist= on the command line)"),
             );
         }
-        match split {
-            Ok(s) => {
-                // One pass over the image: the body's SHA-256 (what a sha256 signature
-                // covers) and then the whole image's (the module's digest).
-                let mut h = sha2::Sha256::new();
-                hash_releasing(&mut h, s.body, release);
-                let body_sha256 = h.clone().finalize().to_vec();
-                h.update(image.get(s.body.len()..).unwrap_or_default());
-                let image_sha256 = h.finalize();
-                let hex = crate::util::hex(&image_sha256);
+        let stream = digest::Stream::for_image(image);
+        Begun {
+            v,
+            elf,
+            decompressed,
+            stream,
+            readable: true,
+        }
+    }
+
+    /// The checks of [`Gate::inspect`] that need the module's digest, after
+    /// [`Gate::begin`] over the same `raw`: what is left of the digest is fed (each part
+    /// handed to `release`), then the signature, the hash blacklist, `Policy::sha256`.
+    pub fn end<'a>(&self, b: Begun, raw: &'a [u8], release: &dyn Fn(&[u8])) -> Inspected<'a> {
+        let Begun {
+            mut v,
+            elf,
+            decompressed,
+            stream,
+            readable,
+        } = b;
+        if !readable {
+            return (v, None, None);
+        }
+        let image: std::borrow::Cow<'a, [u8]> =
+            decompressed.map_or(std::borrow::Cow::Borrowed(raw), std::borrow::Cow::Owned);
+        let digests = stream.map(|s| s.finish(&image, HASH_CHUNK, release));
+        match (sig::split(&image), digests) {
+            (Ok(s), Some(d)) => {
+                let hex = crate::util::hex(&d.image);
                 // Debian's mod_is_hash_blacklisted: after a signature that verified.
-                if self.check_signature(s.pkcs7, s.body, Some(&body_sha256), &mut v)
+                if self.check_signature(s.pkcs7, s.body, d.body.as_ref().map(|b| &b[..]), &mut v)
                     && self
                         .policy
                         .hash_blacklist
                         .iter()
-                        .any(|b| b.as_slice() == image_sha256.as_slice())
+                        .any(|b| b.as_slice() == d.image.as_slice())
                 {
                     v.reason(
                         ReasonCode::HashBlacklisted,
@@ -202,17 +230,20 @@ impl Gate {
                 }
                 v.image_sha256 = Some(hex);
             }
-            Err(SigError::Unsigned) => {
-                let mut h = sha2::Sha256::new();
-                hash_releasing(&mut h, &image, release);
-                v.image_sha256 = Some(crate::util::hex(&h.finalize()));
+            (Err(SigError::Unsigned), Some(d)) => {
+                v.image_sha256 = Some(crate::util::hex(&d.image));
                 if self.policy.require_signature {
                     v.reason(ReasonCode::Unsigned, "module is not signed");
                 }
             }
-            Err(e) => v.reason(ReasonCode::BadSignatureTrailer, e.to_string()),
+            (Err(e), _) => v.reason(ReasonCode::BadSignatureTrailer, e.to_string()),
+            // `begin` planned no digest for a trailer that splits: not the same image.
+            (Ok(_), None) => v.reason(
+                ReasonCode::Unreadable,
+                "the module changed between its checks (no digest was planned)",
+            ),
         }
-        if let Some(want) = self.policy.sha256.get(name) {
+        if let Some(want) = self.policy.sha256.get(v.module.as_str()) {
             let mut h = sha2::Sha256::new();
             hash_releasing(&mut h, raw, release);
             let got = crate::util::hex(&h.finalize());
@@ -226,6 +257,36 @@ impl Gate {
         }
         v.pass = v.reasons.is_empty();
         (v, elf, Some(image))
+    }
+}
+
+/// A module between [`Gate::begin`] and [`Gate::end`].
+#[derive(Debug)]
+pub struct Begun {
+    v: Verdict,
+    elf: Option<modinfo::ModuleElf>,
+    /// The image, when the file was compressed (else the file is the image).
+    decompressed: Option<Vec<u8>>,
+    /// The digest's pass over the image; `None` with a damaged signature trailer.
+    stream: Option<digest::Stream>,
+    /// Whether the file could be decompressed (else nothing more is checked).
+    readable: bool,
+}
+
+impl Begun {
+    /// Feeds up to `n` more bytes of the image to the digest (`raw`: the file `begin`
+    /// was given); true once nothing is left to feed.
+    pub fn hash_step(&mut self, raw: &[u8], n: usize) -> bool {
+        let image = self.decompressed.as_deref().unwrap_or(raw);
+        if let Some(s) = &mut self.stream {
+            s.step(image, n);
+        }
+        self.hashed()
+    }
+
+    /// Whether nothing is left to feed to the digest.
+    pub fn hashed(&self) -> bool {
+        self.stream.as_ref().is_none_or(digest::Stream::done)
     }
 }
 

@@ -1,6 +1,6 @@
 //! The report's flat list of checks, derived from what each stage contributed.
 //!
-//! Contract: [`derive`] is a pure function of the report's other fields, so it gives the
+//! Contract: [`derive`](fn@derive) is a pure function of the report's other fields, so it gives the
 //! same list in the init and in `validator report` (also for a v1 report). Each stage
 //! contributes, in run order:
 //! - the stage as a whole: check `<stage>` (`ok` pass, `failed` fail with the stage's

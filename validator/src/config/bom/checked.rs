@@ -1,6 +1,6 @@
 //! Checked strings of the BOM: a string type per kind of value (a version, a module
 //! name, a hex digest ...) whose `Deserialize` refuses a value outside its alphabet or
-//! length, with an "invalid <what> <value>" message the TOML parser places on the value's
+//! length, with an "invalid `<what> <value>`" message the TOML parser places on the value's
 //! line. [`checked_string!`] makes such a type; every section (`[hardware]` too) uses it.
 //!
 //! Contract: a checked string holds only values its predicate accepts when it comes from

@@ -88,18 +88,20 @@ pub fn split(module: &[u8]) -> Result<Split<'_>, SigError> {
     Ok(Split { body, pkcs7, info })
 }
 
+/// `body` signed with `sig` as `sign-file` appends it (for tests).
+#[cfg(test)]
+pub(crate) fn signed(body: &[u8], sig: &[u8]) -> Vec<u8> {
+    let mut v = body.to_vec();
+    v.extend_from_slice(sig);
+    v.extend_from_slice(&[0, 0, 2, 0, 0, 0, 0, 0]);
+    v.extend_from_slice(&u32::try_from(sig.len()).unwrap_or(u32::MAX).to_be_bytes());
+    v.extend_from_slice(MAGIC);
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn signed(body: &[u8], sig: &[u8]) -> Vec<u8> {
-        let mut v = body.to_vec();
-        v.extend_from_slice(sig);
-        v.extend_from_slice(&[0, 0, 2, 0, 0, 0, 0, 0]);
-        v.extend_from_slice(&u32::try_from(sig.len()).unwrap().to_be_bytes());
-        v.extend_from_slice(MAGIC);
-        v
-    }
 
     #[test]
     fn splits_and_refuses() {

@@ -59,7 +59,7 @@ impl Layout {
     }
 }
 
-/// Reads `image`'s layout (headers and section table, checked as [`parse`] checks them),
+/// Reads `image`'s layout (headers and section table, checked as [`super::parse`] checks them),
 /// whether or not it is signed.
 pub fn layout(image: &[u8]) -> Result<Layout, PeError> {
     let (coff, opt_at) = coff_header(image)?;
