@@ -197,7 +197,8 @@ impl Gate {
 
     /// The checks of [`Gate::inspect`] that need the module's digest, after
     /// [`Gate::begin`] over the same `raw`: what is left of the digest is fed (each part
-    /// handed to `release`), then the signature, the hash blacklist, `Policy::sha256`.
+    /// of the body, or of an unsigned image, handed to `release`), then the signature, the
+    /// hash blacklist, `Policy::sha256`.
     pub fn end<'a>(&self, b: Begun, raw: &'a [u8], release: &dyn Fn(&[u8])) -> Inspected<'a> {
         let Begun {
             mut v,
