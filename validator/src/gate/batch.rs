@@ -104,7 +104,8 @@ struct Lane {
 /// Checks every file with `jobs` threads. The exports of the checked modules are added to
 /// the gate's symbol table (when it has one) before the CRC check. Each thread keeps two
 /// files under way and feeds their digests in turn ([`Begun::hash_step`], a few blocks
-/// each): one thread then hashes about a fifth faster than one file at a time.
+/// each): one thread then hashes about a fifth faster than one file at a time, and holds
+/// up to two modules (and their decompressed images) in memory.
 pub fn check_files(gate: &Gate, files: &[PathBuf], jobs: usize) -> Batch {
     let start = Instant::now();
     let next = AtomicUsize::new(0);
