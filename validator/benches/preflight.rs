@@ -19,7 +19,7 @@ use validator::stages::preflight::{mlx5, nvme, pci, HwRoots, LINK_POLL};
 const RUNS: usize = 5;
 
 fn main() {
-    let looks: u32 = test_support::bench::count_arg(2000);
+    let looks: u32 = test_support::bench::count_arg(2000u32).max(1);
     let ws = test_support::bench::workspace_root();
     let bom = validator::config::bom::load(&ws.join("examples/hgx-h200-training.toml"))
         .expect("the example BOM loads")
