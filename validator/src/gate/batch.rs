@@ -119,28 +119,31 @@ pub fn check_files(gate: &Gate, files: &[PathBuf], jobs: usize) -> Batch {
             *s = Some((v, elf));
         }
     };
+    // The next file that could be read, its checks begun (a file that cannot be read gets
+    // its verdict here); `None` when no file is left.
+    let take = |spare: &mut Vec<Vec<u8>>| loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let path = files.get(i)?;
+        let (name, file_name) = names(path);
+        let mut raw = spare.pop().unwrap_or_default();
+        match read_into(path, &mut raw) {
+            Ok(()) => {
+                total.fetch_add(raw.len(), Ordering::Relaxed);
+                let begun = gate.begin(&name, &file_name, &raw);
+                return Some(Lane { i, raw, begun });
+            }
+            Err(e) => {
+                store(i, unreadable(gate, &name, &file_name, &e), None);
+                spare.push(raw);
+            }
+        }
+    };
     let work = || {
         let mut spare: Vec<Vec<u8>> = Vec::new();
         let mut lanes: [Option<Lane>; 2] = [None, None];
         loop {
-            for lane in &mut lanes {
-                while lane.is_none() {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(path) = files.get(i) else { break };
-                    let (name, file_name) = names(path);
-                    let mut raw = spare.pop().unwrap_or_default();
-                    match read_into(path, &mut raw) {
-                        Ok(()) => {
-                            total.fetch_add(raw.len(), Ordering::Relaxed);
-                            let begun = gate.begin(&name, &file_name, &raw);
-                            *lane = Some(Lane { i, raw, begun });
-                        }
-                        Err(e) => {
-                            store(i, unreadable(gate, &name, &file_name, &e), None);
-                            spare.push(raw);
-                        }
-                    }
-                }
+            for lane in lanes.iter_mut().filter(|l| l.is_none()) {
+                *lane = take(&mut spare);
             }
             if lanes.iter().all(Option::is_none) {
                 return;

@@ -2,9 +2,9 @@
 //! signature covers) and then the whole image's (the module's digest), in one pass over
 //! the image.
 //!
-//! Contract: [`Stream::for_image`] plans the pass from the image's signature trailer (a
-//! signed image: its body, then the rest; an unsigned one: the whole; a damaged trailer:
-//! nothing to hash, `None`). [`Stream::step`] feeds the next bytes, stopping at the body's
+//! Contract: [`Stream::new`] plans the pass from where the image's signature trailer
+//! (split by the gate) says its body ends (a signed image: its body, then the rest; an
+//! unsigned one: the whole). [`Stream::step`] feeds the next bytes, stopping at the body's
 //! end to take its digest; [`Stream::finish`] feeds what is left and returns
 //! [`Digests`]. Feeding two streams in turn, a few blocks each ([`STEP`]), lets one
 //! thread hash two modules at once: the SHA-NI rounds of one run while the other's wait on
@@ -13,8 +13,6 @@
 //! parts.
 
 use sha2::Digest;
-
-use crate::formats::kmod::sig::{self, SigError};
 
 /// Bytes fed to one stream before the other's turn, when two are fed in turn: two SHA-256
 /// blocks (measured best among 64 to 4096 on the development machine).
@@ -51,22 +49,17 @@ pub struct Stream {
 }
 
 impl Stream {
-    /// The pass over `image`: `None` when its signature trailer is damaged (nothing of it
-    /// is hashed: the gate refuses it for the trailer).
-    pub fn for_image(image: &[u8]) -> Option<Stream> {
-        let phase = match sig::split(image) {
-            Ok(s) => Phase::Body { end: s.body.len() },
-            Err(SigError::Unsigned) => Phase::Whole,
-            Err(_) => return None,
-        };
+    /// The pass over an image of `len` bytes: a signed one's body ends at `body_end`
+    /// (its signature trailer split by the caller), an unsigned one has none.
+    pub fn new(len: usize, body_end: Option<usize>) -> Stream {
         let mut s = Stream {
             h: sha2::Sha256::new(),
             pos: 0,
-            len: image.len(),
-            phase,
+            len,
+            phase: body_end.map_or(Phase::Whole, |end| Phase::Body { end: end.min(len) }),
         };
         s.leave_body();
-        Some(s)
+        s
     }
 
     /// Whether every byte has been fed.
@@ -133,7 +126,16 @@ impl Stream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::formats::kmod::sig::signed;
+    use crate::formats::kmod::sig::{self, signed};
+
+    /// The pass the gate plans for `image` (`None`: a damaged trailer).
+    fn plan(image: &[u8]) -> Option<Stream> {
+        match sig::split(image) {
+            Ok(s) => Some(Stream::new(image.len(), Some(s.body.len()))),
+            Err(sig::SigError::Unsigned) => Some(Stream::new(image.len(), None)),
+            Err(_) => None,
+        }
+    }
 
     fn sha(b: &[u8]) -> [u8; 32] {
         sha2::Sha256::digest(b).into()
@@ -146,7 +148,7 @@ mod tests {
             .collect();
         let image = signed(&body, &[0x30; 77]);
         for n in [1, 63, 64, STEP, 999, 1000, 4096] {
-            let mut s = Stream::for_image(&image).unwrap();
+            let mut s = plan(&image).unwrap();
             let mut fed = 0;
             while !s.done() {
                 let part = s.step(&image, n);
@@ -160,10 +162,7 @@ mod tests {
         }
         // Two streams fed in turn give what each gives alone.
         let other = signed(&body[..333], &[0x30; 20]);
-        let (mut a, mut b) = (
-            Stream::for_image(&image).unwrap(),
-            Stream::for_image(&other).unwrap(),
-        );
+        let (mut a, mut b) = (plan(&image).unwrap(), plan(&other).unwrap());
         while !a.done() && !b.done() {
             a.step(&image, STEP);
             b.step(&other, STEP);
@@ -174,29 +173,22 @@ mod tests {
     }
 
     #[test]
-    fn unsigned_empty_and_damaged_images() {
+    fn unsigned_and_empty_images_and_what_is_released() {
         let plain = b"\x7fELF and nothing else".to_vec();
-        let d = Stream::for_image(&plain)
-            .unwrap()
-            .finish(&plain, 5, &|_| {});
+        let d = plan(&plain).unwrap().finish(&plain, 5, &|_| {});
         assert_eq!((d.body, d.image), (None, sha(&plain)));
-        let d = Stream::for_image(b"").unwrap().finish(b"", STEP, &|_| {});
+        let d = plan(b"").unwrap().finish(b"", STEP, &|_| {});
         assert_eq!((d.body, d.image), (None, sha(b"")));
-        // A trailer whose length does not fit: nothing to hash.
-        let mut bad = signed(b"body", b"pk");
-        let at = bad.len() - sig::MAGIC.len() - 4;
-        bad[at..at + 4].copy_from_slice(&u32::MAX.to_be_bytes());
-        assert!(Stream::for_image(&bad).is_none());
         // Each part of the body is handed to release once, in order, and nothing of the
         // signature; all of an unsigned image.
         let image = signed(&[1u8; 300], &[2u8; 30]);
         let seen = std::cell::RefCell::new(Vec::new());
-        let d = Stream::for_image(&image)
+        let d = plan(&image)
             .unwrap()
             .finish(&image, 100, &|p| seen.borrow_mut().extend_from_slice(p));
         assert_eq!(seen.take(), [1u8; 300]);
         assert_eq!(d.body, Some(sha(&[1u8; 300])));
-        Stream::for_image(&plain)
+        plan(&plain)
             .unwrap()
             .finish(&plain, 3, &|p| seen.borrow_mut().extend_from_slice(p));
         assert_eq!(seen.take(), plain);

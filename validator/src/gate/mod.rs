@@ -159,16 +159,16 @@ impl Gate {
                         v,
                         elf: None,
                         decompressed: None,
-                        stream: None,
-                        readable: false,
+                        trailer: Trailer::Unreadable,
                     };
                 }
             },
         };
         let image = decompressed.as_deref().unwrap_or(raw);
+        let split = sig::split(image);
         // A damaged trailer: the ELF ends somewhere before it; let the ELF parser decide
         // from its own headers.
-        let body = sig::split(image).map_or(image, |s| s.body);
+        let body = split.as_ref().map_or(image, |s| s.body);
         let elf = match modinfo::parse_elf(body) {
             Ok(e) => Some(e),
             Err(e) => {
@@ -185,13 +185,19 @@ impl Gate {
                 format!("Module {name} is blacklisted (module_blacklist= on the command line)"),
             );
         }
-        let stream = digest::Stream::for_image(image);
+        let trailer = match split {
+            Ok(s) => Trailer::Signed {
+                pkcs7: s.body.len()..s.body.len() + s.pkcs7.len(),
+                stream: digest::Stream::new(image.len(), Some(s.body.len())),
+            },
+            Err(SigError::Unsigned) => Trailer::Unsigned(digest::Stream::new(image.len(), None)),
+            Err(e) => Trailer::Damaged(e),
+        };
         Begun {
             v,
             elf,
             decompressed,
-            stream,
-            readable: true,
+            trailer,
         }
     }
 
@@ -204,20 +210,19 @@ impl Gate {
             mut v,
             elf,
             decompressed,
-            stream,
-            readable,
+            trailer,
         } = b;
-        if !readable {
-            return (v, None, None);
-        }
         let image: std::borrow::Cow<'a, [u8]> =
             decompressed.map_or(std::borrow::Cow::Borrowed(raw), std::borrow::Cow::Owned);
-        let digests = stream.map(|s| s.finish(&image, HASH_CHUNK, release));
-        match (sig::split(&image), digests) {
-            (Ok(s), Some(d)) => {
+        match trailer {
+            Trailer::Unreadable => return (v, None, None),
+            Trailer::Signed { pkcs7, stream } => {
+                let d = stream.finish(&image, HASH_CHUNK, release);
+                let body = image.get(..pkcs7.start).unwrap_or_default();
+                let pkcs7 = image.get(pkcs7).unwrap_or_default();
                 let hex = crate::util::hex(&d.image);
                 // Debian's mod_is_hash_blacklisted: after a signature that verified.
-                if self.check_signature(s.pkcs7, s.body, d.body.as_ref().map(|b| &b[..]), &mut v)
+                if self.check_signature(pkcs7, body, d.body.as_ref().map(|b| &b[..]), &mut v)
                     && self
                         .policy
                         .hash_blacklist
@@ -231,18 +236,14 @@ impl Gate {
                 }
                 v.image_sha256 = Some(hex);
             }
-            (Err(SigError::Unsigned), Some(d)) => {
+            Trailer::Unsigned(stream) => {
+                let d = stream.finish(&image, HASH_CHUNK, release);
                 v.image_sha256 = Some(crate::util::hex(&d.image));
                 if self.policy.require_signature {
                     v.reason(ReasonCode::Unsigned, "module is not signed");
                 }
             }
-            (Err(e), _) => v.reason(ReasonCode::BadSignatureTrailer, e.to_string()),
-            // `begin` planned no digest for a trailer that splits: not the same image.
-            (Ok(_), None) => v.reason(
-                ReasonCode::Unreadable,
-                "the module changed between its checks (no digest was planned)",
-            ),
+            Trailer::Damaged(e) => v.reason(ReasonCode::BadSignatureTrailer, e.to_string()),
         }
         if let Some(want) = self.policy.sha256.get(v.module.as_str()) {
             let mut h = sha2::Sha256::new();
@@ -268,10 +269,22 @@ pub struct Begun {
     elf: Option<modinfo::ModuleElf>,
     /// The image, when the file was compressed (else the file is the image).
     decompressed: Option<Vec<u8>>,
-    /// The digest's pass over the image; `None` with a damaged signature trailer.
-    stream: Option<digest::Stream>,
-    /// Whether the file could be decompressed (else nothing more is checked).
-    readable: bool,
+    trailer: Trailer,
+}
+
+/// What `begin` found at the image's end, with the digest's pass it plans.
+#[derive(Debug)]
+enum Trailer {
+    /// Signed: where the PKCS#7 lies (the body is what precedes it).
+    Signed {
+        pkcs7: std::ops::Range<usize>,
+        stream: digest::Stream,
+    },
+    Unsigned(digest::Stream),
+    /// A trailer the kernel would refuse: nothing is hashed.
+    Damaged(SigError),
+    /// The file could not be decompressed: nothing more is checked.
+    Unreadable,
 }
 
 impl Begun {
@@ -279,15 +292,18 @@ impl Begun {
     /// was given); true once nothing is left to feed.
     pub fn hash_step(&mut self, raw: &[u8], n: usize) -> bool {
         let image = self.decompressed.as_deref().unwrap_or(raw);
-        if let Some(s) = &mut self.stream {
-            s.step(image, n);
+        if let Trailer::Signed { stream, .. } | Trailer::Unsigned(stream) = &mut self.trailer {
+            stream.step(image, n);
         }
         self.hashed()
     }
 
     /// Whether nothing is left to feed to the digest.
     pub fn hashed(&self) -> bool {
-        self.stream.as_ref().is_none_or(digest::Stream::done)
+        match &self.trailer {
+            Trailer::Signed { stream, .. } | Trailer::Unsigned(stream) => stream.done(),
+            Trailer::Damaged(_) | Trailer::Unreadable => true,
+        }
     }
 }
 
@@ -326,5 +342,12 @@ mod tests {
             assert!(!v.pass, "{name}");
             assert!(v.has("unreadable"), "{name}: {:?}", v.reasons);
         }
+        // A trailer whose length does not fit: refused for it, and nothing is hashed.
+        let mut bad = sig::signed(b"body", b"pk");
+        let at = bad.len() - sig::MAGIC.len() - 4;
+        bad[at..at + 4].copy_from_slice(&u32::MAX.to_be_bytes());
+        let (v, _) = g.check("m", "bad.ko", &bad);
+        assert!(v.has("bad-signature-trailer"), "{:?}", v.reasons);
+        assert_eq!(v.image_sha256, None);
     }
 }

@@ -355,7 +355,7 @@ pub struct Options {
 /// How often the preflight looks at the mlx5 ports and NVMe controllers again while it
 /// waits for them. A port that comes up waits at most this long to be seen (half of it on
 /// average). One look (`mlx5::check` and `nvme::check` over the HGX fixture: ten ports,
-/// their netdevs, the controllers) costs about 1.2 ms of one core on the development
+/// their netdevs, the controllers) costs about 1 ms of one core on the development
 /// machine, so polling takes about 2% of one core while the node waits
 /// (`scripts/bench preflight`).
 pub const LINK_POLL: Duration = Duration::from_millis(50);
