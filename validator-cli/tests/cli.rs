@@ -103,6 +103,23 @@ fn keys_extract_and_modules_check() {
         codes.contains(&"vermagic-release") && codes.contains(&"untrusted-signer"),
         "{codes:?}"
     );
+    // A file the gate will not read (here a sparse file larger than any module): that one
+    // reason in the JSON, and no digest, since no bytes were read.
+    let unread = dir.with_file_name(format!("cli-unread-{}.ko", std::process::id()));
+    std::fs::File::create(&unread)
+        .unwrap()
+        .set_len(3 << 30)
+        .unwrap();
+    let (code, out, _) = run(args(&[&ext4, &unread], true));
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let bad = &v["modules"][1];
+    assert_eq!(bad["file"], unread.display().to_string(), "{out}");
+    assert_eq!(bad["pass"], false, "{out}");
+    assert_eq!(bad["reasons"].as_array().unwrap().len(), 1, "{out}");
+    assert_eq!(bad["reasons"][0]["code"], "unreadable", "{out}");
+    assert!(bad.get("image_sha256").is_none(), "{out}");
+    std::fs::remove_file(&unread).unwrap();
     // Bad usage is a clear error, exit 2.
     let (code, _, err) = validator(&["modules", "check", "--bogus"]);
     assert_eq!(code, 2);

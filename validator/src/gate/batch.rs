@@ -133,7 +133,7 @@ pub fn check_files(gate: &Gate, files: &[PathBuf], jobs: usize) -> Batch {
                 return Some(Lane { i, raw, begun });
             }
             Err(e) => {
-                store(i, unreadable(gate, &name, &file_name, &e), None);
+                store(i, unreadable(&name, &e), None);
                 spare.push(raw);
             }
         }
@@ -212,14 +212,11 @@ fn names(path: &Path) -> (String, String) {
     (name, file_name)
 }
 
-/// The verdict on a file that could not be read: that reason alone.
-fn unreadable(gate: &Gate, name: &str, file_name: &str, e: &BatchError) -> Verdict {
-    let (mut v, _, _) = gate.inspect(name, file_name, b"");
-    v.reasons.clear();
-    v.reasons.push(super::Reason {
-        code: super::ReasonCode::Unreadable,
-        message: e.to_string(),
-    });
+/// The verdict on a file that could not be read: that reason alone, and no digest (there
+/// are no bytes to have one of).
+fn unreadable(name: &str, e: &BatchError) -> Verdict {
+    let mut v = Verdict::new(name);
+    v.reason(super::ReasonCode::Unreadable, e.to_string());
     v
 }
 
