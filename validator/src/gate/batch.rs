@@ -49,7 +49,12 @@ pub fn collect(paths: &[PathBuf]) -> Result<Vec<PathBuf>, BatchError> {
             path: d.to_path_buf(),
             source,
         })?;
-        for e in rd.filter_map(Result::ok) {
+        for e in rd {
+            // An entry the directory could not list is an error, not a module skipped.
+            let e = e.map_err(|source| BatchError::Walk {
+                path: d.to_path_buf(),
+                source,
+            })?;
             let p = e.path();
             let ft = e.file_type().map_err(|source| BatchError::Walk {
                 path: p.clone(),
