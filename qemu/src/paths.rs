@@ -50,7 +50,7 @@ static BUILT: Mutex<Vec<(&'static str, PathBuf)>> = Mutex::new(Vec::new());
 
 /// The static init, built for `x86_64-unknown-linux-musl` in release mode with the
 /// `test-hooks` feature (the production init has none). `VALIDATOR_INIT` names a
-/// prebuilt one; otherwise it is (re)built once per process with cargo ([`build_static`]).
+/// prebuilt one; otherwise it is (re)built once per process with cargo (`build_static`).
 pub fn init_binary() -> Result<PathBuf, HarnessError> {
     if let Ok(p) = std::env::var("VALIDATOR_INIT") {
         return Ok(PathBuf::from(p));

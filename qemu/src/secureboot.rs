@@ -2,7 +2,7 @@
 //! ([`setup`]: the A/B node through [`BootPath::SecureBoot`], the BOM requiring Secure
 //! Boot), the node's firmware ([`node_firmware`]: Microsoft's store, with the fleet's
 //! certificate in `db` or as a MOK when the layout asks), the slots' kernels as they go on
-//! the ESP ([`slot_kernel`]: Debian's signed one, stripped or re-signed), and the firmware
+//! the ESP (`slot_kernel`: Debian's signed one, stripped or re-signed), and the firmware
 //! as the judge of a signed boot chain: OVMF with Secure Boot on and a `db` of our choosing
 //! starts, or refuses, Debian's signed shim from an ESP (shim then starts Debian's signed
 //! GRUB, which finds no bootable slot and halts).

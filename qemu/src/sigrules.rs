@@ -42,7 +42,7 @@ use crate::vm::{self, Outcome, VmConfig};
 use crate::HarnessError;
 
 /// The static `sigcase-load`, built once per process as the test bed's other static
-/// binaries are ([`crate::paths::build_static`]).
+/// binaries are (`paths::build_static`).
 pub fn loader() -> Result<PathBuf, HarnessError> {
     crate::paths::build_static("sigcase-load", "sigcases", "sigcase-load", &[])
 }

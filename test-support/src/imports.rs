@@ -5,7 +5,7 @@
 //! Contract: comments, string literals and char literals are blanked first (line breaks
 //! kept, so line numbers stay the source's); `use` groups, nested and over several lines,
 //! are followed item by item; `super::` inside an inline `mod tests { .. }` resolves from
-//! that inline module. [`module_path`] names a file's module (`stages/modules/gate.rs` ->
+//! that inline module. [`fn@module_path`] names a file's module (`stages/modules/gate.rs` ->
 //! `[stages, modules, gate]`; `lib.rs`, `main.rs` and `bin/*` are crate roots, `[]`).
 //!
 //! Current limits: a text scan, not name resolution: a path brought in by a glob

@@ -3,7 +3,7 @@
 //! deterministic generator, processes run under a deadline, hostile inputs (a FIFO, a
 //! sparse file, a name that is not UTF-8), fixture trees copied with their links, one
 //! swtpm launcher ([`swtpm`]), one maker of test keys and certificates ([`keys`]), the
-//! benchmarks' path arguments ([`bench`]), function and file lengths ([`sizes`]), the
+//! benchmarks' path arguments ([`mod@bench`]), function and file lengths ([`sizes`]), the
 //! gate the signature-rule cases are judged by ([`sigrules`]), an installed disk's table
 //! as docs/INSTALL.md shows it ([`install`]), the one import scanner the
 //! layer and import-cycle checks read the sources with ([`imports`]), and the fuzz

@@ -82,6 +82,8 @@ pub(crate) enum Cmd {
     },
     /// Write man pages: validator.1 on stdout, or one page per command into DIR (all or
     /// none).
+    // `<command>` is the help text's placeholder, not HTML.
+    #[allow(rustdoc::invalid_html_tags)]
     Man {
         /// Directory for validator.1 and validator-<command>.1 pages.
         #[arg(long, value_name = "DIR")]
@@ -362,7 +364,7 @@ pub(crate) struct TpmArgs {
     /// A swtpm data port (HOST:PORT) instead of /dev/tpmrm0.
     #[arg(long, value_name = "HOST:PORT")]
     pub(crate) tcp: Option<std::net::SocketAddr>,
-    /// The attestation key's type (as the BOM's [measure] ak).
+    /// The attestation key's type (as the BOM's measure.ak).
     #[arg(long, value_enum, default_value_t = Kind::Ecc)]
     pub(crate) kind: Kind,
 }

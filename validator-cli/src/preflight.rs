@@ -16,6 +16,8 @@ use validator::gate::{Gate, Policy, Verdict};
 use validator::stages::preflight::{self, CheckStatus, HwRoots, Options, PreflightReport};
 use validator::util::out::Out;
 
+// `<ROOT>` and `<release>` are the help text's placeholders, not HTML.
+#[allow(rustdoc::invalid_html_tags)]
 #[derive(Debug, Args)]
 pub struct PreflightArgs {
     /// The image's BOM: what the node must have.

@@ -35,7 +35,7 @@ pub struct RecheckArgs {
     /// The BOM the boot was judged by.
     #[arg(long, value_name = "FILE", default_value = "/run/validator/bom.toml")]
     bom: PathBuf,
-    /// The trees the preflight reads; the root is also where the BOM's [report]
+    /// The trees the preflight reads; the root is also where the BOM's report.*
     /// directories are (its /run included).
     #[command(flatten)]
     roots: crate::preflight::NodeRoots,

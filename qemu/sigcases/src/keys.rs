@@ -1,6 +1,6 @@
 //! The keys the cases are signed with, made with `openssl` into a directory:
 //!
-//! | name     | key           | the kernel trusts it when booted with [`db_certs`] in UEFI db |
+//! | name     | key           | the kernel trusts it when booted with [`Keys::db_certs`] in UEFI db |
 //! |----------|---------------|------------------------------------------------------|
 //! | `snake`  | RSA-2048, OVMF's snakeoil test key (`ovmf` package), self-signed CA | yes |
 //! | `db2`    | RSA-3072      | yes |

@@ -7,7 +7,7 @@
 //! The same cases feed the gate's unit tests (`validator/tests/signature_rules.rs`) and
 //! the QEMU test that hands them to the real kernels (`qemu/tests/signature_rules.rs`,
 //! set up by `qemu::sigrules`), so both judge identical bytes. [`cases`] builds a kernel's
-//! set once per process into `target/sigcases/<pid>/`; the keys ([`keys`]) are made fresh
+//! set once per process into `target/sigcases/<pid>/`; the keys ([`mod@keys`]) are made fresh
 //! each time.
 //!
 //! The `sigcase-load` binary (built static for the test VM) is the in-VM loader: it calls

@@ -3,7 +3,7 @@
 //! hardware fixture tree in each slot's root (`validator.test_hw_fixture`, a key only the
 //! test bed's init knows), since a VM shows no NVIDIA device.
 //!
-//! Contract: [`setup`] gives both slots the fixture node's `[hardware]`, `[nvidia]` and
+//! Contract: `setup` gives both slots the fixture node's `[hardware]`, `[nvidia]` and
 //! taint policy (`examples/hgx-h200-training.toml`, no link wait) and each slot's root the
 //! fixture the name says: `driver-sees-7` (the driver does not see GPU `0000:d1:00.0`)
 //! in A, and in B too for `ab-gpu-both-slots`, `good` in B for `ab-gpu-slot-a`.

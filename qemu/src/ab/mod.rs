@@ -309,7 +309,7 @@ impl Bed {
 
     /// Puts a new Unified Kernel Image of `slot` on the ESP, made as `form` says from the
     /// slot's kernel and initramfs with the command line of the image it replaces
-    /// ([`crate::secureboot::slot_uki`]).
+    /// (`secureboot::slot_uki`).
     pub fn replace_uki(
         &self,
         slot: Slot,

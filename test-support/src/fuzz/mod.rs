@@ -13,9 +13,9 @@
 //! fixed in CI. [`TARGETS`] is the one list of names; [`PARSERS`] maps each parser of
 //! `validator::formats` to its target (`validator/tests/fuzzing_doc.rs` checks it).
 //!
-//! The targets live by what they parse: [`boot`] (command line, BOM, GPT, verity, the
-//! root image, grubenv, BLS, the slot record), [`kmod`] (modules and the initramfs),
-//! [`trust`] (signatures and certificates), [`tpm`] and [`report`] (sysfs and the
+//! The targets live by what they parse: `boot` (command line, BOM, GPT, verity, the
+//! root image, grubenv, BLS, the slot record), `kmod` (modules and the initramfs),
+//! `trust` (signatures and certificates), `tpm` and `report` (sysfs and the
 //! report's renderings); this file holds the lists and the framing they share.
 //!
 //! Inputs that need more than one part (a certificate and a signature, a grubenv block
