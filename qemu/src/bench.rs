@@ -472,16 +472,7 @@ mod tests {
     #[test]
     fn only_a_timeout_before_run_init_is_a_kernel_hang() {
         use crate::vm::{Outcome, Verdict};
-        let o = |verdict: Verdict, console: &str| Outcome {
-            verdict,
-            report: None,
-            root_report: None,
-            marker: None,
-            console: console.into(),
-            log_path: std::path::PathBuf::new(),
-            wall: std::time::Duration::ZERO,
-            timed_out: false,
-        };
+        let o = Outcome::of_console;
         let early = "[    1.215977] pnp: PnP ACPI: found 5 devices\n";
         let late = "[    1.9] Run /init as init process\n[    2.0] validator: stage start: start\n";
         assert!(super::hung_before_init(&o(Verdict::Timeout, early)));

@@ -122,16 +122,7 @@ mod tests {
     use super::*;
 
     fn outcome(console: &str) -> Outcome {
-        Outcome {
-            verdict: crate::vm::Verdict::RootInitReached,
-            report: None,
-            root_report: None,
-            marker: None,
-            console: console.into(),
-            log_path: std::path::PathBuf::new(),
-            wall: std::time::Duration::ZERO,
-            timed_out: false,
-        }
+        Outcome::of_console(crate::vm::Verdict::RootInitReached, console)
     }
 
     #[test]

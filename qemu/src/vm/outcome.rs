@@ -56,6 +56,22 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// For the harness's own unit tests: a run that ended with `verdict` and printed
+    /// `console`, nothing else known.
+    #[cfg(test)]
+    pub(crate) fn of_console(verdict: Verdict, console: &str) -> Outcome {
+        Outcome {
+            verdict,
+            report: None,
+            root_report: None,
+            marker: None,
+            console: console.into(),
+            log_path: PathBuf::new(),
+            wall: Duration::ZERO,
+            timed_out: false,
+        }
+    }
+
     /// Seconds since boot printed by the root's init (`uptime=`).
     pub fn root_uptime(&self) -> Option<f64> {
         self.marker
