@@ -366,24 +366,26 @@ impl TrustStore {
 
     /// Adds the certificates of a file, or of every `*.der`, `*.pem`, `*.crt`, `*.x509`
     /// file of a directory. A file is read only if it is a regular file of at most
-    /// [`CERT_FILE_MAX`] bytes.
+    /// [`CERT_FILE_MAX`] bytes. A directory, or an entry of it, that cannot be listed is
+    /// an error naming the directory.
     pub fn add_path(&mut self, path: &Path) -> Result<usize, TrustError> {
         let rd = |e: std::io::Error| TrustError::Read {
             path: path.to_path_buf(),
             why: e.to_string(),
         };
         if path.is_dir() {
-            let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-                .map_err(rd)?
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| {
-                    matches!(
-                        p.extension().and_then(|e| e.to_str()),
-                        Some("der" | "pem" | "crt" | "x509")
-                    )
-                })
-                .collect();
+            // An entry the directory could not list is an error, not a certificate left
+            // out of the store.
+            let mut files = Vec::new();
+            for e in std::fs::read_dir(path).map_err(rd)? {
+                let p = e.map_err(rd)?.path();
+                if matches!(
+                    p.extension().and_then(|e| e.to_str()),
+                    Some("der" | "pem" | "crt" | "x509")
+                ) {
+                    files.push(p);
+                }
+            }
             files.sort();
             let mut n = 0;
             for f in files {

@@ -104,7 +104,13 @@ fn read_entries(cfg: &Slot, dir: &Path) -> Result<BTreeMap<SlotName, EntryName>,
         source,
     })?;
     let mut found: BTreeMap<SlotName, EntryName> = BTreeMap::new();
-    for e in rd.filter_map(Result::ok) {
+    for e in rd {
+        // An entry the directory could not list is an error: a slot's entry (or a second
+        // one for the same slot) must not be missed silently.
+        let e = e.map_err(|source| SlotError::EntriesDir {
+            path: dir.to_path_buf(),
+            source,
+        })?;
         let name = e.file_name().to_string_lossy().into_owned();
         let Ok(n) = EntryName::parse(&name) else {
             continue; // not ours to judge; left alone
