@@ -21,7 +21,8 @@
 //! for this kernel): the report of a kexec'd boot says so through its slot facts.
 //!
 //! Limits: systemd-stub's variables only (another stub sets none); the listing does not
-//! follow symbolic links.
+//! follow symbolic links. A directory under [`EXTRA_DIR`] (or an entry of it) that
+//! cannot be listed is named in the warnings, not taken for an empty one.
 
 use std::path::Path;
 
@@ -92,18 +93,35 @@ fn pcr_var(sys_root: &Path, name: &str, warnings: &mut Vec<String>) -> Option<u3
 }
 
 /// Every file under `dir`, named `rel/...`, depth first, into `out` up to [`EXTRA_MAX`];
-/// `total` counts them all.
-fn list(dir: &Path, rel: &str, out: &mut Vec<String>, total: &mut usize) {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
+/// `total` counts them all. A directory (or an entry of it) that cannot be listed is
+/// named in `unlisted` with why, so what it holds is not silently left unnamed.
+fn list(
+    dir: &Path,
+    rel: &str,
+    out: &mut Vec<String>,
+    total: &mut usize,
+    unlisted: &mut Vec<String>,
+) {
+    let rd = match std::fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) => {
+            unlisted.push(format!("{rel}: {e}"));
+            return;
+        }
     };
-    let mut names: Vec<_> = rd.filter_map(Result::ok).collect();
+    let mut names = Vec::new();
+    for e in rd {
+        match e {
+            Ok(e) => names.push(e),
+            Err(e) => unlisted.push(format!("{rel}: {e}")),
+        }
+    }
     names.sort_by_key(std::fs::DirEntry::file_name);
     for e in names {
         let name = e.file_name().to_string_lossy().into_owned();
         let r = format!("{rel}/{name}");
         match e.file_type() {
-            Ok(t) if t.is_dir() => list(&e.path(), &r, out, total),
+            Ok(t) if t.is_dir() => list(&e.path(), &r, out, total, unlisted),
             _ => {
                 *total += 1;
                 if out.len() < EXTRA_MAX {
@@ -135,12 +153,23 @@ pub fn read(sys_root: &Path, initramfs: &Path) -> (BootImage, Vec<String>) {
         ignored_extra: Vec::new(),
     };
     let mut total = 0;
-    list(
-        &initramfs.join(EXTRA_DIR),
-        &format!("/{EXTRA_DIR}"),
-        &mut b.ignored_extra,
-        &mut total,
-    );
+    let mut unlisted = Vec::new();
+    let extra = initramfs.join(EXTRA_DIR);
+    // Absent: the stub added nothing.
+    if extra.symlink_metadata().is_ok() {
+        list(
+            &extra,
+            &format!("/{EXTRA_DIR}"),
+            &mut b.ignored_extra,
+            &mut total,
+            &mut unlisted,
+        );
+    }
+    for u in unlisted {
+        warnings.push(format!(
+            "cannot list what systemd-stub added from outside the signed image: {u}"
+        ));
+    }
     if total > b.ignored_extra.len() {
         b.ignored_extra
             .push(format!("... and {} more", total - b.ignored_extra.len()));
@@ -202,6 +231,22 @@ mod tests {
         let (b, w) = read(&d.join("none"), &d.join("none"));
         assert_eq!(b, BootImage::default());
         assert!(w.is_empty());
+    }
+
+    /// An `/.extra` that cannot be listed (here a file, not a directory) is named, not
+    /// taken for an empty one.
+    #[test]
+    fn extra_that_cannot_be_listed_is_named() {
+        let d = test_support::tmpdir("uki-unlisted");
+        std::fs::write(d.join(EXTRA_DIR), b"x").unwrap();
+        let (b, w) = read(&d, &d);
+        assert!(b.ignored_extra.is_empty());
+        assert!(
+            w.iter().any(|w| w.starts_with(
+                "cannot list what systemd-stub added from outside the signed image: /.extra: "
+            )),
+            "{w:?}"
+        );
     }
 
     #[test]
