@@ -314,12 +314,21 @@ fn remove_children(
         *failed += 1;
         return;
     };
-    let names: Vec<CString> = d
-        .iter()
-        .filter_map(Result::ok)
-        .map(|e| e.file_name().to_owned())
-        .filter(|n| n.as_bytes() != b"." && n.as_bytes() != b"..")
-        .collect();
+    // A listing that fails ends there, counted: a directory whose reads keep failing
+    // must not keep the listing going (each `readdir` would try again).
+    let mut names: Vec<CString> = Vec::new();
+    for e in d.iter() {
+        match e {
+            Ok(e) if e.file_name().to_bytes() != b"." && e.file_name().to_bytes() != b".." => {
+                names.push(e.file_name().to_owned());
+            }
+            Ok(_) => {}
+            Err(_) => {
+                *failed += 1;
+                break;
+            }
+        }
+    }
     for name in names {
         let st =
             match nix::sys::stat::fstatat(Some(dir), name.as_c_str(), AtFlags::AT_SYMLINK_NOFOLLOW)
