@@ -17,6 +17,10 @@ use crate::HarnessError;
 
 /// The good boot's `/etc/modprobe.d/node.conf` in the initramfs.
 pub const GOOD_MODPROBE_CONF: &str = "options virtio_blk queue_depth=77\n";
+/// The serial of the NVMe controller `no-root` plugs in while the root is waited for.
+pub const NO_ROOT_NVME: &str = "NOROOT-LATE-0001";
+/// The console line at which `no-root` plugs it in: the storage stage has begun its wait.
+pub const NO_ROOT_PLUG_ON: &str = "validator: stage storage: start";
 
 /// The good boot, named `name` and set up by [`setup`].
 pub fn named(name: Name) -> Result<Scenario, HarnessError> {
@@ -46,9 +50,17 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
             );
         }
         Name::NoRoot => {
+            // No root disk; while the storage stage waits, an NVMe controller with an
+            // empty disk is plugged in: a block device the wait sees at once (its event),
+            // which is no root either.
             s.with_root_disk = false;
             s.cmdline =
                 "root=PARTLABEL=root validator.on_stop=poweroff validator.root_timeout=3".into();
+            s.bom.modules.load.push(ModuleName("nvme".into()));
+            s.devices = vec![crate::hw::Device::HotplugNvme {
+                serial: NO_ROOT_NVME.into(),
+            }];
+            s.hotplug_on = Some(NO_ROOT_PLUG_ON.into());
         }
         Name::BadModule => {
             // Under TCG the CPU has no VMX, so kvm_intel's init fails with EOPNOTSUPP:

@@ -97,6 +97,12 @@ impl Scenario {
         cfg.kill_tpm_on = self.kill_tpm_on.clone();
         cfg.extra_args
             .extend(crate::hw::qemu_args(&self.devices, dir)?);
+        if let Some(text) = &self.hotplug_on {
+            cfg.monitor_on = Some(crate::vm::MonitorAt {
+                text: text.clone(),
+                commands: crate::hw::hotplug_commands(&self.devices),
+            });
+        }
         if let Some(m) = self.memory_mib {
             cfg.memory_mib = m;
         }

@@ -20,10 +20,15 @@ use crate::util::fs::SYSFS_VALUE_MAX;
 /// A storage problem.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
-    #[error("{spec} not found after {waited:.1} s; disks seen: {seen}")]
+    #[error(
+        "{spec} not found after {waited:.1} s ({woken} scan(s) on a block device event); \
+         disks seen: {seen}"
+    )]
     NotFound {
         spec: String,
         waited: f64,
+        /// Scans made at once on a block device event rather than at the interval.
+        woken: u32,
         seen: String,
     },
     #[error("{spec} matches more than one partition: {}", .devices.join(", "))]
@@ -202,7 +207,10 @@ pub fn find(
 }
 
 /// Scans every `interval` until `found` returns a value or `timeout` passes; the error
-/// then lists what was seen on each disk. `found` may also fail the wait at once.
+/// then lists what was seen on each disk. `found` may also fail the wait at once. Between
+/// scans it listens for the kernel's block device events (`sys::uevent`): a disk or
+/// partition that appears is scanned for at once, not at the next interval; without the
+/// socket (it could not be opened, or failed) the wait is the interval alone.
 #[expect(
     clippy::too_many_arguments,
     reason = "the roots, timings and callbacks of one scan are separate inputs"
@@ -218,6 +226,15 @@ pub fn wait_scan<T, E>(
     on_timeout: impl FnOnce(StorageError) -> E,
 ) -> Result<T, E> {
     let start = Instant::now();
+    // Open before the first scan: a partition that appears after it wakes the first wait.
+    let mut events = match crate::sys::uevent::Uevents::open() {
+        Ok(u) => Some(u),
+        Err(e) => {
+            log::warn!("{what}: scanning every {interval:?} only: {e}");
+            None
+        }
+    };
+    let mut woken = 0;
     loop {
         let (parts, seen) = scan(sys_root, dev_root);
         if let Some(t) = found(&parts)? {
@@ -235,12 +252,34 @@ pub fn wait_scan<T, E>(
             return Err(on_timeout(StorageError::NotFound {
                 spec: what.to_string(),
                 waited: start.elapsed().as_secs_f64(),
+                woken,
                 seen,
             }));
         }
         tick();
-        std::thread::sleep(interval);
+        let left = timeout.saturating_sub(start.elapsed());
+        if pause(&mut events, interval.min(left), what) {
+            woken += 1;
+        }
     }
+}
+
+/// Waits `wait` or until a block device event comes on `events`; whether one came. A
+/// socket that fails is dropped (with a warning) and the rest of the wait slept.
+fn pause(events: &mut Option<crate::sys::uevent::Uevents>, wait: Duration, what: &str) -> bool {
+    use crate::sys::uevent::{is_block, Wake};
+    let start = Instant::now();
+    match events.as_ref().map(|u| u.wait(wait, is_block)) {
+        Some(Wake::Event) => return true,
+        Some(Wake::Timeout) => return false,
+        Some(Wake::Failed(e)) => {
+            log::warn!("{what}: scanning every {wait:?} only: {e}");
+            *events = None;
+        }
+        None => {}
+    }
+    std::thread::sleep(wait.saturating_sub(start.elapsed()));
+    false
 }
 
 /// The root device `spec` names among `parts`: a device path that exists (whatever the
@@ -328,5 +367,74 @@ mod tests {
         );
         assert!(msg.contains("vda (GPT partitions [root, data])"), "{msg}");
         std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// A block device event ends the wait between scans: with a one-minute interval, the
+    /// second scan comes as soon as the kernel reports a block device (root writes
+    /// `change` to a real disk's `uevent`, which with no udev running changes nothing),
+    /// not a minute later. A wait that finds nothing ends at its timeout, saying how
+    /// many of its scans an event caused.
+    #[test]
+    fn a_block_device_event_scans_again_at_once() {
+        let tmp = test_support::tmpdir("stor-uevent");
+        let (sys, dev) = (tmp.join("sys"), tmp.join("dev"));
+        std::fs::create_dir_all(sys.join("block")).unwrap();
+        std::fs::create_dir_all(&dev).unwrap();
+        let mut disks: Vec<_> = std::fs::read_dir("/sys/block")
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        disks.sort_by_key(|d| (!d.starts_with("loop"), d.clone()));
+        let disk = disks
+            .first()
+            .expect("a block device on this machine")
+            .clone();
+        let start = Instant::now();
+        let mut scans = 0;
+        let woken = wait_scan(
+            "a partition",
+            &sys,
+            &dev,
+            Duration::from_secs(120),
+            Duration::from_secs(60),
+            || {
+                let d = disk.clone();
+                std::thread::spawn(move || {
+                    std::thread::sleep(Duration::from_millis(200));
+                    std::fs::write(format!("/sys/block/{d}/uevent"), "change").unwrap();
+                });
+            },
+            |_| {
+                scans += 1;
+                Ok::<_, StorageError>((scans == 2).then_some(()))
+            },
+            |e| e,
+        );
+        assert!(woken.is_ok(), "{woken:?}");
+        assert_eq!(scans, 2);
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{:?}",
+            start.elapsed()
+        );
+        let e = wait_scan(
+            "nothing",
+            &sys,
+            &dev,
+            Duration::from_millis(250),
+            Duration::from_millis(100),
+            || {},
+            |_| Ok::<Option<()>, StorageError>(None),
+            |e| e,
+        )
+        .unwrap_err();
+        // (How many of its scans events caused depends on what else this machine's
+        // disks do meanwhile.)
+        let msg = e.to_string();
+        assert!(msg.starts_with("nothing not found after 0."), "{msg}");
+        assert!(
+            msg.ends_with(" scan(s) on a block device event); disks seen: none"),
+            "{msg}"
+        );
     }
 }

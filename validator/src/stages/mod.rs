@@ -215,13 +215,15 @@ pub struct Context {
     pub facts: Facts,
 }
 
-/// How often a stage scans for the partitions it waits for.
+/// How often a stage scans for the partitions it waits for (and at once on a block
+/// device event, `runtime::devices::wait_scan`).
 pub const SCAN_INTERVAL: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Context {
     /// Waits for partitions as every stage does (`runtime::devices::wait_scan`): the
-    /// context's `/sys` and `/dev` scanned every [`SCAN_INTERVAL`] up to the command
-    /// line's root timeout, zombies reaped between scans.
+    /// context's `/sys` and `/dev` scanned every [`SCAN_INTERVAL`], and at once on a
+    /// block device event, up to the command line's root timeout, zombies reaped between
+    /// scans.
     pub fn wait_scan<T, E>(
         &self,
         what: &str,

@@ -1,7 +1,7 @@
 //! Layer 4: the one place where the validator makes system calls and ioctls that std
 //! does not wrap: mounts, module loading, `switch_root`'s pieces, device nodes, keys,
-//! clocks, [`dm`] (device-mapper), [`kmsg`] (the kernel log) and [`tpm`] (the TPM
-//! device and its client).
+//! clocks, [`dm`] (device-mapper), [`kmsg`] (the kernel log), [`tpm`] (the TPM device
+//! and its client) and [`uevent`] (the kernel's device events).
 //!
 //! Every wrapper names its system call (see its man page) and returns a [`SysError`] that
 //! carries the call, the object it acted on and the errno name, so reports can say
@@ -21,6 +21,7 @@ pub mod dm;
 pub mod kmsg;
 pub mod mmap;
 pub mod tpm;
+pub mod uevent;
 
 use std::ffi::CString;
 use std::fs::File;
