@@ -139,8 +139,9 @@ pub struct Cert {
     /// The authority key identifier: who issued this certificate, as the kernel's X.509
     /// parser reads it (`auth_ids`).
     pub akid: Akid,
-    /// The signed part (`TBSCertificate`, DER), its signature algorithm OID and the
-    /// signature: what an issuer's key verifies when this certificate is a chain link.
+    /// The signed part (`TBSCertificate`, its bytes as in the certificate), its signature
+    /// algorithm OID and the signature: what an issuer's key verifies when this
+    /// certificate is a chain link.
     pub tbs: Vec<u8>,
     pub sig_alg: String,
     pub signature: Vec<u8>,
@@ -163,6 +164,32 @@ impl Akid {
     }
 }
 
+/// The bytes of a certificate's `tbsCertificate` and of its issuer's and subject's names
+/// in it (RFC 5280 4.1), as they lie in `der`: what the issuer signed and what the
+/// kernel's X.509 parser keeps (`raw_issuer`, `raw_subject`), not a re-encoding. Walked
+/// with `der`'s reader after `Certificate::from_der` accepted the same bytes.
+fn signed_parts(der: &[u8]) -> der::Result<(&[u8], &[u8], &[u8])> {
+    use der::{Header, Reader, SliceReader, Tag, TagNumber};
+    let mut cert = SliceReader::new(der)?;
+    Header::decode(&mut cert)?;
+    let tbs = cert.tlv_bytes()?;
+    let mut r = SliceReader::new(tbs)?;
+    Header::decode(&mut r)?;
+    let version = Tag::ContextSpecific {
+        constructed: true,
+        number: TagNumber::N0,
+    };
+    if r.peek_tag()? == version {
+        r.tlv_bytes()?;
+    }
+    r.tlv_bytes()?; // serialNumber
+    r.tlv_bytes()?; // signature
+    let issuer = r.tlv_bytes()?;
+    r.tlv_bytes()?; // validity
+    let subject = r.tlv_bytes()?;
+    Ok((tbs, issuer, subject))
+}
+
 impl Cert {
     /// Parses one DER certificate.
     pub fn from_der(der: &[u8], origin: &str) -> Result<Cert, TrustError> {
@@ -171,6 +198,8 @@ impl Cert {
             why,
         };
         let c = Certificate::from_der(der).map_err(|e| bad(e.to_string()))?;
+        let (tbs_der, issuer_der, subject_der) =
+            signed_parts(der).map_err(|e| bad(e.to_string()))?;
         let tbs = &c.tbs_certificate;
         let spki = &tbs.subject_public_key_info;
         let subject = tbs.subject.to_string();
@@ -237,16 +266,16 @@ impl Cert {
             der: der.to_vec(),
             origin: origin.to_string(),
             subject_cn: common_name(&tbs.subject),
-            subject_der: tbs.subject.to_der().map_err(|e| bad(e.to_string()))?,
+            subject_der: subject_der.to_vec(),
             subject,
-            issuer_der: tbs.issuer.to_der().map_err(|e| bad(e.to_string()))?,
+            issuer_der: issuer_der.to_vec(),
             issuer_cn: common_name(&tbs.issuer),
             serial: tbs.serial_number.as_bytes().to_vec(),
             skid,
             key,
             sha256: sha2::Sha256::digest(der).into(),
             akid,
-            tbs: tbs.to_der().map_err(|e| bad(e.to_string()))?,
+            tbs: tbs_der.to_vec(),
             sig_alg: c.signature_algorithm.oid.to_string(),
             signature: c.signature.raw_bytes().to_vec(),
         })
@@ -449,6 +478,68 @@ impl TrustStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The signed part and the names are the certificate's own bytes, and equal what
+    /// `x509-cert` re-encodes from its parse: for a v3 RSA and EC certificate (from the
+    /// fuzzing regressions) and a v1 certificate (no version field) made by `openssl`.
+    #[test]
+    fn signed_parts_are_the_certificates_own_bytes() {
+        let d = test_support::tmpdir("trust-signed-parts");
+        let (key, csr, v1) = (d.join("v1.key"), d.join("v1.csr"), d.join("v1.der"));
+        let run = |args: &[&std::ffi::OsStr]| {
+            let o = std::process::Command::new("openssl")
+                .args(args)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        };
+        let os = |s: &'static str| std::ffi::OsStr::new(s);
+        run(&[
+            os("req"),
+            os("-new"),
+            os("-nodes"),
+            os("-newkey"),
+            os("rsa:2048"),
+            os("-subj"),
+            os("/CN=v1 test/O=Org"),
+            os("-keyout"),
+            key.as_os_str(),
+            os("-out"),
+            csr.as_os_str(),
+        ]);
+        run(&[
+            os("x509"),
+            os("-req"),
+            os("-in"),
+            csr.as_os_str(),
+            os("-signkey"),
+            key.as_os_str(),
+            os("-outform"),
+            os("DER"),
+            os("-out"),
+            v1.as_os_str(),
+        ]);
+        let rsa = pem_certificates(include_str!("../../../fuzz/regressions/x509/rsa-2048.pem"))
+            .unwrap()
+            .remove(0);
+        let ec = include_bytes!("../../../fuzz/regressions/x509/ec-p256.der").to_vec();
+        let v1 = std::fs::read(&v1).unwrap();
+        let version = Certificate::from_der(&v1).unwrap().tbs_certificate.version;
+        assert_eq!(version, x509_cert::Version::V1);
+        for der in [rsa, ec, v1] {
+            let parsed = Certificate::from_der(&der).unwrap();
+            let t = &parsed.tbs_certificate;
+            let (tbs, issuer, subject) = signed_parts(&der).unwrap();
+            assert_eq!(tbs, t.to_der().unwrap());
+            assert_eq!(issuer, t.issuer.to_der().unwrap());
+            assert_eq!(subject, t.subject.to_der().unwrap());
+            let c = Cert::from_der(&der, "test").unwrap();
+            assert_eq!((c.tbs.as_slice(), c.issuer_der.as_slice()), (tbs, issuer));
+            assert_eq!(c.subject_der, subject);
+            // The bytes lie inside the certificate.
+            assert!(der.windows(tbs.len()).any(|w| w == tbs));
+        }
+    }
 
     /// A certificate file over [`CERT_FILE_MAX`] (sparse) is refused before it is read,
     /// naming the file and the limit.
