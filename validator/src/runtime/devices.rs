@@ -207,10 +207,11 @@ pub fn find(
 }
 
 /// Scans every `interval` until `found` returns a value or `timeout` passes; the error
-/// then lists what was seen on each disk. `found` may also fail the wait at once. Between
-/// scans it listens for the kernel's block device events (`sys::uevent`): a disk or
-/// partition that appears is scanned for at once, not at the next interval; without the
-/// socket (it could not be opened, or failed) the wait is the interval alone.
+/// then lists what was seen on each disk. `found` may also fail the wait at once. Once a
+/// scan has not found it, it listens for the kernel's block device events
+/// (`sys::uevent`) and scans again at once: a disk or partition that appears is scanned
+/// for at once, not at the next interval; without the socket (it could not be opened, or
+/// failed) the wait is the interval alone.
 #[expect(
     clippy::too_many_arguments,
     reason = "the roots, timings and callbacks of one scan are separate inputs"
@@ -226,20 +227,26 @@ pub fn wait_scan<T, E>(
     on_timeout: impl FnOnce(StorageError) -> E,
 ) -> Result<T, E> {
     let start = Instant::now();
-    // Open before the first scan: a partition that appears after it wakes the first wait.
-    let mut events = match crate::sys::uevent::Uevents::open() {
-        Ok(u) => Some(u),
-        Err(e) => {
-            log::warn!("{what}: scanning every {interval:?} only: {e}");
-            None
-        }
-    };
+    // Opened once a scan has not found it (a boot whose disks are there never opens it),
+    // then scanned again at once: what appeared before the socket listened is not missed.
+    // `None`: not opened yet; `Some(None)`: it could not be opened, or it failed.
+    let mut events: Option<Option<crate::sys::uevent::Uevents>> = None;
     let mut woken = 0;
     loop {
         let (parts, seen) = scan(sys_root, dev_root);
         if let Some(t) = found(&parts)? {
             return Ok(t);
         }
+        let events = match &mut events {
+            Some(e) => e,
+            None => {
+                let opened = crate::sys::uevent::Uevents::open()
+                    .map_err(|e| log::warn!("{what}: scanning every {interval:?} only: {e}"))
+                    .ok();
+                events = Some(opened);
+                continue;
+            }
+        };
         if start.elapsed() >= timeout {
             let seen = if seen.is_empty() {
                 "none".to_string()
@@ -258,22 +265,28 @@ pub fn wait_scan<T, E>(
         }
         tick();
         let left = timeout.saturating_sub(start.elapsed());
-        if pause(&mut events, interval.min(left), what) {
+        if pause(events, interval.min(left), interval, what) {
             woken += 1;
         }
     }
 }
 
 /// Waits `wait` or until a block device event comes on `events`; whether one came. A
-/// socket that fails is dropped (with a warning) and the rest of the wait slept.
-fn pause(events: &mut Option<crate::sys::uevent::Uevents>, wait: Duration, what: &str) -> bool {
+/// socket that fails is dropped (with a warning: the wait goes on scanning every
+/// `interval`) and the rest of the wait slept.
+fn pause(
+    events: &mut Option<crate::sys::uevent::Uevents>,
+    wait: Duration,
+    interval: Duration,
+    what: &str,
+) -> bool {
     use crate::sys::uevent::{is_block, Wake};
     let start = Instant::now();
     match events.as_ref().map(|u| u.wait(wait, is_block)) {
         Some(Wake::Event) => return true,
         Some(Wake::Timeout) => return false,
         Some(Wake::Failed(e)) => {
-            log::warn!("{what}: scanning every {wait:?} only: {e}");
+            log::warn!("{what}: scanning every {interval:?} only: {e}");
             *events = None;
         }
         None => {}
@@ -370,7 +383,8 @@ mod tests {
     }
 
     /// A block device event ends the wait between scans: with a one-minute interval, the
-    /// second scan comes as soon as the kernel reports a block device (root writes
+    /// third scan (after the first, and the one made at once as the socket opens) comes
+    /// as soon as the kernel reports a block device (root writes
     /// `change` to a real disk's `uevent`, which with no udev running changes nothing),
     /// not a minute later. A wait that finds nothing ends at its timeout, saying how
     /// many of its scans an event caused.
@@ -406,12 +420,13 @@ mod tests {
             },
             |_| {
                 scans += 1;
-                Ok::<_, StorageError>((scans == 2).then_some(()))
+                Ok::<_, StorageError>((scans == 3).then_some(()))
             },
             |e| e,
         );
         assert!(woken.is_ok(), "{woken:?}");
-        assert_eq!(scans, 2);
+        // The first scan, the one at once when the socket opened, the one on the event.
+        assert_eq!(scans, 3);
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "{:?}",

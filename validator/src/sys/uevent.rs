@@ -8,7 +8,8 @@
 //! bytes: its `ACTION@DEVPATH` header and NUL-separated `KEY=value` fields; [`is_block`]
 //! accepts the block subsystem's), taking every event queued on the way. `ENOBUFS` (the
 //! kernel dropped events for a full buffer) counts as an accepted event: what was dropped
-//! may have been one. An event is a hint only: a caller scans again for what it waits for
+//! may have been one. A socket that fails, or that `poll` calls ready with nothing to
+//! take, ends the wait as [`Wake::Failed`] (never a loop that spins). An event is a hint only: a caller scans again for what it waits for
 //! and keeps its periodic scan, so an event missed or forged costs at most one interval
 //! and never decides anything.
 //!
@@ -83,7 +84,7 @@ impl Uevents {
                 Ok(_) => {}
                 Err(e) => return Wake::Failed(SysError::new("poll", "uevent socket", e)),
             }
-            let mut hit = false;
+            let (mut hit, mut took) = (false, false);
             for _ in 0..DRAIN_MAX {
                 match recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
                     Ok(n) => hit |= want(buf.get(..n).unwrap_or_default()),
@@ -92,9 +93,19 @@ impl Uevents {
                     Err(Errno::ENOBUFS) => hit = true,
                     Err(e) => return Wake::Failed(SysError::new("recv", "uevent socket", e)),
                 }
+                took = true;
             }
             if hit {
                 return Wake::Event;
+            }
+            // Ready with nothing to take would make every poll return at once: a socket
+            // in that state is given up rather than spun on.
+            if !took {
+                return Wake::Failed(SysError::new(
+                    "recv",
+                    "uevent socket (ready but empty)",
+                    Errno::EAGAIN,
+                ));
             }
         }
     }
