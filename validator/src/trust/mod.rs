@@ -164,30 +164,19 @@ impl Akid {
     }
 }
 
-/// The bytes of a certificate's `tbsCertificate` and of its issuer's and subject's names
-/// in it (RFC 5280 4.1), as they lie in `der`: what the issuer signed and what the
-/// kernel's X.509 parser keeps (`raw_issuer`, `raw_subject`), not a re-encoding. Walked
-/// with `der`'s reader after `Certificate::from_der` accepted the same bytes.
-fn signed_parts(der: &[u8]) -> der::Result<(&[u8], &[u8], &[u8])> {
-    use der::{Header, Reader, SliceReader, Tag, TagNumber};
+/// The bytes of a certificate's `tbsCertificate` (RFC 5280 4.1) as they lie in `der`:
+/// what the issuer signed, and what the kernel's X.509 parser hashes to check it, not a
+/// re-encoding (`der` sorts a SET OF it reads, so a name whose multi-valued RDN is out of
+/// DER order would re-encode to other bytes). Walked with `der`'s reader after
+/// `Certificate::from_der` accepted the same bytes.
+///
+/// The names stay re-encoded: the PKCS#7 signer's issuer they are compared with is read
+/// through the same decoder (`formats::pkcs7`), so both sides are normalised alike.
+fn signed_part(der: &[u8]) -> der::Result<&[u8]> {
+    use der::{Header, Reader, SliceReader};
     let mut cert = SliceReader::new(der)?;
     Header::decode(&mut cert)?;
-    let tbs = cert.tlv_bytes()?;
-    let mut r = SliceReader::new(tbs)?;
-    Header::decode(&mut r)?;
-    let version = Tag::ContextSpecific {
-        constructed: true,
-        number: TagNumber::N0,
-    };
-    if r.peek_tag()? == version {
-        r.tlv_bytes()?;
-    }
-    r.tlv_bytes()?; // serialNumber
-    r.tlv_bytes()?; // signature
-    let issuer = r.tlv_bytes()?;
-    r.tlv_bytes()?; // validity
-    let subject = r.tlv_bytes()?;
-    Ok((tbs, issuer, subject))
+    cert.tlv_bytes()
 }
 
 impl Cert {
@@ -198,8 +187,7 @@ impl Cert {
             why,
         };
         let c = Certificate::from_der(der).map_err(|e| bad(e.to_string()))?;
-        let (tbs_der, issuer_der, subject_der) =
-            signed_parts(der).map_err(|e| bad(e.to_string()))?;
+        let tbs_der = signed_part(der).map_err(|e| bad(e.to_string()))?;
         let tbs = &c.tbs_certificate;
         let spki = &tbs.subject_public_key_info;
         let subject = tbs.subject.to_string();
@@ -266,9 +254,9 @@ impl Cert {
             der: der.to_vec(),
             origin: origin.to_string(),
             subject_cn: common_name(&tbs.subject),
-            subject_der: subject_der.to_vec(),
+            subject_der: tbs.subject.to_der().map_err(|e| bad(e.to_string()))?,
             subject,
-            issuer_der: issuer_der.to_vec(),
+            issuer_der: tbs.issuer.to_der().map_err(|e| bad(e.to_string()))?,
             issuer_cn: common_name(&tbs.issuer),
             serial: tbs.serial_number.as_bytes().to_vec(),
             skid,
@@ -479,11 +467,12 @@ impl TrustStore {
 mod tests {
     use super::*;
 
-    /// The signed part and the names are the certificate's own bytes, and equal what
-    /// `x509-cert` re-encodes from its parse: for a v3 RSA and EC certificate (from the
-    /// fuzzing regressions) and a v1 certificate (no version field) made by `openssl`.
+    /// The signed part is the certificate's own bytes, equal to what `x509-cert`
+    /// re-encodes from its parse for these DER certificates: a v3 RSA and EC certificate
+    /// (from the fuzzing regressions) and a v1 certificate (no version field) made by
+    /// `openssl`.
     #[test]
-    fn signed_parts_are_the_certificates_own_bytes() {
+    fn signed_part_is_the_certificates_own_bytes() {
         let d = test_support::tmpdir("trust-signed-parts");
         let (key, csr, v1) = (d.join("v1.key"), d.join("v1.csr"), d.join("v1.der"));
         let run = |args: &[&std::ffi::OsStr]| {
@@ -529,13 +518,9 @@ mod tests {
         for der in [rsa, ec, v1] {
             let parsed = Certificate::from_der(&der).unwrap();
             let t = &parsed.tbs_certificate;
-            let (tbs, issuer, subject) = signed_parts(&der).unwrap();
+            let tbs = signed_part(&der).unwrap();
             assert_eq!(tbs, t.to_der().unwrap());
-            assert_eq!(issuer, t.issuer.to_der().unwrap());
-            assert_eq!(subject, t.subject.to_der().unwrap());
-            let c = Cert::from_der(&der, "test").unwrap();
-            assert_eq!((c.tbs.as_slice(), c.issuer_der.as_slice()), (tbs, issuer));
-            assert_eq!(c.subject_der, subject);
+            assert_eq!(Cert::from_der(&der, "test").unwrap().tbs, tbs);
             // The bytes lie inside the certificate.
             assert!(der.windows(tbs.len()).any(|w| w == tbs));
         }
