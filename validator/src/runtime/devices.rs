@@ -227,26 +227,22 @@ pub fn wait_scan<T, E>(
     on_timeout: impl FnOnce(StorageError) -> E,
 ) -> Result<T, E> {
     let start = Instant::now();
-    // Opened once a scan has not found it (a boot whose disks are there never opens it),
-    // then scanned again at once: what appeared before the socket listened is not missed.
-    // `None`: not opened yet; `Some(None)`: it could not be opened, or it failed.
-    let mut events: Option<Option<crate::sys::uevent::Uevents>> = None;
+    let mut listen = Listen::NotYet;
     let mut woken = 0;
     loop {
         let (parts, seen) = scan(sys_root, dev_root);
         if let Some(t) = found(&parts)? {
             return Ok(t);
         }
-        let events = match &mut events {
-            Some(e) => e,
-            None => {
-                let opened = crate::sys::uevent::Uevents::open()
-                    .map_err(|e| log::warn!("{what}: scanning every {interval:?} only: {e}"))
-                    .ok();
-                events = Some(opened);
-                continue;
-            }
-        };
+        // Opened once a scan has not found it (a boot whose disks are there never opens
+        // it), then scanned again at once: what appeared before it listened is not missed.
+        if let Listen::NotYet = listen {
+            listen = match crate::sys::uevent::Uevents::open() {
+                Ok(u) => Listen::On(u),
+                Err(e) => Listen::off(what, interval, &e),
+            };
+            continue;
+        }
         if start.elapsed() >= timeout {
             let seen = if seen.is_empty() {
                 "none".to_string()
@@ -265,34 +261,42 @@ pub fn wait_scan<T, E>(
         }
         tick();
         let left = timeout.saturating_sub(start.elapsed());
-        if pause(events, interval.min(left), interval, what) {
+        if listen.pause(interval.min(left), interval, what) {
             woken += 1;
         }
     }
 }
 
-/// Waits `wait` or until a block device event comes on `events`; whether one came. A
-/// socket that fails is dropped (with a warning: the wait goes on scanning every
-/// `interval`) and the rest of the wait slept.
-fn pause(
-    events: &mut Option<crate::sys::uevent::Uevents>,
-    wait: Duration,
-    interval: Duration,
-    what: &str,
-) -> bool {
-    use crate::sys::uevent::{is_block, Wake};
-    let start = Instant::now();
-    match events.as_ref().map(|u| u.wait(wait, is_block)) {
-        Some(Wake::Event) => return true,
-        Some(Wake::Timeout) => return false,
-        Some(Wake::Failed(e)) => {
-            log::warn!("{what}: scanning every {interval:?} only: {e}");
-            *events = None;
-        }
-        None => {}
+/// [`wait_scan`]'s block device events: not listened for yet, listened for, or not
+/// (the socket could not be opened, or failed: the interval alone).
+enum Listen {
+    NotYet,
+    On(crate::sys::uevent::Uevents),
+    Off,
+}
+
+impl Listen {
+    /// [`Listen::Off`], saying why.
+    fn off(what: &str, interval: Duration, e: &crate::sys::SysError) -> Listen {
+        log::warn!("{what}: scanning every {interval:?} only: {e}");
+        Listen::Off
     }
-    std::thread::sleep(wait.saturating_sub(start.elapsed()));
-    false
+
+    /// Waits `wait` or until a block device event comes; whether one came. A socket
+    /// that fails is given up and the rest of the wait slept.
+    fn pause(&mut self, wait: Duration, interval: Duration, what: &str) -> bool {
+        use crate::sys::uevent::{is_block, Wake};
+        let start = Instant::now();
+        if let Listen::On(u) = self {
+            match u.wait(wait, is_block) {
+                Wake::Event => return true,
+                Wake::Timeout => return false,
+                Wake::Failed(e) => *self = Listen::off(what, interval, &e),
+            }
+        }
+        std::thread::sleep(wait.saturating_sub(start.elapsed()));
+        false
+    }
 }
 
 /// The root device `spec` names among `parts`: a device path that exists (whatever the

@@ -9,9 +9,9 @@
 //! accepts the block subsystem's), taking every event queued on the way. `ENOBUFS` (the
 //! kernel dropped events for a full buffer) counts as an accepted event: what was dropped
 //! may have been one. A socket that fails, or that `poll` calls ready with nothing to
-//! take, ends the wait as [`Wake::Failed`] (never a loop that spins). An event is a hint only: a caller scans again for what it waits for
-//! and keeps its periodic scan, so an event missed or forged costs at most one interval
-//! and never decides anything.
+//! take, ends the wait as [`Wake::Failed`] (never a loop that spins). An event is a hint
+//! only: a caller scans again for what it waits for and keeps its periodic scan, so an
+//! event missed or forged costs at most one interval and never decides anything.
 //!
 //! Limits: the socket's receive buffer is the kernel's default (`net.core.rmem_default`);
 //! a burst beyond it is the `ENOBUFS` above. At most [`DRAIN_MAX`] events are taken per
@@ -89,7 +89,7 @@ impl Uevents {
                 match recv(self.fd.as_raw_fd(), &mut buf, MsgFlags::MSG_DONTWAIT) {
                     Ok(n) => hit |= want(buf.get(..n).unwrap_or_default()),
                     Err(Errno::EAGAIN) => break,
-                    Err(Errno::EINTR) => {}
+                    Err(Errno::EINTR) => continue,
                     Err(Errno::ENOBUFS) => hit = true,
                     Err(e) => return Wake::Failed(SysError::new("recv", "uevent socket", e)),
                 }

@@ -475,38 +475,30 @@ mod tests {
     fn signed_part_is_the_certificates_own_bytes() {
         let d = test_support::tmpdir("trust-signed-parts");
         let (key, csr, v1) = (d.join("v1.key"), d.join("v1.csr"), d.join("v1.der"));
-        let run = |args: &[&std::ffi::OsStr]| {
+        let run = |args: &[&str]| {
             let o = std::process::Command::new("openssl")
                 .args(args)
                 .output()
                 .unwrap();
             assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         };
-        let os = |s: &'static str| std::ffi::OsStr::new(s);
+        let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
+        let (key, csr, out) = (path(&key), path(&csr), path(&v1));
         run(&[
-            os("req"),
-            os("-new"),
-            os("-nodes"),
-            os("-newkey"),
-            os("rsa:2048"),
-            os("-subj"),
-            os("/CN=v1 test/O=Org"),
-            os("-keyout"),
-            key.as_os_str(),
-            os("-out"),
-            csr.as_os_str(),
+            "req",
+            "-new",
+            "-nodes",
+            "-newkey",
+            "rsa:2048",
+            "-subj",
+            "/CN=v1 test/O=Org",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
         ]);
         run(&[
-            os("x509"),
-            os("-req"),
-            os("-in"),
-            csr.as_os_str(),
-            os("-signkey"),
-            key.as_os_str(),
-            os("-outform"),
-            os("DER"),
-            os("-out"),
-            v1.as_os_str(),
+            "x509", "-req", "-in", &csr, "-signkey", &key, "-outform", "DER", "-out", &out,
         ]);
         let rsa = pem_certificates(include_str!("../../../fuzz/regressions/x509/rsa-2048.pem"))
             .unwrap()
