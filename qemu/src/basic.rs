@@ -76,7 +76,8 @@ pub fn setup(s: &mut Scenario, name: Name) -> Result<(), HarnessError> {
         | Name::VerityErofs => {
             use crate::verity::Variant;
             s.verity = Some(match name {
-                Name::Verity | Name::VerityKernelSig => Variant::Good,
+                Name::Verity => Variant::Good,
+                Name::VerityKernelSig => Variant::AttrsOutOfOrder,
                 Name::VerityCorrupt => Variant::CorruptCritical,
                 Name::VerityBadSig => Variant::BadSignature,
                 Name::VerityUntrusted => Variant::UntrustedCert,

@@ -36,6 +36,9 @@ pub enum Variant {
     /// A good image whose disk fails reads of the first data block (the filesystem's
     /// superblock): the mount reads it.
     EioMount,
+    /// A good image whose signature has signed attributes, out of DER's sorted order and
+    /// signed as they lie ([`sigcases::der::attrs_out_of_order`]).
+    AttrsOutOfOrder,
 }
 
 /// A made image and what the BOM needs to trust it.
@@ -130,7 +133,8 @@ pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, Harn
         .find_map(|l| l.strip_prefix("Root hash:"))
         .map(|h| h.trim().to_string())
         .ok_or_else(|| HarnessError::Setup(format!("no root hash from veritysetup: {out}")))?;
-    // Sign the hex root hash (detached PKCS#7, no attributes, no embedded certs).
+    // Sign the hex root hash (detached PKCS#7, no embedded certs, no attributes but for
+    // AttrsOutOfOrder).
     let (key, cert) = make_key(dir, "trusted")?;
     let (skey, scert) = if variant == Variant::UntrustedCert {
         make_key(dir, "untrusted")?
@@ -140,9 +144,14 @@ pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, Harn
     let rh = dir.join("roothash.txt");
     std::fs::write(&rh, &root_hash).map_err(|e| HarnessError::io(&rh, e))?;
     let p7 = dir.join("roothash.p7s");
+    let attrs = if variant == Variant::AttrsOutOfOrder {
+        "-nosmimecap"
+    } else {
+        "-noattr"
+    };
     run(Command::new("openssl")
         .args([
-            "smime", "-sign", "-binary", "-noattr", "-nocerts", "-outform", "DER", "-in",
+            "smime", "-sign", "-binary", attrs, "-nocerts", "-outform", "DER", "-in",
         ])
         .arg(&rh)
         .arg("-signer")
@@ -152,6 +161,9 @@ pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, Harn
         .arg("-out")
         .arg(&p7))?;
     let mut sig = std::fs::read(&p7).map_err(|e| HarnessError::io(&p7, e))?;
+    if variant == Variant::AttrsOutOfOrder {
+        sig = sigcases::der::attrs_out_of_order(&sig, &skey, dir);
+    }
     if variant == Variant::BadSignature {
         let n = sig.len() - 1;
         sig[n] ^= 0x01;

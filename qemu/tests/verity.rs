@@ -151,10 +151,22 @@ fn superblock_disagreeing_with_the_bom_is_refused_before_any_dm_device() {
 /// `kernel_signature`: the signature also goes to the kernel (a `user` key named by
 /// `root_hash_sig_key_desc`). Our signing key is not in the kernel's built-in keyring, so
 /// the kernel itself refuses the table: proof the signature reached it.
+///
+/// The signature carries signed attributes out of DER's sorted order, signed as they lie:
+/// we verified it (the report names its signer), and the kernel took its encoding and
+/// its message digest (those refusals are `EBADMSG` and `EKEYREJECTED`, not `ENOKEY`).
 #[test]
 fn signature_handed_to_the_kernel_is_checked_by_the_kernel() {
     let o = run(Name::VerityKernelSig);
     let r = o.stopped();
+    let v = r.verity.as_ref().unwrap();
+    assert_eq!(v.source, "signature", "{v:?}");
+    assert!(
+        v.signer
+            .as_deref()
+            .is_some_and(|s| s.starts_with("fleet image signing trusted")),
+        "{v:?}"
+    );
     let reason = r.reason.as_deref().unwrap();
     assert_eq!(
         reason,

@@ -51,6 +51,20 @@ impl Key {
             .args(["x509", "-outform", "DER", "-in"])
             .arg(&self.cert))
     }
+
+    /// A detached PKCS#7 (DER) of `content` by this key, by `openssl cms` with its signed
+    /// attributes (content type, signing time, message digest; no S/MIME capabilities)
+    /// and no certificates.
+    pub fn cms_with_attrs(&self, content: &Path) -> Vec<u8> {
+        run(Command::new("openssl")
+            .args(["cms", "-sign", "-binary", "-nosmimecap", "-nocerts"])
+            .args(["-outform", "DER", "-md", "sha256", "-in"])
+            .arg(content)
+            .arg("-signer")
+            .arg(&self.cert)
+            .arg("-inkey")
+            .arg(&self.key))
+    }
 }
 
 /// Every key of the table above.

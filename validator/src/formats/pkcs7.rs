@@ -5,9 +5,12 @@
 //! non-empty digestAlgorithms set whose members are otherwise ignored, signature
 //! algorithm parameters absent or NULL, SignerInfo version matching its identifier,
 //! signed attributes on every signer or none) and returns each signer's view and the
-//! embedded certificates' keys. Limits: DER only (the kernel also takes BER and trailing
-//! bytes). Finding the
-//! signer in a trust store and checking the signature is [`crate::trust::pkcs7`]'s job.
+//! embedded certificates' keys. The signers come in the message's order and their signed
+//! attributes as they lie in it (the decoder sorts every SET OF it reads, the kernel takes
+//! both as given). Limits: DER only but for the order of a SET OF (the kernel also takes
+//! BER and trailing bytes), and no two equal members of a SET OF (the decoder refuses
+//! them). Finding the signer in a trust store and checking the signature is
+//! [`crate::trust::pkcs7`]'s job.
 
 use der::{Decode, Encode};
 
@@ -64,7 +67,8 @@ pub struct SignerView {
     /// OID of the signature algorithm; must fit the signer's key and digest.
     pub sig_alg: String,
     pub signature: Vec<u8>,
-    /// DER of the signed attributes as a SET, and their messageDigest, when present.
+    /// The signed attributes as their signature covers them (as they lie in the message,
+    /// under a SET tag), and their messageDigest, when present.
     pub signed_attrs: Option<(Vec<u8>, Vec<u8>)>,
 }
 
@@ -129,8 +133,16 @@ fn parse_with(der_bytes: &[u8], want: Content) -> Result<(Message, Option<Vec<u8
         return Err(malformed("empty SignedData digestAlgorithms"));
     }
     let mut out = Vec::new();
-    for si in sd.signer_infos.0.iter() {
-        out.push(signer_view(si, v, want)?);
+    match sd.signer_infos.0.as_slice() {
+        // A lone signer without signed attributes reads the same decoded or as it lies
+        // (every module signature).
+        [si] if si.signed_attrs.is_none() => out.push(signer_view(si, None, v, want)?),
+        _ => {
+            for raw in raw_signer_infos(der_bytes).map_err(malformed)? {
+                let si = cms::signed_data::SignerInfo::from_der(raw).map_err(malformed)?;
+                out.push(signer_view(&si, Some(raw), v, want)?);
+            }
+        }
     }
     check_signers(&out)?;
     let certs = embedded_certs(&sd)?;
@@ -141,6 +153,57 @@ fn parse_with(der_bytes: &[u8], want: Content) -> Result<(Message, Option<Vec<u8
         },
         content,
     ))
+}
+
+/// Each SignerInfo of the ContentInfo `der_bytes` (already decoded whole) as it lies in
+/// it, in its order. The decoder sorts a SET OF as it reads it; the kernel takes the
+/// signers in the order given and hashes their signed attributes as they lie.
+fn raw_signer_infos(der_bytes: &[u8]) -> der::Result<Vec<&[u8]>> {
+    use der::{Header, Reader, SliceReader};
+    let mut r = SliceReader::new(der_bytes)?;
+    Header::decode(&mut r)?; // ContentInfo
+    r.tlv_bytes()?; // contentType
+    Header::decode(&mut r)?; // [0] EXPLICIT content
+    Header::decode(&mut r)?; // SignedData
+    r.tlv_bytes()?; // version
+    r.tlv_bytes()?; // digestAlgorithms
+    r.tlv_bytes()?; // encapContentInfo
+    while r.peek_tag()?.is_context_specific() {
+        r.tlv_bytes()?; // certificates [0], crls [1]
+    }
+    let set = Header::decode(&mut r)?; // signerInfos
+    r.read_nested(set.length, |r| {
+        let mut out = Vec::new();
+        while !r.is_finished() {
+            out.push(r.tlv_bytes()?);
+        }
+        Ok(out)
+    })
+}
+
+/// The signed attributes of the SignerInfo `raw` as the signature covers them (RFC 5652
+/// 5.4, the kernel's `pkcs7_digest`): its `[0] IMPLICIT` field as it lies, the tag made
+/// the SET's.
+fn raw_signed_attrs(raw: &[u8]) -> der::Result<Option<Vec<u8>>> {
+    use der::{Header, Reader, SliceReader, Tag, TagNumber};
+    let mut r = SliceReader::new(raw)?;
+    Header::decode(&mut r)?; // SignerInfo
+    r.tlv_bytes()?; // version
+    r.tlv_bytes()?; // sid
+    r.tlv_bytes()?; // digestAlgorithm
+    let attrs = Tag::ContextSpecific {
+        constructed: true,
+        number: TagNumber::N0,
+    };
+    if r.is_finished() || r.peek_tag()? != attrs {
+        return Ok(None);
+    }
+    let Some((_, after_tag)) = r.tlv_bytes()?.split_first() else {
+        return Ok(None);
+    };
+    let mut set = vec![u8::from(Tag::Set)];
+    set.extend_from_slice(after_tag);
+    Ok(Some(set))
 }
 
 /// The SignedData of the DER ContentInfo `der_bytes`, and its version (1 or 3).
@@ -203,9 +266,11 @@ fn params_ok(a: &spki::AlgorithmIdentifierOwned) -> bool {
         .is_none_or(|p| der::Tagged::tag(p) == der::Tag::Null && p.value().is_empty())
 }
 
-/// Checks one SignerInfo of a SignedData of version `v` and returns what it says.
+/// Checks one SignerInfo of a SignedData of version `v` and returns what it says; `raw`
+/// is its encoding as it lies in the message (needed when it has signed attributes).
 fn signer_view(
     si: &cms::signed_data::SignerInfo,
+    raw: Option<&[u8]>,
     v: u8,
     want: Content,
 ) -> Result<SignerView, Pkcs7Error> {
@@ -231,7 +296,7 @@ fn signer_view(
             Some(k.0.as_bytes().to_vec()),
         ),
     };
-    let signed_attrs = signed_attributes(si, want)?;
+    let signed_attrs = signed_attributes(si, raw, want)?;
     Ok(SignerView {
         sig_alg: si.signature_algorithm.oid.to_string(),
         issuer_cn,
@@ -267,14 +332,15 @@ fn check_signer_version(si: &cms::signed_data::SignerInfo, v: u8) -> Result<(), 
     Ok(())
 }
 
-/// Signed attributes as [`SignerView::signed_attrs`] holds them: the DER of the SET and
-/// their messageDigest.
+/// Signed attributes as [`SignerView::signed_attrs`] holds them: the SET as the
+/// signature covers it, and their messageDigest.
 type SignedAttrs = (Vec<u8>, Vec<u8>);
 
-/// A SignerInfo's signed attributes (DER of the SET) and their messageDigest, when it
-/// has them; Authenticode (`want`) requires them.
+/// A SignerInfo's signed attributes (the SET as signed, from `raw`, its encoding) and
+/// their messageDigest, when it has them; Authenticode (`want`) requires them.
 fn signed_attributes(
     si: &cms::signed_data::SignerInfo,
+    raw: Option<&[u8]>,
     want: Content,
 ) -> Result<Option<SignedAttrs>, Pkcs7Error> {
     let attrs = match &si.signed_attrs {
@@ -293,10 +359,13 @@ fn signed_attributes(
         .and_then(|a| a.values.iter().next())
         .and_then(|v| v.decode_as::<der::asn1::OctetString>().ok())
         .ok_or_else(|| malformed("signed attributes without messageDigest"))?;
-    Ok(Some((
-        attrs.to_der().map_err(malformed)?,
-        md.as_bytes().to_vec(),
-    )))
+    let signed = raw
+        .map(raw_signed_attrs)
+        .transpose()
+        .map_err(malformed)?
+        .flatten()
+        .ok_or_else(|| malformed("signed attributes not found in the SignerInfo's encoding"))?;
+    Ok(Some((signed, md.as_bytes().to_vec())))
 }
 
 /// pkcs7_sig_note_authenticated_attr: a content type attribute among `attrs` must name
@@ -451,6 +520,32 @@ mod tests {
         for n in 0..64u8 {
             let junk: Vec<u8> = (0..n).map(|i| i.wrapping_mul(37) ^ 0x30).collect();
             let _ = parse(&junk);
+        }
+    }
+
+    /// The signers come in the message's order (the decoder would sort them), with their
+    /// signed attributes, whichever order the two are given in.
+    #[test]
+    fn signers_come_in_the_messages_order() {
+        let d = test_support::tmpdir("pkcs7-signer-order");
+        let content = d.join("content");
+        std::fs::write(&content, b"root hash").unwrap();
+        let signed_by = |name| {
+            let key = sigcases::keys::self_signed(&d, name, &["rsa:2048"], &[]);
+            sigcases::der::Pkcs7::parse(&key.cms_with_attrs(&content))
+        };
+        let (mut a, mut b) = (signed_by("signer-a"), signed_by("signer-b"));
+        let (sa, sb) = (a.signer(0).clone(), b.signer(0).clone());
+        let (ca, cb) = ("sigcases signer-a", "sigcases signer-b");
+        for order in [[(&sa, ca), (&sb, cb)], [(&sb, cb), (&sa, ca)]] {
+            *a.signer_infos() = order.iter().map(|(n, _)| (*n).clone()).collect();
+            let signers = parse(&a.encode()).unwrap();
+            let names: Vec<&str> = signers.iter().map(|s| s.issuer_cn.as_str()).collect();
+            assert_eq!(names, order.map(|(_, cn)| cn));
+            for (s, (n, _)) in signers.iter().zip(order) {
+                let raw = n.kids()[3].encode();
+                assert_eq!(s.signed_attrs.as_ref().unwrap().0[1..], raw[1..]);
+            }
         }
     }
 }

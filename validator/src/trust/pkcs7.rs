@@ -584,4 +584,33 @@ mod tests {
         let e = MessageError::EmbeddedChain(VerifyError::Certificate("x".into()));
         assert_eq!(e.to_string(), "embedded certificate chain: x");
     }
+
+    /// A signer may keep its signed attributes out of DER's sorted order: the kernel
+    /// hashes them as they lie (`pkcs7_digest`), and so do we. The same attributes put
+    /// back in sorted order without signing again are refused.
+    #[test]
+    fn signed_attributes_are_verified_as_they_lie() {
+        let d = test_support::tmpdir("pkcs7-attr-order");
+        let content = d.join("content");
+        std::fs::write(&content, b"0123456789abcdef").unwrap();
+        let key = sigcases::keys::self_signed(&d, "attribute-order", &["rsa:2048"], &[]);
+        let sorted = key.cms_with_attrs(&content);
+        let mut store = TrustStore::new();
+        store.add_bytes(&key.cert_der(), "attribute-order").unwrap();
+        let data = std::fs::read(&content).unwrap();
+        verify_detached(&sorted, &data, &store).unwrap();
+
+        let unsorted = sigcases::der::attrs_out_of_order(&sorted, &key.key, &d);
+        let v = verify_detached(&unsorted, &data, &store).unwrap();
+        let attrs = &v.signer.signed_attrs.as_ref().unwrap().0;
+        let raw = sigcases::der::Pkcs7::parse(&unsorted).signer(0).kids()[3].encode();
+        assert_eq!(attrs[1..], raw[1..], "the attributes as they lie");
+        assert_eq!((attrs[0], raw[0]), (0x31, 0xa0), "with the SET's tag");
+
+        // The attributes back in sorted order, the signature over the unsorted ones kept.
+        let mut back = sigcases::der::Pkcs7::parse(&unsorted);
+        back.signer(0).kids_mut()[3].kids_mut().reverse();
+        let e = verify_detached(&back.encode(), &data, &store).unwrap_err();
+        assert!(matches!(e, VerifyError::Signature(_)), "{e:?}");
+    }
 }
