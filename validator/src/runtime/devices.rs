@@ -5,8 +5,9 @@
 //! Contract: disks are taken from `<sys>/block`; device nodes from `<dev>` (devtmpfs),
 //! created with `mknod` from the sysfs `dev` numbers when devtmpfs has not made them. A
 //! wait scans every interval until found or the timeout, then fails naming what was seen
-//! on each disk. Current limits: GPT disks only; sysfs values are read with
-//! [`SYSFS_VALUE_MAX`].
+//! on each disk, and what could not be read (a `block` directory that cannot be listed, a
+//! disk's size or sector size, a partition's device node). Current limits: GPT disks
+//! only; sysfs values are read with [`SYSFS_VALUE_MAX`].
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -94,25 +95,44 @@ pub fn ensure_node(dev_root: &Path, name: &str, sysdir: &Path) -> Result<PathBuf
 pub fn scan(sys_root: &Path, dev_root: &Path) -> (Vec<FoundPartition>, Vec<DiskSeen>) {
     let mut found = Vec::new();
     let mut seen = Vec::new();
-    let Ok(rd) = std::fs::read_dir(sys_root.join("block")) else {
-        return (found, seen);
-    };
-    let mut disks: Vec<String> = rd
-        .filter_map(Result::ok)
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
+    let block = sys_root.join("block");
+    let mut disks = Vec::new();
+    let listed = std::fs::read_dir(&block).and_then(|rd| {
+        for e in rd {
+            disks.push(e?.file_name().to_string_lossy().into_owned());
+        }
+        Ok(())
+    });
+    if let Err(e) = listed {
+        // What was listed is still scanned; the wait goes on and names this.
+        seen.push(DiskSeen {
+            disk: block.display().to_string(),
+            note: format!("cannot be listed: {e}"),
+        });
+    }
     disks.sort();
     for disk in disks {
-        let sysdir = sys_root.join("block").join(&disk);
-        let sectors: u64 = read_trim(&sysdir.join("size"))
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(0);
-        if sectors == 0 {
-            continue; // empty loop/ram devices, ejected media
-        }
-        let ss: u64 = read_trim(&sysdir.join("queue/logical_block_size"))
-            .and_then(|s| s.parse().ok())
-            .unwrap_or(512);
+        let sysdir = block.join(&disk);
+        let number = |name: &str| -> Result<u64, String> {
+            let path = sysdir.join(name);
+            let text = crate::util::fs::read_text_limited(&path, SYSFS_VALUE_MAX)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            text.trim()
+                .parse()
+                .map_err(|_| format!("{}: not a number: {:?}", path.display(), text.trim()))
+        };
+        let sizes = number("size").and_then(|sectors| match sectors {
+            0 => Ok(None), // empty loop/ram devices, ejected media
+            _ => number("queue/logical_block_size").map(Some),
+        });
+        let ss = match sizes {
+            Ok(None) => continue,
+            Ok(Some(ss)) => ss,
+            Err(note) => {
+                seen.push(DiskSeen { disk, note });
+                continue;
+            }
+        };
         let node = match ensure_node(dev_root, &disk, &sysdir) {
             Ok(n) => n,
             Err(e) => {
@@ -145,7 +165,13 @@ pub fn scan(sys_root: &Path, dev_root: &Path) -> (Vec<FoundPartition>, Vec<DiskS
             };
             let device = match ensure_node(dev_root, &pname, &sysdir.join(&pname)) {
                 Ok(n) => n.display().to_string(),
-                Err(_) => continue,
+                Err(e) => {
+                    seen.push(DiskSeen {
+                        disk: pname,
+                        note: e.to_string(),
+                    });
+                    continue;
+                }
             };
             found.push(FoundPartition {
                 device,
@@ -384,6 +410,46 @@ mod tests {
         );
         assert!(msg.contains("vda (GPT partitions [root, data])"), "{msg}");
         std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// A disk whose size cannot be read, or a `block` directory that cannot be listed, is
+    /// named in what the scan saw, not taken for an empty disk or for no disks.
+    #[test]
+    fn what_cannot_be_read_is_named() {
+        let tmp = test_support::tmpdir("devices-unreadable");
+        let (sys, dev) = (tmp.join("sys"), tmp.join("dev"));
+        std::fs::create_dir_all(sys.join("block/vdb/queue")).unwrap();
+        std::fs::create_dir_all(sys.join("block/vdc/size")).unwrap();
+        std::fs::create_dir_all(&dev).unwrap();
+        std::fs::write(sys.join("block/vdb/size"), "lots\n").unwrap();
+        let (found, seen) = scan(&sys, &dev);
+        assert!(found.is_empty());
+        let notes: Vec<String> = seen
+            .iter()
+            .map(|s| format!("{}: {}", s.disk, s.note))
+            .collect();
+        assert_eq!(notes.len(), 2, "{notes:?}");
+        assert!(
+            notes[0].starts_with("vdb: ")
+                && notes[0].ends_with("/block/vdb/size: not a number: \"lots\""),
+            "{notes:?}"
+        );
+        assert!(
+            notes[1].starts_with("vdc: ") && notes[1].contains("/block/vdc/size: "),
+            "{notes:?}"
+        );
+
+        std::fs::remove_dir_all(sys.join("block")).unwrap();
+        std::fs::write(sys.join("block"), b"").unwrap();
+        let (found, seen) = scan(&sys, &dev);
+        assert!(found.is_empty());
+        assert_eq!(seen.len(), 1);
+        assert_eq!(seen[0].disk, sys.join("block").display().to_string());
+        assert!(
+            seen[0].note.starts_with("cannot be listed: "),
+            "{}",
+            seen[0].note
+        );
     }
 
     /// A block device event ends the wait between scans: with a one-minute interval, the
