@@ -121,6 +121,24 @@ const EXPECTED: &[(&str, &str, &str, &str)] = &[
         "EKEYREJECTED",
         "PKCS7: Invalid module sig (has authattrs)",
     ),
+    (
+        "S21b",
+        "EKEYREJECTED",
+        "EKEYREJECTED",
+        "PKCS7: S/MIME Caps only allowed with Authenticode",
+    ),
+    (
+        "S21c",
+        "EBADMSG",
+        "EBADMSG",
+        "PKCS7: Missing required AuthAttr",
+    ),
+    (
+        "S21d",
+        "EKEYREJECTED",
+        "EKEYREJECTED",
+        "PKCS7: Repeated/multivalue AuthAttrs not permitted",
+    ),
     ("S22", "ok E", "EKEYREJECTED", "PKCS7: Unknown OID"),
     (
         "S23a",

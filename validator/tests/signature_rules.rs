@@ -223,7 +223,12 @@ fn sigrule_no_signer() {
 /// Rows S21.
 #[test]
 fn sigrule_authattrs() {
-    expect(&[("S21", None, &["signed-attributes"])]);
+    expect(&[
+        ("S21", None, &["signed-attributes"]),
+        ("S21b", None, &["bad-pkcs7"]),
+        ("S21c", None, &["bad-pkcs7"]),
+        ("S21d", None, &["bad-pkcs7"]),
+    ]);
 }
 
 /// Rows S22.

@@ -53,11 +53,12 @@ impl Key {
     }
 
     /// A detached PKCS#7 (DER) of `content` by this key, by `openssl cms` with its signed
-    /// attributes (content type, signing time, message digest; no S/MIME capabilities)
-    /// and no certificates.
-    pub fn cms_with_attrs(&self, content: &Path) -> Vec<u8> {
+    /// attributes (content type, signing time, message digest, and S/MIME capabilities
+    /// unless `extra` says `-nosmimecap`), no certificates, and `extra`.
+    pub fn cms_with_attrs(&self, content: &Path, extra: &[&str]) -> Vec<u8> {
         run(Command::new("openssl")
-            .args(["cms", "-sign", "-binary", "-nosmimecap", "-nocerts"])
+            .args(["cms", "-sign", "-binary", "-nocerts"])
+            .args(extra)
             .args(["-outform", "DER", "-md", "sha256", "-in"])
             .arg(content)
             .arg("-signer")

@@ -4,10 +4,10 @@
 //! SignedData v1 or v3 with SignerInfos of the same version, detached id-data, a
 //! non-empty digestAlgorithms set whose members are otherwise ignored, signature
 //! algorithm parameters absent or NULL, SignerInfo version matching its identifier,
-//! signed attributes on every signer or none) and returns each signer's view and the
-//! embedded certificates' keys. The signers come in the message's order and their signed
-//! attributes as they lie in it (the decoder sorts every SET OF it reads, the kernel takes
-//! both as given). Limits: DER only but for the order of a SET OF (the kernel also takes
+//! signed attributes on every signer or none, and those attributes by the parser's rules,
+//! `check_attrs`) and returns each signer's view and the embedded certificates' keys. The
+//! signers come in the message's order and their signed attributes as they lie in it
+//! (the decoder sorts every SET OF it reads, the kernel takes both as given). Limits: DER only but for the order of a SET OF (the kernel also takes
 //! BER and trailing bytes), and no two equal members of a SET OF (the decoder refuses
 //! them). Finding the signer in a trust store and checking the signature is
 //! [`crate::trust::pkcs7`]'s job.
@@ -99,6 +99,9 @@ pub fn parse_message(der_bytes: &[u8]) -> Result<Message, Pkcs7Error> {
 
 /// The OID of Authenticode's `SpcIndirectDataContent` (the kernel's `OID_msIndirectData`).
 pub const MS_INDIRECT_DATA: &str = "1.3.6.1.4.1.311.2.1.4";
+
+/// The OID of id-data, the content type of a detached signature.
+const ID_DATA: &str = "1.2.840.113549.1.7.1";
 
 /// Parses an Authenticode signature (a PE image's attribute certificate): SignedData
 /// whose encapsulated content is `SpcIndirectDataContent`, as the kernel's parser takes
@@ -235,7 +238,7 @@ fn encapsulated_content(
     match want {
         // Detached: the encapsulated content is id-data with no content.
         Content::Detached => {
-            if ect != "1.2.840.113549.1.7.1" || sd.encap_content_info.econtent.is_some() {
+            if ect != ID_DATA || sd.encap_content_info.econtent.is_some() {
                 return Err(malformed(format!(
                     "encapsulated content must be detached id-data, not {ect}"
                 )));
@@ -350,12 +353,10 @@ fn signed_attributes(
         None => return Ok(None),
         Some(attrs) => attrs,
     };
-    if want == Content::IndirectData {
-        check_content_type_attrs(attrs)?;
-    }
+    check_attrs(attrs, want)?;
     let md = attrs
         .iter()
-        .find(|a| a.oid.to_string() == "1.2.840.113549.1.9.4")
+        .find(|a| a.oid.to_string() == MESSAGE_DIGEST)
         .and_then(|a| a.values.iter().next())
         .and_then(|v| v.decode_as::<der::asn1::OctetString>().ok())
         .ok_or_else(|| malformed("signed attributes without messageDigest"))?;
@@ -368,25 +369,96 @@ fn signed_attributes(
     Ok(Some((signed, md.as_bytes().to_vec())))
 }
 
-/// pkcs7_sig_note_authenticated_attr: a content type attribute among `attrs` must name
-/// the message's content type (`SpcIndirectDataContent`).
-fn check_content_type_attrs(attrs: &cms::signed_data::SignedAttributes) -> Result<(), Pkcs7Error> {
-    for a in attrs
-        .iter()
-        .filter(|a| a.oid.to_string() == "1.2.840.113549.1.9.3")
-    {
-        let ct = a
-            .values
-            .iter()
-            .next()
-            .and_then(|v| v.decode_as::<der::asn1::ObjectIdentifier>().ok())
-            .map(|o| o.to_string());
-        if ct.as_deref() != Some(MS_INDIRECT_DATA) {
-            return Err(malformed(format!(
-                "signed attribute content type {} is not the message's ({MS_INDIRECT_DATA})",
-                ct.unwrap_or_else(|| "(unreadable)".into())
-            )));
+/// The signed attributes the kernel's parser knows (`pkcs7_sig_note_authenticated_attr`):
+/// each may appear once, with one value.
+const CONTENT_TYPE: &str = "1.2.840.113549.1.9.3";
+const MESSAGE_DIGEST: &str = "1.2.840.113549.1.9.4";
+const SIGNING_TIME: &str = "1.2.840.113549.1.9.5";
+const SMIME_CAPABILITIES: &str = "1.2.840.113549.1.9.15";
+const MS_STATEMENT_TYPE: &str = "1.3.6.1.4.1.311.2.1.11";
+const MS_SP_OPUS_INFO: &str = "1.3.6.1.4.1.311.2.1.12";
+const KNOWN_ATTRS: [&str; 6] = [
+    CONTENT_TYPE,
+    MESSAGE_DIGEST,
+    SIGNING_TIME,
+    SMIME_CAPABILITIES,
+    MS_STATEMENT_TYPE,
+    MS_SP_OPUS_INFO,
+];
+
+/// The kernel's rules for one signer's signed attributes (`pkcs7_sig_note_authenticated_attr`
+/// and `pkcs7_sig_note_set_of_authattrs`), for a message whose content is `want`: a known
+/// attribute at most once and with one value ("Repeated/multivalue AuthAttrs not
+/// permitted", EKEYREJECTED); the content type naming the message's (EBADMSG); the
+/// signing time a UTCTime or GeneralizedTime and the message digest an OCTET STRING
+/// (EBADMSG); S/MIME capabilities and Microsoft's statement type and SpOpusInfo only in
+/// Authenticode (EKEYREJECTED); content type and message digest both present ("Missing
+/// required AuthAttr", EBADMSG). Others are ignored, as there.
+fn check_attrs(
+    attrs: &cms::signed_data::SignedAttributes,
+    want: Content,
+) -> Result<(), Pkcs7Error> {
+    let authenticode = want == Content::IndirectData;
+    let data_type = if authenticode {
+        MS_INDIRECT_DATA
+    } else {
+        ID_DATA
+    };
+    let mut seen = Vec::new();
+    for a in attrs.iter() {
+        let oid = a.oid.to_string();
+        let Some(&name) = KNOWN_ATTRS.iter().find(|k| **k == oid) else {
+            continue;
+        };
+        let value = match a.values.as_slice() {
+            [v] if !seen.contains(&name) => v,
+            _ => {
+                return Err(malformed(format!(
+                    "signed attribute {oid} repeated or with more than one value (the kernel's \
+                     \"Repeated/multivalue AuthAttrs not permitted\")"
+                )))
+            }
+        };
+        seen.push(name);
+        match name {
+            CONTENT_TYPE => {
+                let ct = value.decode_as::<der::asn1::ObjectIdentifier>().ok();
+                if ct.map(|o| o.to_string()).as_deref() != Some(data_type) {
+                    return Err(malformed(format!(
+                        "signed attribute content type is not the message's ({data_type})"
+                    )));
+                }
+            }
+            SIGNING_TIME => {
+                value
+                    .to_der()
+                    .and_then(|d| x509_cert::time::Time::from_der(&d))
+                    .map_err(|e| malformed(format!("signed attribute signing time: {e}")))?;
+            }
+            MESSAGE_DIGEST if der::Tagged::tag(value) != der::Tag::OctetString => {
+                return Err(malformed(
+                    "signed attribute message digest is not an OCTET STRING",
+                ));
+            }
+            SMIME_CAPABILITIES if !authenticode => {
+                return Err(malformed(
+                    "signed attribute S/MIME capabilities outside Authenticode (the kernel's \
+                     \"S/MIME Caps only allowed with Authenticode\")",
+                ))
+            }
+            MS_STATEMENT_TYPE | MS_SP_OPUS_INFO if !authenticode => {
+                return Err(malformed(format!(
+                    "signed attribute {oid} is Authenticode's, outside Authenticode"
+                )))
+            }
+            _ => {}
         }
+    }
+    if !(seen.contains(&CONTENT_TYPE) && seen.contains(&MESSAGE_DIGEST)) {
+        return Err(malformed(
+            "signed attributes without a content type or a message digest (the kernel's \
+             \"Missing required AuthAttr\")",
+        ));
     }
     Ok(())
 }
@@ -532,7 +604,7 @@ mod tests {
         std::fs::write(&content, b"root hash").unwrap();
         let signed_by = |name| {
             let key = sigcases::keys::self_signed(&d, name, &["rsa:2048"], &[]);
-            sigcases::der::Pkcs7::parse(&key.cms_with_attrs(&content))
+            sigcases::der::Pkcs7::parse(&key.cms_with_attrs(&content, &["-nosmimecap"]))
         };
         let (mut a, mut b) = (signed_by("signer-a"), signed_by("signer-b"));
         let (sa, sb) = (a.signer(0).clone(), b.signer(0).clone());
@@ -547,5 +619,21 @@ mod tests {
                 assert_eq!(s.signed_attrs.as_ref().unwrap().0[1..], raw[1..]);
             }
         }
+    }
+
+    /// A root-hash signature made by `openssl cms` (or `smime`) without `-noattr` carries
+    /// S/MIME capabilities by default, which the kernel's parser refuses outside
+    /// Authenticode; without them it is taken. (The module cases S21b to S21d show the
+    /// kernel's answers to this and the other attribute rules.)
+    #[test]
+    fn signed_attributes_follow_the_kernels_rules() {
+        let d = test_support::tmpdir("pkcs7-attr-rules");
+        let content = d.join("content");
+        std::fs::write(&content, b"root hash").unwrap();
+        let key = sigcases::keys::self_signed(&d, "attribute-rules", &["rsa:2048"], &[]);
+        let e = parse(&key.cms_with_attrs(&content, &[])).unwrap_err();
+        assert!(e.to_string().contains("S/MIME Caps only allowed"), "{e}");
+        let signers = parse(&key.cms_with_attrs(&content, &["-nosmimecap"])).unwrap();
+        assert!(signers[0].signed_attrs.is_some());
     }
 }

@@ -209,6 +209,51 @@ pub(super) fn pkcs7(b: &mut Builder, c: &Common) {
         "crc8",
         &elf::append_signature(body, &p),
     );
+    let smime = b.cms(body, &k.snake, sha256, &["-nocerts"]);
+    attribute_rules(b, body, &p, smime);
+}
+
+/// The parser's rules for signed attributes (`pkcs7_sig_note_authenticated_attr`), which
+/// refuse before the module rule of S21: `attrs` is S21's PKCS#7, `smime` the same with
+/// S/MIME capabilities (`openssl cms` without `-nosmimecap`).
+fn attribute_rules(b: &mut Builder, body: &[u8], attrs: &[u8], smime: Vec<u8>) {
+    b.add(
+        "S21b",
+        "S21",
+        "signed attributes with S/MIME capabilities (openssl cms without -nosmimecap)",
+        "crc8",
+        &elf::append_signature(body, &smime),
+    );
+    let is = |a: &der::Node, oid: &str| a.kids()[0].bytes() == &der::oid(oid);
+    b.add_edited(
+        "S21c",
+        "S21",
+        "signed attributes without the content type",
+        body,
+        attrs,
+        |t| {
+            t.signer(0).kids_mut()[3]
+                .kids_mut()
+                .retain(|a| !is(a, "1.2.840.113549.1.9.3"));
+        },
+    );
+    b.add_edited(
+        "S21d",
+        "S21",
+        "signed attributes with a second message digest",
+        body,
+        attrs,
+        |t| {
+            let attrs = t.signer(0).kids_mut()[3].kids_mut();
+            let mut second = attrs
+                .iter()
+                .find(|a| is(a, "1.2.840.113549.1.9.4"))
+                .unwrap()
+                .clone();
+            second.kids_mut()[1].kids_mut()[0].bytes_mut()[0] ^= 0xff;
+            attrs.push(second);
+        },
+    );
 }
 
 /// The cases of digests and algorithms.
