@@ -52,12 +52,12 @@ impl Key {
             .arg(&self.cert))
     }
 
-    /// A detached PKCS#7 (DER) of `content` by this key, by `openssl cms` with its signed
-    /// attributes (content type, signing time, message digest, and S/MIME capabilities
-    /// unless `extra` says `-nosmimecap`), no certificates, and `extra`.
-    pub fn cms_with_attrs(&self, content: &Path, extra: &[&str]) -> Vec<u8> {
+    /// A detached PKCS#7 (DER) of `content` by this key, by `openssl cms -sign` with
+    /// SHA-256 and `extra`: by default with signed attributes (content type, signing
+    /// time, message digest, S/MIME capabilities) and the signer's certificate embedded.
+    pub fn cms(&self, content: &Path, extra: &[&str]) -> Vec<u8> {
         run(Command::new("openssl")
-            .args(["cms", "-sign", "-binary", "-nocerts"])
+            .args(["cms", "-sign", "-binary"])
             .args(extra)
             .args(["-outform", "DER", "-md", "sha256", "-in"])
             .arg(content)

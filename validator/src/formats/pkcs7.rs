@@ -604,7 +604,7 @@ mod tests {
         std::fs::write(&content, b"root hash").unwrap();
         let signed_by = |name| {
             let key = sigcases::keys::self_signed(&d, name, &["rsa:2048"], &[]);
-            sigcases::der::Pkcs7::parse(&key.cms_with_attrs(&content, &["-nosmimecap"]))
+            sigcases::der::Pkcs7::parse(&key.cms(&content, &["-nosmimecap", "-nocerts"]))
         };
         let (mut a, mut b) = (signed_by("signer-a"), signed_by("signer-b"));
         let (sa, sb) = (a.signer(0).clone(), b.signer(0).clone());
@@ -631,9 +631,9 @@ mod tests {
         let content = d.join("content");
         std::fs::write(&content, b"root hash").unwrap();
         let key = sigcases::keys::self_signed(&d, "attribute-rules", &["rsa:2048"], &[]);
-        let e = parse(&key.cms_with_attrs(&content, &[])).unwrap_err();
+        let e = parse(&key.cms(&content, &["-nocerts"])).unwrap_err();
         assert!(e.to_string().contains("S/MIME Caps only allowed"), "{e}");
-        let signers = parse(&key.cms_with_attrs(&content, &["-nosmimecap"])).unwrap();
+        let signers = parse(&key.cms(&content, &["-nosmimecap", "-nocerts"])).unwrap();
         assert!(signers[0].signed_attrs.is_some());
     }
 }

@@ -1,9 +1,18 @@
 //! The Discoverable Partitions `root-verity-sig` check: the certificate the fingerprint
-//! names must be in the trust store and must be the one whose PKCS#7 signature covers the
-//! hex root hash.
+//! names must be in the trust store and must be the trusted signer of the PKCS#7
+//! signature over the hex root hash. The message is judged as the kernel's
+//! `verify_pkcs7_signature` judges it for dm-verity's `root_hash_sig_key_desc`
+//! ([`pkcs7::verify_message`]): every signer is checked (against its embedded certificate
+//! and chain when the message carries them), and one trusted signer with a valid
+//! signature is enough, whichever place it has among the signers.
+//!
+//! Current limits: the kernel's crypto limits that depend on its release (the signature
+//! algorithm OIDs, the digests and key sizes it has) are the module gate's only; every
+//! digest and key the trust store takes is taken here.
 
+use crate::formats::pkcs7::{parse_message, Pkcs7Error};
 use crate::formats::verity::sig::RootHashSig;
-use crate::trust::pkcs7::{self, VerifyError};
+use crate::trust::pkcs7::{self, MessageError};
 use crate::trust::TrustStore;
 
 /// Why a root-hash signature is refused.
@@ -12,23 +21,33 @@ pub enum RootSigError {
     #[error("root-verity-sig: certificateFingerprint {0} names no certificate in the trust store")]
     UntrustedCert(String),
     #[error("root-verity-sig: {0}")]
-    Signature(VerifyError),
+    Parse(Pkcs7Error),
+    #[error("root-verity-sig: {0}")]
+    Signature(MessageError),
     #[error("root-verity-sig: signed by {signer}, not by the certificate {fingerprint} it names")]
     WrongSigner { signer: String, fingerprint: String },
 }
 
 /// Verifies the signature against the trust store: the certificate the fingerprint names
-/// must be trusted and must be the one that signed the hex root hash. Returns the
-/// signer's label.
+/// must be trusted and must be the (first) trusted signer of the hex root hash. Returns
+/// the signer's label.
 pub fn verify(sig: &RootHashSig, store: &TrustStore) -> Result<String, RootSigError> {
     let cert = store
         .by_fingerprint(&sig.fingerprint)
         .ok_or_else(|| RootSigError::UntrustedCert(sig.fingerprint.clone()))?;
-    let v = pkcs7::verify_detached(&sig.pkcs7, sig.root_hash_hex.as_bytes(), store)
-        .map_err(RootSigError::Signature)?;
-    if v.cert.sha256 != cert.sha256 {
+    let msg = parse_message(&sig.pkcs7).map_err(RootSigError::Parse)?;
+    let signer = pkcs7::verify_message(
+        &msg,
+        sig.root_hash_hex.as_bytes(),
+        None,
+        store,
+        |_| true,
+        |_| None,
+    )
+    .map_err(RootSigError::Signature)?;
+    if signer.sha256 != cert.sha256 {
         return Err(RootSigError::WrongSigner {
-            signer: v.cert.label(),
+            signer: signer.label(),
             fingerprint: sig.fingerprint.clone(),
         });
     }
@@ -49,5 +68,68 @@ mod tests {
         };
         let e = verify(&s, &TrustStore::new()).unwrap_err();
         assert!(matches!(e, RootSigError::UntrustedCert(_)), "{e}");
+    }
+
+    /// The root hash signed by two signers, the trusted one (named by the fingerprint)
+    /// first or second: taken either way, as the kernel takes a message one trusted
+    /// signer of which verifies (a key rotation signs with the old and the new key).
+    /// A second signer whose signature fails against its own embedded certificate
+    /// refuses the message, as the kernel's `pkcs7_verify`.
+    #[test]
+    fn any_trusted_signer_is_enough_and_every_signer_is_checked() {
+        use sha2::Digest;
+        use sigcases::der::Pkcs7;
+        let d = test_support::tmpdir("rootsig-two-signers");
+        let hex = "ab".repeat(32);
+        let content = d.join("roothash.txt");
+        std::fs::write(&content, &hex).unwrap();
+        let (old, new) = (
+            sigcases::keys::self_signed(&d, "old", &["rsa:2048"], &[]),
+            sigcases::keys::self_signed(&d, "new", &["rsa:2048"], &[]),
+        );
+        let mut store = TrustStore::new();
+        store.add_bytes(&new.cert_der(), "new").unwrap();
+        let fingerprint = crate::util::hex(&sha2::Sha256::digest(new.cert_der()));
+        let signed = |k: &sigcases::keys::Key, extra: &[&str]| {
+            Pkcs7::parse(&k.cms(&content, &[&["-noattr"], extra].concat()))
+        };
+        let (by_old, by_new) = (signed(&old, &["-nocerts"]), signed(&new, &["-nocerts"]));
+        let (so, sn) = (
+            by_old.clone().signer(0).clone(),
+            by_new.clone().signer(0).clone(),
+        );
+        let sig = |signers: Vec<sigcases::der::Node>| {
+            let mut t = by_old.clone();
+            *t.signer_infos() = signers;
+            RootHashSig {
+                root_hash: vec![0xab; 32],
+                root_hash_hex: hex.clone(),
+                fingerprint: fingerprint.clone(),
+                pkcs7: t.encode(),
+            }
+        };
+        for order in [vec![so.clone(), sn.clone()], vec![sn.clone(), so.clone()]] {
+            let label = verify(&sig(order), &store).unwrap();
+            assert!(label.contains("sigcases new"), "{label}");
+        }
+
+        // The old signer's certificate embedded, its signature broken: refused although
+        // the new signer is trusted and valid.
+        let mut with_cert = signed(&old, &[]);
+        let mut broken = with_cert.signer(0).clone();
+        broken.kids_mut().last_mut().unwrap().bytes_mut()[7] ^= 1;
+        *with_cert.signer_infos() = vec![sn.clone(), broken];
+        let s = RootHashSig {
+            pkcs7: with_cert.encode(),
+            ..sig(vec![sn])
+        };
+        let e = verify(&s, &store).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                RootSigError::Signature(MessageError::EmbeddedSignature(_))
+            ),
+            "{e}"
+        );
     }
 }
