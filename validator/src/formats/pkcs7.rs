@@ -100,6 +100,19 @@ pub fn parse_message(der_bytes: &[u8]) -> Result<Message, Pkcs7Error> {
 /// The OID of Authenticode's `SpcIndirectDataContent` (the kernel's `OID_msIndirectData`).
 pub const MS_INDIRECT_DATA: &str = "1.3.6.1.4.1.311.2.1.4";
 
+/// The signature algorithms the kernel's `pkcs7_sig_note_pkey_algo` takes (6.1 and
+/// 6.12): rsaEncryption and ecdsa-with-SHA1/224/256/384/512; any other (the
+/// `sha*WithRSAEncryption`, RSASSA-PSS and id-ecPublicKey OIDs among them) fails the
+/// whole message with ENOPKG.
+pub const KERNEL_SIG_ALGS: [&str; 6] = [
+    "1.2.840.113549.1.1.1",
+    "1.2.840.10045.4.1",
+    "1.2.840.10045.4.3.1",
+    "1.2.840.10045.4.3.2",
+    "1.2.840.10045.4.3.3",
+    "1.2.840.10045.4.3.4",
+];
+
 /// The OID of id-data, the content type of a detached signature.
 const ID_DATA: &str = "1.2.840.113549.1.7.1";
 

@@ -126,18 +126,6 @@ pub(super) fn unusable(key: &crate::trust::PublicKey, kc: Option<KernelRules>) -
     }
 }
 
-/// The module signature algorithms the kernel's `pkcs7_sig_note_pkey_algo` takes:
-/// rsaEncryption and ecdsa-with-SHA1/224/256/384/512 (the `sha*WithRSAEncryption`,
-/// RSASSA-PSS and id-ecPublicKey OIDs are ENOPKG).
-pub(super) const KERNEL_SIG_ALGS: [&str; 6] = [
-    "1.2.840.113549.1.1.1",
-    "1.2.840.10045.4.1",
-    "1.2.840.10045.4.3.1",
-    "1.2.840.10045.4.3.2",
-    "1.2.840.10045.4.3.3",
-    "1.2.840.10045.4.3.4",
-];
-
 /// Whether the kernel's X.509 parser takes an embedded certificate's key
 /// (`x509_extract_key_data`): RSA, or EC on P-192, P-256, P-384 (and P-521 from 6.12).
 pub(super) fn cert_key_supported(c: &pkcs7::EmbeddedCert, kc: Option<KernelRules>) -> bool {

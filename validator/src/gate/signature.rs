@@ -9,7 +9,7 @@
 use crate::formats::pkcs7;
 use crate::trust::pkcs7::{verify_message, MessageError};
 
-use super::rules::{cert_key_supported, unusable, KERNEL_SIG_ALGS};
+use super::rules::{cert_key_supported, unusable};
 use super::{Gate, KernelRules, ReasonCode, Verdict};
 
 impl Gate {
@@ -47,7 +47,7 @@ impl Gate {
         if let Some(s) = msg
             .signers
             .iter()
-            .find(|s| !KERNEL_SIG_ALGS.contains(&s.sig_alg.as_str()))
+            .find(|s| !pkcs7::KERNEL_SIG_ALGS.contains(&s.sig_alg.as_str()))
         {
             v.reason(
                 ReasonCode::UnsupportedCrypto,

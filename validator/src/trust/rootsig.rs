@@ -6,11 +6,14 @@
 //! and chain when the message carries them), and one trusted signer with a valid
 //! signature is enough, whichever place it has among the signers.
 //!
-//! Current limits: the kernel's crypto limits that depend on its release (the signature
-//! algorithm OIDs, the digests and key sizes it has) are the module gate's only; every
-//! digest and key the trust store takes is taken here.
+//! A signer whose signature algorithm the kernel's parser refuses
+//! ([`KERNEL_SIG_ALGS`]) refuses the message, as there.
+//!
+//! Current limits: the kernel's crypto limits that depend on its release and build (the
+//! digests and key kinds and sizes it has) are the module gate's only; every digest and
+//! key the trust store takes is taken here.
 
-use crate::formats::pkcs7::{parse_message, Pkcs7Error};
+use crate::formats::pkcs7::{parse_message, Pkcs7Error, KERNEL_SIG_ALGS};
 use crate::formats::verity::sig::RootHashSig;
 use crate::trust::pkcs7::{self, MessageError};
 use crate::trust::TrustStore;
@@ -24,6 +27,12 @@ pub enum RootSigError {
     Parse(Pkcs7Error),
     #[error("root-verity-sig: {0}")]
     Signature(MessageError),
+    /// A signer's signature algorithm the kernel's PKCS#7 parser refuses (ENOPKG).
+    #[error(
+        "root-verity-sig: signature algorithm {0} is not one the kernel takes \
+         (rsaEncryption or ecdsa-with-SHA*)"
+    )]
+    Algorithm(String),
     #[error("root-verity-sig: signed by {signer}, not by the certificate {fingerprint} it names")]
     WrongSigner { signer: String, fingerprint: String },
 }
@@ -36,6 +45,13 @@ pub fn verify(sig: &RootHashSig, store: &TrustStore) -> Result<String, RootSigEr
         .by_fingerprint(&sig.fingerprint)
         .ok_or_else(|| RootSigError::UntrustedCert(sig.fingerprint.clone()))?;
     let msg = parse_message(&sig.pkcs7).map_err(RootSigError::Parse)?;
+    if let Some(s) = msg
+        .signers
+        .iter()
+        .find(|s| !KERNEL_SIG_ALGS.contains(&s.sig_alg.as_str()))
+    {
+        return Err(RootSigError::Algorithm(s.sig_alg.clone()));
+    }
     let signer = pkcs7::verify_message(
         &msg,
         sig.root_hash_hex.as_bytes(),
@@ -74,7 +90,8 @@ mod tests {
     /// first or second: taken either way, as the kernel takes a message one trusted
     /// signer of which verifies (a key rotation signs with the old and the new key).
     /// A second signer whose signature fails against its own embedded certificate
-    /// refuses the message, as the kernel's `pkcs7_verify`.
+    /// refuses the message, as the kernel's `pkcs7_verify`, and so does a signature
+    /// algorithm its parser refuses.
     #[test]
     fn any_trusted_signer_is_enough_and_every_signer_is_checked() {
         use sha2::Digest;
@@ -121,7 +138,7 @@ mod tests {
         *with_cert.signer_infos() = vec![sn.clone(), broken];
         let s = RootHashSig {
             pkcs7: with_cert.encode(),
-            ..sig(vec![sn])
+            ..sig(vec![sn.clone()])
         };
         let e = verify(&s, &store).unwrap_err();
         assert!(
@@ -131,5 +148,18 @@ mod tests {
             ),
             "{e}"
         );
+
+        // The trusted signer's algorithm named sha256WithRSAEncryption (the signature
+        // still valid): the kernel's parser refuses the message (ENOPKG), so do we.
+        let mut t = by_new.clone();
+        let at = sigcases::der::signer_sig_alg_index(t.signer(0));
+        *t.signer(0).kids_mut()[at].kids_mut()[0].bytes_mut() =
+            sigcases::der::oid("1.2.840.113549.1.1.11");
+        let s = RootHashSig {
+            pkcs7: t.encode(),
+            ..sig(vec![sn.clone()])
+        };
+        let e = verify(&s, &store).unwrap_err();
+        assert_eq!(e, RootSigError::Algorithm("1.2.840.113549.1.1.11".into()));
     }
 }
