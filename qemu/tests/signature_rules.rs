@@ -208,6 +208,12 @@ const EXPECTED: &[(&str, &str, &str, &str)] = &[
         "Loading of module with unavailable key is rejected",
     ),
     (
+        "S35f",
+        "ok E",
+        "EKEYREJECTED",
+        "Loading of module with unavailable key is rejected",
+    ),
+    (
         "S36a",
         "ok E",
         "EKEYREJECTED",

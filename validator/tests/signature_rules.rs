@@ -373,6 +373,7 @@ fn sigrule_chain() {
         ("S35c", None, &["bad-signature"]),
         ("S35d", None, &[]),
         ("S35e", None, &["bad-signature"]),
+        ("S35f", None, &["untrusted-signer"]),
     ]);
 }
 

@@ -481,7 +481,10 @@ pub fn verify_message<'a>(
             (HashAlg::Sha256, Some(d)) => d.to_vec(),
             (alg, _) => alg.digest(content),
         };
-        let chain = if embedded.certs.is_empty() {
+        // pkcs7_find_key matches the embedded certificates by issuer and serial only: a
+        // signer named by key identifier never finds its own, so it is neither checked
+        // against it nor chained; the trust store is asked for its key directly.
+        let chain = if embedded.certs.is_empty() || s.skid.is_some() {
             (Vec::new(), false)
         } else {
             if find_signer(s, &embedded).is_ok() {

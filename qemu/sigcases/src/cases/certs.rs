@@ -202,6 +202,14 @@ pub(super) fn certificates(b: &mut Builder, c: &Common) {
             *leaf.kids_mut()[2].bytes_mut().last_mut().unwrap() ^= 1;
         },
     );
+    let p = b.cms(body, &k.leaf, sha256, &["-noattr", "-keyid"]);
+    b.add(
+        "S35f",
+        "S35",
+        "signed by a leaf of the db CA named by key identifier, the leaf embedded",
+        "crc8",
+        &elf::append_signature(body, &p),
+    );
     let m = b.sign_file(body, &k.rsa2560, sha256, false);
     b.add("S36a", "S36", "signed by an RSA-2560 key in db", "crc8", &m);
     let m = b.sign_file(body, &k.p384, sha384, false);
