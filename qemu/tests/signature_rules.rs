@@ -225,6 +225,7 @@ const EXPECTED: &[(&str, &str, &str, &str)] = &[
         "EKEYREJECTED",
         "Loading of module with unsupported crypto is rejected",
     ),
+    ("S36c", "ok -", "ok -", ""),
     (
         "S37a",
         "ok E",

@@ -382,6 +382,7 @@ fn sigrule_chain() {
 fn sigrule_key_size_type() {
     expect(&[
         ("S36a", None, &["unusable-key"]),
+        ("S36c", None, &[]),
         // 6.1 has neither sha384/sha512 built in nor ECDSA; the digest is checked first.
         ("S36b", Some(Kernel::K61), &["unsupported-crypto"]),
         ("S37a", Some(Kernel::K61), &["unsupported-crypto"]),

@@ -10,6 +10,7 @@
 //! | `p384`   | ECDSA P-384   | 6.12 only (6.1 has no ECDSA) |
 //! | `p521`   | ECDSA P-521   | 6.12 only |
 //! | `rsa2560`| RSA-2560      | no: the kernel's RSA takes 512/1024/1536/2048/3072/4096 bits |
+//! | `rsa2047`| RSA-2047      | yes: the kernel counts a modulus in 64-bit words (2048) |
 //! | `rsa512` | RSA-512       | yes (the kernel has no lower bound outside FIPS mode) |
 //! | `revoked`| RSA-2048, in db and its certificate's TBS hash in dbx | see the cases |
 //! | `fleet`  | RSA-2048, in no keyring | no |
@@ -80,6 +81,7 @@ pub struct Keys {
     pub p384: Key,
     pub p521: Key,
     pub rsa2560: Key,
+    pub rsa2047: Key,
     pub rsa512: Key,
     pub revoked: Key,
     pub fleet: Key,
@@ -194,6 +196,7 @@ impl Keys {
         let p384 = mk("p384", ec("P-384").to_vec());
         let p521 = mk("p521", ec("P-521").to_vec());
         let rsa2560 = mk("rsa2560", vec![rsa(2560)]);
+        let rsa2047 = mk("rsa2047", vec![rsa(2047)]);
         let rsa512 = mk("rsa512", vec![rsa(512)]);
         let revoked = mk("revoked", vec![rsa(2048)]);
         let fleet = mk("fleet", vec![rsa(2048)]);
@@ -215,6 +218,7 @@ impl Keys {
             p384,
             p521,
             rsa2560,
+            rsa2047,
             rsa512,
             revoked,
             fleet,
@@ -232,6 +236,7 @@ impl Keys {
             &self.p384,
             &self.p521,
             &self.rsa2560,
+            &self.rsa2047,
             &self.rsa512,
             &self.revoked,
         ]

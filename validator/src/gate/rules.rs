@@ -110,13 +110,22 @@ pub fn provided_digests<'a>(aliases: impl IntoIterator<Item = &'a str>) -> Vec<H
 /// RSA moduli the kernel's `rsa_check_key_length` takes (both kernels).
 pub const KERNEL_RSA_BITS: [u32; 6] = [512, 1024, 1536, 2048, 3072, 4096];
 
+/// The size the kernel's `rsa_check_key_length` is given for a modulus of `bits` bits:
+/// `mpi_get_size(n) << 3`, the modulus in whole 64-bit words (a 2047-bit key counts as
+/// 2048).
+fn kernel_rsa_bits(bits: u32) -> u32 {
+    bits.div_ceil(64).saturating_mul(64)
+}
+
 /// Why the kernel could not hold `key` in a keyring, or `None` when it can.
 pub(super) fn unusable(key: &crate::trust::PublicKey, kc: Option<KernelRules>) -> Option<String> {
     use crate::trust::PublicKey;
     match key {
-        PublicKey::Rsa(k) if !KERNEL_RSA_BITS.contains(&k.bits) => Some(format!(
-            "the kernel takes RSA keys of {KERNEL_RSA_BITS:?} bits only, not {}",
-            k.bits
+        PublicKey::Rsa(k) if !KERNEL_RSA_BITS.contains(&kernel_rsa_bits(k.bits)) => Some(format!(
+            "the kernel takes RSA keys of {KERNEL_RSA_BITS:?} bits only (counted in 64-bit \
+             words), not {} ({})",
+            k.bits,
+            kernel_rsa_bits(k.bits)
         )),
         PublicKey::Rsa(_) => None,
         _ if kc.is_some_and(|c| !c.ecdsa) => {
@@ -143,6 +152,16 @@ pub(super) fn cert_key_supported(c: &pkcs7::EmbeddedCert, kc: Option<KernelRules
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// As `mpi_get_size(n) << 3`: whole 64-bit words.
+    #[test]
+    fn rsa_sizes_count_in_64_bit_words() {
+        let counted: Vec<u32> = [512, 2047, 2048, 2049, 2112, 2560, 4095, 4096]
+            .into_iter()
+            .map(kernel_rsa_bits)
+            .collect();
+        assert_eq!(counted, [512, 2048, 2048, 2112, 2112, 2560, 4096, 4096]);
+    }
 
     #[test]
     fn digests_by_alias_and_shared_by_clones() {

@@ -212,6 +212,8 @@ pub(super) fn certificates(b: &mut Builder, c: &Common) {
     );
     let m = b.sign_file(body, &k.rsa2560, sha256, false);
     b.add("S36a", "S36", "signed by an RSA-2560 key in db", "crc8", &m);
+    let m = b.sign_file(body, &k.rsa2047, sha256, false);
+    b.add("S36c", "S36", "signed by an RSA-2047 key in db", "crc8", &m);
     let m = b.sign_file(body, &k.p384, sha384, false);
     b.add(
         "S36b",
