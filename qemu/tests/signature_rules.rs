@@ -178,6 +178,9 @@ const EXPECTED: &[(&str, &str, &str, &str)] = &[
     ),
     ("S28b", "EBADMSG", "EBADMSG", ""),
     ("S28c", GARBLED, GARBLED, ""),
+    ("S28d", "EINVAL", "EINVAL", ""),
+    ("S28e", "ENOENT", "ENOENT", ""),
+    ("S28f", "EINVAL", "EINVAL", ""),
     ("S29a", "EKEYREJECTED", "EKEYREJECTED", ""),
     ("S29b", "EKEYREJECTED", "EKEYREJECTED", ""),
     (
@@ -327,6 +330,7 @@ const ON_612: &[(&str, &str, &str, &str)] = &[
     // 6.12 uses the digestAlgorithm and ignores the OID's hash; P-384 and P-521 load.
     ("S26", "ok -", "ok -", ""),
     ("S36b", "ok -", "ok -", ""),
+    ("S28e", "ok -", "ok -", ""),
     ("S37a", "ok -", "ok -", ""),
     (
         "V04",

@@ -319,6 +319,10 @@ fn sigrule_extra_cert() {
         ("S28a", None, &["unsupported-crypto"]),
         ("S28b", None, &["bad-pkcs7"]),
         ("S28c", None, &["bad-signature"]),
+        ("S28d", None, &["bad-signature"]),
+        ("S28e", Some(Kernel::K61), &["bad-signature"]),
+        ("S28e", Some(Kernel::K612), &[]),
+        ("S28f", None, &["bad-signature"]),
     ]);
 }
 

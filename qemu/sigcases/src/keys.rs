@@ -7,6 +7,7 @@
 //! | `leaf`   | RSA-2048 issued by `snake` (never in db itself) | through `snake` |
 //! | `mid`    | RSA-2048 CA issued by `snake` (never in db itself) | through `snake` |
 //! | `leaf2`  | RSA-2048 issued by `mid` | through `mid` and `snake` |
+//! | `leaf2560` | RSA-2560 issued by `snake` | no: its key is a size the kernel's RSA refuses |
 //! | `p384`   | ECDSA P-384   | 6.12 only (6.1 has no ECDSA) |
 //! | `p521`   | ECDSA P-521   | 6.12 only |
 //! | `rsa2560`| RSA-2560      | no: the kernel's RSA takes 512/1024/1536/2048/3072/4096 bits |
@@ -78,6 +79,7 @@ pub struct Keys {
     pub leaf: Key,
     pub mid: Key,
     pub leaf2: Key,
+    pub leaf2560: Key,
     pub p384: Key,
     pub p521: Key,
     pub rsa2560: Key,
@@ -114,7 +116,7 @@ pub fn self_signed(dir: &Path, name: &'static str, newkey: &[&str], extra: &[&st
 
 /// A key with a certificate issued by `ca` (serial `serial`), carrying its own subject
 /// key identifier and its issuer's as authority key identifier; a CA when `is_ca`.
-fn issue(dir: &Path, name: &'static str, ca: &Key, is_ca: bool, serial: u32) -> Key {
+fn issue(dir: &Path, name: &'static str, ca: &Key, is_ca: bool, serial: u32, bits: u32) -> Key {
     let k = Key {
         name,
         key: dir.join(format!("{name}.key")),
@@ -133,7 +135,7 @@ fn issue(dir: &Path, name: &'static str, ca: &Key, is_ca: bool, serial: u32) -> 
     )
     .unwrap();
     run(Command::new("openssl")
-        .args(["req", "-new", "-nodes", "-newkey", "rsa:2048"])
+        .args(["req", "-new", "-nodes", "-newkey", &format!("rsa:{bits}")])
         .args(["-subj", &format!("/CN=sigcases {name}")])
         .arg("-keyout")
         .arg(&k.key)
@@ -205,9 +207,10 @@ impl Keys {
         let big = self_signed(dir, "big", &["rsa:2048"], &["-addext", &comment]);
         // A leaf issued by the snakeoil CA, named by its issuer's key identifier; an
         // intermediate CA issued by it, and a leaf of that intermediate.
-        let leaf = issue(dir, "leaf", &snake, false, 4242);
-        let mid = issue(dir, "mid", &snake, true, 4243);
-        let leaf2 = issue(dir, "leaf2", &mid, false, 4244);
+        let leaf = issue(dir, "leaf", &snake, false, 4242, 2048);
+        let mid = issue(dir, "mid", &snake, true, 4243, 2048);
+        let leaf2 = issue(dir, "leaf2", &mid, false, 4244, 2048);
+        let leaf2560 = issue(dir, "leaf2560", &snake, false, 4245, 2560);
         Keys {
             dir: dir.to_path_buf(),
             snake,
@@ -215,6 +218,7 @@ impl Keys {
             leaf,
             mid,
             leaf2,
+            leaf2560,
             p384,
             p521,
             rsa2560,

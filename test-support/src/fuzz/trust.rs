@@ -96,7 +96,7 @@ pub fn x509(data: &[u8]) {
     if let Ok(c) = Cert::from_der(data, "fuzz") {
         let _ = c.label();
         // The kernel parser's self-signed check, and a certificate as its own issuer.
-        if validator::trust::pkcs7::self_signed(&c, |_| true).unwrap_or(false) {
+        if validator::trust::pkcs7::self_signed(&c, |_| true, |_| None).unwrap_or(false) {
             assert!(
                 validator::trust::pkcs7::verify_cert(&c, &c, |_| true).is_ok(),
                 "a self-signed certificate whose self-signature does not verify"

@@ -141,8 +141,13 @@ pub fn verify_detached<'a>(
 /// naming it and the other not is a rejection), and the signature verified with the
 /// certificate's own key (a failure is a rejection: the kernel refuses the certificate,
 /// and with it the message that carries it). A digest the kernel lacks makes it "not
-/// self-signed" rather than an error, as there.
-pub fn self_signed(c: &Cert, has_digest: impl Fn(HashAlg) -> bool) -> Result<bool, VerifyError> {
+/// self-signed" rather than an error, as there; a key it cannot take (`unusable` says
+/// why) is a rejection.
+pub fn self_signed(
+    c: &Cert,
+    has_digest: impl Fn(HashAlg) -> bool,
+    unusable: impl Fn(&Cert) -> Option<String>,
+) -> Result<bool, VerifyError> {
     if c.subject_der != c.issuer_der {
         return Ok(false);
     }
@@ -166,6 +171,14 @@ pub fn self_signed(c: &Cert, has_digest: impl Fn(HashAlg) -> bool) -> Result<boo
     match cert_sig_digest(&c.sig_alg) {
         Some(d) if has_digest(d) => {}
         _ => return Ok(false),
+    }
+    // public_key_verify_signature: a key the kernel's crypto cannot take (an RSA size
+    // rsa_check_key_length refuses, an ECDSA it is built without) fails the check.
+    if let Some(why) = unusable(c) {
+        return Err(VerifyError::Certificate(format!(
+            "certificate {}: its self-signature cannot be checked: {why}",
+            c.label()
+        )));
     }
     verify_cert(c, c, has_digest).map_err(|e| match e {
         VerifyError::Signature(TrustError::BadSignature { .. }) => {
@@ -463,7 +476,7 @@ pub fn verify_message<'a>(
         // x509_cert_parse: a self-signed certificate whose self-signature fails is
         // refused, and the whole message with it.
         let cert = Cert::from_der(&c.der, "the signature").map_err(MessageError::CertParse)?;
-        if self_signed(&cert, has_digest).map_err(MessageError::SelfSigned)? {
+        if self_signed(&cert, has_digest, unusable).map_err(MessageError::SelfSigned)? {
             self_signed_certs.insert(cert.sha256);
         }
         embedded.add(cert);
@@ -487,7 +500,13 @@ pub fn verify_message<'a>(
         let chain = if embedded.certs.is_empty() || s.skid.is_some() {
             (Vec::new(), false)
         } else {
-            if find_signer(s, &embedded).is_ok() {
+            if let Ok(own) = find_signer(s, &embedded) {
+                // As above: a key the kernel cannot take fails the signer's check.
+                if let Some(why) = unusable(own) {
+                    return Err(MessageError::EmbeddedSignature(VerifyError::Certificate(
+                        format!("certificate {}: {why}", own.label()),
+                    )));
+                }
                 verify_signer(s, &digest, &embedded).map_err(MessageError::EmbeddedSignature)?;
             }
             // pkcs7_verify_sig_chain: the embedded certificates that issued the

@@ -64,6 +64,35 @@ pub(super) fn certificates(b: &mut Builder, c: &Common) {
             *cert.kids_mut()[2].bytes_mut().last_mut().unwrap() ^= 1;
         },
     );
+    for (id, key, what) in [
+        (
+            "S28d",
+            &k.rsa2560,
+            "a self-signed RSA-2560 certificate embedded (db-key signer)",
+        ),
+        (
+            "S28e",
+            &k.p384,
+            "a self-signed ECDSA P-384 certificate embedded (db-key signer)",
+        ),
+    ] {
+        let cert = key.cert.to_str().unwrap().to_string();
+        let p = b.cms(
+            body,
+            &k.snake,
+            sha256,
+            &["-noattr", "-nocerts", "-certfile", &cert],
+        );
+        b.add(id, "S28", what, "crc8", &elf::append_signature(body, &p));
+    }
+    let p = b.cms(body, &k.leaf2560, sha256, &["-noattr"]);
+    b.add(
+        "S28f",
+        "S28",
+        "signed by an RSA-2560 leaf of the db CA, the leaf embedded",
+        "crc8",
+        &elf::append_signature(body, &p),
+    );
     let p = b.cms(body, &k.fleet, sha256, &["-noattr"]);
     b.add(
         "S29a",
