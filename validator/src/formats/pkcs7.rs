@@ -7,10 +7,11 @@
 //! signed attributes on every signer or none, and those attributes by the parser's rules,
 //! `check_attrs`) and returns each signer's view and the embedded certificates' keys. The
 //! signers come in the message's order and their signed attributes as they lie in it
-//! (the decoder sorts every SET OF it reads, the kernel takes both as given). Limits: DER only but for the order of a SET OF (the kernel also takes
-//! BER and trailing bytes), and no two equal members of a SET OF (the decoder refuses
-//! them). Finding the signer in a trust store and checking the signature is
-//! [`crate::trust::pkcs7`]'s job.
+//! (the decoder sorts every SET OF it reads, the kernel takes both as given). Limits:
+//! DER only but for the order of a SET OF (the kernel also takes BER and trailing
+//! bytes), and no two equal members of a SET OF (the decoder refuses them; so does the
+//! kernel for the attributes it knows, not for the rest). Finding the signer in a trust
+//! store and checking the signature is [`crate::trust::pkcs7`]'s job.
 
 use der::{Decode, Encode};
 

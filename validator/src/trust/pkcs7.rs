@@ -163,7 +163,8 @@ pub fn self_signed(
         }
         if by_key != by_id && c.akid.keyid.is_some() && c.akid.issuer_serial.is_some() {
             return Err(VerifyError::Certificate(format!(
-                "certificate {}: its authority key identifier names it by one part and not                  by the other",
+                "certificate {}: its authority key identifier names it by one part and not by \
+                 the other",
                 c.label()
             )));
         }
