@@ -37,7 +37,7 @@ pub enum Variant {
     /// superblock): the mount reads it.
     EioMount,
     /// A good image whose signature has signed attributes, out of DER's sorted order and
-    /// signed as they lie ([`sigcases::der::attrs_out_of_order`]).
+    /// signed as they lie ([`sigcases::keys::attrs_out_of_order`]).
     AttrsOutOfOrder,
 }
 
@@ -162,7 +162,7 @@ pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, Harn
         .arg(&p7))?;
     let mut sig = std::fs::read(&p7).map_err(|e| HarnessError::io(&p7, e))?;
     if variant == Variant::AttrsOutOfOrder {
-        sig = sigcases::der::attrs_out_of_order(&sig, &skey, dir);
+        sig = sigcases::keys::attrs_out_of_order(&sig, &skey, dir);
     }
     if variant == Variant::BadSignature {
         let n = sig.len() - 1;

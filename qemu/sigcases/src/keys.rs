@@ -256,3 +256,36 @@ impl Keys {
         sha2::Sha256::digest(&tbs).into()
     }
 }
+
+/// `p7` (DER, signed attributes on its first signer) with that signer's signed attributes
+/// in reverse order, out of DER's sorted order, and signed again over them as they now
+/// lie (SHA-256 with the PEM `key`, by `openssl dgst`; `dir` holds the files). What a
+/// signer that keeps the attributes in its own order makes: the kernel hashes them as
+/// they lie (`pkcs7_digest`), so the signature holds.
+pub fn attrs_out_of_order(p7: &[u8], key: &Path, dir: &Path) -> Vec<u8> {
+    let mut t = crate::der::Pkcs7::parse(p7);
+    let si = t.signer(0).kids_mut();
+    assert_eq!(
+        si[3].tag,
+        crate::der::CTX0,
+        "the first signer has no signed attributes"
+    );
+    let attrs = si[3].kids_mut();
+    assert!(attrs.len() >= 2, "fewer than two signed attributes");
+    attrs.reverse();
+    let tbs = crate::der::Node::cons(crate::der::SET, attrs.clone()).encode();
+    let (tbs_path, sig_path) = (dir.join("attrs.der"), dir.join("attrs.sig"));
+    std::fs::write(&tbs_path, &tbs).unwrap();
+    run(Command::new("openssl")
+        .args(["dgst", "-sha256", "-sign"])
+        .arg(key)
+        .arg("-out")
+        .arg(&sig_path)
+        .arg(&tbs_path));
+    let sig = std::fs::read(&sig_path).unwrap();
+    *si.iter_mut()
+        .rfind(|n| n.tag == crate::der::OCTETS)
+        .unwrap()
+        .bytes_mut() = sig;
+    t.encode()
+}

@@ -624,7 +624,7 @@ mod tests {
         let data = std::fs::read(&content).unwrap();
         verify_detached(&sorted, &data, &store).unwrap();
 
-        let unsorted = sigcases::der::attrs_out_of_order(&sorted, &key.key, &d);
+        let unsorted = sigcases::keys::attrs_out_of_order(&sorted, &key.key, &d);
         let v = verify_detached(&unsorted, &data, &store).unwrap();
         let attrs = &v.signer.signed_attrs.as_ref().unwrap().0;
         let raw = sigcases::der::Pkcs7::parse(&unsorted).signer(0).kids()[3].encode();
