@@ -55,18 +55,19 @@ impl Key {
     }
 
     /// A detached PKCS#7 (DER) of `content` by this key, by `openssl cms -sign` with
-    /// SHA-256 and `extra`: by default with signed attributes (content type, signing
-    /// time, message digest, S/MIME capabilities) and the signer's certificate embedded.
-    pub fn cms(&self, content: &Path, extra: &[&str]) -> Vec<u8> {
+    /// digest `md`, then `extra` (`-noattr`, `-nocerts`, more signers...): by default
+    /// with signed attributes (content type, signing time, message digest, S/MIME
+    /// capabilities) and the signer's certificate embedded.
+    pub fn cms(&self, content: &Path, md: &str, extra: &[&str]) -> Vec<u8> {
         run(Command::new("openssl")
-            .args(["cms", "-sign", "-binary"])
-            .args(extra)
-            .args(["-outform", "DER", "-md", "sha256", "-in"])
-            .arg(content)
+            .args(["cms", "-sign", "-binary", "-outform", "DER", "-md", md])
             .arg("-signer")
             .arg(&self.cert)
             .arg("-inkey")
-            .arg(&self.key))
+            .arg(&self.key)
+            .args(extra)
+            .arg("-in")
+            .arg(content))
     }
 }
 

@@ -73,6 +73,16 @@ pub struct SignerView {
     pub signed_attrs: Option<(Vec<u8>, Vec<u8>)>,
 }
 
+impl Message {
+    /// The first signer whose signature algorithm the kernel's parser refuses
+    /// ([`KERNEL_SIG_ALGS`]: the whole message fails with ENOPKG).
+    pub fn signer_with_refused_algorithm(&self) -> Option<&SignerView> {
+        self.signers
+            .iter()
+            .find(|s| !KERNEL_SIG_ALGS.contains(&s.sig_alg.as_str()))
+    }
+}
+
 impl SignerView {
     /// `sig_key` as modinfo prints it.
     pub fn key_id(&self) -> String {
@@ -618,7 +628,7 @@ mod tests {
         std::fs::write(&content, b"root hash").unwrap();
         let signed_by = |name| {
             let key = sigcases::keys::self_signed(&d, name, &["rsa:2048"], &[]);
-            sigcases::der::Pkcs7::parse(&key.cms(&content, &["-nosmimecap", "-nocerts"]))
+            sigcases::der::Pkcs7::parse(&key.cms(&content, "sha256", &["-nosmimecap", "-nocerts"]))
         };
         let (mut a, mut b) = (signed_by("signer-a"), signed_by("signer-b"));
         let (sa, sb) = (a.signer(0).clone(), b.signer(0).clone());
@@ -645,9 +655,9 @@ mod tests {
         let content = d.join("content");
         std::fs::write(&content, b"root hash").unwrap();
         let key = sigcases::keys::self_signed(&d, "attribute-rules", &["rsa:2048"], &[]);
-        let e = parse(&key.cms(&content, &["-nocerts"])).unwrap_err();
+        let e = parse(&key.cms(&content, "sha256", &["-nocerts"])).unwrap_err();
         assert!(e.to_string().contains("S/MIME Caps only allowed"), "{e}");
-        let signers = parse(&key.cms(&content, &["-nosmimecap", "-nocerts"])).unwrap();
+        let signers = parse(&key.cms(&content, "sha256", &["-nosmimecap", "-nocerts"])).unwrap();
         assert!(signers[0].signed_attrs.is_some());
     }
 }

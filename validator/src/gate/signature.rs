@@ -44,11 +44,7 @@ impl Gate {
         v.sig_hashalgo = Some(first.digest.name().to_string());
         // pkcs7_parser.c: the whole message fails on an algorithm or a certificate the
         // kernel does not support (ENOPKG: "module with unsupported crypto").
-        if let Some(s) = msg
-            .signers
-            .iter()
-            .find(|s| !pkcs7::KERNEL_SIG_ALGS.contains(&s.sig_alg.as_str()))
-        {
+        if let Some(s) = msg.signer_with_refused_algorithm() {
             v.reason(
                 ReasonCode::UnsupportedCrypto,
                 format!(

@@ -618,7 +618,7 @@ mod tests {
         let content = d.join("content");
         std::fs::write(&content, b"0123456789abcdef").unwrap();
         let key = sigcases::keys::self_signed(&d, "attribute-order", &["rsa:2048"], &[]);
-        let sorted = key.cms(&content, &["-nosmimecap", "-nocerts"]);
+        let sorted = key.cms(&content, "sha256", &["-nosmimecap", "-nocerts"]);
         let mut store = TrustStore::new();
         store.add_bytes(&key.cert_der(), "attribute-order").unwrap();
         let data = std::fs::read(&content).unwrap();

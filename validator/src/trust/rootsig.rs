@@ -7,13 +7,13 @@
 //! signature is enough, whichever place it has among the signers.
 //!
 //! A signer whose signature algorithm the kernel's parser refuses
-//! ([`KERNEL_SIG_ALGS`]) refuses the message, as there.
+//! ([`crate::formats::pkcs7::KERNEL_SIG_ALGS`]) refuses the message, as there.
 //!
 //! Current limits: the kernel's crypto limits that depend on its release and build (the
 //! digests and key kinds and sizes it has) are the module gate's only; every digest and
 //! key the trust store takes is taken here.
 
-use crate::formats::pkcs7::{parse_message, Pkcs7Error, KERNEL_SIG_ALGS};
+use crate::formats::pkcs7::{parse_message, Pkcs7Error};
 use crate::formats::verity::sig::RootHashSig;
 use crate::trust::pkcs7::{self, MessageError};
 use crate::trust::TrustStore;
@@ -45,11 +45,7 @@ pub fn verify(sig: &RootHashSig, store: &TrustStore) -> Result<String, RootSigEr
         .by_fingerprint(&sig.fingerprint)
         .ok_or_else(|| RootSigError::UntrustedCert(sig.fingerprint.clone()))?;
     let msg = parse_message(&sig.pkcs7).map_err(RootSigError::Parse)?;
-    if let Some(s) = msg
-        .signers
-        .iter()
-        .find(|s| !KERNEL_SIG_ALGS.contains(&s.sig_alg.as_str()))
-    {
+    if let Some(s) = msg.signer_with_refused_algorithm() {
         return Err(RootSigError::Algorithm(s.sig_alg.clone()));
     }
     let signer = pkcs7::verify_message(
@@ -108,7 +104,7 @@ mod tests {
         store.add_bytes(&new.cert_der(), "new").unwrap();
         let fingerprint = crate::util::hex(&sha2::Sha256::digest(new.cert_der()));
         let signed = |k: &sigcases::keys::Key, extra: &[&str]| {
-            Pkcs7::parse(&k.cms(&content, &[&["-noattr"], extra].concat()))
+            Pkcs7::parse(&k.cms(&content, "sha256", &[&["-noattr"], extra].concat()))
         };
         let (by_old, by_new) = (signed(&old, &["-nocerts"]), signed(&new, &["-nocerts"]));
         let (so, sn) = (

@@ -204,23 +204,10 @@ impl Builder {
         sign_file_in_place(&m, key, hash, skid)
     }
 
-    /// `openssl cms -sign -binary -outform DER` over `body`; `args` adds `-noattr`,
-    /// `-nocerts`, more signers...
+    /// [`Key::cms`] over `body`.
     fn cms(&mut self, body: &[u8], key: &Key, md: &str, args: &[&str]) -> Vec<u8> {
         let m = self.tmp(body);
-        let out = self.tmp(b"");
-        run(Command::new("openssl")
-            .args(["cms", "-sign", "-binary", "-outform", "DER", "-md", md])
-            .arg("-signer")
-            .arg(&key.cert)
-            .arg("-inkey")
-            .arg(&key.key)
-            .args(args)
-            .arg("-in")
-            .arg(&m)
-            .arg("-out")
-            .arg(&out));
-        std::fs::read(&out).unwrap()
+        key.cms(&m, md, args)
     }
 
     /// The usual module signature (no attributes, no certificates) as a PKCS#7 tree.
