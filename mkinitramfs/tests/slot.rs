@@ -449,6 +449,29 @@ fn uki_is_signed_reproducible_and_predicted_as_systemd_measure_does() {
         !verify("other-cert.pem"),
         "sbverify took another key's certificate"
     );
+    // Signed at SOURCE_DATE_EPOCH (2023), before the test certificate was made: the
+    // firmware's rule asks no time and takes it (as sbverify does); the kernel's rule
+    // (`kexec_file_load`'s pkcs7_verify_one) holds the signing time against the embedded
+    // certificate and refuses it.
+    {
+        use validator::trust::authenticode::{verify, AuthenticodeError, Rule};
+        use validator::trust::message::MessageError;
+        let mut store = validator::trust::TrustStore::new();
+        store.add_path(&d.join("cert.pem")).unwrap();
+        let bytes = std::fs::read(&image).unwrap();
+        verify(&bytes, &store, &[], Rule::Firmware).unwrap();
+        let e = verify(&bytes, &store, &[], Rule::Kernel).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                AuthenticodeError::Untrusted {
+                    source: MessageError::SignedOutsideValidity { .. },
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
     let line = section(&image, ".cmdline", &d.join("cmdline"));
     assert_eq!(line, format!("validator.slot=B {UKI_LINE}").as_bytes());
     let linux = section(&image, ".linux", &d.join("linux"));

@@ -19,6 +19,9 @@
 //! `module.sig_enforce=1` sets on the command line; it can be switched on, never off). So
 //! one boot per kernel covers both enforcement settings.
 //!
+//! Before those passes, the root-hash pass ([`roothash`]) hands dm-verity every root-hash
+//! signature of [`sigcases::roothash`].
+//!
 //! Output lines, parsed by [`Boot::parse`]: `SIGRULE <mode> <id> <ok|ERRNO> <taint|->`,
 //! `SIGRULE-LOG <mode> <id> <kernel line>`, `SIGRULES-BOOT <kernel line>` (certificate
 //! loading, Secure Boot, lockdown), `SIGRULES-STATE <mode> sig_enforce=.. lockdown=..`,
@@ -38,6 +41,7 @@ pub use test_support::sigrules::Refused;
 use validator::gate::{Gate, Verdict};
 
 use crate::efivars;
+pub mod roothash;
 use crate::vm::{self, Outcome, VmConfig};
 use crate::HarnessError;
 
@@ -130,6 +134,7 @@ mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
 dmesg | grep -iE 'x\.509|cert|integrity|secure ?boot|lockdown|platform|blacklist|keyring' | while read -r l; do echo "SIGRULES-BOOT $l"; done
 dmesg -c >/dev/null
+@ROOTHASH@
 state() { echo "SIGRULES-STATE $1 sig_enforce=$(cat /sys/module/module/parameters/sig_enforce) lockdown=$(cat /sys/kernel/security/lockdown 2>/dev/null)"; }
 run_cases() {
     while read -r id file flags mod after aflags amod; do
@@ -164,15 +169,22 @@ poweroff -f
 "#;
 
 /// The test bed's initramfs for `set`: busybox, `sigcase-load`, the case files, the
-/// manifests and the script above as `/init`. Returns its path in `dir`.
-pub fn initramfs(set: &Set, dir: &Path) -> Result<PathBuf, HarnessError> {
+/// manifests, the root-hash pass's files (`root`) and the script above as `/init`.
+/// Returns its path in `dir`.
+pub fn initramfs(
+    set: &Set,
+    root: &roothash::RootHash,
+    dir: &Path,
+) -> Result<PathBuf, HarnessError> {
     let cpio = |e: mkinitramfs::cpio::CpioError| HarnessError::Setup(e.to_string());
     let mut a = crate::rootfs::busybox_initramfs(
-        &["proc", "sys", "cases"],
+        &["proc", "sys", "cases", "roothash"],
         &[
-            "sh", "mount", "cat", "rmmod", "dmesg", "grep", "poweroff", "sleep",
+            "sh", "mount", "cat", "rmmod", "dmesg", "grep", "poweroff", "sleep", "insmod",
+            "losetup",
         ],
     )?;
+    root.add_to(&mut a)?;
     let read = |p: &Path| std::fs::read(p).map_err(|e| HarnessError::io(p, e));
     a.file("bin/sigcase-load", read(&loader()?)?, 0o755)
         .map_err(cpio)?;
@@ -191,8 +203,8 @@ pub fn initramfs(set: &Set, dir: &Path) -> Result<PathBuf, HarnessError> {
         .map_err(cpio)?;
     a.file("cases/manifest.lockdown", locked.into_bytes(), 0o644)
         .map_err(cpio)?;
-    a.file("init", SCRIPT.as_bytes().to_vec(), 0o755)
-        .map_err(cpio)?;
+    let script = SCRIPT.replace("@ROOTHASH@", roothash::SCRIPT);
+    a.file("init", script.into_bytes(), 0o755).map_err(cpio)?;
     let gz = mkinitramfs::compress(&a.write(0), mkinitramfs::Compress::Gzip)
         .map_err(|e| HarnessError::Setup(format!("gzip: {e}")))?;
     let out = dir.join("sigrules-initrd.img");
@@ -271,6 +283,11 @@ pub struct Boot {
     pub rmmod_failed: Vec<String>,
     pub ended: bool,
     pub outcome: Outcome,
+    /// The root-hash pass: the kernel's answer per case id (`ok` or the errno's name, and
+    /// the log lines), what its set-up printed, and the set-up itself.
+    pub roothash: BTreeMap<String, Answer>,
+    pub roothash_setup: Vec<String>,
+    pub root: Option<roothash::RootHash>,
 }
 
 /// A kernel log line without its `[    1.234567] ` time stamp.
@@ -289,6 +306,8 @@ impl Boot {
         let mut state = Vec::new();
         let mut rmmod_failed = Vec::new();
         let mut ended = false;
+        let mut roothash: BTreeMap<String, Answer> = BTreeMap::new();
+        let mut roothash_setup = Vec::new();
         let key = |m: &str, id: &str| Mode::from_label(m).map(|m| (m, id.to_string()));
         for l in console.lines() {
             let l = l.trim_end_matches('\r');
@@ -308,6 +327,20 @@ impl Boot {
                         answers.entry(k).or_default().log.push(untimed(line));
                     }
                 }
+            } else if let Some(rest) = l.strip_prefix("ROOTSIG ") {
+                if let Some((id, result)) = rest.split_once(' ') {
+                    roothash.entry(id.to_string()).or_default().result = result.to_string();
+                }
+            } else if let Some(rest) = l.strip_prefix("ROOTSIG-LOG ") {
+                if let Some((id, line)) = rest.split_once(' ') {
+                    roothash
+                        .entry(id.to_string())
+                        .or_default()
+                        .log
+                        .push(untimed(line));
+                }
+            } else if let Some(rest) = l.strip_prefix("ROOTSIG-SETUP ") {
+                roothash_setup.push(untimed(rest));
             } else if let Some(rest) = l.strip_prefix("SIGRULE-RMMOD-FAILED ") {
                 rmmod_failed.push(rest.to_string());
             } else if let Some(rest) = l.strip_prefix("SIGRULES-BOOT ") {
@@ -325,6 +358,9 @@ impl Boot {
             rmmod_failed,
             ended,
             outcome,
+            roothash,
+            roothash_setup,
+            root: None,
         }
     }
 
@@ -356,7 +392,8 @@ pub fn boot_with(set: &Set, secure_boot: bool) -> Result<Boot, HarnessError> {
     let label = if secure_boot { "-secure-boot" } else { "" };
     let dir = crate::paths::run_dir(&format!("sigrules-{}{label}", set.kernel.label()))?;
     let kernel = crate::paths::kernel(set.kernel.dir())?;
-    let initrd = initramfs(set, &dir)?;
+    let root = roothash::make(set.kernel.dir(), &dir.join("roothash"))?;
+    let initrd = initramfs(set, &root, &dir)?;
     let vars = vars_with(set, &dir, secure_boot)?;
     let mut cfg = VmConfig::new(&kernel.vmlinuz, &initrd);
     cfg.tpm = None;
@@ -370,7 +407,9 @@ pub fn boot_with(set: &Set, secure_boot: bool) -> Result<Boot, HarnessError> {
     cfg.timeout = cfg.timeout.max(Duration::from_secs(600));
     let o = vm::run(&cfg, &dir)?;
     let console = o.console.clone();
-    Ok(Boot::parse(&console, o))
+    let mut boot = Boot::parse(&console, o);
+    boot.root = Some(root);
+    Ok(boot)
 }
 
 /// The value of `dbx` in the boots' firmware: the S40 file hashes, the S41 certificate's

@@ -14,6 +14,7 @@
 
 use qemu::sigrules::{self, Mode};
 use sigcases::Kernel;
+use validator::trust::TrustStore;
 
 /// The errno of an RSA signature whose bytes were changed, checked outside the trust
 /// lookup (against an embedded certificate): the crypto layer's own, and it depends on the
@@ -181,6 +182,8 @@ const EXPECTED: &[(&str, &str, &str, &str)] = &[
     ("S28d", "EINVAL", "EINVAL", ""),
     ("S28e", "ENOENT", "ENOENT", ""),
     ("S28f", "EINVAL", "EINVAL", ""),
+    ("S28g", "EINVAL", "EINVAL", ""),
+    ("S28h", "EBADMSG", "EBADMSG", ""),
     ("S29a", "EKEYREJECTED", "EKEYREJECTED", ""),
     ("S29b", "EKEYREJECTED", "EKEYREJECTED", ""),
     (
@@ -361,6 +364,90 @@ const DISAGREE: &[(&str, bool, Option<Kernel>)] = &[
     ("V20", false, None),
 ];
 
+/// The kernel's dm-verity answer per root-hash case (`sigcases::roothash`): id, on 6.1,
+/// on 6.12, a line its refusal logs (`""`: none expected), and whether our
+/// `root-verity-sig` check takes it (the judge's `db` certificates trusted, the signer
+/// named `snake`). Debian's 6.1 lets dm-verity use its built-in and secondary keyrings
+/// only (ENOKEY for a `db` signer: the signature passed every check before the trust
+/// search); 6.12 the platform keyring too (`ok`).
+const ROOTHASH: &[(&str, &str, &str, &str, bool)] = &[
+    ("R01", "ENOKEY", "ok", "", true),
+    ("R02", "ENOKEY", "ok", "", true),
+    (
+        "R03",
+        "EKEYREJECTED",
+        "EKEYREJECTED",
+        "Message signed outside of X.509 validity window",
+        false,
+    ),
+    (
+        "R04",
+        "EKEYREJECTED",
+        "EKEYREJECTED",
+        "Message signed outside of X.509 validity window",
+        false,
+    ),
+    ("R05", "ENOKEY", "ok", "", true),
+    (
+        "R06",
+        "EKEYREJECTED",
+        "EKEYREJECTED",
+        "S/MIME Caps only allowed with Authenticode",
+        false,
+    ),
+    ("R07", "ENOKEY", "ok", "", true),
+    ("R08", "EBADMSG", "EBADMSG", "", false),
+];
+
+/// The root-hash pass of `boot` against [`ROOTHASH`], and our verdict on each case
+/// against the kernel's: a refusal before the trust search (anything but `ok` and
+/// ENOKEY) is ours too, and what the kernel takes (`ok`) we take. Returns the failures
+/// and a table of the answers.
+fn judge_root_hashes(
+    k: Kernel,
+    boot: &sigrules::Boot,
+    store: &TrustStore,
+) -> (Vec<String>, String) {
+    let root = boot.root.as_ref().unwrap();
+    let (mut failures, mut table) = (Vec::new(), String::new());
+    for c in &root.cases {
+        let (id, on61, on612, line, ours) = *ROOTHASH
+            .iter()
+            .find(|e| e.0 == c.id)
+            .unwrap_or_else(|| panic!("no expected answer for {}", c.id));
+        let want = if k == Kernel::K612 { on612 } else { on61 };
+        let Some(got) = boot.roothash.get(id) else {
+            failures.push(format!(
+                "{id}: no answer (set-up: {:?})",
+                boot.roothash_setup
+            ));
+            continue;
+        };
+        let verdict = root.verdict(c, store);
+        table.push_str(&format!(
+            "{id} ({}): kernel {} | ours {verdict:?}\n",
+            c.what, got.result
+        ));
+        if got.result != want {
+            failures.push(format!(
+                "{id}: kernel {} but the table says {want}",
+                got.result
+            ));
+        }
+        if !line.is_empty() && !got.logged(line) {
+            failures.push(format!("{id}: no log line {line:?} in {:?}", got.log));
+        }
+        if verdict.is_ok() != ours {
+            failures.push(format!("{id}: ours {verdict:?} but the table says {ours}"));
+        }
+        let kernel_refuses = got.result != "ok" && got.result != "ENOKEY";
+        if kernel_refuses == verdict.is_ok() {
+            failures.push(format!("{id}: kernel {}, ours {verdict:?}", got.result));
+        }
+    }
+    (failures, table)
+}
+
 /// Whether the kernel's answer `got` is one the table's `want` allows (`A|B`: either).
 fn fits(got: &str, want: &str) -> bool {
     want.split('|').any(|w| w == got)
@@ -482,8 +569,11 @@ fn judge(k: Kernel) {
             )),
         }
     }
+    let (root_failures, root_table) = judge_root_hashes(k, &boot, &gate.trust);
+    failures.extend(root_failures);
     eprintln!(
-        "{} (db certificates the gate refused: {refused:?}):\n{table}",
+        "{} (db certificates the gate refused: {refused:?}):\n{table}root-hash signatures, \
+         dm-verity:\n{root_table}",
         k.label()
     );
     assert!(

@@ -323,6 +323,8 @@ fn sigrule_extra_cert() {
         ("S28e", Some(Kernel::K61), &["bad-signature"]),
         ("S28e", Some(Kernel::K612), &[]),
         ("S28f", None, &["bad-signature"]),
+        ("S28g", None, &["bad-signature"]),
+        ("S28h", None, &["bad-pkcs7"]),
     ]);
 }
 

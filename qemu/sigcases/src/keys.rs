@@ -8,6 +8,8 @@
 //! | `mid`    | RSA-2048 CA issued by `snake` (never in db itself) | through `snake` |
 //! | `leaf2`  | RSA-2048 issued by `mid` | through `mid` and `snake` |
 //! | `leaf2560` | RSA-2560 issued by `snake` | no: its key is a size the kernel's RSA refuses |
+//! | `mid2560` | RSA-2560 CA issued by `snake` (never in db itself) | no: as `leaf2560` |
+//! | `leaf3`  | RSA-2048 issued by `mid2560` | no: its issuer's key cannot check it |
 //! | `p384`   | ECDSA P-384   | 6.12 only (6.1 has no ECDSA) |
 //! | `p521`   | ECDSA P-521   | 6.12 only |
 //! | `rsa2560`| RSA-2560      | no: the kernel's RSA takes 512/1024/1536/2048/3072/4096 bits |
@@ -81,6 +83,8 @@ pub struct Keys {
     pub mid: Key,
     pub leaf2: Key,
     pub leaf2560: Key,
+    pub mid2560: Key,
+    pub leaf3: Key,
     pub p384: Key,
     pub p521: Key,
     pub rsa2560: Key,
@@ -212,6 +216,9 @@ impl Keys {
         let mid = issue(dir, "mid", &snake, true, 4243, 2048);
         let leaf2 = issue(dir, "leaf2", &mid, false, 4244, 2048);
         let leaf2560 = issue(dir, "leaf2560", &snake, false, 4245, 2560);
+        // An intermediate whose key the kernel's RSA refuses, and a leaf of it.
+        let mid2560 = issue(dir, "mid2560", &snake, true, 4246, 2560);
+        let leaf3 = issue(dir, "leaf3", &mid2560, false, 4247, 2048);
         Keys {
             dir: dir.to_path_buf(),
             snake,
@@ -220,6 +227,8 @@ impl Keys {
             mid,
             leaf2,
             leaf2560,
+            mid2560,
+            leaf3,
             p384,
             p521,
             rsa2560,
@@ -260,10 +269,24 @@ impl Keys {
 
 /// `p7` (DER, signed attributes on its first signer) with that signer's signed attributes
 /// in reverse order, out of DER's sorted order, and signed again over them as they now
-/// lie (SHA-256 with the PEM `key`, by `openssl dgst`; `dir` holds the files). What a
-/// signer that keeps the attributes in its own order makes: the kernel hashes them as
-/// they lie (`pkcs7_digest`), so the signature holds.
+/// lie ([`resign_attrs`]). What a signer that keeps the attributes in its own order
+/// makes: the kernel hashes them as they lie (`pkcs7_digest`), so the signature holds.
 pub fn attrs_out_of_order(p7: &[u8], key: &Path, dir: &Path) -> Vec<u8> {
+    resign_attrs(p7, key, dir, |attrs| {
+        assert!(attrs.len() >= 2, "fewer than two signed attributes");
+        attrs.reverse();
+    })
+}
+
+/// `p7` (DER, signed attributes on its first signer) with that signer's signed attributes
+/// changed by `edit` and signed again over them as they then lie (SHA-256 with the PEM
+/// `key`, by `openssl dgst`; `dir` holds the files).
+pub fn resign_attrs(
+    p7: &[u8],
+    key: &Path,
+    dir: &Path,
+    edit: impl FnOnce(&mut Vec<crate::der::Node>),
+) -> Vec<u8> {
     let mut t = crate::der::Pkcs7::parse(p7);
     let si = t.signer(0).kids_mut();
     assert_eq!(
@@ -272,8 +295,7 @@ pub fn attrs_out_of_order(p7: &[u8], key: &Path, dir: &Path) -> Vec<u8> {
         "the first signer has no signed attributes"
     );
     let attrs = si[3].kids_mut();
-    assert!(attrs.len() >= 2, "fewer than two signed attributes");
-    attrs.reverse();
+    edit(attrs);
     let tbs = crate::der::Node::cons(crate::der::SET, attrs.clone()).encode();
     let (tbs_path, sig_path) = (dir.join("attrs.der"), dir.join("attrs.sig"));
     std::fs::write(&tbs_path, &tbs).unwrap();
@@ -289,4 +311,46 @@ pub fn attrs_out_of_order(p7: &[u8], key: &Path, dir: &Path) -> Vec<u8> {
         .unwrap()
         .bytes_mut() = sig;
     t.encode()
+}
+
+/// `p7` with its first signer's signing time (a signed attribute it must have) set to
+/// `time`, a UTCTime (`YYMMDDHHMMSSZ`) or GeneralizedTime (`YYYYMMDDHHMMSSZ`) by its
+/// length, and signed again ([`resign_attrs`]).
+pub fn with_signing_time(p7: &[u8], key: &Path, dir: &Path, time: &str) -> Vec<u8> {
+    let tag = if time.len() == 13 { 0x17 } else { 0x18 };
+    resign_attrs(p7, key, dir, |attrs| {
+        let at = crate::der::oid("1.2.840.113549.1.9.5");
+        let a = attrs
+            .iter_mut()
+            .find(|a| *a.kids()[0].bytes() == at)
+            .expect("the first signer has no signing time");
+        a.kids_mut()[1].kids_mut()[0] = crate::der::Node::prim(tag, time.as_bytes());
+    })
+}
+
+/// `k`'s self-signed certificate (DER) with its `notBefore` written as the
+/// GeneralizedTime `time` (`YYYYMMDDHHMMSSZ`) and signed again by its own key (SHA-256,
+/// `openssl dgst`; `dir` holds the files), so only the time's encoding is changed.
+pub fn with_generalized_not_before(k: &Key, dir: &Path, time: &str) -> Vec<u8> {
+    let mut cert = crate::der::parse(&k.cert_der());
+    let tbs = &mut cert.kids_mut()[0];
+    // TBSCertificate: [0] version (when not v1), serial, signature, issuer, validity...
+    let validity = if tbs.kids()[0].tag == crate::der::CTX0 {
+        4
+    } else {
+        3
+    };
+    tbs.kids_mut()[validity].kids_mut()[0] = crate::der::Node::prim(0x18, time.as_bytes());
+    let (tbs_path, sig_path) = (dir.join("tbs.der"), dir.join("tbs.sig"));
+    std::fs::write(&tbs_path, tbs.encode()).unwrap();
+    run(Command::new("openssl")
+        .args(["dgst", "-sha256", "-sign"])
+        .arg(&k.key)
+        .arg("-out")
+        .arg(&sig_path)
+        .arg(&tbs_path));
+    let mut bits = vec![0u8];
+    bits.extend(std::fs::read(&sig_path).unwrap());
+    cert.kids_mut()[2] = crate::der::Node::prim(0x03, &bits);
+    cert.encode()
 }

@@ -12,7 +12,7 @@
 //!
 //! The `sigcase-load` binary (built static for the test VM) is the in-VM loader: it calls
 //! `finit_module` on one file with the given flags, as the init does, and prints the
-//! errno's name.
+//! errno's name. [`roothash`] makes root-hash signatures for dm-verity the same way.
 //!
 //! Limits: x86-64 little-endian modules only; the builders panic (test support) when a
 //! tool is missing or a module lacks what a case edits.
@@ -30,6 +30,7 @@ pub mod cases;
 pub mod der;
 pub mod elf;
 pub mod keys;
+pub mod roothash;
 
 use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};

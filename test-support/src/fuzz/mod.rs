@@ -111,6 +111,7 @@ pub const PARSERS: &[(&str, &str)] = &[
     ("pe::layout", "authenticode"),
     ("uki", "authenticode"),
     ("pkcs7", "pkcs7"),
+    ("x509time", "pkcs7"),
     ("proccrypto", "sysfs"),
     ("procstatus", "sysfs"),
     ("slotstate", "slotstate"),

@@ -36,3 +36,4 @@ pub mod tpm;
 pub mod uki;
 pub mod verity;
 pub mod vmlinuz;
+pub mod x509time;

@@ -71,6 +71,8 @@ pub struct SignerView {
     /// The signed attributes as their signature covers them (as they lie in the message,
     /// under a SET tag), and their messageDigest, when present.
     pub signed_attrs: Option<(Vec<u8>, Vec<u8>)>,
+    /// The signed attributes' signing time, in seconds since the epoch, when present.
+    pub signing_time: Option<u64>,
 }
 
 impl Message {
@@ -89,6 +91,15 @@ impl SignerView {
         match &self.skid {
             Some(k) => colon_hex(k),
             None => colon_hex(&self.serial),
+        }
+    }
+
+    /// The signer as a refusal names it: its issuer's common name, or `(by key id)`.
+    pub fn name(&self) -> String {
+        if self.issuer_cn.is_empty() {
+            "(by key id)".into()
+        } else {
+            self.issuer_cn.clone()
         }
     }
 }
@@ -323,7 +334,10 @@ fn signer_view(
             Some(k.0.as_bytes().to_vec()),
         ),
     };
-    let signed_attrs = signed_attributes(si, raw, want)?;
+    let (signed_attrs, signing_time) = match signed_attributes(si, raw, want)? {
+        Some((attrs, time)) => (Some(attrs), time),
+        None => (None, None),
+    };
     Ok(SignerView {
         sig_alg: si.signature_algorithm.oid.to_string(),
         issuer_cn,
@@ -333,6 +347,7 @@ fn signer_view(
         digest,
         signature: si.signature.as_bytes().to_vec(),
         signed_attrs,
+        signing_time,
     })
 }
 
@@ -364,12 +379,13 @@ fn check_signer_version(si: &cms::signed_data::SignerInfo, v: u8) -> Result<(), 
 type SignedAttrs = (Vec<u8>, Vec<u8>);
 
 /// A SignerInfo's signed attributes (the SET as signed, from `raw`, its encoding) and
-/// their messageDigest, when it has them; Authenticode (`want`) requires them.
+/// their messageDigest, with their signing time when there is one, when it has them;
+/// Authenticode (`want`) requires them.
 fn signed_attributes(
     si: &cms::signed_data::SignerInfo,
     raw: Option<&[u8]>,
     want: Content,
-) -> Result<Option<SignedAttrs>, Pkcs7Error> {
+) -> Result<Option<(SignedAttrs, Option<u64>)>, Pkcs7Error> {
     let attrs = match &si.signed_attrs {
         None if want == Content::IndirectData => {
             return Err(malformed("Authenticode requires signed attributes"))
@@ -377,7 +393,7 @@ fn signed_attributes(
         None => return Ok(None),
         Some(attrs) => attrs,
     };
-    check_attrs(attrs, want)?;
+    let signing_time = check_attrs(attrs, want)?;
     let md = attrs
         .iter()
         .find(|a| a.oid.to_string() == MESSAGE_DIGEST)
@@ -390,7 +406,7 @@ fn signed_attributes(
         .map_err(malformed)?
         .flatten()
         .ok_or_else(|| malformed("signed attributes not found in the SignerInfo's encoding"))?;
-    Ok(Some((signed, md.as_bytes().to_vec())))
+    Ok(Some(((signed, md.as_bytes().to_vec()), signing_time)))
 }
 
 /// The signed attributes the kernel's parser knows (`pkcs7_sig_note_authenticated_attr`):
@@ -414,14 +430,16 @@ const KNOWN_ATTRS: [&str; 6] = [
 /// and `pkcs7_sig_note_set_of_authattrs`), for a message whose content is `want`: a known
 /// attribute at most once and with one value ("Repeated/multivalue AuthAttrs not
 /// permitted", EKEYREJECTED); the content type naming the message's (EBADMSG); the
-/// signing time a UTCTime or GeneralizedTime and the message digest an OCTET STRING
+/// signing time a time the kernel takes ([`super::x509time`]) and the message digest an
+/// OCTET STRING
 /// (EBADMSG); S/MIME capabilities and Microsoft's statement type and SpOpusInfo only in
 /// Authenticode (EKEYREJECTED); content type and message digest both present ("Missing
-/// required AuthAttr", EBADMSG). Others are ignored, as there.
+/// required AuthAttr", EBADMSG). Others are ignored, as there. Returns the signing time
+/// (seconds since the epoch), when there is one.
 fn check_attrs(
     attrs: &cms::signed_data::SignedAttributes,
     want: Content,
-) -> Result<(), Pkcs7Error> {
+) -> Result<Option<u64>, Pkcs7Error> {
     let authenticode = want == Content::IndirectData;
     let data_type = if authenticode {
         MS_INDIRECT_DATA
@@ -429,6 +447,7 @@ fn check_attrs(
         ID_DATA
     };
     let mut seen = Vec::new();
+    let mut signing_time = None;
     for a in attrs.iter() {
         let oid = a.oid.to_string();
         let Some(&name) = KNOWN_ATTRS.iter().find(|k| **k == oid) else {
@@ -454,10 +473,14 @@ fn check_attrs(
                 }
             }
             SIGNING_TIME => {
-                value
+                let t = value
                     .to_der()
                     .and_then(|d| x509_cert::time::Time::from_der(&d))
                     .map_err(|e| malformed(format!("signed attribute signing time: {e}")))?;
+                signing_time = Some(
+                    super::x509time::kernel_time(&t)
+                        .map_err(|e| malformed(format!("signed attribute signing time: {e}")))?,
+                );
             }
             MESSAGE_DIGEST if der::Tagged::tag(value) != der::Tag::OctetString => {
                 return Err(malformed(
@@ -484,7 +507,7 @@ fn check_attrs(
              \"Missing required AuthAttr\")",
         ));
     }
-    Ok(())
+    Ok(signing_time)
 }
 
 /// Refuses a message without signers or with signed attributes on some signers only.
@@ -509,6 +532,18 @@ fn embedded_certs(sd: &cms::signed_data::SignedData) -> Result<Vec<EmbeddedCert>
                 "embedded certificate is not an X.509 certificate",
             ));
         };
+        let validity = &c.tbs_certificate.validity;
+        for (field, t) in [
+            ("notBefore", &validity.not_before),
+            ("notAfter", &validity.not_after),
+        ] {
+            super::x509time::kernel_time(t).map_err(|e| {
+                malformed(format!(
+                    "embedded certificate {}: {field} is {e}",
+                    c.tbs_certificate.subject
+                ))
+            })?;
+        }
         let spki = &c.tbs_certificate.subject_public_key_info;
         certs.push(EmbeddedCert {
             subject: c.tbs_certificate.subject.to_string(),

@@ -50,7 +50,7 @@
 //! (`policy`), the verdict and reason codes (`reason`), the kernel's configuration-
 //! dependent tables (`rules`, [`KernelRules`]), the ELF, vermagic and symbol checks
 //! (`elf`), the signature (`signature`, the trust decision being one call into
-//! [`crate::trust::pkcs7::verify_message`]), a module's digests computed in steps
+//! [`crate::trust::message::verify_message`]), a module's digests computed in steps
 //! (`digest`: [`Gate::begin`] makes the checks before the digest, [`Gate::end`] those
 //! after it, so that [`batch`] can feed two modules' digests in turn), the set-up from the
 //! initramfs (`setup`), and many files at once ([`batch`]). The public names are

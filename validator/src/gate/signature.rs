@@ -3,11 +3,11 @@
 //! signature algorithms and certificate keys the running kernel takes, no signed
 //! attributes, the digests it has: [`KernelRules`]); the trust decision (embedded
 //! certificates and chains, then the trust store) is one call,
-//! [`crate::trust::pkcs7::verify_message`], whose typed error this maps to the gate's
+//! [`crate::trust::message::verify_message`], whose typed error this maps to the gate's
 //! reason codes and messages.
 
 use crate::formats::pkcs7;
-use crate::trust::pkcs7::{verify_message, MessageError};
+use crate::trust::message::{verify_message, MessageError, SigningTime};
 
 use super::rules::{cert_key_supported, unusable};
 use super::{Gate, KernelRules, ReasonCode, Verdict};
@@ -84,9 +84,15 @@ impl Gate {
         let has_digest = |a: crate::trust::HashAlg| {
             kc.is_none_or(|k| k.has_digest(a)) || self.policy.module_digests.has(a)
         };
-        let refused = match verify_message(&msg, body, body_sha256, &self.trust, has_digest, |c| {
-            unusable(&c.key, kc)
-        }) {
+        let refused = match verify_message(
+            &msg,
+            body,
+            body_sha256,
+            &self.trust,
+            has_digest,
+            |c| unusable(&c.key, kc),
+            SigningTime::Checked,
+        ) {
             Ok(_) => return true,
             Err(e) => e,
         };
@@ -95,6 +101,7 @@ impl Gate {
             MessageError::CertParse(_)
             | MessageError::SelfSigned(_)
             | MessageError::EmbeddedSignature(_)
+            | MessageError::SignedOutsideValidity { .. }
             | MessageError::EmbeddedChain(_)
             | MessageError::Rejected(_) => ReasonCode::BadSignature,
             MessageError::UnsupportedDigest { digest } => {

@@ -9,7 +9,7 @@
 //! the PKCS#7 SignedData as Authenticode
 //! ([`crate::formats::pkcs7::parse_authenticode`]), reads the digest its
 //! `SpcIndirectDataContent` carries ([`crate::formats::pe::indirect_digest`]), applies
-//! the kernel's PKCS#7 rules and trust search ([`crate::trust::pkcs7::verify_message`]:
+//! the kernel's PKCS#7 rules and trust search ([`crate::trust::message::verify_message`]:
 //! the embedded chain, then the store by issuer and serial, by the last certificate's
 //! issuer, or by the signer itself), and compares the image's digest with the signed one.
 //! Revocation ([`crate::trust::revocation`], UEFI `dbx` and shim's `MokListXRT`, as EDK2's
@@ -26,7 +26,13 @@
 //! takes an unpadded last entry, `verify_buffer_authenticode`); the firmware rule is
 //! EDK2's, the stricter, for every image.
 //!
-//! Limits: no time checks (neither the firmware nor the kernel makes any; the time of
+//! Time: under [`Rule::Kernel`] a signing time (a signed attribute) must lie within the
+//! validity of the signer's embedded certificate, as the kernel's `pkcs7_verify_one`
+//! checks for `kexec_file_load`; under [`Rule::Firmware`] no time is asked, as EDK2 and
+//! shim ask none (so an image signed at a `SOURCE_DATE_EPOCH` earlier than its key's
+//! certificate passes the firmware rule and not the kernel's).
+//!
+//! Limits: no clock is asked; the time of
 //! revocation of an `EFI_CERT_X509_SHA256` entry is not read: see
 //! [`crate::trust::revocation`]); SBAT is judged apart ([`crate::formats::sbat`]); the
 //! kernel's rule applies the same revocation (`kexec_file_load` itself ignores dbx
@@ -38,7 +44,7 @@
 
 use crate::formats::pe::{self, PeError, SectionOrder, TableEnd};
 use crate::formats::pkcs7::{parse_authenticode, HashAlg, Message, Pkcs7Error};
-use crate::trust::pkcs7::{verify_message, MessageError};
+use crate::trust::message::{verify_message, MessageError, SigningTime};
 use crate::trust::revocation::Revocations;
 use crate::trust::{Cert, TrustStore};
 
@@ -170,7 +176,7 @@ pub fn verify(
     }
     let mut errors = Vec::new();
     for sig in considered {
-        match verify_one(image, sig, store, revoked, &mut digest) {
+        match verify_one(image, sig, store, revoked, rule, &mut digest) {
             Ok(c) => return Ok(c),
             Err(e) => errors.push(e),
         }
@@ -220,7 +226,8 @@ fn revoked_signature(
         if l.certs.certs.is_empty() {
             continue;
         }
-        if let Ok(c) = verify_message(&msg, &content, None, &l.certs, |_| true, |_| None) {
+        let ignored = SigningTime::Ignored;
+        if let Ok(c) = verify_message(&msg, &content, None, &l.certs, |_| true, |_| None, ignored) {
             return Err(revoked_cert(c, l));
         }
     }
@@ -232,6 +239,7 @@ fn verify_one(
     sig: &pe::Signature,
     store: &TrustStore,
     revoked: &[Revocations],
+    rule: Rule,
     digest: &mut dyn FnMut(HashAlg) -> Vec<u8>,
 ) -> Result<Checked, AuthenticodeError> {
     let index = sig.index;
@@ -240,19 +248,32 @@ fn verify_one(
         parse_authenticode(der).map_err(|source| AuthenticodeError::Pkcs7 { index, source })?;
     let (alg, signed) = pe::indirect_digest(&content)
         .map_err(|source| AuthenticodeError::Content { index, source })?;
-    let anchor = verify_message(&msg, &content, None, store, |_| true, |_| None).map_err(
-        |source| match (&source, untrusted_signer(&msg)) {
-            (MessageError::Untrusted { .. }, Some((signer, issuer, serial))) => {
-                AuthenticodeError::UntrustedSigner {
-                    index,
-                    signer,
-                    issuer,
-                    serial,
-                }
+    // The kernel's pkcs7_verify_one holds a signing time against the signer's embedded
+    // certificate; EDK2 and shim ask no time.
+    let signing_time = match rule {
+        Rule::Kernel => SigningTime::Checked,
+        Rule::Firmware => SigningTime::Ignored,
+    };
+    let anchor = verify_message(
+        &msg,
+        &content,
+        None,
+        store,
+        |_| true,
+        |_| None,
+        signing_time,
+    )
+    .map_err(|source| match (&source, untrusted_signer(&msg)) {
+        (MessageError::Untrusted { .. }, Some((signer, issuer, serial))) => {
+            AuthenticodeError::UntrustedSigner {
+                index,
+                signer,
+                issuer,
+                serial,
             }
-            _ => AuthenticodeError::Untrusted { index, source },
-        },
-    )?;
+        }
+        _ => AuthenticodeError::Untrusted { index, source },
+    })?;
     // The kernel compares the image digest last (pefile_digest_pe after the PKCS#7).
     if digest(alg) != signed {
         return Err(AuthenticodeError::DigestMismatch { index, alg });

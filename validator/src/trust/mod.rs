@@ -19,6 +19,7 @@ pub use crate::util::colon_hex;
 pub mod authenticode;
 pub mod credential;
 pub mod keys;
+pub mod message;
 pub mod pkcs7;
 pub mod quote;
 pub mod revocation;
@@ -145,6 +146,10 @@ pub struct Cert {
     pub tbs: Vec<u8>,
     pub sig_alg: String,
     pub signature: Vec<u8>,
+    /// The validity period (`notBefore`, `notAfter`), in seconds since the epoch: what
+    /// the kernel's `pkcs7_verify_one` holds a signing time against.
+    pub valid_from: u64,
+    pub valid_to: u64,
 }
 
 /// A certificate's authority key identifier extension, as the kernel keeps it: the key
@@ -189,6 +194,12 @@ impl Cert {
         let c = Certificate::from_der(der).map_err(|e| bad(e.to_string()))?;
         let tbs_der = signed_part(der).map_err(|e| bad(e.to_string()))?;
         let tbs = &c.tbs_certificate;
+        // x509_decode_time: the kernel's X.509 parser refuses a time it cannot take.
+        let time = |field: &str, t| {
+            crate::formats::x509time::kernel_time(t).map_err(|e| bad(format!("{field} is {e}")))
+        };
+        let valid_from = time("notBefore", &tbs.validity.not_before)?;
+        let valid_to = time("notAfter", &tbs.validity.not_after)?;
         let spki = &tbs.subject_public_key_info;
         let subject = tbs.subject.to_string();
         let key = match spki.algorithm.oid.to_string().as_str() {
@@ -266,6 +277,8 @@ impl Cert {
             tbs: tbs_der.to_vec(),
             sig_alg: c.signature_algorithm.oid.to_string(),
             signature: c.signature.raw_bytes().to_vec(),
+            valid_from,
+            valid_to,
         })
     }
 

@@ -1,17 +1,17 @@
-//! PKCS#7 verification against the trust store: find each signer (issuer and serial, or
-//! subject key identifier, as the kernel's `pkcs7_verify.c` does), check that the
-//! signature algorithm fits the signer's key and digest, and verify the signature over
-//! the content's digest, or over the signed attributes when there are any (then their
-//! message digest must match the content). For module signatures, the kernel's chain
-//! rules too: the embedded certificates that issued the signer's
-//! ([`embedded_chain`], `pkcs7_verify_sig_chain`) and the trust store lookups of
-//! `pkcs7_validate_trust_one` ([`validate_trust`]), and both in one call over a parsed
-//! message ([`verify_message`]: `pkcs7_verify` then `pkcs7_validate_trust`, with a typed
-//! [`MessageError`] the caller maps to its own reasons). Rules a caller adds for its kind
-//! of message (a module signature's signed attributes, the algorithms a kernel supports)
-//! are the caller's.
+//! The parts of PKCS#7 verification against the trust store, as the kernel's
+//! `pkcs7_verify.c` and `pkcs7_trust.c` make them: find a signer (issuer and serial, or
+//! subject key identifier), check that the signature algorithm fits the signer's key and
+//! digest, and verify the signature over the content's digest, or over the signed
+//! attributes when there are any (then their message digest must match the content);
+//! the embedded certificates that issued the signer's ([`embedded_chain`],
+//! `pkcs7_verify_sig_chain`) and the trust store lookups of `pkcs7_validate_trust_one`
+//! ([`validate_trust`]). A whole message is judged by [`super::message::verify_message`],
+//! which puts these together in the kernel's order.
+//!
+//! Current limits: [`verify_detached`] looks at the first signer only (the fuzz harnesses
+//! use it); rules a caller adds for its kind of message are the caller's.
 
-use crate::formats::pkcs7::{parse, HashAlg, Message, Pkcs7Error, SignerView};
+use crate::formats::pkcs7::{parse, HashAlg, Pkcs7Error, SignerView};
 use crate::trust::{Cert, PublicKey, TrustError, TrustStore};
 
 /// Why a signature is refused.
@@ -46,11 +46,7 @@ pub fn find_signer<'a>(s: &SignerView, store: &'a TrustStore) -> Result<&'a Cert
         None => store.by_issuer_serial(&s.issuer_der, &s.serial),
     };
     found.ok_or_else(|| VerifyError::UntrustedSigner {
-        signer: if s.issuer_cn.is_empty() {
-            "(by key id)".into()
-        } else {
-            s.issuer_cn.clone()
-        },
+        signer: s.name(),
         serial: s.key_id(),
     })
 }
@@ -71,7 +67,7 @@ pub fn verify_signer<'a>(
 /// The digest `s`'s signature is over: the content's, or, when the signer has signed
 /// attributes, theirs (after their message digest is checked against the content's), as
 /// the kernel's `pkcs7_digest`.
-fn signed_digest(s: &SignerView, content_digest: &[u8]) -> Result<Vec<u8>, VerifyError> {
+pub(super) fn signed_digest(s: &SignerView, content_digest: &[u8]) -> Result<Vec<u8>, VerifyError> {
     match &s.signed_attrs {
         None => Ok(content_digest.to_vec()),
         Some((attrs, md)) => {
@@ -122,7 +118,8 @@ fn check_sig_alg(oid: &str, digest: HashAlg, key: &PublicKey) -> Result<(), Veri
 }
 
 /// Verifies a detached signature over `content`: the first signer must verify (the
-/// others are not looked at; [`verify_message`] judges a message as the kernel does).
+/// others are not looked at; [`super::message::verify_message`] judges a message as the
+/// kernel does).
 pub fn verify_detached<'a>(
     der_bytes: &[u8],
     content: &[u8],
@@ -282,13 +279,16 @@ fn cert_sig_digest(oid: &str) -> Option<HashAlg> {
 /// caller decided that once per certificate with [`self_signed`], as the kernel's parser
 /// does; the returned flag is then true) or at one
 /// whose issuer the message does not carry; a loop ends it too. Empty when the signer's
-/// certificate is not embedded. A link that does not verify, or an issuer found by name
-/// whose key identifier disagrees, is an error (the kernel refuses the message).
+/// certificate is not embedded. A link that does not verify, an issuer found by name
+/// whose key identifier disagrees, or an issuer whose key the kernel's crypto cannot take
+/// (`unusable` says why; `public_key_verify_signature` fails, EINVAL for an RSA size it
+/// refuses) is an error (the kernel refuses the message).
 pub fn embedded_chain<'m>(
     s: &SignerView,
     embedded: &'m TrustStore,
     is_self_signed: impl Fn(&Cert) -> bool,
     has_digest: impl Fn(HashAlg) -> bool + Copy,
+    unusable: impl Fn(&Cert) -> Option<String>,
 ) -> Result<(Vec<&'m Cert>, bool), VerifyError> {
     let Ok(mut x) = find_signer(s, embedded) else {
         return Ok((Vec::new(), false));
@@ -303,6 +303,13 @@ pub fn embedded_chain<'m>(
         };
         if chain.iter().any(|c| std::ptr::eq(*c, p)) {
             return Ok((chain, false));
+        }
+        if let Some(why) = unusable(p) {
+            return Err(VerifyError::Certificate(format!(
+                "certificate {}: its issuer {} cannot check it: {why}",
+                x.label(),
+                p.label()
+            )));
         }
         verify_cert(x, p, has_digest)?;
         chain.push(p);
@@ -396,218 +403,9 @@ pub fn validate_trust<'a>(
     }
 }
 
-/// Why [`verify_message`] refuses a message: the kernel's `pkcs7_verify` (the embedded
-/// certificates, each signer against them) or `pkcs7_validate_trust` (no signer reached
-/// the trust store with a valid signature).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MessageError {
-    /// The message has no signer.
-    #[error("no signer")]
-    NoSigner,
-    /// An embedded certificate the X.509 parser refuses; the whole message fails.
-    #[error("embedded certificate: {0}")]
-    CertParse(TrustError),
-    /// An embedded certificate that names itself its issuer but whose self-signature
-    /// does not verify (or whose authority key identifier contradicts itself); the
-    /// whole message fails, as in the kernel's X.509 parser.
-    #[error("embedded certificate: {0}")]
-    SelfSigned(VerifyError),
-    /// A signer's signature does not verify with its own embedded certificate.
-    #[error("against the embedded certificate: {0}")]
-    EmbeddedSignature(VerifyError),
-    /// A link of a signer's embedded chain does not verify, or an embedded issuer found
-    /// by name has another key identifier.
-    #[error("embedded certificate chain: {0}")]
-    EmbeddedChain(VerifyError),
-    /// A signer reached a trusted key that rejects it (the kernel's EKEYREJECTED), or
-    /// a trusted certificate contradicts the chain.
-    #[error("{0}")]
-    Rejected(VerifyError),
-    /// No signer is trusted, and (the first) one could not be checked because the
-    /// kernel lacks its digest (ENOPKG); this wins over the two below.
-    #[error("digest {} is not available", digest.name())]
-    UnsupportedDigest { digest: HashAlg },
-    /// No signer is trusted, and (the first) one matched a trusted certificate whose
-    /// key the kernel cannot hold; this wins over [`MessageError::Untrusted`].
-    #[error("{why}")]
-    UnusableKey { why: String },
-    /// No signer is in the trust store (the kernel's ENOKEY); for the first such signer:
-    /// its issuer's common name (or `(by key id)`), its key id, and whether it had an
-    /// embedded certificate whose issuers were looked up too.
-    #[error(
-        "signer {signer} (key {key_id}) is not in the trust store{}",
-        if *chain { ", nor is an issuer of its certificate" } else { "" }
-    )]
-    Untrusted {
-        signer: String,
-        key_id: String,
-        chain: bool,
-    },
-}
-
-/// The trust decision over a parsed message `msg` whose content is `content` (with its
-/// SHA-256 in `content_sha256` when the caller has it already), as the kernel's
-/// `pkcs7_verify` then `pkcs7_validate_trust` make it:
-/// 1. every embedded certificate is parsed and, when self-signed, its self-signature
-///    verified once ([`self_signed`]); a failure refuses the message;
-/// 2. every signer whose digest the kernel has (`has_digest`; the others are skipped):
-///    its signature against its own embedded certificate, when the message carries it,
-///    then its embedded chain ([`embedded_chain`]); a failure refuses the message;
-/// 3. every signer so checked, against `store` ([`validate_trust`], with `unusable`
-///    saying why a trusted certificate's key cannot be used): a trusted key that rejects
-///    it refuses the message; otherwise one trusted, valid signer is enough.
-///
-/// Returns the trusted certificate of the first trusted signer.
-pub fn verify_message<'a>(
-    msg: &Message,
-    content: &[u8],
-    content_sha256: Option<&[u8]>,
-    store: &'a TrustStore,
-    has_digest: impl Fn(HashAlg) -> bool + Copy,
-    unusable: impl Fn(&Cert) -> Option<String> + Copy,
-) -> Result<&'a Cert, MessageError> {
-    if msg.signers.is_empty() {
-        return Err(MessageError::NoSigner);
-    }
-    let mut embedded = TrustStore::new();
-    // The self-signed certificates (by fingerprint), decided once here with their
-    // signatures verified, for every signer's chain below.
-    let mut self_signed_certs = std::collections::BTreeSet::new();
-    for c in &msg.certs {
-        // x509_cert_parse: a self-signed certificate whose self-signature fails is
-        // refused, and the whole message with it.
-        let cert = Cert::from_der(&c.der, "the signature").map_err(MessageError::CertParse)?;
-        if self_signed(&cert, has_digest, unusable).map_err(MessageError::SelfSigned)? {
-            self_signed_certs.insert(cert.sha256);
-        }
-        embedded.add(cert);
-    }
-    // pkcs7_verify_one, every signer: the digest (ENOPKG marks the signer unsupported),
-    // then the signature against the signer's own certificate when the message embeds
-    // it; a failure there is fatal whatever the trust.
-    let mut digests = Vec::with_capacity(msg.signers.len());
-    for s in &msg.signers {
-        if !has_digest(s.digest) {
-            digests.push(None);
-            continue;
-        }
-        let digest = match (s.digest, content_sha256) {
-            (HashAlg::Sha256, Some(d)) => d.to_vec(),
-            (alg, _) => alg.digest(content),
-        };
-        // pkcs7_find_key matches the embedded certificates by issuer and serial only: a
-        // signer named by key identifier never finds its own, so it is neither checked
-        // against it nor chained; the trust store is asked for its key directly.
-        let chain = if embedded.certs.is_empty() || s.skid.is_some() {
-            (Vec::new(), false)
-        } else {
-            if let Ok(own) = find_signer(s, &embedded) {
-                // As above: a key the kernel cannot take fails the signer's check.
-                if let Some(why) = unusable(own) {
-                    return Err(MessageError::EmbeddedSignature(VerifyError::Certificate(
-                        format!("certificate {}: {why}", own.label()),
-                    )));
-                }
-                verify_signer(s, &digest, &embedded).map_err(MessageError::EmbeddedSignature)?;
-            }
-            // pkcs7_verify_sig_chain: the embedded certificates that issued the
-            // signer's, each link verified.
-            embedded_chain(
-                s,
-                &embedded,
-                |c| self_signed_certs.contains(&c.sha256),
-                has_digest,
-            )
-            .map_err(MessageError::EmbeddedChain)?
-        };
-        digests.push(Some((digest, chain)));
-    }
-    // pkcs7_validate_trust, every signer: the chain's certificates, the last one's
-    // issuer, then the signer directly, against the trust store.
-    let mut trusted = None;
-    let mut unsupported = None;
-    let mut untrusted = None;
-    let mut unusable_key = None;
-    for (s, digest) in msg.signers.iter().zip(&digests) {
-        let Some((digest, (chain, ends_self_signed))) = digest else {
-            unsupported.get_or_insert(s.digest);
-            continue;
-        };
-        match validate_trust(
-            s,
-            digest,
-            (chain, *ends_self_signed),
-            store,
-            has_digest,
-            unusable,
-        )
-        .map_err(MessageError::Rejected)?
-        {
-            Anchored::Trusted(k) => {
-                trusted.get_or_insert(k);
-            }
-            Anchored::NoKey {
-                unusable: Some(why),
-            } => {
-                unusable_key.get_or_insert(why);
-            }
-            Anchored::NoKey { unusable: None } => {
-                untrusted.get_or_insert_with(|| MessageError::Untrusted {
-                    signer: if s.issuer_cn.is_empty() {
-                        "(by key id)".into()
-                    } else {
-                        s.issuer_cn.clone()
-                    },
-                    key_id: s.key_id(),
-                    chain: !chain.is_empty(),
-                });
-            }
-        }
-    }
-    if let Some(k) = trusted {
-        return Ok(k);
-    }
-    if let Some(digest) = unsupported {
-        return Err(MessageError::UnsupportedDigest { digest });
-    }
-    if let Some(why) = unusable_key {
-        return Err(MessageError::UnusableKey { why });
-    }
-    Err(untrusted.unwrap_or(MessageError::NoSigner))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A message without signers is refused as such, never trusted by default.
-    #[test]
-    fn a_message_without_signers_is_refused() {
-        let msg = Message {
-            signers: Vec::new(),
-            certs: Vec::new(),
-        };
-        let e =
-            verify_message(&msg, b"", None, &TrustStore::new(), |_| true, |_| None).unwrap_err();
-        assert_eq!(e, MessageError::NoSigner);
-    }
-
-    /// The texts the gate reports (`docs/SIGNATURE-RULES.md` quotes them).
-    #[test]
-    fn refusals_read_as_the_gate_reports_them() {
-        let e = MessageError::Untrusted {
-            signer: "(by key id)".into(),
-            key_id: "ab:cd".into(),
-            chain: true,
-        };
-        assert_eq!(
-            e.to_string(),
-            "signer (by key id) (key ab:cd) is not in the trust store, nor is an issuer of \
-             its certificate"
-        );
-        let e = MessageError::EmbeddedChain(VerifyError::Certificate("x".into()));
-        assert_eq!(e.to_string(), "embedded certificate chain: x");
-    }
 
     /// A signer may keep its signed attributes out of DER's sorted order: the kernel
     /// hashes them as they lie (`pkcs7_digest`), and so do we. The same attributes put

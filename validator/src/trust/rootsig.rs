@@ -2,7 +2,7 @@
 //! names must be in the trust store and must be the trusted signer of the PKCS#7
 //! signature over the hex root hash. The message is judged as the kernel's
 //! `verify_pkcs7_signature` judges it for dm-verity's `root_hash_sig_key_desc`
-//! ([`pkcs7::verify_message`]): every signer is checked (against its embedded certificate
+//! ([`message::verify_message`]): every signer is checked (against its embedded certificate
 //! and chain when the message carries them), and one trusted signer with a valid
 //! signature is enough, whichever place it has among the signers.
 //!
@@ -15,7 +15,7 @@
 
 use crate::formats::pkcs7::{parse_message, Pkcs7Error};
 use crate::formats::verity::sig::RootHashSig;
-use crate::trust::pkcs7::{self, MessageError};
+use crate::trust::message::{self, MessageError};
 use crate::trust::TrustStore;
 
 /// Why a root-hash signature is refused.
@@ -48,13 +48,14 @@ pub fn verify(sig: &RootHashSig, store: &TrustStore) -> Result<String, RootSigEr
     if let Some(s) = msg.signer_with_refused_algorithm() {
         return Err(RootSigError::Algorithm(s.sig_alg.clone()));
     }
-    let signer = pkcs7::verify_message(
+    let signer = message::verify_message(
         &msg,
         sig.root_hash_hex.as_bytes(),
         None,
         store,
         |_| true,
         |_| None,
+        message::SigningTime::Checked,
     )
     .map_err(RootSigError::Signature)?;
     if signer.sha256 != cert.sha256 {

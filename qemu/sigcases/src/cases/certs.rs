@@ -93,6 +93,26 @@ pub(super) fn certificates(b: &mut Builder, c: &Common) {
         "crc8",
         &elf::append_signature(body, &p),
     );
+    let mid2560 = k.mid2560.cert.to_str().unwrap().to_string();
+    let p = b.cms(body, &k.leaf3, sha256, &["-noattr", "-certfile", &mid2560]);
+    b.add(
+        "S28g",
+        "S28",
+        "signed by a leaf of an RSA-2560 intermediate of the db CA, leaf and intermediate \
+         embedded",
+        "crc8",
+        &elf::append_signature(body, &p),
+    );
+    let late = crate::keys::with_generalized_not_before(&k.fleet, &k.dir, "20200101000000Z");
+    let p = b.cms(body, &k.snake, sha256, &["-noattr"]);
+    b.add_edited(
+        "S28h",
+        "S28",
+        "a certificate embedded whose notBefore is a GeneralizedTime in 2020 (db-key signer)",
+        body,
+        &p,
+        |t| t.certificates().push(crate::der::parse(&late)),
+    );
     let p = b.cms(body, &k.fleet, sha256, &["-noattr"]);
     b.add(
         "S29a",
