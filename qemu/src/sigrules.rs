@@ -27,6 +27,9 @@
 //! loading, Secure Boot, lockdown), `SIGRULES-STATE <mode> sig_enforce=.. lockdown=..`,
 //! `SIGRULE-RMMOD-FAILED ...` and `SIGRULES-END`.
 //!
+//! Output lines of the root-hash pass: `ROOTSIG <id> <ok|ERRNO>`, `ROOTSIG-LOG <id> <kernel
+//! line>`, `ROOTSIG-SETUP <line>` ([`roothash`]).
+//!
 //! Limits: the taint-once message ("module verification failed") appears only for the
 //! first case of the boot that earns it; the enforcing pass runs under
 //! `lockdown=integrity` (lockdown only changes the outcome of the errors enforcement
@@ -41,9 +44,10 @@ pub use test_support::sigrules::Refused;
 use validator::gate::{Gate, Verdict};
 
 use crate::efivars;
-pub mod roothash;
 use crate::vm::{self, Outcome, VmConfig};
 use crate::HarnessError;
+
+pub mod roothash;
 
 /// The static `sigcase-load`, built once per process as the test bed's other static
 /// binaries are (`paths::build_static`).

@@ -7,8 +7,9 @@
 //! Authenticode) to map to its own reasons.
 //!
 //! Current limits: the rules a caller adds for its kind of message (a module signature's
-//! signed attributes, the algorithms and key sizes a kernel supports) are the caller's,
-//! given here as `has_digest` and `unusable`.
+//! signed attributes, the algorithms and key sizes a kernel supports, whether a signing
+//! time is asked) are the caller's, given here as `has_digest`, `unusable` and
+//! [`SigningTime`].
 
 use super::pkcs7::{
     embedded_chain, find_signer, self_signed, signed_digest, validate_trust, verify_signer,
@@ -95,8 +96,11 @@ pub enum MessageError {
 /// 1. every embedded certificate is parsed and, when self-signed, its self-signature
 ///    verified once ([`self_signed`]); a failure refuses the message;
 /// 2. every signer whose digest the kernel has (`has_digest`; the others are skipped):
-///    its signature against its own embedded certificate, when the message carries it,
-///    then its embedded chain ([`embedded_chain`]); a failure refuses the message;
+///    when the message carries its own certificate, its signed attributes' message
+///    digest, its signing time against that certificate's validity (when `signing_time`
+///    is [`SigningTime::Checked`]) and its signature with that certificate's key
+///    (`check_own`); then its embedded chain ([`embedded_chain`]); a failure refuses
+///    the message;
 /// 3. every signer so checked, against `store` ([`validate_trust`], with `unusable`
 ///    saying why a trusted certificate's key cannot be used): a trusted key that rejects
 ///    it refuses the message; otherwise one trusted, valid signer is enough.
