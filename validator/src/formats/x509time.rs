@@ -10,15 +10,22 @@
 
 use x509_cert::time::Time;
 
+/// A time the kernel refuses: a GeneralizedTime for `year`, which UTCTime must say.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "a GeneralizedTime in {year} (the kernel's x509_decode_time takes UTCTime for 1950 to \
+     2049 only)"
+)]
+pub struct TimeError {
+    pub year: u16,
+}
+
 /// The time as seconds since the epoch, or why the kernel refuses it.
-pub fn kernel_time(t: &Time) -> Result<u64, String> {
+pub fn kernel_time(t: &Time) -> Result<u64, TimeError> {
     if let Time::GeneralTime(g) = t {
         let year = g.to_date_time().year();
         if (1950..=2049).contains(&year) {
-            return Err(format!(
-                "a GeneralizedTime in {year} (the kernel's x509_decode_time takes UTCTime for \
-                 1950 to 2049 only)"
-            ));
+            return Err(TimeError { year });
         }
     }
     Ok(t.to_unix_duration().as_secs())
@@ -42,7 +49,7 @@ mod tests {
         assert_eq!(kernel_time(&time(0x17, "491231235959Z")), Ok(2_524_607_999));
         for refused in ["20200907184321Z", "19700101000000Z", "20491231235959Z"] {
             let e = kernel_time(&time(0x18, refused)).unwrap_err();
-            assert!(e.contains("x509_decode_time"), "{refused}: {e}");
+            assert!(e.to_string().contains("x509_decode_time"), "{refused}: {e}");
         }
         assert_eq!(
             kernel_time(&time(0x18, "20500101000000Z")),
