@@ -98,6 +98,14 @@ fn first_block(image: &Path, file: &str) -> Result<u64, HarnessError> {
         .ok_or_else(|| HarnessError::Setup(format!("debugfs bmap {file}: {out:?}")))
 }
 
+/// The value `veritysetup format` printed after `name` (`Root hash:`, `Salt:`).
+pub fn veritysetup_field(out: &str, name: &str) -> Result<String, HarnessError> {
+    out.lines()
+        .find_map(|l| l.strip_prefix(name))
+        .map(|v| v.trim().to_string())
+        .ok_or_else(|| HarnessError::Setup(format!("veritysetup printed no {name}: {out}")))
+}
+
 /// Builds the verity root from `rootdir` in `dir`.
 pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, HarnessError> {
     let data = dir.join("root.ext4");
@@ -128,11 +136,7 @@ pub fn build(rootdir: &Path, dir: &Path, variant: Variant) -> Result<Image, Harn
         .arg("--uuid=6a5e1a3c-2b0e-4f3a-9a63-0f3c5d2e1b4a")
         .arg(&data)
         .arg(&hash))?;
-    let root_hash = out
-        .lines()
-        .find_map(|l| l.strip_prefix("Root hash:"))
-        .map(|h| h.trim().to_string())
-        .ok_or_else(|| HarnessError::Setup(format!("no root hash from veritysetup: {out}")))?;
+    let root_hash = veritysetup_field(&out, "Root hash:")?;
     // Sign the hex root hash (detached PKCS#7, no embedded certs, no attributes but for
     // AttrsOutOfOrder).
     let (key, cert) = make_key(dir, "trusted")?;

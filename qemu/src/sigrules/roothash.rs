@@ -112,12 +112,7 @@ pub fn make(kernel: &str, dir: &Path) -> Result<RootHash, HarnessError> {
             .arg(&data)
             .arg(&hash),
     )?;
-    let field = |name: &str| {
-        out.lines()
-            .find_map(|l| l.strip_prefix(name))
-            .map(|v| v.trim().to_string())
-            .ok_or_else(|| HarnessError::Setup(format!("veritysetup printed no {name}: {out}")))
-    };
+    let field = |name| crate::verity::veritysetup_field(&out, name);
     let (root_hash, salt) = (field("Root hash:")?, field("Salt:")?);
     let root_hash_bytes = validator::util::unhex(&root_hash)
         .ok_or_else(|| HarnessError::Setup(format!("veritysetup's root hash {root_hash:?}")))?;
