@@ -112,6 +112,7 @@ pub const PARSERS: &[(&str, &str)] = &[
     ("uki", "authenticode"),
     ("pkcs7", "pkcs7"),
     ("x509time", "pkcs7"),
+    ("oid", "pkcs7"),
     ("proccrypto", "sysfs"),
     ("procstatus", "sysfs"),
     ("slotstate", "slotstate"),

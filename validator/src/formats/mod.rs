@@ -25,6 +25,7 @@ pub mod grubenv;
 pub mod kmod;
 pub mod newc;
 pub mod nfd;
+pub mod oid;
 pub mod pe;
 pub mod pkcs7;
 pub mod proccrypto;

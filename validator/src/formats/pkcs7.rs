@@ -15,9 +15,10 @@
 
 use der::{Decode, Encode};
 
-use sha2::Digest;
-
 use crate::util::colon_hex;
+
+use super::oid::oid_is;
+pub use super::oid::HashAlg;
 
 /// A PKCS#7 problem.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -250,9 +251,8 @@ fn signed_data(der_bytes: &[u8]) -> Result<(cms::signed_data::SignedData, u8), P
         return Err(Pkcs7Error::TooLarge(der_bytes.len()));
     }
     let ci = cms::content_info::ContentInfo::from_der(der_bytes).map_err(malformed)?;
-    let ct = ci.content_type.to_string();
-    if ct != "1.2.840.113549.1.7.2" {
-        return Err(Pkcs7Error::NotSignedData(ct));
+    if !oid_is(&ci.content_type, "1.2.840.113549.1.7.2") {
+        return Err(Pkcs7Error::NotSignedData(ci.content_type.to_string()));
     }
     let sd: cms::signed_data::SignedData = ci.content.decode_as().map_err(malformed)?;
     // As the kernel's pkcs7_parser: SignedData v1 (PKCS#7) or v3 (CMS) only.
@@ -269,11 +269,11 @@ fn encapsulated_content(
     sd: &cms::signed_data::SignedData,
     want: Content,
 ) -> Result<Option<Vec<u8>>, Pkcs7Error> {
-    let ect = sd.encap_content_info.econtent_type.to_string();
+    let ect = &sd.encap_content_info.econtent_type;
     match want {
         // Detached: the encapsulated content is id-data with no content.
         Content::Detached => {
-            if ect != ID_DATA || sd.encap_content_info.econtent.is_some() {
+            if !oid_is(ect, ID_DATA) || sd.encap_content_info.econtent.is_some() {
                 return Err(malformed(format!(
                     "encapsulated content must be detached id-data, not {ect}"
                 )));
@@ -281,7 +281,7 @@ fn encapsulated_content(
             Ok(None)
         }
         Content::IndirectData => {
-            if ect != MS_INDIRECT_DATA {
+            if !oid_is(ect, MS_INDIRECT_DATA) {
                 return Err(malformed(format!(
                     "encapsulated content must be SpcIndirectDataContent ({MS_INDIRECT_DATA}), not {ect}"
                 )));
@@ -318,8 +318,8 @@ fn signer_view(
     if !params_ok(&si.signature_algorithm) {
         return Err(malformed("signer algorithm with parameters"));
     }
-    let oid = si.digest_alg.oid.to_string();
-    let digest = HashAlg::from_oid(&oid).ok_or(Pkcs7Error::UnsupportedDigest(oid))?;
+    let digest = HashAlg::from_object_id(&si.digest_alg.oid)
+        .ok_or_else(|| Pkcs7Error::UnsupportedDigest(si.digest_alg.oid.to_string()))?;
     let (issuer_der, issuer_cn, serial, skid) = match &si.sid {
         cms::signed_data::SignerIdentifier::IssuerAndSerialNumber(is) => (
             is.issuer.to_der().map_err(malformed)?,
@@ -339,7 +339,7 @@ fn signer_view(
         None => (None, None),
     };
     Ok(SignerView {
-        sig_alg: si.signature_algorithm.oid.to_string(),
+        sig_alg: oid_text(&si.signature_algorithm.oid),
         issuer_cn,
         issuer_der,
         serial,
@@ -396,7 +396,7 @@ fn signed_attributes(
     let signing_time = check_attrs(attrs, want)?;
     let md = attrs
         .iter()
-        .find(|a| a.oid.to_string() == MESSAGE_DIGEST)
+        .find(|a| oid_is(&a.oid, MESSAGE_DIGEST))
         .and_then(|a| a.values.iter().next())
         .and_then(|v| v.decode_as::<der::asn1::OctetString>().ok())
         .ok_or_else(|| malformed("signed attributes without messageDigest"))?;
@@ -560,68 +560,20 @@ fn embedded_certs(sd: &cms::signed_data::SignedData) -> Result<Vec<EmbeddedCert>
     Ok(certs)
 }
 
-/// A digest algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HashAlg {
-    Sha1,
-    Sha224,
-    Sha256,
-    Sha384,
-    Sha512,
-}
-
-impl HashAlg {
-    /// The name `modinfo` prints (`sig_hashalgo`).
-    pub fn name(self) -> &'static str {
-        match self {
-            HashAlg::Sha1 => "sha1",
-            HashAlg::Sha224 => "sha224",
-            HashAlg::Sha256 => "sha256",
-            HashAlg::Sha384 => "sha384",
-            HashAlg::Sha512 => "sha512",
-        }
-    }
-
-    /// The digest's length in bytes.
-    pub fn output_len(self) -> usize {
-        match self {
-            HashAlg::Sha1 => 20,
-            HashAlg::Sha224 => 28,
-            HashAlg::Sha256 => 32,
-            HashAlg::Sha384 => 48,
-            HashAlg::Sha512 => 64,
-        }
-    }
-
-    /// From a digest algorithm OID.
-    pub fn from_oid(oid: &str) -> Option<HashAlg> {
-        Some(match oid {
-            "1.3.14.3.2.26" => HashAlg::Sha1,
-            "2.16.840.1.101.3.4.2.4" => HashAlg::Sha224,
-            "2.16.840.1.101.3.4.2.1" => HashAlg::Sha256,
-            "2.16.840.1.101.3.4.2.2" => HashAlg::Sha384,
-            "2.16.840.1.101.3.4.2.3" => HashAlg::Sha512,
-            _ => return None,
-        })
-    }
-
-    /// Digest of `data`.
-    pub fn digest(self, data: &[u8]) -> Vec<u8> {
-        match self {
-            HashAlg::Sha1 => sha1::Sha1::digest(data).to_vec(),
-            HashAlg::Sha224 => sha2::Sha224::digest(data).to_vec(),
-            HashAlg::Sha256 => sha2::Sha256::digest(data).to_vec(),
-            HashAlg::Sha384 => sha2::Sha384::digest(data).to_vec(),
-            HashAlg::Sha512 => sha2::Sha512::digest(data).to_vec(),
-        }
-    }
+/// `oid` dotted: the text of a signature algorithm the kernel takes without formatting
+/// it, any other formatted.
+fn oid_text(oid: &der::asn1::ObjectIdentifier) -> String {
+    KERNEL_SIG_ALGS
+        .iter()
+        .find(|k| oid_is(oid, k))
+        .map_or_else(|| oid.to_string(), |k| (*k).to_string())
 }
 
 /// The common name in an X.509 name, or the whole name when it has none.
 pub fn common_name(name: &x509_cert::name::Name) -> String {
     for rdn in name.0.iter() {
         for atv in rdn.0.iter() {
-            if atv.oid.to_string() == "2.5.4.3" {
+            if oid_is(&atv.oid, "2.5.4.3") {
                 if let Ok(s) = atv.value.decode_as::<der::asn1::Utf8StringRef<'_>>() {
                     return s.as_str().to_string();
                 }
@@ -640,6 +592,18 @@ pub fn common_name(name: &x509_cert::name::Name) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn signature_algorithms_the_kernel_takes_read_as_their_oid() {
+        let oid = |s: &str| der::asn1::ObjectIdentifier::new(s).unwrap();
+        for k in KERNEL_SIG_ALGS {
+            assert_eq!(oid_text(&oid(k)), k);
+        }
+        assert_eq!(
+            oid_text(&oid("1.2.840.113549.1.1.11")),
+            "1.2.840.113549.1.1.11"
+        );
+    }
 
     #[test]
     fn garbage_is_malformed() {

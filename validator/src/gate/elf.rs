@@ -35,11 +35,9 @@ pub const MODULE_LAYOUT: &str = "module_layout";
 /// The kernel's `same_magic()`: with CRCs the release word is not compared.
 pub fn same_magic(module: &str, kernel: &str, has_crcs: bool) -> bool {
     if has_crcs {
-        let rest = |s: &str| {
-            s.split_once(' ')
-                .map(|(_, r)| r.to_string())
-                .unwrap_or_default()
-        };
+        fn rest(s: &str) -> &str {
+            s.split_once(' ').map_or("", |(_, r)| r)
+        }
         rest(module) == rest(kernel)
     } else {
         module == kernel
@@ -184,7 +182,9 @@ fn check_imports<'t>(
         .get("license")
         .is_some_and(|l| GPL_COMPATIBLE.contains(&l));
     let hasher = foldhash::fast::RandomState::default();
-    let mut seen = HashSet::with_capacity_and_hasher(elf.undefined().len() + 1, hasher.clone());
+    // A name the symbol table repeats is judged once: the names that failed are kept (a
+    // repeat of a name that passed passes again, so those need no set).
+    let mut failed = HashSet::with_hasher(hasher.clone());
     // The kernel's check_version takes the first `__versions` record of a name; one
     // map instead of a scan per import (modules import hundreds of symbols).
     let mut versions = HashMap::with_capacity_and_hasher(elf.versions().len(), hasher);
@@ -197,7 +197,7 @@ fn check_imports<'t>(
         .then_some((MODULE_LAYOUT, false));
     let undefined = elf.undefined().map(|u| (u.name, u.weak));
     for (name, weak) in layout.into_iter().chain(undefined) {
-        if !seen.insert(name) {
+        if failed.contains(name) {
             continue;
         }
         let Some(x) = lookup(name) else {
@@ -205,12 +205,14 @@ fn check_imports<'t>(
             // unreferenced _GLOBAL_OFFSET_TABLE_ (ignore_undef_symbol).
             if !weak && name != "_GLOBAL_OFFSET_TABLE_" {
                 unknown.push(name.to_string());
+                failed.insert(name);
             }
             continue;
         };
         // find_symbol with gplok false skips GPL-only exports: "Unknown symbol".
         if x.gpl && !gplok {
             gpl_only.push(name.to_string());
+            failed.insert(name);
             continue;
         }
         // verify_namespace_is_imported (CONFIG_MODULE_ALLOW_MISSING_NAMESPACE_IMPORTS
@@ -220,6 +222,7 @@ fn check_imports<'t>(
                 "module uses symbol ({name}) from namespace {}, but does not import it",
                 x.namespace
             ));
+            failed.insert(name);
         }
         match versions.get(name) {
             None => missing.push(name.to_string()),
@@ -227,8 +230,9 @@ fn check_imports<'t>(
                 "disagrees about version of symbol {name} (module {crc:#010x}, {} {:#010x})",
                 x.module, x.crc
             )),
-            Some(_) => {}
+            Some(_) => continue,
         }
+        failed.insert(name);
     }
     for b in bad {
         v.reason(ReasonCode::Crc, b);
@@ -265,6 +269,7 @@ fn check_imports<'t>(
 mod tests {
     use super::*;
     use crate::config::bom::Flavour;
+    use crate::gate::Policy;
 
     #[test]
     fn same_magic_follows_the_kernel() {
@@ -301,6 +306,45 @@ mod tests {
         elf.modinfo_sections = 1;
         elf.this_module = vec![(1, 3, 1344)];
         elf
+    }
+
+    #[test]
+    fn a_repeated_import_is_judged_once() {
+        let mut table = Symvers::default();
+        table.insert("foo", 1, "vmlinux", false);
+        table.insert("bar", 2, "vmlinux", false);
+        table.insert("ok", 3, "vmlinux", false);
+        let g = Gate {
+            symvers: Some(table),
+            policy: Policy {
+                unknown_symbols_fatal: true,
+                ..Policy::default()
+            },
+            ..Gate::default()
+        };
+        let mut elf = elf_with("GPL", true);
+        elf.push_test_symbols(
+            &[(b"foo", 9), (b"ok", 3)],
+            &[b"foo", b"ok", b"baz", b"foo", b"bar", b"baz", b"bar", b"ok"],
+        );
+        let mut v = Verdict::new("m");
+        g.check_crcs(&elf, &mut v);
+        let got: Vec<_> = v
+            .reasons
+            .iter()
+            .map(|r| (r.code, r.message.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (
+                    ReasonCode::Crc,
+                    "disagrees about version of symbol foo (module 0x00000009, vmlinux 0x00000001)"
+                ),
+                (ReasonCode::NoSymbolVersion, "no symbol version for bar"),
+                (ReasonCode::UnknownSymbol, "unknown symbol(s) baz"),
+            ]
+        );
     }
 
     #[test]

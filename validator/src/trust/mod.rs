@@ -443,7 +443,7 @@ impl TrustStore {
 
     /// The certificate with this issuer (DER) and serial.
     pub fn by_issuer_serial(&self, issuer_der: &[u8], serial: &[u8]) -> Option<&Cert> {
-        let strip = |s: &[u8]| -> Vec<u8> {
+        fn strip(s: &[u8]) -> &[u8] {
             let mut v = s;
             while let [0, rest @ ..] = v {
                 if rest.is_empty() {
@@ -451,8 +451,8 @@ impl TrustStore {
                 }
                 v = rest;
             }
-            v.to_vec()
-        };
+            v
+        }
         self.certs
             .iter()
             .find(|c| c.issuer_der == issuer_der && strip(&c.serial) == strip(serial))

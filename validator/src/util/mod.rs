@@ -108,10 +108,19 @@ pub fn colon_hex(bytes: &[u8]) -> String {
         [0, rest @ ..] if rest.first().is_some_and(|x| x & 0x80 != 0) => rest,
         _ => bytes,
     };
-    b.iter()
-        .map(|x| format!("{x:02X}"))
-        .collect::<Vec<_>>()
-        .join(":")
+    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
+    let mut s = String::with_capacity(b.len() * 3);
+    for (i, x) in b.iter().enumerate() {
+        if i > 0 {
+            s.push(':');
+        }
+        for d in [x >> 4, x & 0x0f] {
+            if let Some(&c) = DIGITS.get(usize::from(d)) {
+                s.push(char::from(c));
+            }
+        }
+    }
+    s
 }
 
 #[cfg(test)]

@@ -102,12 +102,14 @@ impl ModInfo {
             text: String::with_capacity(section.len()),
             pairs: Vec::new(),
         };
-        for s in section.split(|&b| b == 0).filter(|s| !s.is_empty()) {
-            let s = String::from_utf8_lossy(s);
+        // One pass over the whole section: a NUL is never part of a multi-byte sequence,
+        // so this replaces invalid bytes exactly as string by string would.
+        let all = String::from_utf8_lossy(section);
+        for s in all.split('\0').filter(|s| !s.is_empty()) {
             let (Some(eq), Ok(start)) = (s.find('='), u32::try_from(out.text.len())) else {
                 continue;
             };
-            out.text.push_str(&s);
+            out.text.push_str(s);
             let (Ok(eq), Ok(end)) = (u32::try_from(eq), u32::try_from(out.text.len())) else {
                 break;
             };
@@ -207,13 +209,30 @@ impl ModuleElf {
         self.names.get(s.0 as usize..s.1 as usize).unwrap_or("")
     }
 
-    /// Adds `bytes` (up to a NUL) to the names.
-    fn push_name(&mut self, bytes: &[u8]) -> Span {
-        let start = self.names.len();
-        self.names
-            .push_str(&String::from_utf8_lossy(until_nul(bytes)));
-        let at = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-        Span(at(start), at(self.names.len()))
+    /// The names' text from `raw`, the bytes [`push_name`] gathered: checked as UTF-8 in
+    /// one pass, and only when that fails taken name by name, invalid bytes replaced
+    /// (the records' places then move with the replacements).
+    fn set_names(&mut self, raw: Vec<u8>) {
+        let raw = match String::from_utf8(raw) {
+            Ok(text) => {
+                self.names = text;
+                return;
+            }
+            Err(e) => e.into_bytes(),
+        };
+        let mut text = String::with_capacity(raw.len());
+        let spans = (self.versions.iter_mut().map(|(s, _)| s))
+            .chain(self.undefined.iter_mut().map(|(s, _)| s))
+            .chain(self.exports.iter_mut().map(|(s, _)| s));
+        for span in spans {
+            let bytes = raw
+                .get(span.0 as usize..span.1 as usize)
+                .unwrap_or_default();
+            let start = text.len();
+            text.push_str(&String::from_utf8_lossy(bytes));
+            *span = Span(at(start), at(text.len()));
+        }
+        self.names = text;
     }
 
     /// `__versions`: imported symbols with CRCs (none without CONFIG_MODVERSIONS), in
@@ -243,6 +262,24 @@ impl ModuleElf {
     /// `check_version` finds it.
     pub fn version_of(&self, symbol: &str) -> Option<ModVersion<'_>> {
         self.versions().find(|v| v.symbol == symbol)
+    }
+}
+
+#[cfg(test)]
+impl ModuleElf {
+    /// For tests elsewhere in the crate: adds `__versions` records and (non-weak)
+    /// undefined symbols, as the parser would.
+    pub(crate) fn push_test_symbols(&mut self, versions: &[(&[u8], u64)], undefined: &[&[u8]]) {
+        let mut raw = std::mem::take(&mut self.names).into_bytes();
+        for (name, crc) in versions {
+            let s = push_name(&mut raw, name);
+            self.versions.push((s, *crc));
+        }
+        for name in undefined {
+            let s = push_name(&mut raw, name);
+            self.undefined.push((s, false));
+        }
+        self.set_names(raw);
     }
 }
 
@@ -328,6 +365,20 @@ fn until_nul(b: &[u8]) -> &[u8] {
         .map_or(b, |n| b.get(..n).unwrap_or(b))
 }
 
+/// Adds `bytes` (up to a NUL) to the names' bytes `raw` ([`ModuleElf::set_names`] makes
+/// them text).
+fn push_name(raw: &mut Vec<u8>, bytes: &[u8]) -> Span {
+    let start = raw.len();
+    raw.extend_from_slice(until_nul(bytes));
+    Span(at(start), at(raw.len()))
+}
+
+/// An offset in the names as a [`Span`] holds it (past 4 GiB it saturates, and such a
+/// name reads as empty).
+fn at(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
 /// Size of one `Elf64_Sym`.
 const SYM_SIZE: usize = 24;
 
@@ -337,6 +388,7 @@ const SYM_SIZE: usize = 24;
 /// cheap for big modules.
 pub fn parse_elf(bytes: &[u8]) -> Result<ModuleElf, ModFileError> {
     let mut out = ModuleElf::default();
+    let mut raw = Vec::with_capacity(4096);
     let secs = sections(bytes)?;
     out.machine = crate::util::le::u16_le(bytes, 0x12).unwrap_or_default();
     for (name, sh) in &secs {
@@ -365,7 +417,7 @@ pub fn parse_elf(bytes: &[u8]) -> Result<ModuleElf, ModFileError> {
             out.versions.reserve(data.len() / MODVERSION_INFO_SIZE);
             for rec in data.chunks_exact(MODVERSION_INFO_SIZE) {
                 let (crc, name) = rec.split_at(8);
-                let symbol = out.push_name(name);
+                let symbol = push_name(&mut raw, name);
                 let crc = crate::util::le::u64_le(crc, 0).unwrap_or_default();
                 out.versions.push((symbol, crc));
             }
@@ -390,7 +442,7 @@ pub fn parse_elf(bytes: &[u8]) -> Result<ModuleElf, ModFileError> {
     let mut exports = Vec::new();
     let found = walk_symtab(bytes, &secs, first, same, &mut |sym| match sym {
         Symbol::Undefined(name, weak) => {
-            let s = out.push_name(name);
+            let s = push_name(&mut raw, name);
             out.undefined.push((s, weak));
         }
         Symbol::Crc(name, crc) => exports.push((name, crc)),
@@ -403,12 +455,13 @@ pub fn parse_elf(bytes: &[u8]) -> Result<ModuleElf, ModFileError> {
     match crcs {
         Ok(()) => {
             for (name, crc) in exports {
-                let s = out.push_name(name);
+                let s = push_name(&mut raw, name);
                 out.exports.push((s, crc));
             }
         }
         Err(e) => out.exports_error = Some(e),
     }
+    out.set_names(raw);
     Ok(out)
 }
 
@@ -540,6 +593,26 @@ mod tests {
             ModInfo::parse(b"depends=\0").depends(),
             Vec::<String>::new()
         );
+    }
+
+    #[test]
+    fn invalid_utf8_is_replaced_as_string_by_string() {
+        let mi = ModInfo::parse(b"a=\xff\xfe\0b=\xe2\x82\0c=ok\0\xe2=d\0");
+        assert_eq!(mi.get("a"), Some("\u{FFFD}\u{FFFD}"));
+        assert_eq!(mi.get("b"), Some("\u{FFFD}"));
+        assert_eq!(mi.get("c"), Some("ok"));
+        assert_eq!(mi.get("\u{FFFD}"), Some("d"));
+        // Symbol names: valid ones read as they are, and one invalid name does not move
+        // the others (their places are rebuilt with the replacement).
+        let mut elf = ModuleElf::default();
+        elf.push_test_symbols(&[(b"good\0junk", 1), (b"b\xffd", 2)], &[b"after"]);
+        let v: Vec<_> = elf.versions().map(|v| (v.symbol, v.crc)).collect();
+        assert_eq!(v, [("good", 1), ("b\u{FFFD}d", 2)]);
+        assert_eq!(elf.undefined().next().map(|u| u.name), Some("after"));
+        let mut elf = ModuleElf::default();
+        elf.push_test_symbols(&[(b"one", 1)], &[b"two"]);
+        assert_eq!(elf.version_of("one").map(|v| v.crc), Some(1));
+        assert_eq!(elf.undefined().next().map(|u| u.name), Some("two"));
     }
 
     #[test]
