@@ -190,11 +190,12 @@ pub fn check_files(gate: &Gate, files: &[PathBuf], jobs: usize) -> Batch {
             }
         }
     }
+    let over = gate.overlay(&extra);
     let verdicts = results
         .into_iter()
         .map(|(mut v, elf)| {
             if let Some(elf) = &elf {
-                gate.check_crcs_over(&extra, elf, &mut v);
+                gate.check_crcs_over(&over, elf, &mut v);
             }
             v.pass = v.reasons.is_empty();
             v

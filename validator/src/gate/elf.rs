@@ -145,16 +145,44 @@ impl Gate {
         }
     }
 
-    /// [`Gate::check_crcs`] against the gate's symbol table with `extra` over it (the
-    /// exports of the modules checked with this one; a symbol in both is `extra`'s), as if
-    /// `extra`'s entries had been inserted into the table. Nothing is checked when the
-    /// gate has no table.
-    pub fn check_crcs_over(&self, extra: &Symvers, elf: &modinfo::ModuleElf, v: &mut Verdict) {
+    /// `extra` over the gate's symbol table, for [`Gate::check_crcs_over`]: whether the
+    /// two share a symbol is found here, once for every module checked against them.
+    pub fn overlay<'a>(&self, extra: &'a Symvers) -> Overlay<'a> {
+        let disjoint = self
+            .symvers
+            .as_ref()
+            .is_none_or(|t| !extra.map.keys().any(|k| t.map.contains_key(k)));
+        Overlay { extra, disjoint }
+    }
+
+    /// [`Gate::check_crcs`] against the gate's symbol table with `over`'s symbols over it
+    /// (the exports of the modules checked with this one; a symbol in both is theirs), as
+    /// if they had been inserted into the table. Nothing is checked when the gate has no
+    /// table.
+    pub fn check_crcs_over(&self, over: &Overlay<'_>, elf: &modinfo::ModuleElf, v: &mut Verdict) {
         if let Some(table) = &self.symvers {
-            let lookup = |s: &str| extra.map.get(s).or_else(|| table.map.get(s));
+            let extra = &over.extra.map;
+            // Without a shared symbol the order of the two lookups cannot change what is
+            // found, and most imports are the kernel image's: the table first.
+            let disjoint = over.disjoint;
+            let lookup = |s: &str| {
+                if disjoint {
+                    table.map.get(s).or_else(|| extra.get(s))
+                } else {
+                    extra.get(s).or_else(|| table.map.get(s))
+                }
+            };
             check_imports(elf, v, &lookup, self.policy.unknown_symbols_fatal);
         }
     }
+}
+
+/// A batch's exports over the gate's symbol table ([`Gate::overlay`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Overlay<'a> {
+    extra: &'a Symvers,
+    /// No symbol is in both.
+    disjoint: bool,
 }
 
 /// The imports of `elf` against the symbol table `lookup` reads, as the kernel resolves
@@ -345,6 +373,35 @@ mod tests {
                 (ReasonCode::UnknownSymbol, "unknown symbol(s) baz"),
             ]
         );
+    }
+
+    #[test]
+    fn a_batchs_exports_count_over_the_table_in_either_order_of_lookup() {
+        let mut table = Symvers::default();
+        table.insert("foo", 1, "vmlinux", false);
+        let g = Gate {
+            symvers: Some(table),
+            ..Gate::default()
+        };
+        let mut elf = elf_with("GPL", true);
+        elf.push_test_symbols(&[(b"foo", 2), (b"bar", 3)], &[b"foo", b"bar"]);
+        let check = |extra: &Symvers| {
+            let over = g.overlay(extra);
+            let mut v = Verdict::new("m");
+            g.check_crcs_over(&over, &elf, &mut v);
+            (
+                over.disjoint,
+                v.reasons.iter().map(|r| r.code).collect::<Vec<_>>(),
+            )
+        };
+        // Disjoint: the table read first still finds bar in the batch's exports, and
+        // foo's CRC is the table's (1, not the module's 2).
+        let mut extra = Symvers::default();
+        extra.insert("bar", 3, "other", false);
+        assert_eq!(check(&extra), (true, vec![ReasonCode::Crc]));
+        // foo in both: the batch's (2) counts, as if inserted over the table.
+        extra.insert("foo", 2, "other", false);
+        assert_eq!(check(&extra), (false, vec![]));
     }
 
     #[test]

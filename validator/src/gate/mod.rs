@@ -65,7 +65,7 @@ mod rules;
 mod setup;
 mod signature;
 
-pub use elf::{same_magic, EM_X86_64, GPL_COMPATIBLE, MODULE_LAYOUT};
+pub use elf::{same_magic, Overlay, EM_X86_64, GPL_COMPATIBLE, MODULE_LAYOUT};
 pub use policy::Policy;
 pub use reason::{Reason, ReasonCode, Verdict};
 pub use rules::{provided_digests, KernelRules, ModuleDigests, DIGESTS, KERNEL_RSA_BITS};
