@@ -8,7 +8,8 @@
 //! `cargo bench -p validator --bench modules -- [KERNEL_DIR] [SAMPLE]`
 //! (default `target/kernels/default`, 200 modules for openssl; a relative path is taken
 //! from the repository root when it does not exist in `validator/`, where cargo runs
-//! benchmarks). Not a test: it prints, and a failure stops it with a panic. SHA-256 and
+//! benchmarks). With `BENCH_GATE_ONLY=N` it times the gate alone (one thread, the best of
+//! [`RUNS`] passes, N times), to compare two builds in turn. Not a test: it prints, and a failure stops it with a panic. SHA-256 and
 //! the gate are timed [`RUNS`] times each, and the best run is printed; the floor and the
 //! gate are measured in [`SITTINGS`] sittings in turn, and the median `floor/gate` of the
 //! sittings is printed with its spread (lowest to highest). Then the gate's time split
@@ -77,6 +78,20 @@ fn main() {
     };
     let files = batch::collect(&[root.join("lib/modules")]).unwrap();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // `BENCH_GATE_ONLY=N`: the gate alone, one thread, N times the best of RUNS passes,
+    // for comparing two builds in turn on a noisy machine (no floor, no phases).
+    if let Some(n) = std::env::var("BENCH_GATE_ONLY")
+        .ok()
+        .and_then(|n| n.parse::<usize>().ok())
+    {
+        for _ in 0..n {
+            let best = (0..RUNS)
+                .map(|_| batch::check_files(&g, &files, 1).elapsed.as_secs_f64())
+                .fold(f64::INFINITY, f64::min);
+            println!("gate, 1 thread, best of {RUNS}: {best:.4} s");
+        }
+        return;
+    }
 
     // Warm the page cache, then the machine's single-core SHA-256 over the same bytes.
     let data: Vec<Vec<u8>> = files.iter().map(|f| std::fs::read(f).unwrap()).collect();
