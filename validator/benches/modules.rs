@@ -9,7 +9,8 @@
 //! (default `target/kernels/default`, 200 modules for openssl; a relative path is taken
 //! from the repository root when it does not exist in `validator/`, where cargo runs
 //! benchmarks). With `BENCH_GATE_ONLY=N` it times the gate alone (one thread, the best of
-//! [`RUNS`] passes, N times), to compare two builds in turn. Not a test: it prints, and a failure stops it with a panic. SHA-256 and
+//! [`RUNS`] passes, N times), to compare two builds in turn. Not a test: it prints, and a
+//! failure stops it with a panic. SHA-256 and
 //! the gate are timed [`RUNS`] times each, and the best run is printed; the floor and the
 //! gate are measured in [`SITTINGS`] sittings in turn, and the median `floor/gate` of the
 //! sittings is printed with its spread (lowest to highest). Then the gate's time split
