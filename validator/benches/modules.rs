@@ -86,9 +86,7 @@ fn main() {
         .and_then(|n| n.parse::<usize>().ok())
     {
         for _ in 0..n {
-            let best = (0..RUNS)
-                .map(|_| batch::check_files(&g, &files, 1).elapsed.as_secs_f64())
-                .fold(f64::INFINITY, f64::min);
+            let best = best_gate(&g, &files);
             println!("gate, 1 thread, best of {RUNS}: {best:.4} s");
         }
         return;
@@ -196,9 +194,7 @@ fn main() {
     }
     // Where the gate's time goes: each phase's calls timed over every module (best of
     // RUNS by their sum), beside the gate's own best time.
-    let gate_s = (0..RUNS)
-        .map(|_| batch::check_files(&g, &files, 1).elapsed.as_secs_f64())
-        .fold(f64::INFINITY, f64::min);
+    let gate_s = best_gate(&g, &files);
     let split = (0..RUNS)
         .map(|_| phases::measure(&g, &files))
         .min_by(|a, b| a.secs.iter().sum::<f64>().total_cmp(&b.secs.iter().sum()))
@@ -303,6 +299,13 @@ impl Floor {
     fn total(&self) -> f64 {
         self.sha_s + as_f64(self.signed as u64) * self.verify_s + self.xz_s
     }
+}
+
+/// The gate over `files` on one thread: its best of [`RUNS`] passes, in seconds.
+fn best_gate(g: &gate::Gate, files: &[PathBuf]) -> f64 {
+    (0..RUNS)
+        .map(|_| batch::check_files(g, files, 1).elapsed.as_secs_f64())
+        .fold(f64::INFINITY, f64::min)
 }
 
 fn floor(files: &[PathBuf], trust: &validator::trust::TrustStore) -> Floor {

@@ -1,9 +1,9 @@
 //! Object identifiers as the parsers compare them, and the digest algorithms they name.
 //!
-//! Contract: [`oid_is`] compares a decoded OID with a dotted one arc by arc, without
-//! formatting it or allocating (the path every module signature takes); [`HashAlg`] is
-//! a digest the PKCS#7 and PE parsers know, by its OID, with its name and length as the
-//! kernel and `modinfo` print them. Pure: no system call, no policy.
+//! Contract: [`oid_is`] compares a decoded OID with a dotted one (parsed by `const-oid`),
+//! without formatting it or allocating (the path every module signature takes);
+//! [`HashAlg`] is a digest the PKCS#7 and PE parsers know, by its OID, with its name and
+//! length as the kernel and `modinfo` print them. Pure: no system call, no policy.
 //!
 //! Current limits: the five digests the kernel's parsers know (SHA-1, SHA-224, SHA-256,
 //! SHA-384, SHA-512).
@@ -85,13 +85,10 @@ impl HashAlg {
     }
 }
 
-/// Whether `oid` is the dotted OID `dotted`, compared arc by arc: no formatting and no
-/// allocation on the path every module signature takes.
+/// Whether `oid` is the dotted OID `dotted` (which `const-oid` parses, without
+/// allocating): no formatting on the path every module signature takes.
 pub fn oid_is(oid: &der::asn1::ObjectIdentifier, dotted: &str) -> bool {
-    let mut parts = dotted.split('.');
-    oid.arcs()
-        .all(|arc| parts.next().and_then(|p| p.parse::<u32>().ok()) == Some(arc))
-        && parts.next().is_none()
+    der::asn1::ObjectIdentifier::new(dotted).is_ok_and(|d| d == *oid)
 }
 
 #[cfg(test)]
