@@ -3,6 +3,11 @@
 //! replaced (`overrides`), tampered (one byte of the ELF body flipped) or re-signed with
 //! OVMF's snakeoil key on request. With any replaced or tampered module the build-time
 //! gate is off, so the boot-time gate is what judges them; re-signed ones pass both.
+//!
+//! The archive is compressed as mkinitramfs does by default (zstd, level 19: seconds an
+//! image) through a cache keyed on the archive's bytes and zstd's settings
+//! ([`zstd_cached`]): many tests build a slot from the same inputs, and they boot the
+//! same bytes either way.
 
 use std::path::{Path, PathBuf};
 
@@ -110,6 +115,87 @@ pub fn build_with(
     spec.mtime = 0;
     spec.gate = gate;
     spec.module_overrides = overrides;
+    // The archive as mkinitramfs writes it, then its default compression through the
+    // cache: the same bytes `Compress::Zstd` gives.
+    spec.compress = mkinitramfs::Compress::None;
     let built = mkinitramfs::build(&spec).map_err(|e| HarnessError::Setup(e.to_string()))?;
-    std::fs::write(out, &built.bytes).map_err(|e| HarnessError::io(out, e))
+    let packed = zstd_cached(&built.bytes)?;
+    std::fs::write(out, &packed).map_err(|e| HarnessError::io(out, e))
+}
+
+/// `mkinitramfs::compress(raw, Compress::Zstd)`, kept in
+/// `target/qemu-cache/initramfs/<SHA-256 of the zstd settings and raw>.zst`: the tests
+/// of a suite build many slots from the same inputs, and zstd's level 19 takes seconds
+/// an image (about 60 of the suite's 126 images repeat one before them). A cached file
+/// is used only when it decompresses to `raw` (otherwise it is made again); a new one is
+/// written under another name and renamed, so processes side by side never read a
+/// partial file. A cache that cannot be written is reported on stderr and the image
+/// used.
+pub fn zstd_cached(raw: &[u8]) -> Result<Vec<u8>, HarnessError> {
+    let path = cache_path(raw);
+    if let Ok(cached) = std::fs::read(&path) {
+        let same = validator::formats::compress::zstd_frame(&cached, raw.len())
+            .is_ok_and(|back| back.data == raw && back.consumed == cached.len());
+        if same {
+            return Ok(cached);
+        }
+    }
+    let packed = mkinitramfs::compress(raw, mkinitramfs::Compress::Zstd)
+        .map_err(|e| HarnessError::Setup(format!("zstd: {e}")))?;
+    let mut part = path.clone().into_os_string();
+    part.push(format!(".{}", std::process::id()));
+    let part = PathBuf::from(part);
+    let kept = path
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(&part, &packed))
+        .and_then(|()| std::fs::rename(&part, &path));
+    if let Err(e) = kept {
+        let _ = std::fs::remove_file(&part);
+        eprintln!("initramfs cache {}: {e}", path.display());
+    }
+    Ok(packed)
+}
+
+/// Where [`zstd_cached`] keeps `raw`'s compressed image.
+fn cache_path(raw: &[u8]) -> PathBuf {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(mkinitramfs::zstd_settings().as_bytes());
+    h.update([0]);
+    h.update(raw);
+    paths::workspace()
+        .join("target/qemu-cache/initramfs")
+        .join(format!("{}.zst", validator::util::hex(&h.finalize())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cached_image_is_the_one_mkinitramfs_compresses_and_a_bad_one_is_made_again() {
+        // An input of this run only, so no other process shares its cache file.
+        let mut raw =
+            format!("{:?} {}", std::time::SystemTime::now(), std::process::id()).into_bytes();
+        raw.extend((0..200_000u32).map(|i| (i % 251) as u8));
+        let fresh = mkinitramfs::compress(&raw, mkinitramfs::Compress::Zstd).unwrap();
+        let path = cache_path(&raw);
+        assert!(!path.exists());
+        // Made and kept, then read back.
+        assert_eq!(zstd_cached(&raw).unwrap(), fresh);
+        assert_eq!(std::fs::read(&path).unwrap(), fresh);
+        assert_eq!(zstd_cached(&raw).unwrap(), fresh);
+        // A cached file that does not decompress to the input (cut, or another archive)
+        // is not used: the image is made again and the file replaced.
+        let other = mkinitramfs::compress(b"another archive", mkinitramfs::Compress::Zstd).unwrap();
+        let mut longer = fresh.clone();
+        longer.push(0);
+        for bad in [&fresh[..fresh.len() / 2], &other[..], &longer[..], &[][..]] {
+            std::fs::write(&path, bad).unwrap();
+            assert_eq!(zstd_cached(&raw).unwrap(), fresh);
+            assert_eq!(std::fs::read(&path).unwrap(), fresh);
+        }
+        std::fs::remove_file(&path).unwrap();
+    }
 }
