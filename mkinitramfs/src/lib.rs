@@ -273,18 +273,8 @@ fn gzip_best(raw: &[u8]) -> std::io::Result<Vec<u8>> {
     }
 }
 
-/// zstd's compression level for [`Compress::Zstd`].
+/// zstd's compression level for [`Compress::Zstd`] (`zstd::encode_all` at it).
 pub const ZSTD_LEVEL: i32 = 19;
-
-/// What [`compress`]'s zstd output depends on besides its input: the zstd library's
-/// version and [`ZSTD_LEVEL`] (`zstd 1.5.7 level 19`). The test bed keys its cache of
-/// compressed images on it.
-pub fn zstd_settings() -> String {
-    format!(
-        "zstd {} level {ZSTD_LEVEL}",
-        zstd::zstd_safe::version_string()
-    )
-}
 
 /// Compresses deterministically.
 pub fn compress(raw: &[u8], c: Compress) -> std::io::Result<Vec<u8>> {

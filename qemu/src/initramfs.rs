@@ -4,10 +4,15 @@
 //! OVMF's snakeoil key on request. With any replaced or tampered module the build-time
 //! gate is off, so the boot-time gate is what judges them; re-signed ones pass both.
 //!
-//! The archive is compressed as mkinitramfs does by default (zstd, level 19: seconds an
-//! image) through a cache keyed on the archive's bytes and zstd's settings
-//! ([`zstd_cached`]): many tests build a slot from the same inputs, and they boot the
-//! same bytes either way.
+//! The archive is compressed with zstd at the test bed's level ([`TESTBED_ZSTD_LEVEL`],
+//! a quarter of a second an image, about a tenth larger) or at mkinitramfs' own
+//! ([`mkinitramfs::ZSTD_LEVEL`], 19: about 5 s an image), [`Compression`]: what the
+//! kernel unpacks is the same archive either way. mkinitramfs' level is kept where the
+//! compressed image itself is measured: the benchmarks (`qemu-harness` sets it for its
+//! process, [`set_default_compression`]) and a scenario with less memory than the
+//! default (the kernel's zstd window is the level's). The real node's slots are built by
+//! `mkinitramfs slot`, at its level. Either way through a cache keyed on the archive's
+//! bytes, zstd's version and the level ([`zstd_cached`]).
 
 use std::path::{Path, PathBuf};
 
@@ -27,6 +32,55 @@ pub struct Extras {
     /// `(module, hash)`; the snakeoil key's files are written to the scratch directory.
     /// The build-time gate stays on for them (the BOM should trust `snake.pem`).
     pub snakeoil_signed: Vec<(String, String)>,
+    /// How the archive is compressed; `None`: the process's default
+    /// ([`set_default_compression`]).
+    pub compression: Option<Compression>,
+}
+
+/// How [`build`] compresses an archive (zstd at some level).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    /// mkinitramfs' default: zstd at [`mkinitramfs::ZSTD_LEVEL`].
+    Product,
+    /// zstd at [`TESTBED_ZSTD_LEVEL`].
+    TestBed,
+}
+
+/// zstd's level for [`Compression::TestBed`]: 0.26 s and 2.51 MB for the test node's
+/// 8.3 MB archive, where level 19 takes 4.7 s for 2.29 MB (`zstd -9` and `zstd -19` on
+/// this machine).
+pub const TESTBED_ZSTD_LEVEL: i32 = 9;
+
+impl Compression {
+    /// Its zstd level.
+    pub fn level(self) -> i32 {
+        match self {
+            Compression::Product => mkinitramfs::ZSTD_LEVEL,
+            Compression::TestBed => TESTBED_ZSTD_LEVEL,
+        }
+    }
+}
+
+/// Whether this process compresses at mkinitramfs' level by default.
+static PRODUCT_BY_DEFAULT: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// Sets the compression of every image this process builds whose [`Extras`] do not name
+/// one ([`Compression::TestBed`] until set).
+pub fn set_default_compression(c: Compression) {
+    PRODUCT_BY_DEFAULT.store(
+        c == Compression::Product,
+        std::sync::atomic::Ordering::Relaxed,
+    );
+}
+
+/// This process's default compression ([`set_default_compression`]).
+pub fn default_compression() -> Compression {
+    if PRODUCT_BY_DEFAULT.load(std::sync::atomic::Ordering::Relaxed) {
+        Compression::Product
+    } else {
+        Compression::TestBed
+    }
 }
 
 /// Writes `kernel`'s module `name` re-signed by `key` (`sign-file <hash>`) to `out`.
@@ -115,24 +169,26 @@ pub fn build_with(
     spec.mtime = 0;
     spec.gate = gate;
     spec.module_overrides = overrides;
-    // The archive as mkinitramfs writes it, then its default compression through the
-    // cache: the same bytes `Compress::Zstd` gives.
+    // The archive as mkinitramfs writes it, then compressed through the cache.
     spec.compress = mkinitramfs::Compress::None;
     let built = mkinitramfs::build(&spec).map_err(|e| HarnessError::Setup(e.to_string()))?;
-    let packed = zstd_cached(&built.bytes)?;
+    let level = extras
+        .compression
+        .unwrap_or_else(default_compression)
+        .level();
+    let packed = zstd_cached(&built.bytes, level)?;
     std::fs::write(out, &packed).map_err(|e| HarnessError::io(out, e))
 }
 
-/// `mkinitramfs::compress(raw, Compress::Zstd)`, kept in
-/// `target/qemu-cache/initramfs/<SHA-256 of the zstd settings and raw>.zst`: the tests
-/// of a suite build many slots from the same inputs, and zstd's level 19 takes seconds
-/// an image (about 60 of the suite's 126 images repeat one before them). A cached file
-/// is used only when it decompresses to `raw` (otherwise it is made again); a new one is
-/// written under another name and renamed, so processes side by side never read a
-/// partial file. A cache that cannot be written is reported on stderr and the image
-/// used.
-pub fn zstd_cached(raw: &[u8]) -> Result<Vec<u8>, HarnessError> {
-    let path = cache_path(raw);
+/// `raw` compressed by zstd at `level` (`zstd::encode_all`, as mkinitramfs compresses
+/// at its own), kept in `target/qemu-cache/initramfs/<SHA-256 of zstd's version, the
+/// level and raw>.zst`: the tests of a suite build many slots from the same inputs. A
+/// cached file is used only when it decompresses to `raw` (otherwise it is made again);
+/// a new one is written under another name and renamed, so processes side by side never
+/// read a partial file. A cache that cannot be written is reported on stderr and the
+/// image used.
+pub fn zstd_cached(raw: &[u8], level: i32) -> Result<Vec<u8>, HarnessError> {
+    let path = cache_path(raw, level);
     if let Ok(cached) = std::fs::read(&path) {
         let same = validator::formats::compress::zstd_frame(&cached, raw.len())
             .is_ok_and(|back| back.data == raw && back.consumed == cached.len());
@@ -140,8 +196,8 @@ pub fn zstd_cached(raw: &[u8]) -> Result<Vec<u8>, HarnessError> {
             return Ok(cached);
         }
     }
-    let packed = mkinitramfs::compress(raw, mkinitramfs::Compress::Zstd)
-        .map_err(|e| HarnessError::Setup(format!("zstd: {e}")))?;
+    let packed =
+        zstd::encode_all(raw, level).map_err(|e| HarnessError::Setup(format!("zstd: {e}")))?;
     let mut part = path.clone().into_os_string();
     part.push(format!(".{}", std::process::id()));
     let part = PathBuf::from(part);
@@ -157,11 +213,12 @@ pub fn zstd_cached(raw: &[u8]) -> Result<Vec<u8>, HarnessError> {
     Ok(packed)
 }
 
-/// Where [`zstd_cached`] keeps `raw`'s compressed image.
-fn cache_path(raw: &[u8]) -> PathBuf {
+/// Where [`zstd_cached`] keeps `raw`'s image compressed at `level`.
+fn cache_path(raw: &[u8], level: i32) -> PathBuf {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
-    h.update(mkinitramfs::zstd_settings().as_bytes());
+    let settings = format!("zstd {} level {level}", zstd::zstd_safe::version_string());
+    h.update(settings.as_bytes());
     h.update([0]);
     h.update(raw);
     paths::workspace()
@@ -174,28 +231,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cached_image_is_the_one_mkinitramfs_compresses_and_a_bad_one_is_made_again() {
-        // An input of this run only, so no other process shares its cache file.
+    fn a_cached_image_is_the_one_zstd_makes_and_a_bad_one_is_made_again() {
+        // An input of this run only, so no other process shares its cache files.
         let mut raw =
             format!("{:?} {}", std::time::SystemTime::now(), std::process::id()).into_bytes();
         raw.extend((0..200_000u32).map(|i| (i % 251) as u8));
-        let fresh = mkinitramfs::compress(&raw, mkinitramfs::Compress::Zstd).unwrap();
-        let path = cache_path(&raw);
-        assert!(!path.exists());
-        // Made and kept, then read back.
-        assert_eq!(zstd_cached(&raw).unwrap(), fresh);
-        assert_eq!(std::fs::read(&path).unwrap(), fresh);
-        assert_eq!(zstd_cached(&raw).unwrap(), fresh);
-        // A cached file that does not decompress to the input (cut, or another archive)
-        // is not used: the image is made again and the file replaced.
-        let other = mkinitramfs::compress(b"another archive", mkinitramfs::Compress::Zstd).unwrap();
-        let mut longer = fresh.clone();
-        longer.push(0);
-        for bad in [&fresh[..fresh.len() / 2], &other[..], &longer[..], &[][..]] {
-            std::fs::write(&path, bad).unwrap();
-            assert_eq!(zstd_cached(&raw).unwrap(), fresh);
+        // At mkinitramfs' level, the bytes its default compression gives.
+        let product = mkinitramfs::compress(&raw, mkinitramfs::Compress::Zstd).unwrap();
+        let testbed = zstd::encode_all(&raw[..], TESTBED_ZSTD_LEVEL).unwrap();
+        for (c, fresh) in [
+            (Compression::Product, product),
+            (Compression::TestBed, testbed),
+        ] {
+            let level = c.level();
+            let path = cache_path(&raw, level);
+            assert!(!path.exists());
+            // Made and kept, then read back.
+            assert_eq!(zstd_cached(&raw, level).unwrap(), fresh);
             assert_eq!(std::fs::read(&path).unwrap(), fresh);
+            assert_eq!(zstd_cached(&raw, level).unwrap(), fresh);
+            // A cached file that does not decompress to the input (cut, another archive,
+            // more after the frame, empty) is not used: the image is made again and the
+            // file replaced.
+            let other = zstd::encode_all(&b"another archive"[..], level).unwrap();
+            let mut longer = fresh.clone();
+            longer.push(0);
+            for bad in [&fresh[..fresh.len() / 2], &other[..], &longer[..], &[][..]] {
+                std::fs::write(&path, bad).unwrap();
+                assert_eq!(zstd_cached(&raw, level).unwrap(), fresh);
+                assert_eq!(std::fs::read(&path).unwrap(), fresh);
+            }
+            std::fs::remove_file(&path).unwrap();
         }
-        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn the_test_beds_default_until_a_process_asks_for_mkinitramfs_level() {
+        assert_eq!(default_compression(), Compression::TestBed);
+        assert_eq!(Compression::Product.level(), 19);
+        assert!(TESTBED_ZSTD_LEVEL < Compression::Product.level());
     }
 }

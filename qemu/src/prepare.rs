@@ -30,7 +30,16 @@ impl Scenario {
             module_overrides: self.module_overrides.clone(),
             tampered_modules: self.tampered_modules.clone(),
             snakeoil_signed: self.snakeoil_signed.clone(),
+            compression: self.initramfs_compression(),
         }
+    }
+
+    /// mkinitramfs' own compression for a VM with less memory than the default (the
+    /// kernel unpacks the image with the level's zstd window), else the process's.
+    pub fn initramfs_compression(&self) -> Option<crate::initramfs::Compression> {
+        self.memory_mib
+            .filter(|m| *m < vm::DEFAULT_MEMORY_MIB)
+            .map(|_| crate::initramfs::Compression::Product)
     }
 
     /// Builds the BOM file, initramfs and disk in `dir`; returns the VM to boot.

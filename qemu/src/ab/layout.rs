@@ -147,6 +147,7 @@ pub(super) fn build_slot(
         module_overrides: img.module_overrides.clone(),
         tampered_modules: img.tampered_modules.clone(),
         snakeoil_signed: img.snakeoil_signed.clone(),
+        compression: s.initramfs_compression(),
     };
     crate::initramfs::build(&img.kernel, &bom_path, &extras, &initrd, &sdir)?;
     Ok(BuiltSlot {

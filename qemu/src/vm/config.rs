@@ -124,6 +124,9 @@ pub const FIRMWARE_BOOT_MARKER: &str = "BdsDxe: loading Boot";
 /// The console text that starts a boot without firmware: the kernel's banner.
 pub const KERNEL_BOOT_MARKER: &str = "Linux version ";
 
+/// A VM's memory unless its scenario says otherwise.
+pub const DEFAULT_MEMORY_MIB: u32 = 1024;
+
 impl VmConfig {
     pub fn new(kernel: &Path, initrd: &Path) -> VmConfig {
         VmConfig {
@@ -132,7 +135,7 @@ impl VmConfig {
             append: String::new(),
             append_raw: Vec::new(),
             disks: Vec::new(),
-            memory_mib: 1024,
+            memory_mib: DEFAULT_MEMORY_MIB,
             cpus: 1,
             accel: Accel::from_env(),
             timeout: Duration::from_secs(

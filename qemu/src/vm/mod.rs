@@ -32,7 +32,7 @@ mod watch;
 
 pub use boots::{run, run_boots, Run};
 pub use config::{
-    Accel, KillAt, MonitorAt, Throttle, VmConfig, FIRMWARE_BOOT_MARKER, KERNEL_BOOT_MARKER,
-    MONITOR_SOCKET,
+    Accel, KillAt, MonitorAt, Throttle, VmConfig, DEFAULT_MEMORY_MIB, FIRMWARE_BOOT_MARKER,
+    KERNEL_BOOT_MARKER, MONITOR_SOCKET,
 };
 pub use outcome::{classify, Outcome, Verdict};
