@@ -10,9 +10,9 @@
 //! kernel unpacks is the same archive either way. mkinitramfs' level is kept where the
 //! compressed image itself is measured: the benchmarks (`qemu-harness` sets it for its
 //! process, [`set_default_compression`]) and a scenario with less memory than the
-//! default (the kernel's zstd window is the level's). The real node's slots are built by
-//! `mkinitramfs slot`, at its level. Either way through a cache keyed on the archive's
-//! bytes, zstd's version and the level ([`zstd_cached`]).
+//! default (the kernel's zstd window is the level's); those images are kept in a cache
+//! keyed on the archive's bytes, zstd's version and the level ([`zstd_cached`]). The
+//! real node's slots are built by `mkinitramfs slot`, at its level.
 
 use std::path::{Path, PathBuf};
 
@@ -172,23 +172,23 @@ pub fn build_with(
     // The archive as mkinitramfs writes it, then compressed through the cache.
     spec.compress = mkinitramfs::Compress::None;
     let built = mkinitramfs::build(&spec).map_err(|e| HarnessError::Setup(e.to_string()))?;
-    let level = extras
-        .compression
-        .unwrap_or_else(default_compression)
-        .level();
-    let packed = zstd_cached(&built.bytes, level)?;
+    let packed = match extras.compression.unwrap_or_else(default_compression) {
+        Compression::Product => zstd_cached(&built.bytes)?,
+        Compression::TestBed => zstd::encode_all(&built.bytes[..], TESTBED_ZSTD_LEVEL)
+            .map_err(|e| HarnessError::Setup(format!("zstd: {e}")))?,
+    };
     std::fs::write(out, &packed).map_err(|e| HarnessError::io(out, e))
 }
 
-/// `raw` compressed by zstd at `level` (`zstd::encode_all`, as mkinitramfs compresses
-/// at its own), kept in `target/qemu-cache/initramfs/<SHA-256 of zstd's version, the
-/// level and raw>.zst`: the tests of a suite build many slots from the same inputs. A
-/// cached file is used only when it decompresses to `raw` (otherwise it is made again);
-/// a new one is written under another name and renamed, so processes side by side never
-/// read a partial file. A cache that cannot be written is reported on stderr and the
-/// image used.
-pub fn zstd_cached(raw: &[u8], level: i32) -> Result<Vec<u8>, HarnessError> {
-    let path = cache_path(raw, level);
+/// `raw` compressed as mkinitramfs compresses by default (`zstd::encode_all` at
+/// [`mkinitramfs::ZSTD_LEVEL`]: seconds an image), kept in
+/// `target/qemu-cache/initramfs/<SHA-256 of zstd's version, the level and raw>.zst`,
+/// for the benchmarks' runs and the tests that boot such an image. A cached file is used
+/// only when it decompresses to `raw` (otherwise it is made again); a new one is written
+/// under another name and renamed, so processes side by side never read a partial file.
+/// A cache that cannot be written is reported on stderr and the image used.
+pub fn zstd_cached(raw: &[u8]) -> Result<Vec<u8>, HarnessError> {
+    let path = cache_path(raw);
     if let Ok(cached) = std::fs::read(&path) {
         let same = validator::formats::compress::zstd_frame(&cached, raw.len())
             .is_ok_and(|back| back.data == raw && back.consumed == cached.len());
@@ -196,8 +196,8 @@ pub fn zstd_cached(raw: &[u8], level: i32) -> Result<Vec<u8>, HarnessError> {
             return Ok(cached);
         }
     }
-    let packed =
-        zstd::encode_all(raw, level).map_err(|e| HarnessError::Setup(format!("zstd: {e}")))?;
+    let packed = mkinitramfs::compress(raw, mkinitramfs::Compress::Zstd)
+        .map_err(|e| HarnessError::Setup(format!("zstd: {e}")))?;
     let mut part = path.clone().into_os_string();
     part.push(format!(".{}", std::process::id()));
     let part = PathBuf::from(part);
@@ -213,11 +213,15 @@ pub fn zstd_cached(raw: &[u8], level: i32) -> Result<Vec<u8>, HarnessError> {
     Ok(packed)
 }
 
-/// Where [`zstd_cached`] keeps `raw`'s image compressed at `level`.
-fn cache_path(raw: &[u8], level: i32) -> PathBuf {
+/// Where [`zstd_cached`] keeps `raw`'s image.
+fn cache_path(raw: &[u8]) -> PathBuf {
     use sha2::{Digest, Sha256};
     let mut h = Sha256::new();
-    let settings = format!("zstd {} level {level}", zstd::zstd_safe::version_string());
+    let settings = format!(
+        "zstd {} level {}",
+        zstd::zstd_safe::version_string(),
+        mkinitramfs::ZSTD_LEVEL
+    );
     h.update(settings.as_bytes());
     h.update([0]);
     h.update(raw);
@@ -231,38 +235,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_cached_image_is_the_one_zstd_makes_and_a_bad_one_is_made_again() {
-        // An input of this run only, so no other process shares its cache files.
+    fn a_cached_image_is_the_one_mkinitramfs_compresses_and_a_bad_one_is_made_again() {
+        // An input of this run only, so no other process shares its cache file.
         let mut raw =
             format!("{:?} {}", std::time::SystemTime::now(), std::process::id()).into_bytes();
         raw.extend((0..200_000u32).map(|i| (i % 251) as u8));
-        // At mkinitramfs' level, the bytes its default compression gives.
-        let product = mkinitramfs::compress(&raw, mkinitramfs::Compress::Zstd).unwrap();
-        let testbed = zstd::encode_all(&raw[..], TESTBED_ZSTD_LEVEL).unwrap();
-        for (c, fresh) in [
-            (Compression::Product, product),
-            (Compression::TestBed, testbed),
-        ] {
-            let level = c.level();
-            let path = cache_path(&raw, level);
-            assert!(!path.exists());
-            // Made and kept, then read back.
-            assert_eq!(zstd_cached(&raw, level).unwrap(), fresh);
+        let fresh = mkinitramfs::compress(&raw, mkinitramfs::Compress::Zstd).unwrap();
+        let path = cache_path(&raw);
+        assert!(!path.exists());
+        // Made and kept, then read back.
+        assert_eq!(zstd_cached(&raw).unwrap(), fresh);
+        assert_eq!(std::fs::read(&path).unwrap(), fresh);
+        assert_eq!(zstd_cached(&raw).unwrap(), fresh);
+        // A cached file that does not decompress to the input (cut, another archive,
+        // more after the frame, empty) is not used: the image is made again and the
+        // file replaced.
+        let other = mkinitramfs::compress(b"another archive", mkinitramfs::Compress::Zstd).unwrap();
+        let mut longer = fresh.clone();
+        longer.push(0);
+        for bad in [&fresh[..fresh.len() / 2], &other[..], &longer[..], &[][..]] {
+            std::fs::write(&path, bad).unwrap();
+            assert_eq!(zstd_cached(&raw).unwrap(), fresh);
             assert_eq!(std::fs::read(&path).unwrap(), fresh);
-            assert_eq!(zstd_cached(&raw, level).unwrap(), fresh);
-            // A cached file that does not decompress to the input (cut, another archive,
-            // more after the frame, empty) is not used: the image is made again and the
-            // file replaced.
-            let other = zstd::encode_all(&b"another archive"[..], level).unwrap();
-            let mut longer = fresh.clone();
-            longer.push(0);
-            for bad in [&fresh[..fresh.len() / 2], &other[..], &longer[..], &[][..]] {
-                std::fs::write(&path, bad).unwrap();
-                assert_eq!(zstd_cached(&raw, level).unwrap(), fresh);
-                assert_eq!(std::fs::read(&path).unwrap(), fresh);
-            }
-            std::fs::remove_file(&path).unwrap();
         }
+        std::fs::remove_file(&path).unwrap();
     }
 
     #[test]
