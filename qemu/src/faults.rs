@@ -312,6 +312,22 @@ pub fn corrupt_bom(good: &str) -> Vec<u8> {
 mod tests {
     use super::*;
 
+    /// The low-memory boot unpacks an image compressed as mkinitramfs ships it; a VM with
+    /// the default memory or more takes the process's default.
+    #[test]
+    fn only_a_vm_with_less_memory_than_the_default_gets_mkinitramfs_level() {
+        use crate::initramfs::Compression;
+        let low = Scenario::named(Name::LowMemory).unwrap();
+        assert_eq!(low.initramfs_compression(), Some(Compression::Product));
+        assert_eq!(low.extras().compression, Some(Compression::Product));
+        let mut good = Scenario::named(Name::Good).unwrap();
+        assert_eq!(good.initramfs_compression(), None);
+        good.memory_mib = Some(crate::vm::DEFAULT_MEMORY_MIB);
+        assert_eq!(good.initramfs_compression(), None);
+        good.memory_mib = Some(2048);
+        assert_eq!(good.extras().compression, None);
+    }
+
     #[test]
     fn corrupt_bom_does_not_parse_and_names_a_line() {
         let good = "schema = 1\nimage_id = \"img-1\"\n[kernel]\nrelease = \"6.1.0-57-amd64\"\n";
