@@ -176,9 +176,10 @@ pub fn build_with(
 /// [`mkinitramfs::ZSTD_LEVEL`]: seconds an image), kept in
 /// `target/qemu-cache/initramfs/<SHA-256 of zstd's version, the level and raw>.zst`,
 /// for the benchmarks' runs and the tests that boot such an image. A cached file is used
-/// only when it decompresses to `raw` (otherwise it is made again); a new one is written
-/// under another name and renamed, so processes side by side never read a partial file.
-/// A cache that cannot be written is reported on stderr and the image used.
+/// only when it decompresses to `raw` (otherwise it is made again, so two processes
+/// writing the same file at once cost a rebuild, never a wrong image); a new one is
+/// written by `validator::util::fs::write_atomic`. A cache that cannot be written is
+/// reported on stderr and the image used.
 pub fn zstd_cached(raw: &[u8]) -> Result<Vec<u8>, HarnessError> {
     let path = cache_path(raw);
     if let Ok(cached) = std::fs::read(&path) {
@@ -190,16 +191,7 @@ pub fn zstd_cached(raw: &[u8]) -> Result<Vec<u8>, HarnessError> {
     }
     let packed = mkinitramfs::compress(raw, mkinitramfs::Compress::Zstd)
         .map_err(|e| HarnessError::Setup(format!("zstd: {e}")))?;
-    let mut part = path.clone().into_os_string();
-    part.push(format!(".{}", std::process::id()));
-    let part = PathBuf::from(part);
-    let kept = path
-        .parent()
-        .map_or(Ok(()), std::fs::create_dir_all)
-        .and_then(|()| std::fs::write(&part, &packed))
-        .and_then(|()| std::fs::rename(&part, &path));
-    if let Err(e) = kept {
-        let _ = std::fs::remove_file(&part);
+    if let Err(e) = validator::util::fs::write_atomic(&path, &packed) {
         eprintln!("initramfs cache {}: {e}", path.display());
     }
     Ok(packed)
