@@ -1,7 +1,8 @@
 //! Object identifiers as the parsers compare them, and the digest algorithms they name.
 //!
 //! Contract: [`oid_is`] compares a decoded OID with a dotted one, encoding the dotted
-//! arcs as it compares (no formatting, no allocation) (the path every module signature takes);
+//! arcs as it compares, without formatting or allocating (the path every module signature
+//! takes);
 //! [`HashAlg`] is a digest the PKCS#7 and PE parsers know, by its OID, with its name and
 //! length as the kernel and `modinfo` print them. Pure: no system call, no policy.
 //!
@@ -89,8 +90,9 @@ impl HashAlg {
 /// subidentifiers (the first two as one, then base 128, high bit on all but the last
 /// byte) and compared with the OID's bytes as they go, so nothing is formatted, parsed
 /// into an OID or allocated on the path every module signature takes (`const-oid`'s
-/// encoder, called for each comparison, was 1% of the module gate). A dotted text that is
-/// not an OID (an empty arc, a sign, a leading zero, a first arc above 2) is no OID's.
+/// parser and encoder, called for each comparison, took about 0.6% of the module gate's
+/// time). A dotted text that is not an OID (an empty arc, a sign, a leading zero, a first
+/// arc above 2, a second above 39 under 0 or 1) is no OID's.
 pub fn oid_is(oid: &der::asn1::ObjectIdentifier, dotted: &str) -> bool {
     // An arc: decimal digits only (`str::parse` alone would take a `+`), no leading zero.
     let arc = |part: &str| {
