@@ -4,7 +4,9 @@
 //! size limit. Asserted for each run: no panic (no "panicked at", never status 101 or a
 //! signal), no hang (killed and failed past a deadline), exit 2 with a message naming
 //! the file for unusable input, the good file's verdict under a non-UTF-8 name, and no
-//! output left behind by a failed `keys extract -o` or `man --dir`.
+//! output left behind by a failed `keys extract -o` or `man --dir`. The kernel image is
+//! the bzImage where it is the file under test, its vmlinux ELF where it is only
+//! configuration (`vmlinux_of`).
 //!
 //! Two more classes: every path argument (input or output) given as a bare name run in
 //! its directory, `./name`, an absolute path and through a symlinked directory gives the
