@@ -156,7 +156,7 @@ pub fn build_with(
             overrides.push((m.clone(), tampered));
         }
     }
-    let mut spec = mkinitramfs::Spec::new(&kernel.root, bom_path, init);
+    let mut spec = mkinitramfs::Spec::new(&paths::elf_tree(kernel)?, bom_path, init);
     spec.extra_files = extras.files.clone();
     spec.mtime = 0;
     spec.gate = gate;
