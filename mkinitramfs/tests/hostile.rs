@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::{
-    fifo, kernel_root, non_utf8_copy, run_closed_stdout, run_deadline, sparse, tmpdir, Ran,
+    fifo, kernel_root_elf, non_utf8_copy, run_closed_stdout, run_deadline, sparse, tmpdir, Ran,
 };
 use mkinitramfs::cpio::Archive;
 
@@ -143,7 +143,9 @@ struct BuildInputs {
 }
 
 fn build_inputs(dir: &Path) -> BuildInputs {
-    let kernel = kernel_root("default");
+    // The kernel is configuration here: its tree with the vmlinux ELF (no xz decode in
+    // each of the builds).
+    let kernel = kernel_root_elf("default");
     let release = std::fs::read_dir(kernel.join("lib/modules"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())

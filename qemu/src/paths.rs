@@ -45,52 +45,12 @@ pub fn kernel(name: &str) -> Result<Kernel, HarnessError> {
     })
 }
 
-/// A tree of `kernel` for `mkinitramfs::build` that reads as the package does but whose
-/// `boot/vmlinuz-<release>` is the image's vmlinux ELF (which mkinitramfs takes as it
-/// takes the bzImage: the same certificates, vermagic and CRCs): every build of an
-/// initramfs otherwise decodes the image's xz payload again, about a second of CPU in
-/// each test process. Kept in `target/qemu-cache/elf-tree/<SHA-256 of the image's
-/// bytes and the package root>/` (`lib/modules/<release>` a link to the package's),
-/// made under another name and renamed into place, so a tree found there is whole. The
-/// boots themselves are given the package's bzImage ([`Kernel::vmlinuz`]).
+/// `kernel`'s tree with the vmlinux ELF for its image ([`test_support::elf_tree`]), for
+/// `mkinitramfs::build`: every build of an initramfs otherwise decodes the image's xz
+/// payload again, about a second of CPU in each test process. The boots themselves are
+/// given the package's bzImage ([`Kernel::vmlinuz`]).
 pub fn elf_tree(kernel: &Kernel) -> Result<PathBuf, HarnessError> {
-    use sha2::{Digest, Sha256};
-    let io = |p: &Path, e| HarnessError::io(p, e);
-    let image = std::fs::read(&kernel.vmlinuz).map_err(|e| io(&kernel.vmlinuz, e))?;
-    let mut h = Sha256::new();
-    h.update(&image);
-    h.update([0]);
-    h.update(kernel.root.as_os_str().as_encoded_bytes());
-    let key = validator::util::hex(&h.finalize());
-    let cache = workspace().join("target/qemu-cache/elf-tree");
-    let tree = cache.join(&key);
-    let elf_at = |root: &Path| root.join(format!("boot/vmlinuz-{}", kernel.release));
-    if elf_at(&tree).is_file() {
-        return Ok(tree);
-    }
-    let part = cache.join(format!(".{key}.{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&part);
-    let modules = part.join("lib/modules");
-    for d in [part.join("boot"), modules.clone()] {
-        std::fs::create_dir_all(&d).map_err(|e| io(&d, e))?;
-    }
-    let elf = validator::formats::vmlinuz::vmlinux(&image)
-        .map_err(|e| HarnessError::Setup(format!("{}: {e}", kernel.vmlinuz.display())))?;
-    std::fs::write(elf_at(&part), elf).map_err(|e| io(&elf_at(&part), e))?;
-    let link = modules.join(&kernel.release);
-    let real = kernel.root.join("lib/modules").join(&kernel.release);
-    std::os::unix::fs::symlink(&real, &link).map_err(|e| io(&link, e))?;
-    // Another process may have put the same tree in place first: its is as good.
-    if std::fs::rename(&part, &tree).is_err() {
-        let _ = std::fs::remove_dir_all(&part);
-        if !elf_at(&tree).is_file() {
-            return Err(HarnessError::Setup(format!(
-                "cannot put the kernel's ELF tree at {}",
-                tree.display()
-            )));
-        }
-    }
-    Ok(tree)
+    test_support::elf_tree(&kernel.root, &kernel.release).map_err(HarnessError::Setup)
 }
 
 /// The static builds made so far in this process, by name ([`build_static`]).

@@ -79,6 +79,65 @@ pub fn vmlinuz(name: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("kernel {name} has no boot/vmlinuz-*"))
 }
 
+/// A tree of the kernel package at `root` (`boot/vmlinuz-<release>`,
+/// `lib/modules/<release>/`) that reads as the package does but whose image is the
+/// vmlinux ELF (which mkinitramfs and the CLI's `--vmlinuz` take as they take the
+/// bzImage: the same certificates, vermagic and CRCs). For runs where the kernel image
+/// is configuration, not what is tested: a bzImage costs an xz decode of tens of MB,
+/// about a second of CPU, in every process given it. Kept in
+/// `target/qemu-cache/elf-tree/<SHA-256 of the image's bytes and the package root>/`
+/// (`lib/modules/<release>` a link to the package's), made under another name and
+/// renamed into place, so a tree found there is whole.
+pub fn elf_tree(root: &Path, release: &str) -> Result<PathBuf, String> {
+    let root = std::fs::canonicalize(root).map_err(|e| format!("{}: {e}", root.display()))?;
+    let vmlinuz = root.join(format!("boot/vmlinuz-{release}"));
+    let image = std::fs::read(&vmlinuz).map_err(|e| format!("{}: {e}", vmlinuz.display()))?;
+    let mut keyed = validator::trust::keys::sha256(&image).to_vec();
+    keyed.extend_from_slice(root.as_os_str().as_encoded_bytes());
+    let key = validator::util::hex(&validator::trust::keys::sha256(&keyed));
+    let cache = workspace().join("target/qemu-cache/elf-tree");
+    let tree = cache.join(&key);
+    let elf_at = |t: &Path| t.join(format!("boot/vmlinuz-{release}"));
+    if elf_at(&tree).is_file() {
+        return Ok(tree);
+    }
+    let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+    // Its own scratch name: tests of one process run on threads.
+    static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let part = cache.join(format!(".{key}.{}.{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&part);
+    let modules = part.join("lib/modules");
+    for d in [part.join("boot"), modules.clone()] {
+        std::fs::create_dir_all(&d).map_err(|e| io(&d, e))?;
+    }
+    let elf = validator::formats::vmlinuz::vmlinux(&image)
+        .map_err(|e| format!("{}: {e}", vmlinuz.display()))?;
+    std::fs::write(elf_at(&part), elf).map_err(|e| io(&elf_at(&part), e))?;
+    let link = modules.join(release);
+    std::os::unix::fs::symlink(root.join("lib/modules").join(release), &link)
+        .map_err(|e| io(&link, e))?;
+    // Another process may have put the same tree in place first: its is as good.
+    if std::fs::rename(&part, &tree).is_err() {
+        let _ = std::fs::remove_dir_all(&part);
+        if !elf_at(&tree).is_file() {
+            return Err(format!("cannot put the ELF tree at {}", tree.display()));
+        }
+    }
+    Ok(tree)
+}
+
+/// [`elf_tree`] of a provisioned kernel: its package as [`kernel_root`] finds it, the
+/// image the vmlinux ELF.
+pub fn kernel_root_elf(name: &str) -> PathBuf {
+    elf_tree(&kernel_root(name), &kernel_release(name)).unwrap()
+}
+
+/// The image of [`kernel_root_elf`]: a provisioned kernel's vmlinux ELF.
+pub fn vmlinux(name: &str) -> PathBuf {
+    kernel_root_elf(name).join(format!("boot/vmlinuz-{}", kernel_release(name)))
+}
+
 /// Every module file of a provisioned kernel, sorted.
 pub fn all_modules(name: &str) -> Vec<PathBuf> {
     validator::gate::batch::collect(&[kernel_root(name).join("lib/modules")]).unwrap()

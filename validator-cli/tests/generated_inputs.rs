@@ -6,7 +6,8 @@
 //! the file for unusable input, the good file's verdict under a non-UTF-8 name, and no
 //! output left behind by a failed `keys extract -o` or `man --dir`. The kernel image is
 //! the bzImage where it is the file under test, its vmlinux ELF where it is only
-//! configuration (`vmlinux_of`).
+//! configuration (`test_support::vmlinux`: each bzImage costs an xz decode of about a
+//! second of CPU).
 //!
 //! Two more classes: every path argument (input or output) given as a bare name run in
 //! its directory, `./name`, an absolute path and through a symlinked directory gives the
@@ -32,7 +33,9 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{fifo, module, non_utf8_copy, run_deadline, sparse, tmpdir, vmlinuz, Ran, Rng};
+use common::{
+    fifo, module, non_utf8_copy, run_deadline, sparse, tmpdir, vmlinux, vmlinuz, Ran, Rng,
+};
 
 const DEADLINE: u64 = 120;
 
@@ -102,21 +105,10 @@ impl Files {
     }
 }
 
-/// The kernel's vmlinux ELF, decompressed once from `vz` into `dir`. `--vmlinuz` takes
-/// it as it takes the bzImage; the runs where the kernel image is configuration, not the
-/// file under test, are given it: each bzImage costs an xz decode of tens of MB (about a
-/// second of CPU), most of what these tests would otherwise spend.
-fn vmlinux_of(vz: &Path, dir: &Path) -> PathBuf {
-    let elf = validator::formats::vmlinuz::vmlinux(&std::fs::read(vz).unwrap()).unwrap();
-    let p = dir.join("vmlinux");
-    std::fs::write(&p, elf).unwrap();
-    p
-}
-
 fn setup(dir: &Path) -> (Files, String) {
     use validator::formats::tpm::{eventlog::EventLog, HashAlg};
     let vz = vmlinuz("default");
-    let elf = vmlinux_of(&vz, dir);
+    let elf = vmlinux("default");
     let facts = validator::formats::vmlinuz::KernelFacts::from_image(&std::fs::read(&elf).unwrap())
         .unwrap();
     let cert = dir.join("kernel.der");
@@ -278,8 +270,7 @@ fn setup(dir: &Path) -> (Files, String) {
 
 fn slots(files: &Files, root: &str) -> Vec<Slot> {
     let a = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-    // The kernel image as configuration: its ELF ([`vmlinux_of`]), unless it is the
-    // slot's file.
+    // The kernel image as configuration: its ELF, unless it is the slot's file.
     let modules = |slot: &str| {
         let kernel = if slot == "{vmlinuz}" {
             "{vmlinuz}"
@@ -778,8 +769,8 @@ fn outputs_replace_only_regular_files() {
     let dir = tmpdir("generated-outputs");
     let report = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/examples/report-good.json");
     let os = |s: &str| OsString::from(s);
-    // The kernel image is input here, the outputs the subject: its ELF ([`vmlinux_of`]).
-    let vz = vmlinux_of(&vmlinuz("default"), &dir);
+    // The kernel image is input here, the outputs the subject: its ELF.
+    let vz = vmlinux("default");
     // The name of one certificate `keys extract` writes.
     let probe = dir.join("probe");
     let r = validator(&[
