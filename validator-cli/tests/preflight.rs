@@ -221,7 +221,8 @@ fn gate_modules_judges_the_real_nvidia_driver_on_a_root() {
         );
     assert!(text.contains("root = [\"nvidia\", \"nvidia_uvm\"]") && text.contains("trust = []"));
     std::fs::write(&bom, &text).unwrap();
-    let vz = common::vmlinuz("default");
+    // The kernel is configuration here: its vmlinux ELF, no xz decode in each run.
+    let vz = common::vmlinux("default");
     let fleet = nv.join("fleet-key/fleet.crt");
     let d = fixture("good");
     let run = |trust: bool| {

@@ -31,7 +31,8 @@ fn nvidia_dir() -> PathBuf {
 }
 
 fn kernel(name: &str) -> KernelFacts {
-    KernelFacts::from_image(&std::fs::read(common::vmlinuz(name)).unwrap()).unwrap()
+    // The kernel is configuration here: its vmlinux ELF, no xz decode in each test.
+    KernelFacts::from_image(&std::fs::read(common::vmlinux(name)).unwrap()).unwrap()
 }
 
 /// The built modules of one flavour for `release`, `signed` or `unsigned`.
@@ -176,7 +177,7 @@ fn both_flavours_pass_with_the_fleet_key_and_their_flavour() {
         let b = bom(&k.release, f);
         let dir = root.join("lib/modules").join(&k.release);
         let v = drivers::gate_root_modules(
-            gate(&k, &common::vmlinuz("default"), &b, true),
+            gate(&k, &common::vmlinux("default"), &b, true),
             &dir,
             &names(),
         )
@@ -225,7 +226,7 @@ fn nvidia_uvm_is_checked_against_nvidia_s_own_exports() {
     );
     let b = bom(&release, Flavour::Proprietary);
     let dir = root.join("lib/modules").join(&release);
-    let g = gate(&k, &common::vmlinuz("default"), &b, true);
+    let g = gate(&k, &common::vmlinux("default"), &b, true);
     let index = validator::runtime::modload::load_index(&dir).unwrap();
     let uvm_path = dir.join(&index.entries["nvidia_uvm"].path);
     let raw = std::fs::read(&uvm_path).unwrap();
@@ -270,7 +271,7 @@ fn nvidia_uvm_is_checked_against_nvidia_s_own_exports() {
 fn refused_wrong_flavour_unsigned_untrusted() {
     let k = kernel("default");
     let release = k.release.clone();
-    let vmlinuz = common::vmlinuz("default");
+    let vmlinuz = common::vmlinux("default");
     // The BOM names the other flavour: nvidia is refused by its licence.
     for (flavour, wrong) in [
         ("proprietary", Flavour::Open),
@@ -331,7 +332,7 @@ fn refused_for_another_kernel_release() {
     let k612 = kernel("k612");
     let k = kernel("default");
     let b = bom(&k612.release, Flavour::Proprietary);
-    let g = gate(&k612, &common::vmlinuz("k612"), &b, true);
+    let g = gate(&k612, &common::vmlinux("k612"), &b, true);
     for flavour in ["proprietary", "open"] {
         let dir = built(flavour, &k.release, "signed");
         let files: Vec<PathBuf> = ["nvidia.ko", "nvidia-uvm.ko"]
