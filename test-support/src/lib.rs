@@ -117,7 +117,7 @@ pub fn elf_tree(root: &Path, release: &str) -> Result<PathBuf, String> {
     let link = modules.join(release);
     std::os::unix::fs::symlink(root.join("lib/modules").join(release), &link)
         .map_err(|e| io(&link, e))?;
-    // Another process may have put the same tree in place first: its is as good.
+    // Another process may have put the same tree in place first: that one is as good.
     if std::fs::rename(&part, &tree).is_err() {
         let _ = std::fs::remove_dir_all(&part);
         if !elf_at(&tree).is_file() {
