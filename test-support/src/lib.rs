@@ -135,7 +135,9 @@ pub fn kernel_root_elf(name: &str) -> PathBuf {
 
 /// The image of [`kernel_root_elf`]: a provisioned kernel's vmlinux ELF.
 pub fn vmlinux(name: &str) -> PathBuf {
-    kernel_root_elf(name).join(format!("boot/vmlinuz-{}", kernel_release(name)))
+    let release = kernel_release(name);
+    let tree = elf_tree(&kernel_root(name), &release).unwrap();
+    tree.join(format!("boot/vmlinuz-{release}"))
 }
 
 /// Every module file of a provisioned kernel, sorted.
